@@ -1,0 +1,260 @@
+// Package attention is the DeepSeek-V4 attention sub-layer written against
+// backend.Backend (spec §5): low-rank queries with per-head RMS normalisation,
+// the shared K=V entry, the compressors, the lightning indexer, sparse MQA with
+// sink over window + compressed entries, inverse RoPE and the grouped low-rank
+// output projection.
+package attention
+
+import (
+	"fmt"
+	"math"
+
+	"github.com/megamoe/megamoe/backend"
+	"github.com/megamoe/megamoe/checkpoint"
+	"github.com/megamoe/megamoe/rope"
+)
+
+// Compressor is a prepared compressor (main or indexer).
+type Compressor struct {
+	WKV, WGate backend.Linear
+	APE        backend.Mat
+	Norm       backend.Vec
+	Ratio, Dim int
+}
+
+// Indexer is a prepared lightning indexer.
+type Indexer struct {
+	WqB, WeightsProj backend.Linear
+	Comp             Compressor
+	Heads, Dim, TopK int
+}
+
+// Layer is one prepared attention sub-layer.
+type Layer struct {
+	Index, Ratio            int
+	Heads, HeadDim, RopeDim int
+	Groups, Window          int
+	Eps                     float32
+	WqA, WqB, WKV, WoA, WoB backend.Linear
+	QNorm, KVNorm, Sink     backend.Vec
+	Rope                    *rope.Freqs
+	Comp                    *Compressor
+	Idx                     *Indexer
+}
+
+func prepComp(be backend.Backend, name string, c *checkpoint.Compressor, d int) (*Compressor, error) {
+	cc := 1
+	if c.Ratio == 4 {
+		cc = 2
+	}
+	out := &Compressor{Ratio: c.Ratio, Dim: c.Dim}
+	var err error
+	if out.WKV, err = be.PrepareLinear(&c.WKV); err != nil {
+		return nil, err
+	}
+	if out.WGate, err = be.PrepareLinear(&c.WGate); err != nil {
+		return nil, err
+	}
+	if out.WKV.Out() != cc*c.Dim || out.WKV.In() != d || out.WGate.Out() != cc*c.Dim {
+		return nil, fmt.Errorf("%s: wkv %dx%d, want %dx%d", name, out.WKV.Out(), out.WKV.In(), cc*c.Dim, d)
+	}
+	if out.APE, err = be.PrepareMat(name+".ape", c.APE, c.Ratio, cc*c.Dim); err != nil {
+		return nil, err
+	}
+	if out.Norm, err = be.PrepareVec(name+".norm.weight", c.Norm, c.Dim); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// Prepare binds the attention weights of layer l.
+func Prepare(be backend.Backend, c *checkpoint.Config, l *checkpoint.Layer) (*Layer, error) {
+	a := &l.Attn
+	pre := fmt.Sprintf("layer %d attn", l.Index)
+	if l.Index >= c.Layers {
+		pre = "mtp attn"
+	}
+	out := &Layer{Index: l.Index, Ratio: l.Ratio, Heads: c.Heads, HeadDim: c.HeadDim, RopeDim: c.RopeDim,
+		Groups: c.OGroups, Window: c.Window, Eps: float32(c.NormEps)}
+	var err error
+	lin := func(dst *backend.Linear, cl *checkpoint.Linear, o, i int) {
+		if err != nil {
+			return
+		}
+		if *dst, err = be.PrepareLinear(cl); err != nil {
+			return
+		}
+		if (*dst).Out() != o || (*dst).In() != i {
+			err = fmt.Errorf("%s %s: shape %dx%d, want %dx%d", pre, cl.Name, (*dst).Out(), (*dst).In(), o, i)
+		}
+	}
+	lin(&out.WqA, &a.WqA, c.QLoraRank, c.Dim)
+	lin(&out.WqB, &a.WqB, c.Heads*c.HeadDim, c.QLoraRank)
+	lin(&out.WKV, &a.WKV, c.HeadDim, c.Dim)
+	lin(&out.WoA, &a.WoA, c.OGroups*c.OLoraRank, c.Heads/c.OGroups*c.HeadDim)
+	lin(&out.WoB, &a.WoB, c.Dim, c.OGroups*c.OLoraRank)
+	if err != nil {
+		return nil, err
+	}
+	if out.QNorm, err = be.PrepareVec(pre+" q_norm", a.QNorm, c.QLoraRank); err != nil {
+		return nil, err
+	}
+	if out.KVNorm, err = be.PrepareVec(pre+" kv_norm", a.KVNorm, c.HeadDim); err != nil {
+		return nil, err
+	}
+	if out.Sink, err = be.PrepareVec(pre+" attn_sink", a.Sink, c.Heads); err != nil {
+		return nil, err
+	}
+	if out.Rope, err = rope.ForLayer(c, l.Ratio); err != nil {
+		return nil, err
+	}
+	if l.Ratio > 0 {
+		if a.Compressor == nil {
+			return nil, fmt.Errorf("%s: ratio %d without compressor", pre, l.Ratio)
+		}
+		if out.Comp, err = prepComp(be, pre+" compressor", a.Compressor, c.Dim); err != nil {
+			return nil, err
+		}
+	}
+	if l.Ratio == 4 {
+		if a.Indexer == nil {
+			return nil, fmt.Errorf("%s: CSA layer without indexer", pre)
+		}
+		ix := &Indexer{Heads: c.IndexHeads, Dim: c.IndexHeadDim, TopK: c.IndexTopK}
+		lin(&ix.WqB, &a.Indexer.WqB, c.IndexHeads*c.IndexHeadDim, c.QLoraRank)
+		lin(&ix.WeightsProj, &a.Indexer.WeightsProj, c.IndexHeads, c.Dim)
+		if err != nil {
+			return nil, err
+		}
+		ic, err := prepComp(be, pre+" indexer compressor", &a.Indexer.Compressor, c.Dim)
+		if err != nil {
+			return nil, err
+		}
+		ix.Comp = *ic
+		out.Idx = ix
+	}
+	return out, nil
+}
+
+func (l *Layer) compress(be backend.Backend, st backend.KVStore, x backend.Tensor, c *Compressor, kind backend.CompressKind, b *backend.Batch) error {
+	n := x.Rows()
+	A := be.Alloc(n, c.WKV.Out(), backend.F32)
+	Z := be.Alloc(n, c.WGate.Out(), backend.F32)
+	defer be.Free(A)
+	defer be.Free(Z)
+	if err := be.LinearF32(x, c.WKV, A); err != nil {
+		return err
+	}
+	if err := be.LinearF32(x, c.WGate, Z); err != nil {
+		return err
+	}
+	return be.Compress(st, A, Z, backend.CompressArgs{Layer: l.Index, Kind: kind, Ratio: c.Ratio, Dim: c.Dim,
+		APE: c.APE, Norm: c.Norm, NormEps: l.Eps, Rope: l.Rope}, b)
+}
+
+// Forward runs the attention sub-layer on the normed input a [N, d] and
+// returns its output [N, d]; it updates the layer's cache state in st.
+func (l *Layer) Forward(be backend.Backend, st backend.KVStore, a backend.Tensor, b *backend.Batch, check backend.CheckFunc) (backend.Tensor, error) {
+	n := a.Rows()
+	H, D := l.Heads, l.HeadDim
+	step := func(name string, out backend.Tensor, err error, in ...backend.Tensor) error {
+		if err != nil {
+			return fmt.Errorf("attn %s: %w", name, err)
+		}
+		return check.Check("attn "+name, out, in...)
+	}
+	qa := be.Alloc(n, l.WqA.Out(), backend.F32)
+	if err := step("wq_a", qa, be.Linear(a, l.WqA, qa), a); err != nil {
+		return nil, err
+	}
+	qr := be.Alloc(n, l.WqA.Out(), backend.F32)
+	if err := step("q_norm", qr, be.RMSNorm(qa, l.QNorm, l.Eps, qr), qa); err != nil {
+		return nil, err
+	}
+	q := be.Alloc(n, H*D, backend.F32)
+	if err := step("wq_b", q, be.Linear(qr, l.WqB, q), qr); err != nil {
+		return nil, err
+	}
+	err := be.HeadNorm(q, D, l.Eps)
+	if err == nil {
+		err = be.Rope(q, backend.RopeArgs{Freqs: l.Rope, HeadDim: D}, b)
+	}
+	if err := step("q", q, err); err != nil {
+		return nil, err
+	}
+	kvr := be.Alloc(n, D, backend.F32)
+	if err := step("wkv", kvr, be.Linear(a, l.WKV, kvr), a); err != nil {
+		return nil, err
+	}
+	kv := be.Alloc(n, D, backend.F32)
+	err = be.RMSNorm(kvr, l.KVNorm, l.Eps, kv)
+	if err == nil {
+		err = be.Rope(kv, backend.RopeArgs{Freqs: l.Rope, HeadDim: D}, b)
+	}
+	if err == nil {
+		err = be.KVQuant(kv, D-l.RopeDim, 64)
+	}
+	if err := step("kv", kv, err, kvr); err != nil {
+		return nil, err
+	}
+	var sel backend.Tensor
+	if ix := l.Idx; ix != nil {
+		qi := be.Alloc(n, ix.Heads*ix.Dim, backend.F32)
+		err := be.Linear(qr, ix.WqB, qi)
+		if err == nil {
+			err = be.Rope(qi, backend.RopeArgs{Freqs: l.Rope, HeadDim: ix.Dim}, b)
+		}
+		if err == nil {
+			err = be.HadamardFP4(qi, ix.Dim)
+		}
+		if err := step("indexer q", qi, err, qr); err != nil {
+			return nil, err
+		}
+		if err := step("indexer compressor", nil, l.compress(be, st, a, &ix.Comp, backend.CompressIndex, b)); err != nil {
+			return nil, err
+		}
+		w := be.Alloc(n, ix.Heads, backend.F32)
+		err = be.Linear(a, ix.WeightsProj, w)
+		if err == nil {
+			err = be.Scale(w, float32(math.Pow(float64(ix.Dim), -0.5)*math.Pow(float64(ix.Heads), -0.5)))
+		}
+		if err := step("indexer weights", w, err, a); err != nil {
+			return nil, err
+		}
+		sel = be.Alloc(n, ix.TopK, backend.I32)
+		if err := be.IndexerTopK(st, qi, w, backend.IndexerArgs{Layer: l.Index, Heads: ix.Heads, HeadDim: ix.Dim,
+			TopK: ix.TopK, Ratio: l.Ratio, Trace: check != nil}, b, sel); err != nil {
+			return nil, fmt.Errorf("attn indexer: %w", err)
+		}
+	}
+	if l.Comp != nil {
+		if err := step("compressor", nil, l.compress(be, st, a, l.Comp, backend.CompressKV, b)); err != nil {
+			return nil, err
+		}
+	}
+	o := be.Alloc(n, H*D, backend.F32)
+	scale := float32(1 / math.Sqrt(float64(D)))
+	err = be.SparseAttention(st, q, kv, sel, backend.AttnArgs{Layer: l.Index, Heads: H, HeadDim: D, Window: l.Window,
+		Ratio: l.Ratio, Scale: scale, Sink: l.Sink}, b, o)
+	if err == nil {
+		err = be.WriteWindow(st, l.Index, kv, b)
+	}
+	if err == nil {
+		err = be.Rope(o, backend.RopeArgs{Freqs: l.Rope, HeadDim: D, Inverse: true}, b)
+	}
+	if err := step("sparse attention", o, err, q, kv); err != nil {
+		return nil, err
+	}
+	z := be.Alloc(n, l.WoA.Out(), backend.F32)
+	if err := step("wo_a", z, be.GroupedOutProj(o, l.WoA, l.Groups, z), o); err != nil {
+		return nil, err
+	}
+	out := be.Alloc(n, l.WoB.Out(), backend.F32)
+	if err := step("wo_b", out, be.Linear(z, l.WoB, out), z); err != nil {
+		return nil, err
+	}
+	for _, t := range []backend.Tensor{qa, qr, q, kvr, kv, o, z} {
+		be.Free(t)
+	}
+	return out, nil
+}

@@ -1,0 +1,332 @@
+// Package backend defines the op-level interface the DeepSeek-V4 forward pass is
+// written against. It is deliberately not a tensor library: every method is one
+// operation the model needs (spec §2–§7), so a CUDA backend can implement the
+// same set with device memory and fused kernels.
+//
+// Activations are backend-owned Tensor handles (rows×cols, fp32 or int32
+// semantics; in faithful mode values the reference stores in bf16 are kept
+// bf16-representable). Weights are prepared once per backend into opaque handles.
+// Per-sequence cache storage lives in a backend-owned KVStore addressed by the
+// block ids and state slots that package kvcache hands out.
+package backend
+
+import (
+	"github.com/megamoe/megamoe/checkpoint"
+	"github.com/megamoe/megamoe/rope"
+	"github.com/megamoe/megamoe/safetensors"
+)
+
+// Numerics selects the rounding model of every op.
+type Numerics int
+
+const (
+	// Faithful reproduces the reference rounding points (bf16 storage, FP8/FP4
+	// activation simulation, per-64-slot P rounding).
+	Faithful Numerics = iota
+	// Exact computes the same function in fp32 without simulated rounding.
+	Exact
+)
+
+func (n Numerics) String() string {
+	if n == Exact {
+		return "exact"
+	}
+	return "faithful"
+}
+
+// ParseNumerics maps "faithful" (or "") and "exact" to a Numerics value.
+func ParseNumerics(s string) (Numerics, bool) {
+	switch s {
+	case "", "faithful":
+		return Faithful, true
+	case "exact":
+		return Exact, true
+	}
+	return Faithful, false
+}
+
+// DType is the element type of a Tensor.
+type DType int
+
+const (
+	F32 DType = iota // fp32 storage (bf16-representable where the reference stores bf16)
+	I32              // int32 (expert ids, selected entry indices; -1 = empty)
+)
+
+// Tensor is an opaque activation buffer of Rows()×Cols() elements, row-major.
+type Tensor interface {
+	Rows() int
+	Cols() int
+	DType() DType
+}
+
+// Linear is a prepared weight matrix applied as y = W·x (W is [Out, In]).
+type Linear interface {
+	Out() int
+	In() int
+	Name() string
+}
+
+// Vec is a prepared fp32 parameter vector (norm weights, sinks, biases, hc base/scale).
+type Vec interface{ Len() int }
+
+// Mat is a prepared fp32 parameter matrix (hc_*_fn, compressor ape).
+type Mat interface {
+	Rows() int
+	Cols() int
+}
+
+// HC is one prepared hyper-connection site (hc_{attn,ffn,head}_{fn,base,scale}).
+type HC interface{ Mix() int }
+
+// Embedding is a prepared token-embedding table.
+type Embedding interface {
+	Vocab() int
+	Dim() int
+}
+
+// IDTable is a prepared int table (tid2eid [vocab, top_k]).
+type IDTable interface {
+	Rows() int
+	Cols() int
+}
+
+// Experts is the prepared set of routed experts of one MoE layer.
+type Experts interface {
+	Count() int
+	Inter() int
+	Dim() int
+}
+
+// KVStore holds the per-sequence cache storage of every layer (window rings,
+// compressed entries, indexer keys, compressor pending state).
+type KVStore interface{ Spec() KVSpec }
+
+// LayerKV describes the cache of one layer (main layers, then the MTP block).
+type LayerKV struct {
+	Window   int // window ring entries
+	HeadDim  int // width of a KV entry
+	Ratio    int // 0, 4 or 128
+	IndexDim int // indexer key width (ratio 4 only), 0 otherwise
+}
+
+// KVSpec sizes a KVStore. Compressed entries (and indexer keys) of a sequence
+// live in blocks of BlockTokens token positions, i.e. BlockTokens/Ratio entries
+// per compressed layer per block; window rings and compressor states live in a
+// fixed per-sequence state slot.
+type KVSpec struct {
+	BlockTokens int
+	Layers      []LayerKV
+	MaxBlocks   int
+	MaxSlots    int
+}
+
+// SeqInfo is one sequence of a batch.
+type SeqInfo struct {
+	Slot   int     // state slot (window rings, compressor states)
+	Blocks []int32 // block table for compressed entries
+	Start  int     // tokens already in the cache before this step (= position of its first row)
+	Row0   int     // first row of this sequence in the batch
+	Rows   int     // rows (tokens) of this sequence in the batch
+}
+
+// Batch is the host-side row layout of one forward step: rows of all sequences
+// concatenated, sequence by sequence.
+type Batch struct {
+	Seqs []SeqInfo
+	Pos  []int32 // absolute position of every row
+	Seq  []int32 // index into Seqs of every row
+}
+
+// Rows is the total number of rows.
+func (b *Batch) Rows() int { return len(b.Pos) }
+
+// HcArgs are the mHC constants (spec §4).
+type HcArgs struct {
+	Streams  int     // hc_mult
+	Sinkhorn int     // iterations
+	Eps      float32 // hc_eps
+	NormEps  float32 // rms_norm_eps used for the stream rsqrt
+}
+
+// RopeArgs describe a RoPE application to the last Freqs.Dim() dims of every
+// head of width HeadDim.
+type RopeArgs struct {
+	Freqs   *rope.Freqs
+	HeadDim int
+	Inverse bool
+}
+
+// CompressKind selects the post-processing of an emitted compressed entry.
+type CompressKind int
+
+const (
+	CompressKV    CompressKind = iota // FP8-simulate the nope dims (main compressor)
+	CompressIndex                     // Hadamard + FP4-simulate all dims (indexer compressor)
+)
+
+// CompressArgs configure the stateful compressor op of one layer (spec §5.4).
+type CompressArgs struct {
+	Layer   int
+	Kind    CompressKind
+	Ratio   int
+	Dim     int // Dc
+	APE     Mat // [ratio, c·Dc]
+	Norm    Vec // [Dc]
+	NormEps float32
+	Rope    *rope.Freqs
+}
+
+// AttnArgs configure sparse MQA with sink for one layer (spec §5.7).
+type AttnArgs struct {
+	Layer   int
+	Heads   int
+	HeadDim int
+	Window  int
+	Ratio   int
+	Scale   float32
+	Sink    Vec
+}
+
+// IndexerArgs configure the lightning-indexer scoring and top-k (spec §5.5).
+type IndexerArgs struct {
+	Layer   int
+	Heads   int
+	HeadDim int
+	TopK    int
+	Ratio   int
+	Trace   bool // report non-finite scores as *OpNonFinite ("indexer scores")
+}
+
+// RouterArgs configure the MoE router (spec §6.1).
+type RouterArgs struct {
+	TopK    int
+	Scale   float32 // routed_scaling_factor
+	Bias    Vec     // nil on hash layers
+	Tid2Eid IDTable // non-nil on hash layers
+	IDs     []int32 // token id of every row (hash layers)
+}
+
+// ExpertsArgs configure the routed experts (spec §6.2–§6.3).
+type ExpertsArgs struct {
+	Limit float32 // swiglu_limit (0 = no clamp)
+	Trace bool    // check every expert stage for non-finite values
+}
+
+// CheckFunc is the NaN tracer hook the model passes to the layer code: it checks
+// out (and summarises the inputs) and returns a non-nil error on a non-finite
+// value. A nil CheckFunc disables tracing.
+type CheckFunc func(component string, out Tensor, inputs ...Tensor) error
+
+// Check calls c if it is non-nil.
+func (c CheckFunc) Check(component string, out Tensor, inputs ...Tensor) error {
+	if c == nil {
+		return nil
+	}
+	return c(component, out, inputs...)
+}
+
+// Stats summarises a tensor for the NaN tracer.
+type Stats struct {
+	FirstBad         int // flat index of the first non-finite element, -1 if none
+	Min, Max, AbsMax float32
+}
+
+// OpNonFinite is returned by ops that trace their internal stages
+// (ExpertsArgs.Trace) when a stage produced a non-finite value.
+type OpNonFinite struct {
+	Component string // e.g. "expert 17 w2"
+	Row       int
+	Stats     Stats
+	In        Stats // of that stage's input
+}
+
+func (e *OpNonFinite) Error() string { return "non-finite value in " + e.Component }
+
+// Backend is the op set of the DeepSeek-V4 forward pass. Every op writes into
+// caller-allocated outputs; "bf16 out" means rounded to bf16 in faithful mode.
+type Backend interface {
+	Name() string
+	// SetNumerics selects the rounding model for all later ops.
+	SetNumerics(n Numerics)
+	Numerics() Numerics
+
+	// Memory.
+	Alloc(rows, cols int, dt DType) Tensor
+	// View reinterprets t's storage (rows·cols must match).
+	View(t Tensor, rows, cols int) (Tensor, error)
+	Free(t Tensor)
+	Upload(t Tensor, data []float32) error // F32 tensors
+	Download(t Tensor, dst []float32) error
+	DownloadI32(t Tensor, dst []int32) error
+	Stats(t Tensor) Stats
+
+	// Weight preparation (once per model).
+	PrepareLinear(l *checkpoint.Linear) (Linear, error)
+	PrepareVec(name string, t safetensors.Tensor, n int) (Vec, error)
+	PrepareMat(name string, t safetensors.Tensor, rows, cols int) (Mat, error)
+	PrepareHC(name string, hc checkpoint.HC, mix, width int) (HC, error)
+	PrepareEmbedding(t safetensors.Tensor, vocab, dim int) (Embedding, error)
+	PrepareIDTable(name string, t safetensors.Tensor, rows, cols int) (IDTable, error)
+	PrepareExperts(name string, experts []checkpoint.Expert, dim, inter int) (Experts, error)
+
+	// Cache storage.
+	NewKVStore(spec KVSpec) (KVStore, error)
+	// ResetSlot clears a state slot for a new sequence (compressor A=0, Z=-inf).
+	ResetSlot(s KVStore, slot int) error
+
+	// Embed writes embed[ids[r]] into every one of `streams` segments of out row r.
+	Embed(e Embedding, ids []int32, streams int, out Tensor) error
+	// RMSNorm normalises every consecutive segment of len(w) values of each row (bf16 out).
+	RMSNorm(x Tensor, w Vec, eps float32, out Tensor) error
+	// HeadNorm is the weightless per-head RMS normalisation of q (bf16 arithmetic, §5.3), in place.
+	HeadNorm(x Tensor, headDim int, eps float32) error
+	// HcPre collapses the streams x [N, n·d] → out [N, d] and writes post|comb into mix [N, n+n·n].
+	HcPre(x Tensor, hc HC, a HcArgs, out, mix Tensor) error
+	// HcPost: out[k] = post[k]·o + Σ_j comb[j][k]·x[j] (bf16 out).
+	HcPost(o, x, mix Tensor, a HcArgs, out Tensor) error
+	// HcHead is the final collapse (no Sinkhorn).
+	HcHead(x Tensor, hc HC, a HcArgs, out Tensor) error
+	// AddStreams adds e [N, d] to every d-segment of x [N, n·d] in place (bf16 out).
+	AddStreams(x, e Tensor) error
+
+	// Linear: y = W·x with the reference's per-format arithmetic (FP8/FP4 weights:
+	// FP8 activation quant per 128; bf16 out).
+	Linear(x Tensor, w Linear, out Tensor) error
+	// LinearF32: fp32 weights (upcast) × fp32 x, fp32 out (compressor, router, head).
+	LinearF32(x Tensor, w Linear, out Tensor) error
+	// GroupedOutProj: out[:, g·R:(g+1)·R] = wo_a[g] · x[:, g·K:(g+1)·K] (bf16 einsum, §5.8).
+	GroupedOutProj(x Tensor, w Linear, groups int, out Tensor) error
+	// Scale multiplies x by s in place (bf16 out).
+	Scale(x Tensor, s float32) error
+
+	// Rope rotates (or inverse-rotates) the last rope dims of every head at the row positions.
+	Rope(x Tensor, a RopeArgs, b *Batch) error
+	// KVQuant FP8-simulates the first nope values of each row in blocks (in place, faithful only).
+	KVQuant(x Tensor, nope, block int) error
+	// HadamardFP4 rotates every head of width headDim and FP4-simulates it (blocks of 32), in place.
+	HadamardFP4(x Tensor, headDim int) error
+
+	// Compress absorbs the rows' A [N, c·Dc] and gate Z [N, c·Dc] (ape not yet added)
+	// into each sequence's compressor state and stores every completed entry.
+	Compress(s KVStore, A, Z Tensor, a CompressArgs, b *Batch) error
+	// IndexerTopK scores the available indexer keys and writes the selected entry
+	// indices (descending score, ties → lower index, -1 padded) into out [N, TopK].
+	IndexerTopK(s KVStore, q, w Tensor, a IndexerArgs, b *Batch, out Tensor) error
+	// SparseAttention: window keys (cache + this step's kv) and compressed entries
+	// (all for ratio 128, sel for ratio 4) with sink; out [N, H·D] bf16.
+	SparseAttention(s KVStore, q, kv, sel Tensor, a AttnArgs, b *Batch, out Tensor) error
+	// WriteWindow stores this step's kv rows into the window rings.
+	WriteWindow(s KVStore, layer int, kv Tensor, b *Batch) error
+
+	// Router writes routing weights [N, k] (F32) and expert ids [N, k] (I32).
+	Router(f Tensor, gate Linear, a RouterArgs, weights, ids Tensor) error
+	// Experts accumulates Σ_k w_k·Expert_{id_k}(f) in ascending expert id into acc [N, d] (fp32).
+	Experts(f Tensor, e Experts, weights, ids Tensor, a ExpertsArgs, acc Tensor) error
+	// SwiGLU: out = bf16(silu(min(g, L))·clamp(u, ±L)) (shared expert).
+	SwiGLU(g, u Tensor, limit float32, out Tensor) error
+	// Combine: out = bf16(acc + shared).
+	Combine(acc, shared, out Tensor) error
+	// GatherRows copies the listed rows of x into out.
+	GatherRows(x Tensor, rows []int, out Tensor) error
+}

@@ -1,0 +1,557 @@
+package cpu
+
+import (
+	"fmt"
+	"math"
+	"slices"
+	"sync"
+
+	"github.com/megamoe/megamoe/backend"
+	"github.com/megamoe/megamoe/num"
+)
+
+// compState is the pending state of one compressor: rows (c·r) of width c·Dc;
+// for ratio 4 rows [0,4) hold the previous complete window, [4,8) the current.
+type compState struct{ A, Z []float32 }
+
+type layerState struct {
+	win       []float32 // Window × HeadDim ring, slot = pos mod Window
+	comp, idx compState
+}
+
+type slotState struct{ layers []layerState }
+
+type blockLayer struct{ kv, ik []float32 }
+
+type blockData struct{ layers []blockLayer }
+
+type kvStore struct {
+	spec   backend.KVSpec
+	mu     sync.Mutex
+	slots  []*slotState
+	blocks []*blockData
+}
+
+func (s *kvStore) Spec() backend.KVSpec { return s.spec }
+
+func coff(ratio int) int {
+	if ratio == 4 {
+		return 2
+	}
+	return 1
+}
+
+// NewKVStore implements backend.Backend. Storage is allocated lazily per slot and block id.
+func (b *Backend) NewKVStore(spec backend.KVSpec) (backend.KVStore, error) {
+	for i, l := range spec.Layers {
+		if l.Ratio != 0 && (spec.BlockTokens <= 0 || spec.BlockTokens%l.Ratio != 0) {
+			return nil, fmt.Errorf("kv store: layer %d ratio %d does not divide block tokens %d", i, l.Ratio, spec.BlockTokens)
+		}
+		if l.Window <= 0 || l.HeadDim <= 0 {
+			return nil, fmt.Errorf("kv store: layer %d window %d head dim %d", i, l.Window, l.HeadDim)
+		}
+	}
+	return &kvStore{spec: spec, slots: make([]*slotState, spec.MaxSlots), blocks: make([]*blockData, spec.MaxBlocks)}, nil
+}
+
+func store(s backend.KVStore) (*kvStore, error) {
+	k, ok := s.(*kvStore)
+	if !ok || k == nil {
+		return nil, fmt.Errorf("cpu: kv store %T", s)
+	}
+	return k, nil
+}
+
+func newComp(ratio, dim int) compState {
+	c := coff(ratio)
+	n := c * ratio * c * dim
+	st := compState{A: make([]float32, n), Z: make([]float32, n)}
+	return st
+}
+
+func (c *compState) reset() {
+	clear(c.A)
+	for i := range c.Z {
+		c.Z[i] = float32(math.Inf(-1))
+	}
+}
+
+// ResetSlot implements backend.Backend.
+func (b *Backend) ResetSlot(s backend.KVStore, slot int) error {
+	k, err := store(s)
+	if err != nil {
+		return err
+	}
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if slot < 0 || slot >= len(k.slots) {
+		return fmt.Errorf("kv store: slot %d of %d", slot, len(k.slots))
+	}
+	st := k.slots[slot]
+	if st == nil {
+		st = &slotState{layers: make([]layerState, len(k.spec.Layers))}
+		for i, l := range k.spec.Layers {
+			ls := &st.layers[i]
+			ls.win = make([]float32, l.Window*l.HeadDim)
+			if l.Ratio > 0 {
+				ls.comp = newComp(l.Ratio, l.HeadDim)
+				if l.IndexDim > 0 {
+					ls.idx = newComp(l.Ratio, l.IndexDim)
+				}
+			}
+		}
+		k.slots[slot] = st
+	}
+	for i := range st.layers {
+		ls := &st.layers[i]
+		clear(ls.win)
+		ls.comp.reset()
+		ls.idx.reset()
+	}
+	return nil
+}
+
+func (k *kvStore) slot(id int) (*slotState, error) {
+	if id < 0 || id >= len(k.slots) || k.slots[id] == nil {
+		return nil, fmt.Errorf("kv store: slot %d not initialised", id)
+	}
+	return k.slots[id], nil
+}
+
+// block returns (allocating) block id.
+func (k *kvStore) block(id int32) (*blockData, error) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if id < 0 || int(id) >= len(k.blocks) {
+		return nil, fmt.Errorf("kv store: block %d of %d", id, len(k.blocks))
+	}
+	if k.blocks[id] == nil {
+		bd := &blockData{layers: make([]blockLayer, len(k.spec.Layers))}
+		for i, l := range k.spec.Layers {
+			if l.Ratio == 0 {
+				continue
+			}
+			per := k.spec.BlockTokens / l.Ratio
+			bd.layers[i].kv = make([]float32, per*l.HeadDim)
+			if l.IndexDim > 0 {
+				bd.layers[i].ik = make([]float32, per*l.IndexDim)
+			}
+		}
+		k.blocks[id] = bd
+	}
+	return k.blocks[id], nil
+}
+
+// entry returns compressed entry j of layer (index keys when idx) of a sequence.
+func (k *kvStore) entry(sq *backend.SeqInfo, layer, j int, idx bool) ([]float32, error) {
+	l := k.spec.Layers[layer]
+	per := k.spec.BlockTokens / l.Ratio
+	bi := j / per
+	if bi >= len(sq.Blocks) {
+		return nil, fmt.Errorf("kv store: entry %d of layer %d beyond %d reserved blocks", j, layer, len(sq.Blocks))
+	}
+	bd, err := k.block(sq.Blocks[bi])
+	if err != nil {
+		return nil, err
+	}
+	o := j % per
+	if idx {
+		return bd.layers[layer].ik[o*l.IndexDim : (o+1)*l.IndexDim], nil
+	}
+	return bd.layers[layer].kv[o*l.HeadDim : (o+1)*l.HeadDim], nil
+}
+
+func checkLayer(k *kvStore, layer int) error {
+	if layer < 0 || layer >= len(k.spec.Layers) {
+		return fmt.Errorf("kv store: layer %d of %d", layer, len(k.spec.Layers))
+	}
+	return nil
+}
+
+// Compress implements backend.Backend (spec §5.4): per token, A and Z+ape enter
+// the pending state; when a window completes, the entry is pooled (per-channel
+// softmax over the slots), rounded to bf16, RMS-normed, roped at the window's
+// first position and FP8- or Hadamard+FP4-simulated, then stored.
+func (b *Backend) Compress(s backend.KVStore, A, Z backend.Tensor, a backend.CompressArgs, bt *backend.Batch) error {
+	k, err := store(s)
+	if err != nil {
+		return err
+	}
+	if err := checkLayer(k, a.Layer); err != nil {
+		return err
+	}
+	r, dc, c := a.Ratio, a.Dim, coff(a.Ratio)
+	lk := k.spec.Layers[a.Layer]
+	if r != lk.Ratio || (a.Kind == backend.CompressKV && dc != lk.HeadDim) || (a.Kind == backend.CompressIndex && dc != lk.IndexDim) {
+		return fmt.Errorf("compress layer %d: ratio %d dim %d do not match the store", a.Layer, r, dc)
+	}
+	w := c * dc
+	at, err := f32(A, bt.Rows(), w, "compress kv")
+	if err != nil {
+		return err
+	}
+	zt, err := f32(Z, bt.Rows(), w, "compress gate")
+	if err != nil {
+		return err
+	}
+	ape, ok := a.APE.(*mat)
+	if !ok || ape.rows != r || ape.cols != w {
+		return fmt.Errorf("compress layer %d: ape %T", a.Layer, a.APE)
+	}
+	nw, ok := a.Norm.(*vec)
+	if !ok || len(nw.v) != dc {
+		return fmt.Errorf("compress layer %d: norm %T", a.Layer, a.Norm)
+	}
+	// Allocate blocks up front (the lazy allocation takes the store lock).
+	for si := range bt.Seqs {
+		sq := &bt.Seqs[si]
+		end := sq.Start + sq.Rows
+		if n := end / r; n > 0 {
+			if _, err := k.entry(sq, a.Layer, n-1, a.Kind == backend.CompressIndex); err != nil {
+				return fmt.Errorf("compress layer %d: %w", a.Layer, err)
+			}
+		}
+	}
+	faithful := b.faithful()
+	return b.parallelErr(len(bt.Seqs), func(lo, hi int) error {
+		u := make([]float32, dc)
+		e := make([]float32, dc)
+		for si := lo; si < hi; si++ {
+			sq := &bt.Seqs[si]
+			slot, err := k.slot(sq.Slot)
+			if err != nil {
+				return err
+			}
+			ls := &slot.layers[a.Layer]
+			st := &ls.comp
+			if a.Kind == backend.CompressIndex {
+				st = &ls.idx
+			}
+			for i := range sq.Rows {
+				row := sq.Row0 + i
+				t := int(bt.Pos[row])
+				wi := t % r
+				sr := wi
+				if c == 2 {
+					sr = r + wi
+				}
+				copy(st.A[sr*w:(sr+1)*w], at.Row(row))
+				zr := st.Z[sr*w : (sr+1)*w]
+				for ch, v := range zt.Row(row) {
+					zr[ch] = v + ape.v[wi*w+ch]
+				}
+				if (t+1)%r != 0 {
+					continue
+				}
+				j := (t+1)/r - 1
+				pool(st, r, dc, c, u)
+				if c == 2 { // roll: current window becomes the previous one
+					copy(st.A[:r*w], st.A[r*w:])
+					copy(st.Z[:r*w], st.Z[r*w:])
+				}
+				if faithful {
+					num.RoundBF16Slice(u)
+				}
+				rmsnorm(u, nw.v, e, a.NormEps, faithful)
+				ropeRow(e, 1, dc, j*r, a.Rope, false, faithful)
+				if a.Kind == backend.CompressIndex {
+					hadamardFP4(e, faithful)
+				} else if faithful {
+					quantFP8(e[:dc-a.Rope.Dim()], 64)
+				}
+				dst, err := k.entry(sq, a.Layer, j, a.Kind == backend.CompressIndex)
+				if err != nil {
+					return err
+				}
+				copy(dst, e)
+			}
+		}
+		return nil
+	})
+}
+
+// pool computes the per-channel softmax-weighted sum over the state's slots.
+// Ratio 4: the "a" halves of rows [0,4) then the "b" halves of rows [4,8).
+func pool(st *compState, r, dc, c int, u []float32) {
+	w := c * dc
+	nslots := c * r
+	off := func(s int) int {
+		if c == 2 && s < r {
+			return s * w // "a" half of the previous window
+		}
+		if c == 2 {
+			return s*w + dc // "b" half of the current window
+		}
+		return s * w
+	}
+	for ch := range dc {
+		mx := float32(math.Inf(-1))
+		for s := range nslots {
+			mx = max(mx, st.Z[off(s)+ch])
+		}
+		var den float32
+		for s := range nslots {
+			den += exp32(st.Z[off(s)+ch] - mx)
+		}
+		var acc float32
+		for s := range nslots {
+			p := exp32(st.Z[off(s)+ch]-mx) / den
+			acc += st.A[off(s)+ch] * p
+		}
+		u[ch] = acc
+	}
+}
+
+// IndexerTopK implements backend.Backend (spec §5.5).
+func (b *Backend) IndexerTopK(s backend.KVStore, q, w backend.Tensor, a backend.IndexerArgs, bt *backend.Batch, out backend.Tensor) error {
+	k, err := store(s)
+	if err != nil {
+		return err
+	}
+	if err := checkLayer(k, a.Layer); err != nil {
+		return err
+	}
+	n := bt.Rows()
+	qt, err := f32(q, n, a.Heads*a.HeadDim, "indexer q")
+	if err != nil {
+		return err
+	}
+	wt, err := f32(w, n, a.Heads, "indexer weights")
+	if err != nil {
+		return err
+	}
+	ot, err := i32(out, n, a.TopK, "indexer top-k")
+	if err != nil {
+		return err
+	}
+	faithful := b.faithful()
+	return b.parallelErr(n, func(lo, hi int) error {
+		var scores []float32
+		var order []int32
+		for row := lo; row < hi; row++ {
+			sq := &bt.Seqs[bt.Seq[row]]
+			t := int(bt.Pos[row])
+			avail := (t + 1) / a.Ratio
+			scores = scores[:0]
+			qr, wr := qt.Row(row), wt.Row(row)
+			for j := range avail {
+				key, err := k.entry(sq, a.Layer, j, true)
+				if err != nil {
+					return err
+				}
+				var acc float32
+				for h := range a.Heads {
+					d := dot(qr[h*a.HeadDim:(h+1)*a.HeadDim], key)
+					if faithful {
+						d = num.RoundBF16(d)
+					}
+					d = max(d, 0)
+					v := d * wr[h]
+					if faithful {
+						v = num.RoundBF16(v)
+					}
+					acc += v
+				}
+				scores = append(scores, b.rb(acc))
+			}
+			if a.Trace {
+				if st := SliceStats(scores); st.FirstBad >= 0 {
+					return &backend.OpNonFinite{Component: "indexer scores", Row: row, Stats: st, In: SliceStats(qr)}
+				}
+			}
+			order = order[:0]
+			for j := range avail {
+				order = append(order, int32(j))
+			}
+			// Descending score, ties → lower index (project rule, §5.5).
+			slices.SortStableFunc(order, func(x, y int32) int {
+				sx, sy := scores[x], scores[y]
+				switch {
+				case sx > sy:
+					return -1
+				case sx < sy:
+					return 1
+				}
+				return int(x - y)
+			})
+			or := ot.I[row*a.TopK : (row+1)*a.TopK]
+			for i := range or {
+				if i < len(order) {
+					or[i] = order[i]
+				} else {
+					or[i] = -1
+				}
+			}
+		}
+		return nil
+	})
+}
+
+// SparseAttention implements backend.Backend (spec §5.6–§5.7): per row and head
+// an online softmax over the index list (window part, then compressed part) in
+// blocks of 64 slots; faithful mode rounds P to bf16 before P·V; the sink adds
+// exp(sink − m) to the denominator only.
+func (b *Backend) SparseAttention(s backend.KVStore, q, kv, sel backend.Tensor, a backend.AttnArgs, bt *backend.Batch, out backend.Tensor) error {
+	k, err := store(s)
+	if err != nil {
+		return err
+	}
+	if err := checkLayer(k, a.Layer); err != nil {
+		return err
+	}
+	n, D, H := bt.Rows(), a.HeadDim, a.Heads
+	qt, err := f32(q, n, H*D, "attention q")
+	if err != nil {
+		return err
+	}
+	kt, err := f32(kv, n, D, "attention kv")
+	if err != nil {
+		return err
+	}
+	ot, err := f32(out, n, H*D, "attention output")
+	if err != nil {
+		return err
+	}
+	var st *Tensor
+	if a.Ratio == 4 {
+		if st, err = i32(sel, n, -1, "attention selection"); err != nil {
+			return err
+		}
+	}
+	sink, ok := a.Sink.(*vec)
+	if !ok || len(sink.v) != H {
+		return fmt.Errorf("attention layer %d: sink %T", a.Layer, a.Sink)
+	}
+	faithful := b.faithful()
+	W := a.Window
+	return b.parallelErr(n, func(lo, hi int) error {
+		var keys [][]float32
+		sc := make([]float32, 64)
+		acc := make([]float32, D)
+		for row := lo; row < hi; row++ {
+			sq := &bt.Seqs[bt.Seq[row]]
+			t := int(bt.Pos[row])
+			slot, err := k.slot(sq.Slot)
+			if err != nil {
+				return err
+			}
+			ring := slot.layers[a.Layer].win
+			// Window part: ascending positions, padded with empty slots to W
+			// (min(rows, W) for a prefill that starts at position 0, as the reference).
+			wslots := W
+			if sq.Start == 0 {
+				wslots = min(sq.Rows, W)
+			}
+			keys = keys[:0]
+			p0 := max(0, t-W+1)
+			for p := p0; p <= t; p++ {
+				if p >= sq.Start {
+					keys = append(keys, kt.Row(sq.Row0+p-sq.Start))
+				} else {
+					keys = append(keys, ring[(p%W)*D:(p%W+1)*D])
+				}
+			}
+			for len(keys) < wslots {
+				keys = append(keys, nil)
+			}
+			switch a.Ratio {
+			case 128:
+				for j := range (t + 1) / 128 {
+					e, err := k.entry(sq, a.Layer, j, false)
+					if err != nil {
+						return err
+					}
+					keys = append(keys, e)
+				}
+			case 4:
+				for _, j := range st.I[row*st.cols : (row+1)*st.cols] {
+					if j < 0 || int(j) >= (t+1)/4 {
+						keys = append(keys, nil)
+						continue
+					}
+					e, err := k.entry(sq, a.Layer, int(j), false)
+					if err != nil {
+						return err
+					}
+					keys = append(keys, e)
+				}
+			}
+			for h := range H {
+				qh := qt.Row(row)[h*D : (h+1)*D]
+				m := float32(math.Inf(-1))
+				var l float32
+				clear(acc)
+				for b0 := 0; b0 < len(keys); b0 += 64 {
+					blk := keys[b0:min(b0+64, len(keys))]
+					bm := float32(math.Inf(-1))
+					for i, kk := range blk {
+						if kk == nil {
+							sc[i] = float32(math.Inf(-1))
+							continue
+						}
+						sc[i] = dot(qh, kk) * a.Scale
+						bm = max(bm, sc[i])
+					}
+					mn := max(m, bm)
+					if math.IsInf(float64(mn), -1) {
+						continue // nothing real yet
+					}
+					alpha := exp32(m - mn)
+					l *= alpha
+					for i := range acc {
+						acc[i] *= alpha
+					}
+					for i, kk := range blk {
+						if kk == nil {
+							continue
+						}
+						p := exp32(sc[i] - mn)
+						l += p
+						if faithful {
+							p = num.RoundBF16(p)
+						}
+						for d, v := range kk {
+							acc[d] += p * v
+						}
+					}
+					m = mn
+				}
+				l += exp32(sink.v[h] - m)
+				o := ot.Row(row)[h*D : (h+1)*D]
+				for d := range o {
+					o[d] = b.rb(acc[d] / l)
+				}
+			}
+		}
+		return nil
+	})
+}
+
+// WriteWindow implements backend.Backend.
+func (b *Backend) WriteWindow(s backend.KVStore, layer int, kv backend.Tensor, bt *backend.Batch) error {
+	k, err := store(s)
+	if err != nil {
+		return err
+	}
+	if err := checkLayer(k, layer); err != nil {
+		return err
+	}
+	l := k.spec.Layers[layer]
+	kt, err := f32(kv, bt.Rows(), l.HeadDim, "write window")
+	if err != nil {
+		return err
+	}
+	for si := range bt.Seqs {
+		sq := &bt.Seqs[si]
+		slot, err := k.slot(sq.Slot)
+		if err != nil {
+			return err
+		}
+		ring := slot.layers[layer].win
+		for i := max(0, sq.Rows-l.Window); i < sq.Rows; i++ {
+			p := sq.Start + i
+			copy(ring[(p%l.Window)*l.HeadDim:(p%l.Window+1)*l.HeadDim], kt.Row(sq.Row0+i))
+		}
+	}
+	return nil
+}

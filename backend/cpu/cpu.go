@@ -1,0 +1,279 @@
+// Package cpu is the pure-Go reference implementation of backend.Backend.
+// Every op runs multi-threaded over rows or output columns on a fixed number of
+// workers; weights of small linears are dequantised to fp32 once at Prepare,
+// larger ones row by row into per-worker scratch (so a real checkpoint is never
+// expanded to fp32 as a whole).
+package cpu
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"runtime"
+	"sync"
+
+	"github.com/megamoe/megamoe/backend"
+	"github.com/megamoe/megamoe/num"
+)
+
+// Options configure the CPU backend.
+type Options struct {
+	Threads int // workers; 0 = GOMAXPROCS
+	// DenseBudget is the number of bytes of fp32 weights that may be dequantised
+	// once at Prepare (smallest matrices first is up to the caller's order);
+	// matrices beyond it are dequantised lazily per output row. 0 = 1 GiB; <0 = none.
+	DenseBudget int64
+	// DenseMaxElems caps one pre-dequantised matrix (0 = 16M elements).
+	DenseMaxElems int64
+}
+
+// Backend is the CPU reference backend.
+type Backend struct {
+	threads  int
+	mode     backend.Numerics
+	budget   int64
+	maxElems int64
+	mu       sync.Mutex
+}
+
+// New returns a CPU backend.
+func New(o Options) *Backend {
+	t := o.Threads
+	if t <= 0 {
+		t = runtime.GOMAXPROCS(0)
+	}
+	b := &Backend{threads: t, budget: o.DenseBudget, maxElems: o.DenseMaxElems}
+	if b.budget == 0 {
+		b.budget = 1 << 30
+	}
+	if b.maxElems == 0 {
+		b.maxElems = 16 << 20
+	}
+	return b
+}
+
+var _ backend.Backend = (*Backend)(nil)
+
+// Name implements backend.Backend.
+func (b *Backend) Name() string { return "cpu" }
+
+// SetNumerics implements backend.Backend.
+func (b *Backend) SetNumerics(n backend.Numerics) { b.mode = n }
+
+// Numerics implements backend.Backend.
+func (b *Backend) Numerics() backend.Numerics { return b.mode }
+
+// Threads is the worker count.
+func (b *Backend) Threads() int { return b.threads }
+
+func (b *Backend) faithful() bool { return b.mode == backend.Faithful }
+
+// rb rounds to bf16 in faithful mode.
+func (b *Backend) rb(x float32) float32 {
+	if b.mode == backend.Faithful {
+		return num.RoundBF16(x)
+	}
+	return x
+}
+
+func (b *Backend) rbSlice(x []float32) {
+	if b.mode == backend.Faithful {
+		num.RoundBF16Slice(x)
+	}
+}
+
+// parallel runs fn over [0, n) split into contiguous chunks on the workers.
+func (b *Backend) parallel(n int, fn func(lo, hi int)) {
+	if n <= 0 {
+		return
+	}
+	w := min(b.threads, n)
+	if w <= 1 {
+		fn(0, n)
+		return
+	}
+	var wg sync.WaitGroup
+	chunk := (n + w - 1) / w
+	for lo := 0; lo < n; lo += chunk {
+		hi := min(lo+chunk, n)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			fn(lo, hi)
+		}()
+	}
+	wg.Wait()
+}
+
+// parallelErr is parallel with the first error of any chunk.
+func (b *Backend) parallelErr(n int, fn func(lo, hi int) error) error {
+	var mu sync.Mutex
+	var first error
+	b.parallel(n, func(lo, hi int) {
+		if err := fn(lo, hi); err != nil {
+			mu.Lock()
+			if first == nil {
+				first = err
+			}
+			mu.Unlock()
+		}
+	})
+	return first
+}
+
+// Tensor is the CPU activation buffer.
+type Tensor struct {
+	rows, cols int
+	dt         backend.DType
+	F          []float32
+	I          []int32
+}
+
+// Rows implements backend.Tensor.
+func (t *Tensor) Rows() int { return t.rows }
+
+// Cols implements backend.Tensor.
+func (t *Tensor) Cols() int { return t.cols }
+
+// DType implements backend.Tensor.
+func (t *Tensor) DType() backend.DType { return t.dt }
+
+// Row returns row r of an F32 tensor.
+func (t *Tensor) Row(r int) []float32 { return t.F[r*t.cols : (r+1)*t.cols] }
+
+// Alloc implements backend.Backend.
+func (b *Backend) Alloc(rows, cols int, dt backend.DType) backend.Tensor {
+	t := &Tensor{rows: rows, cols: cols, dt: dt}
+	if dt == backend.I32 {
+		t.I = make([]int32, rows*cols)
+	} else {
+		t.F = make([]float32, rows*cols)
+	}
+	return t
+}
+
+// NewTensor wraps data (len rows·cols) as an F32 tensor (tests, helpers).
+func NewTensor(rows, cols int, data []float32) *Tensor {
+	return &Tensor{rows: rows, cols: cols, dt: backend.F32, F: data}
+}
+
+// View implements backend.Backend.
+func (b *Backend) View(t backend.Tensor, rows, cols int) (backend.Tensor, error) {
+	c, err := ct(t)
+	if err != nil {
+		return nil, err
+	}
+	if rows*cols != c.rows*c.cols {
+		return nil, fmt.Errorf("view %dx%d as %dx%d", c.rows, c.cols, rows, cols)
+	}
+	return &Tensor{rows: rows, cols: cols, dt: c.dt, F: c.F, I: c.I}, nil
+}
+
+// Free implements backend.Backend (the GC owns CPU buffers).
+func (b *Backend) Free(t backend.Tensor) {}
+
+func ct(t backend.Tensor) (*Tensor, error) {
+	c, ok := t.(*Tensor)
+	if !ok || c == nil {
+		return nil, fmt.Errorf("cpu: tensor %T is not a cpu tensor", t)
+	}
+	return c, nil
+}
+
+func f32(t backend.Tensor, rows, cols int, what string) (*Tensor, error) {
+	c, err := ct(t)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", what, err)
+	}
+	if c.dt != backend.F32 {
+		return nil, fmt.Errorf("%s: want F32 tensor", what)
+	}
+	if (rows >= 0 && c.rows != rows) || (cols >= 0 && c.cols != cols) {
+		return nil, fmt.Errorf("%s: tensor is %dx%d, want %dx%d", what, c.rows, c.cols, rows, cols)
+	}
+	return c, nil
+}
+
+func i32(t backend.Tensor, rows, cols int, what string) (*Tensor, error) {
+	c, err := ct(t)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", what, err)
+	}
+	if c.dt != backend.I32 {
+		return nil, fmt.Errorf("%s: want I32 tensor", what)
+	}
+	if (rows >= 0 && c.rows != rows) || (cols >= 0 && c.cols != cols) {
+		return nil, fmt.Errorf("%s: tensor is %dx%d, want %dx%d", what, c.rows, c.cols, rows, cols)
+	}
+	return c, nil
+}
+
+// Upload implements backend.Backend.
+func (b *Backend) Upload(t backend.Tensor, data []float32) error {
+	c, err := f32(t, -1, -1, "upload")
+	if err != nil {
+		return err
+	}
+	if len(data) != len(c.F) {
+		return fmt.Errorf("upload: %d values for %dx%d", len(data), c.rows, c.cols)
+	}
+	copy(c.F, data)
+	return nil
+}
+
+// Download implements backend.Backend.
+func (b *Backend) Download(t backend.Tensor, dst []float32) error {
+	c, err := f32(t, -1, -1, "download")
+	if err != nil {
+		return err
+	}
+	if len(dst) != len(c.F) {
+		return fmt.Errorf("download: %d values for %dx%d", len(dst), c.rows, c.cols)
+	}
+	copy(dst, c.F)
+	return nil
+}
+
+// DownloadI32 implements backend.Backend.
+func (b *Backend) DownloadI32(t backend.Tensor, dst []int32) error {
+	c, err := i32(t, -1, -1, "download")
+	if err != nil {
+		return err
+	}
+	if len(dst) != len(c.I) {
+		return fmt.Errorf("download: %d values for %dx%d", len(dst), c.rows, c.cols)
+	}
+	copy(dst, c.I)
+	return nil
+}
+
+// Stats implements backend.Backend.
+func (b *Backend) Stats(t backend.Tensor) backend.Stats {
+	c, err := ct(t)
+	if err != nil || c.dt != backend.F32 {
+		return backend.Stats{FirstBad: -1}
+	}
+	return SliceStats(c.F)
+}
+
+// SliceStats summarises x (non-finite values excluded from min/max).
+func SliceStats(x []float32) backend.Stats {
+	s := backend.Stats{FirstBad: -1, Min: float32(math.Inf(1)), Max: float32(math.Inf(-1))}
+	for i, v := range x {
+		if math.IsNaN(float64(v)) || math.IsInf(float64(v), 0) {
+			if s.FirstBad < 0 {
+				s.FirstBad = i
+			}
+			continue
+		}
+		s.Min = min(s.Min, v)
+		s.Max = max(s.Max, v)
+		s.AbsMax = max(s.AbsMax, float32(math.Abs(float64(v))))
+	}
+	if len(x) == 0 || s.Min > s.Max {
+		s.Min, s.Max = 0, 0
+	}
+	return s
+}
+
+var errNilWeight = errors.New("nil weight handle")

@@ -1,0 +1,133 @@
+package cpu
+
+import (
+	"encoding/binary"
+	"math"
+	"testing"
+
+	"github.com/megamoe/megamoe/backend"
+	"github.com/megamoe/megamoe/checkpoint"
+	"github.com/megamoe/megamoe/num"
+	"github.com/megamoe/megamoe/safetensors"
+)
+
+func bf16Linear(name string, out, in int, v []float32) *checkpoint.Linear {
+	b := make([]byte, 2*len(v))
+	num.EncodeBF16(v, b)
+	return &checkpoint.Linear{Name: name, Format: checkpoint.FormatBF16, Out: out, In: in,
+		Weight: safetensors.Tensor{Name: name, DType: safetensors.BF16, Shape: []int{out, in}, Data: b}}
+}
+
+func TestRouter(t *testing.T) {
+	const E, d, K = 6, 4, 2
+	b := newB(backend.Exact)
+	// Gate rows: expert e has logit e·x0 - so scores grow with e for x0 > 0.
+	gv := make([]float32, E*d)
+	for e := range E {
+		gv[e*d] = float32(e) * 0.5
+	}
+	gate, err := b.PrepareLinear(bf16Linear("gate", E, d, gv))
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := NewTensor(2, d, []float32{1, 0, 0, 0, 1, 0, 0, 0})
+	sp := func(z float64) float64 { return math.Sqrt(math.Log1p(math.Exp(z))) }
+	// Bias equalises experts 1 and 4 with the top (5): s+bias ties → lower id wins.
+	bias := make([]float32, E)
+	bias[1] = float32(sp(2.5) - sp(0.5))
+	bias[4] = float32(sp(2.5) - sp(2))
+	w := b.Alloc(2, K, backend.F32).(*Tensor)
+	ids := b.Alloc(2, K, backend.I32).(*Tensor)
+	if err := b.Router(f, gate, backend.RouterArgs{TopK: K, Scale: 1.5, Bias: NewVec(bias)}, w, ids); err != nil {
+		t.Fatal(err)
+	}
+	// s+bias: e1 = e4 = e5 = sp(2.5) (up to fp32); ties keep the lower id: {1, 4}.
+	t.Logf("ids %v weights %v", ids.I, w.F)
+	if ids.I[0] != 1 || ids.I[1] != 4 {
+		t.Errorf("biased ties: ids %v, want [1 4]", ids.I[:2])
+	}
+	s1, s4 := sp(0.5), sp(2)
+	if math.Abs(float64(w.F[0])-1.5*s1/(s1+s4)) > 1e-5 || math.Abs(float64(w.F[1])-1.5*s4/(s1+s4)) > 1e-5 {
+		t.Errorf("weights %v: unbiased scores renormalised ×1.5 expected", w.F[:2])
+	}
+	// Hash routing: ids from tid2eid[token], weights from the gate scores.
+	tb := make([]byte, 8*3*K)
+	for i, v := range []int64{5, 0, 2, 3, 1, 4} {
+		binary.LittleEndian.PutUint64(tb[8*i:], uint64(v))
+	}
+	tab, err := b.PrepareIDTable("tid2eid", safetensors.Tensor{DType: safetensors.I64, Shape: []int{3, K}, Data: tb}, 3, K)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Router(f, gate, backend.RouterArgs{TopK: K, Scale: 1, Tid2Eid: tab, IDs: []int32{2, 0}}, w, ids); err != nil {
+		t.Fatal(err)
+	}
+	if ids.I[0] != 1 || ids.I[1] != 4 || ids.I[2] != 5 || ids.I[3] != 0 {
+		t.Errorf("hash ids %v, want [1 4 5 0]", ids.I)
+	}
+	s5, s0 := sp(2.5), sp(0)
+	if math.Abs(float64(w.F[2])-s5/(s5+s0)) > 1e-5 {
+		t.Errorf("hash weights %v", w.F)
+	}
+	if err := b.Router(f, gate, backend.RouterArgs{TopK: K, Scale: 1, Tid2Eid: tab, IDs: []int32{3, 0}}, w, ids); err == nil {
+		t.Error("token id outside tid2eid accepted")
+	}
+}
+
+func TestTopKTies(t *testing.T) {
+	idx := make([]int32, 3)
+	topK([]float32{1, 3, 3, float32(math.NaN()), 2, 3}, idx)
+	if idx[0] != 1 || idx[1] != 2 || idx[2] != 5 {
+		t.Errorf("topK = %v, want [1 2 5]", idx)
+	}
+}
+
+// TestLazyEqualsDense: row-by-row dequantisation gives the same linear as the
+// pre-dequantised matrix for FP8 blocks (partial edge blocks too).
+func TestLazyEqualsDense(t *testing.T) {
+	rg := rnd(8)
+	const out, in = 130, 200
+	codes := make([]byte, out*in)
+	for i := range codes {
+		c := byte(rg.IntN(256))
+		if c&0x7f == 0x7f {
+			c = 0
+		}
+		codes[i] = c
+	}
+	sc := []byte{120, 121, 122, 119}
+	l := &checkpoint.Linear{Name: "w", Format: checkpoint.FormatFP8Block, Out: out, In: in,
+		Weight: safetensors.Tensor{DType: safetensors.F8E4M3, Data: codes}, Scale: safetensors.Tensor{DType: safetensors.F8E8M0, Data: sc}}
+	x := NewTensor(3, in, randVec(rg, 3*in, 1, true))
+	var res [2][]float32
+	for i, budget := range []int64{0, -1} {
+		b := New(Options{Threads: 2, DenseBudget: budget})
+		w, err := b.PrepareLinear(l)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if (w.(*linear).dense != nil) != (budget == 0) {
+			t.Fatalf("budget %d: dense=%v", budget, w.(*linear).dense != nil)
+		}
+		o := b.Alloc(3, out, backend.F32).(*Tensor)
+		if err := b.Linear(x, w, o); err != nil {
+			t.Fatal(err)
+		}
+		res[i] = o.F
+	}
+	for i := range res[0] {
+		if res[0][i] != res[1][i] {
+			t.Fatalf("lazy %g != dense %g at %d", res[1][i], res[0][i], i)
+		}
+	}
+	// Spot check one element against float64.
+	var want float64
+	xq := append([]float32(nil), x.Row(0)...)
+	quantFP8(xq, 128)
+	for c := range in {
+		want += float64(xq[c]) * float64(num.E4M3ToF32(codes[129*in+c])) * math.Ldexp(1, int(sc[2+c/128])-127)
+	}
+	if got := float64(res[0][129]); math.Abs(got-want) > 1e-2*math.Abs(want)+1e-6 {
+		t.Errorf("row 129: %g want %g", got, want)
+	}
+}

@@ -1,0 +1,534 @@
+package checkpoint
+
+import (
+	"bytes"
+	"encoding/binary"
+	"encoding/json"
+	"fmt"
+	"maps"
+	"math"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+
+	"github.com/megamoe/megamoe/num"
+	"github.com/megamoe/megamoe/safetensors"
+)
+
+// SmallVocab is the vocabulary size asked of the BPE trainer for generated
+// checkpoints.
+const SmallVocab = 1024
+
+// Generated checkpoint formats.
+const (
+	GenOfficial = "official" // FP8 linears + MXFP4 experts (the DeepSeek release)
+	GenNVFP4    = "nvfp4"    // ModelOpt: main-layer experts NVFP4 (lossless cast), MTP experts MXFP4
+)
+
+// GenSpec describes a generated checkpoint.
+type GenSpec struct {
+	Format string // GenOfficial (default) or GenNVFP4
+	Seed   uint64
+	Preset string // "small" (default)
+	// Config, if set, replaces the preset architecture (its Vocab, BOS and EOS
+	// are overwritten with the generated tokenizer's).
+	Config *Config
+	// MaxShardBytes bounds the data of one shard; 0 picks a third of the total
+	// so that there are always several shards.
+	MaxShardBytes int64
+}
+
+// SmallConfig is the "small" preset: every feature of DeepSeek-V4 at toy size.
+// Layers 0..5 are SWA, CSA, HCA, CSA, HCA, CSA (plus the SWA MTP block); layers
+// 0 and 1 are hash-routed; the 16-token window and index_topk 4 make short
+// prompts exercise the ring buffer and the indexer's selection. Vocab, BOS and
+// EOS are placeholders until Generate sets them from the tokenizer.
+func SmallConfig() *Config {
+	return &Config{
+		Layers: 6, Dim: 256, Heads: 6, KVHeads: 1, HeadDim: 128, RopeDim: 64,
+		QLoraRank: 128, OLoraRank: 64, OGroups: 3, Window: 16,
+		CompressRatios: []int{0, 4, 128, 4, 128, 4, 0},
+		RopeTheta:      10000, CompressRopeTheta: 160000,
+		RopeScaling: &RopeScaling{Type: "yarn", Factor: 16, OriginalLen: 65536, BetaFast: 32, BetaSlow: 1},
+		IndexHeads:  4, IndexHeadDim: 64, IndexTopK: 4,
+		Experts: 8, SharedExperts: 1, TopK: 2, MoEInter: 128, ScoringFunc: "sqrtsoftplus",
+		NormTopKProb: true, RouteScale: 1.5, HashLayers: 2, SwigluLimit: 10,
+		HcMult: 4, HcSinkhorn: 20, HcEps: 1e-6, NormEps: 1e-6, MTPLayers: 1,
+		Vocab: SmallVocab, BOS: 0, EOS: 1, MaxPositions: 1 << 20, ExpertDType: "fp4",
+		ModelType: "deepseek_v4",
+		Quantization: &QuantizationConfig{QuantMethod: "fp8", Fmt: "e4m3", ScaleFmt: "ue8m0",
+			WeightBlockSize: []int{128, 128}, ActivationMode: "dynamic"},
+	}
+}
+
+// Tokenizer special-token strings (spec §10.1).
+const (
+	BOSToken = "<｜begin▁of▁sentence｜>"
+	EOSToken = "<｜end▁of▁sentence｜>"
+)
+
+// tokenizerIDs returns the id count of a tokenizer.json (max id + 1 over the
+// model vocab and the added tokens) and the ids of the given token strings.
+func tokenizerIDs(tokJSON []byte, tokens ...string) (int, []int, error) {
+	var tj struct {
+		Model struct {
+			Vocab map[string]int `json:"vocab"`
+		} `json:"model"`
+		Added []struct {
+			ID      int    `json:"id"`
+			Content string `json:"content"`
+		} `json:"added_tokens"`
+	}
+	if err := json.Unmarshal(tokJSON, &tj); err != nil {
+		return 0, nil, fmt.Errorf("tokenizer.json: %w", err)
+	}
+	byContent := map[string]int{}
+	n := 0
+	for s, id := range tj.Model.Vocab {
+		byContent[s] = id
+		n = max(n, id+1)
+	}
+	for _, a := range tj.Added {
+		byContent[a.Content] = a.ID
+		n = max(n, a.ID+1)
+	}
+	ids := make([]int, len(tokens))
+	for i, s := range tokens {
+		id, ok := byContent[s]
+		if !ok {
+			return 0, nil, fmt.Errorf("tokenizer.json has no token %q", s)
+		}
+		ids[i] = id
+	}
+	return n, ids, nil
+}
+
+// writeModel writes the checkpoint of architecture c (already carrying the
+// tokenizer's vocab/BOS/EOS) in format with weights drawn from seed.
+func writeModel(dir string, c *Config, format string, seed uint64, maxShard int64, tokJSON []byte) error {
+	formats, err := genFormats(format)
+	if err != nil {
+		return err
+	}
+	if err := c.Validate(); err != nil {
+		return fmt.Errorf("config: %w", err)
+	}
+	g := &genVisitor{c: c, formats: formats, rng: newRNG(seed)}
+	walk(c, g)
+	if err := g.finishNVFP4(); err != nil {
+		return err
+	}
+	return writeFiles(dir, c, format, g.entries, maxShard, tokJSON)
+}
+
+// writeFiles writes the tensors (in order) and the JSON side files.
+func writeFiles(dir string, c *Config, format string, entries []genEntry, maxShard int64, tokJSON []byte) error {
+	w := safetensors.NewWriter()
+	var total int64
+	for _, e := range entries {
+		if err := w.Add(e.name, e.dtype, e.shape, e.data); err != nil {
+			return err
+		}
+		total += int64(len(e.data))
+	}
+
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	stale, _ := filepath.Glob(filepath.Join(dir, "model-*-of-*.safetensors"))
+	for _, p := range stale {
+		if err := os.Remove(p); err != nil {
+			return err
+		}
+	}
+	if format != GenNVFP4 {
+		if err := os.Remove(filepath.Join(dir, QuantConfigFile)); err != nil && !os.IsNotExist(err) {
+			return err
+		}
+	}
+	shard := maxShard
+	if shard <= 0 {
+		shard = total/4 + 1 // several shards, like the real checkpoints
+	}
+	if err := safetensors.WriteSharded(dir, w, shard, map[string]string{"format": "pt"}); err != nil {
+		return err
+	}
+
+	files := map[string][]byte{
+		"config.json":            configJSON(c, format == GenNVFP4),
+		"generation_config.json": generationConfigJSON(c),
+		"tokenizer.json":         tokJSON,
+		"tokenizer_config.json":  tokenizerConfigJSON(),
+	}
+	if format == GenNVFP4 {
+		files[QuantConfigFile] = quantConfigJSON(c)
+	}
+	for _, name := range slices.Sorted(maps.Keys(files)) {
+		if err := os.WriteFile(filepath.Join(dir, name), files[name], 0o644); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func genFormats(format string) (FormatFunc, error) {
+	switch format {
+	case "", GenOfficial:
+		return OfficialFormats, nil
+	case GenNVFP4:
+		return NVFP4Formats, nil
+	}
+	return nil, fmt.Errorf("unknown format %q (want %s or %s)", format, GenOfficial, GenNVFP4)
+}
+
+// newRNG is the weight generator's random source for seed.
+func newRNG(seed uint64) *rand.Rand { return rand.New(rand.NewPCG(seed, 0x6d6567616d6f65)) }
+
+type genEntry struct {
+	name  string
+	dtype safetensors.DType
+	shape []int
+	data  []byte
+}
+
+// genVisitor draws seeded values for every tensor in table order. The values
+// drawn never depend on the format, only their encoding does.
+type genVisitor struct {
+	c       *Config
+	formats FormatFunc
+	rng     *rand.Rand
+	entries []genEntry
+	// nvfp4 are the routed-expert linears awaiting the lossless NVFP4 cast
+	// (w1 and w3 share weight_scale_2, so it is done after the walk).
+	nvfp4 []nvPending
+}
+
+type nvPending struct {
+	l     LinearSpec
+	scale []byte // MXFP4 E8M0 scales
+	at    int    // index of the weight_scale entry; _2 and input_scale follow
+}
+
+func (g *genVisitor) normal(n int, mean, std float64) []float32 {
+	v := make([]float32, n)
+	for i := range v {
+		v[i] = float32(mean + g.rng.NormFloat64()*std)
+	}
+	return v
+}
+
+func (g *genVisitor) add(name string, dt safetensors.DType, shape []int, data []byte) {
+	g.entries = append(g.entries, genEntry{name, dt, slices.Clone(shape), data})
+}
+
+func bf16Bytes(v []float32) []byte {
+	b := make([]byte, 2*len(v))
+	num.EncodeBF16(v, b)
+	return b
+}
+
+func f32Bytes(v []float32) []byte {
+	b := make([]byte, 4*len(v))
+	num.EncodeF32(v, b)
+	return b
+}
+
+func numel(shape []int) int {
+	n := 1
+	for _, d := range shape {
+		n *= d
+	}
+	return n
+}
+
+// tensor draws a non-linear tensor. The scales keep activations O(1) through
+// all layers: norms ≈ 1, hyper-connection mixes near identity with mild input
+// dependence, small sinks, position biases and router biases.
+func (g *genVisitor) tensor(name string, dt safetensors.DType, shape ...int) safetensors.Tensor {
+	c := g.c
+	n := numel(shape)
+	var v []float32
+	switch {
+	case name == "embed.weight":
+		v = g.normal(n, 0, 1)
+	case dt == safetensors.BF16: // every 1-D bf16 tensor is a norm weight
+		v = g.normal(n, 1, 0.1)
+	case strings.HasSuffix(name, "_fn"):
+		v = g.normal(n, 0, 0.5/math.Sqrt(float64(c.HcDim())))
+	case strings.HasSuffix(name, "_base"):
+		hc := c.HcMult
+		v = g.normal(n, 0, 0.1)
+		for j := range hc {
+			v[j] += -1.1 // pre ≈ sigmoid(-1.1) ≈ 0.25: the collapse averages the streams
+		}
+		if n > hc { // attn/ffn site: post ≈ 2·sigmoid(0) = 1, comb near identity
+			for j := range hc {
+				v[2*hc+j*hc+j] += 2
+			}
+		}
+	case strings.HasSuffix(name, "_scale"):
+		v = make([]float32, n)
+		for i := range v {
+			v[i] = float32(0.5 + g.rng.Float64())
+		}
+	case strings.HasSuffix(name, "attn_sink"):
+		v = g.normal(n, 0, 0.5)
+	case strings.HasSuffix(name, ".ape"):
+		v = g.normal(n, 0, 0.1)
+	case strings.HasSuffix(name, "gate.bias"):
+		v = g.normal(n, 0, 0.05)
+	case strings.HasSuffix(name, "gate.tid2eid"):
+		b := make([]byte, 8*n)
+		for tok := range shape[0] {
+			perm := g.rng.Perm(c.Experts)
+			for k := range shape[1] {
+				binary.LittleEndian.PutUint64(b[8*(tok*shape[1]+k):], uint64(perm[k]))
+			}
+		}
+		g.add(name, dt, shape, b)
+		return safetensors.Tensor{}
+	default:
+		v = g.normal(n, 0, 0.1)
+	}
+	switch dt {
+	case safetensors.BF16:
+		g.add(name, dt, shape, bf16Bytes(v))
+	default:
+		g.add(name, safetensors.F32, shape, f32Bytes(v))
+	}
+	return safetensors.Tensor{}
+}
+
+// linear draws W ~ N(0, 1/in) and stores it in the linear's format.
+func (g *genVisitor) linear(l LinearSpec) Linear {
+	v := g.normal(l.Out*l.In, 0, 1/math.Sqrt(float64(l.In)))
+	f := g.formats(l)
+	specs := LinearTensors(l, f)
+	switch f {
+	case FormatBF16:
+		g.add(specs[0].Name, specs[0].DType, specs[0].Shape, bf16Bytes(v))
+	case FormatF32:
+		g.add(specs[0].Name, specs[0].DType, specs[0].Shape, f32Bytes(v))
+	case FormatFP8Block:
+		codes, scale := num.QuantFP8Block(v, l.Out, l.In)
+		g.add(specs[0].Name, specs[0].DType, specs[0].Shape, codes)
+		g.add(specs[1].Name, specs[1].DType, specs[1].Shape, scale)
+	case FormatMXFP4, FormatNVFP4:
+		packed, scale := num.QuantMXFP4(v, l.Out, l.In)
+		g.add(specs[0].Name, specs[0].DType, specs[0].Shape, packed)
+		if f == FormatMXFP4 {
+			g.add(specs[1].Name, specs[1].DType, specs[1].Shape, scale)
+			break
+		}
+		g.nvfp4 = append(g.nvfp4, nvPending{l: l, scale: scale, at: len(g.entries)})
+		for _, s := range specs[1:] {
+			g.add(s.Name, s.DType, s.Shape, nil)
+		}
+	}
+	return Linear{}
+}
+
+// nvInputScale is the (uncalibrated, fixed) activation scale written for
+// NVFP4 experts: an activation amax of 8 over the FP4·E4M3 range.
+const nvInputScale = float32(8.0 / (6 * 448))
+
+// finishNVFP4 performs the ModelOpt lossless MXFP4 → NVFP4 cast: the nibbles
+// are kept, weight_scale_2 = 2^(kmax−8) with kmax the largest MXFP4 exponent
+// of the projection (of w1 and w3 together, which share it), and every 32-block
+// scale 2^k becomes two e4m3 16-block scales 2^(k−kmax+8).
+func (g *genVisitor) finishNVFP4() error {
+	kmax := map[string]int{}
+	group := func(name string) string { // w1 and w3 of one expert share a group
+		if strings.HasSuffix(name, ".w3") {
+			return strings.TrimSuffix(name, ".w3") + ".w1"
+		}
+		return name
+	}
+	for _, p := range g.nvfp4 {
+		k := num.MXFP4MaxExp(p.scale)
+		if prev, ok := kmax[group(p.l.Name)]; !ok || k > prev {
+			kmax[group(p.l.Name)] = k
+		}
+	}
+	for _, p := range g.nvfp4 {
+		ge := kmax[group(p.l.Name)] - 8
+		ws, err := num.MXFP4ScalesToNVFP4(p.scale, p.l.Out, p.l.In, ge)
+		if err != nil {
+			return fmt.Errorf("%s: %w", p.l.Name, err)
+		}
+		g.entries[p.at].data = ws
+		g.entries[p.at+1].data = f32Bytes([]float32{num.Pow2F32(ge)})
+		g.entries[p.at+2].data = f32Bytes([]float32{nvInputScale})
+	}
+	return nil
+}
+
+// kv is one key of an ordered JSON object.
+type kv struct {
+	k string
+	v any
+}
+
+// orderedJSON renders keys in the given order, two-space indented, like the
+// Hugging Face files (nested maps come out with sorted keys, which is also
+// their order in the real files).
+func orderedJSON(kvs []kv) []byte {
+	var b bytes.Buffer
+	b.WriteString("{\n")
+	for i, e := range kvs {
+		val := marshal(e.v, e.k != "compress_ratios") // compress_ratios: one line, as in the real file
+		if !json.Valid(val) {
+			val = []byte("null")
+		}
+		fmt.Fprintf(&b, "  %q: %s", e.k, val)
+		if i < len(kvs)-1 {
+			b.WriteByte(',')
+		}
+		b.WriteByte('\n')
+	}
+	b.WriteString("}\n")
+	return b.Bytes()
+}
+
+// marshal encodes v without HTML escaping (the special tokens contain '<').
+func marshal(v any, indent bool) []byte {
+	var b bytes.Buffer
+	enc := json.NewEncoder(&b)
+	enc.SetEscapeHTML(false)
+	if indent {
+		enc.SetIndent("  ", "  ")
+	}
+	if err := enc.Encode(v); err != nil {
+		return nil // only plain values are passed in
+	}
+	out := bytes.TrimRight(b.Bytes(), "\n")
+	if !indent {
+		out = bytes.ReplaceAll(out, []byte(","), []byte(", "))
+	}
+	return out
+}
+
+func configJSON(c *Config, nvfp4 bool) []byte {
+	rs := map[string]any{}
+	if r := c.RopeScaling; r != nil {
+		rs = map[string]any{"beta_fast": r.BetaFast, "beta_slow": r.BetaSlow, "factor": r.Factor,
+			"original_max_position_embeddings": r.OriginalLen, "type": r.Type}
+	}
+	qc := map[string]any{"activation_scheme": "dynamic", "fmt": "e4m3", "quant_method": "fp8",
+		"scale_fmt": "ue8m0", "weight_block_size": []int{128, 128}}
+	kvs := []kv{
+		{"architectures", []string{"DeepseekV4ForCausalLM"}},
+		{"attention_bias", false},
+		{"attention_dropout", 0.0},
+		{"bos_token_id", c.BOS},
+		{"eos_token_id", c.EOS},
+		{"expert_dtype", "fp4"},
+		{"hc_eps", c.HcEps},
+		{"hc_mult", c.HcMult},
+		{"hc_sinkhorn_iters", c.HcSinkhorn},
+		{"head_dim", c.HeadDim},
+		{"hidden_act", "silu"},
+		{"hidden_size", c.Dim},
+		{"index_head_dim", c.IndexHeadDim},
+		{"index_n_heads", c.IndexHeads},
+		{"index_topk", c.IndexTopK},
+		{"initializer_range", 0.02},
+		{"max_position_embeddings", c.MaxPositions},
+		{"model_type", "deepseek_v4"},
+		{"moe_intermediate_size", c.MoEInter},
+		{"n_routed_experts", c.Experts},
+		{"n_shared_experts", c.SharedExperts},
+		{"norm_topk_prob", c.NormTopKProb},
+		{"num_attention_heads", c.Heads},
+		{"num_experts_per_tok", c.TopK},
+		{"num_hidden_layers", c.Layers},
+		{"num_hash_layers", c.HashLayers},
+		{"num_key_value_heads", c.KVHeads},
+		{"num_nextn_predict_layers", c.MTPLayers},
+		{"o_groups", c.OGroups},
+		{"o_lora_rank", c.OLoraRank},
+		{"q_lora_rank", c.QLoraRank},
+		{"qk_rope_head_dim", c.RopeDim},
+		{"quantization_config", qc},
+		{"rms_norm_eps", c.NormEps},
+		{"rope_scaling", rs},
+		{"rope_theta", c.RopeTheta},
+		{"routed_scaling_factor", c.RouteScale},
+		{"scoring_func", "sqrtsoftplus"},
+		{"sliding_window", c.Window},
+		{"swiglu_limit", c.SwigluLimit},
+		{"tie_word_embeddings", false},
+		{"topk_method", "noaux_tc"},
+		{"torch_dtype", "bfloat16"},
+		{"transformers_version", "4.57.1"},
+		{"use_cache", true},
+		{"vocab_size", c.Vocab},
+		{"compress_rope_theta", c.CompressRopeTheta},
+		{"compress_ratios", c.CompressRatios},
+	}
+	if nvfp4 {
+		grp := map[string]any{"num_bits": 4, "type": "float", "group_size": 16, "dynamic": false}
+		kvs = append(kvs,
+			kv{"moe_quant_algo", "NVFP4"},
+			kv{"quant_algo", "MIXED_PRECISION"},
+			kv{"group_size", 16},
+			kv{"kv_cache_quant_algo", nil},
+			kv{"producer", modelOptProducer},
+			kv{"quantized_layers", nvQuantizedLayers(c)},
+			kv{"ignore", nvExclude},
+			kv{"config_groups", map[string]any{"group_0": map[string]any{
+				"targets": []string{"Linear"}, "weights": grp, "input_activations": grp}}},
+		)
+	}
+	return orderedJSON(kvs)
+}
+
+var (
+	modelOptProducer = map[string]string{"name": "modelopt", "version": "dsv4-nvfp4-experts"}
+	nvExclude        = []string{"*.attn.*", "*.ffn.shared_experts.*", "head", "mtp.*"}
+)
+
+func nvQuantizedLayers(c *Config) map[string]any {
+	m := map[string]any{}
+	for i := range c.Layers {
+		m[fmt.Sprintf("layers.%d.ffn.experts", i)] = map[string]any{"quant_algo": "NVFP4", "group_size": 16}
+	}
+	return m
+}
+
+func quantConfigJSON(c *Config) []byte {
+	return orderedJSON([]kv{
+		{"producer", modelOptProducer},
+		{"quantization", map[string]any{"quant_algo": "MIXED_PRECISION", "kv_cache_quant_algo": nil,
+			"group_size": 16, "quantized_layers": nvQuantizedLayers(c), "exclude_modules": nvExclude}},
+	})
+}
+
+func generationConfigJSON(c *Config) []byte {
+	return orderedJSON([]kv{
+		{"_from_model_config", true}, {"bos_token_id", c.BOS}, {"eos_token_id", c.EOS},
+		{"do_sample", true}, {"temperature", 1.0}, {"top_p", 1.0}, {"transformers_version", "4.46.3"},
+	})
+}
+
+func tokenizerConfigJSON() []byte {
+	tok := func(s string) map[string]any {
+		return map[string]any{"__type": "AddedToken", "content": s, "lstrip": false,
+			"normalized": true, "rstrip": false, "single_word": false}
+	}
+	return orderedJSON([]kv{
+		{"add_bos_token", false},
+		{"add_eos_token", false},
+		{"bos_token", tok(BOSToken)},
+		{"clean_up_tokenization_spaces", false},
+		{"eos_token", tok(EOSToken)},
+		{"legacy", true},
+		{"model_max_length", 1048576},
+		{"pad_token", tok(EOSToken)},
+		{"sp_model_kwargs", map[string]any{}},
+		{"unk_token", nil},
+		{"tokenizer_class", "PreTrainedTokenizerFast"},
+	})
+}

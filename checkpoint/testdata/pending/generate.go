@@ -1,0 +1,56 @@
+package checkpoint
+
+import (
+	_ "embed"
+	"fmt"
+	"slices"
+
+	"github.com/megamoe/megamoe/tokenizer"
+)
+
+// corpus is the built-in training text of the small model's tokenizer
+// (English prose, Go/Python/shell code, Chinese and Japanese).
+//
+//go:embed testdata/corpus.txt
+var corpus string
+
+// Generate writes a complete seeded checkpoint into dir: config.json,
+// generation_config.json, tokenizer.json, tokenizer_config.json, sharded
+// safetensors with model.safetensors.index.json and, for GenNVFP4,
+// hf_quant_config.json. The same spec always produces byte-identical files,
+// and the two formats of one seed hold identical expert weights.
+func Generate(dir string, spec GenSpec) error {
+	if err := generate(dir, spec); err != nil {
+		return fmt.Errorf("generate %s: %w", dir, err)
+	}
+	return nil
+}
+
+func generate(dir string, spec GenSpec) error {
+	if _, err := genFormats(spec.Format); err != nil {
+		return err
+	}
+	var c *Config
+	switch {
+	case spec.Config != nil:
+		cc := *spec.Config
+		cc.CompressRatios = slices.Clone(cc.CompressRatios)
+		c = &cc
+	case spec.Preset == "" || spec.Preset == "small":
+		c = SmallConfig()
+	default:
+		return fmt.Errorf("unknown preset %q (want small)", spec.Preset)
+	}
+
+	tokJSON, err := tokenizer.TrainBPE(corpus, SmallVocab, tokenizer.DeepSeekV4SpecialTokens())
+	if err != nil {
+		return fmt.Errorf("train tokenizer: %w", err)
+	}
+	vocab, ids, err := tokenizerIDs(tokJSON, BOSToken, EOSToken)
+	if err != nil {
+		return err
+	}
+	c.Vocab, c.BOS, c.EOS = vocab, ids[0], ids[1]
+
+	return writeModel(dir, c, spec.Format, spec.Seed, spec.MaxShardBytes, tokJSON)
+}

@@ -1,0 +1,189 @@
+// Command gpucheck verifies MegaMoE's CUDA kernels.
+//
+//	gpucheck --compile-only [--arch sm_80,sm_90a,sm_100a] [--dump DIR]
+//	    compiles every embedded kernel with NVRTC (no GPU needed) and prints a table.
+//	gpucheck [--model flash,pro] [--reps 20]
+//	    runs every kernel at the real DeepSeek-V4 Flash/Pro dimensions against
+//	    its CPU twin and prints component, shape, cosine, relative error, max
+//	    abs error, non-finite count and time.
+//
+// The exit status is non-zero if anything fails or misses its threshold.
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/megamoe/megamoe/cuda"
+	"github.com/megamoe/megamoe/cuda/kcheck"
+)
+
+func main() {
+	compileOnly := flag.Bool("compile-only", false, "compile the kernels with NVRTC and exit")
+	archs := flag.String("arch", "sm_80,sm_90a,sm_100a", "targets for --compile-only")
+	dump := flag.String("dump", "", "with --compile-only: write <kernel>.<arch>.cubin files here")
+	models := flag.String("model", "flash,pro", "models whose dimensions to check")
+	reps := flag.Int("reps", 20, "timed launches per case (median reported)")
+	ordinal := flag.Int("device", 0, "CUDA device ordinal")
+	filter := flag.String("only", "", "run only components containing this string")
+	flag.Parse()
+	var err error
+	if *compileOnly {
+		err = compileAll(strings.Split(*archs, ","), *dump)
+	} else {
+		err = checkAll(*ordinal, strings.Split(*models, ","), *reps, *filter)
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "gpucheck:", err)
+		os.Exit(1)
+	}
+}
+
+func compileAll(archs []string, dump string) error {
+	n, err := cuda.LoadNVRTC()
+	if err != nil {
+		return err
+	}
+	fmt.Printf("NVRTC %d.%d (%s), options %v\n", n.Major, n.Minor, n.Path(), cuda.CompileOptions("<arch>"))
+	if dump != "" {
+		if err := os.MkdirAll(dump, 0o755); err != nil {
+			return err
+		}
+	}
+	fmt.Printf("%-12s %-8s %-6s %10s %9s  %s\n", "kernel", "arch", "status", "cubin", "time", "note")
+	failed := 0
+	for _, name := range cuda.KernelSources() {
+		src, err := cuda.KernelSource(name)
+		if err != nil {
+			return err
+		}
+		for _, arch := range archs {
+			t0 := time.Now()
+			cubin, log, err := n.Compile(src, arch)
+			el := time.Since(t0)
+			status, note := "ok", firstLine(log)
+			if err != nil {
+				status, note = "FAIL", firstLine(err.Error()+" "+log)
+				failed++
+			}
+			fmt.Printf("%-12s %-8s %-6s %10d %8.2fs  %s\n", name, arch, status, len(cubin), el.Seconds(), note)
+			if err == nil && dump != "" {
+				if werr := os.WriteFile(filepath.Join(dump, name+"."+arch+".cubin"), cubin, 0o644); werr != nil {
+					return werr
+				}
+			}
+		}
+	}
+	if failed > 0 {
+		return fmt.Errorf("%d compilations failed", failed)
+	}
+	return nil
+}
+
+func firstLine(s string) string {
+	s = strings.TrimSpace(s)
+	if i := strings.IndexByte(s, '\n'); i >= 0 {
+		s = s[:i] + " …"
+	}
+	if len(s) > 120 {
+		s = s[:120] + "…"
+	}
+	return s
+}
+
+func checkAll(ordinal int, models []string, reps int, filter string) error {
+	drv, err := cuda.Load()
+	if err != nil {
+		return err
+	}
+	dev, err := drv.Device(ordinal)
+	if err != nil {
+		return err
+	}
+	ctx, err := dev.NewContext()
+	if err != nil {
+		return err
+	}
+	defer ctx.Close()
+	s, err := ctx.NewStream()
+	if err != nil {
+		return err
+	}
+	defer s.Close()
+	free, total, err := ctx.MemInfo()
+	if err != nil {
+		return err
+	}
+	fmt.Printf("device %d: %s, sm_%d%d (%s), %d SMs, %.1f GiB total, %.1f GiB free, driver CUDA %d.%d\n",
+		ordinal, dev.Name, dev.Major, dev.Minor, dev.Arch(), dev.SMs,
+		float64(total)/(1<<30), float64(free)/(1<<30), drv.Version()/1000, drv.Version()%1000/10)
+
+	// Compile (or load from cache) every module up front so times exclude it.
+	t0 := time.Now()
+	for _, name := range cuda.KernelSources() {
+		if _, err := ctx.Module(name); err != nil {
+			return err
+		}
+	}
+	fmt.Printf("modules ready in %.2fs\n", time.Since(t0).Seconds())
+	for _, k := range [][2]string{{"rmsnorm", "rmsnorm_bf16"}, {"quant", "quant_fp8_act"}, {"linear_fp8", "linear_fp8"},
+		{"moe_fp4", "moe_tile_map"}, {"moe_fp4", "moe_fp4_gemm"}, {"swiglu", "swiglu_bf16"}} {
+		f, err := ctx.Kernel(k[0], k[1])
+		if err != nil {
+			return err
+		}
+		regs, local, smem, err := f.Resources()
+		if err != nil {
+			return err
+		}
+		fmt.Printf("  %-14s %3d regs, %d local bytes, %d static smem\n", k[1], regs, local, smem)
+	}
+
+	env := &kcheck.Env{Ctx: ctx, S: s, Reps: reps, Seed: uint64(time.Now().UnixNano())}
+	var rows []string
+	failed := 0
+	for _, name := range models {
+		var m kcheck.Model
+		switch strings.TrimSpace(name) {
+		case "flash":
+			m = kcheck.Flash
+		case "pro":
+			m = kcheck.Pro
+		default:
+			return fmt.Errorf("unknown model %q (flash, pro)", name)
+		}
+		for _, c := range kcheck.ModelCases(m) {
+			if filter != "" && !strings.Contains(c.Component, filter) {
+				continue
+			}
+			t1 := time.Now()
+			r := kcheck.Run(env, c)
+			row := m.Name + " " + kcheck.Row(r)
+			fmt.Printf("%s  [%.1fs]\n", row, time.Since(t1).Seconds())
+			rows = append(rows, row)
+			if !r.Pass {
+				failed++
+			}
+			if err := ctx.Pool().Trim(); err != nil {
+				return err
+			}
+			if r.Err != nil && errors.Is(r.Err, cuda.ErrNoCGO) {
+				return r.Err
+			}
+		}
+	}
+	fmt.Println("\nsummary")
+	for _, r := range rows {
+		fmt.Println(r)
+	}
+	if failed > 0 {
+		return fmt.Errorf("%d of %d cases failed", failed, len(rows))
+	}
+	fmt.Printf("all %d cases passed\n", len(rows))
+	return nil
+}

@@ -1,0 +1,290 @@
+package cuda_test
+
+import (
+	"bytes"
+	"errors"
+	"math/rand/v2"
+	"strings"
+	"testing"
+
+	"github.com/megamoe/megamoe/cuda"
+	"github.com/megamoe/megamoe/cuda/cpuref"
+	"github.com/megamoe/megamoe/cuda/kcheck"
+)
+
+// gpu opens device 0 or skips the test with the reason.
+func gpu(t *testing.T) (*cuda.Context, *cuda.Stream) {
+	t.Helper()
+	drv, err := cuda.Load()
+	if err != nil {
+		t.Skipf("no CUDA driver: %v", err)
+	}
+	n, err := drv.DeviceCount()
+	if err != nil || n == 0 {
+		t.Skipf("no CUDA device (count %d): %v", n, err)
+	}
+	dev, err := drv.Device(0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, err := dev.NewContext()
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := ctx.NewStream()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := s.Close(); err != nil {
+			t.Error(err)
+		}
+		if err := ctx.Close(); err != nil {
+			t.Error(err)
+		}
+	})
+	return ctx, s
+}
+
+func TestDeviceInfo(t *testing.T) {
+	ctx, _ := gpu(t)
+	dev := ctx.Device()
+	free, total, err := ctx.MemInfo()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("%s sm_%d%d (%s), %d SMs, %d MiB total, %d MiB free, smem optin %d",
+		dev.Name, dev.Major, dev.Minor, dev.Arch(), dev.SMs, total>>20, free>>20, dev.SmemOptin)
+	if dev.SMs <= 0 || dev.Major < 7 || total == 0 || free > total || dev.Name == "" {
+		t.Errorf("implausible device properties: %+v free=%d total=%d", dev, free, total)
+	}
+}
+
+func TestCopiesMemsetPinned(t *testing.T) {
+	ctx, s := gpu(t)
+	const n = 1<<20 + 12
+	src := make([]byte, n)
+	for i := range src {
+		src[i] = byte(i*7 + i>>8)
+	}
+	a, err := ctx.Alloc(n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Free()
+	b, err := ctx.Alloc(n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Free()
+	pin, err := ctx.AllocHost(n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pin.Close()
+	copy(pin.Bytes(), src)
+	if err := s.CopyHtoD(a.Ptr, pin.Bytes()); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.CopyDtoD(b.Ptr, a.Ptr, n); err != nil {
+		t.Fatal(err)
+	}
+	got := make([]byte, n)
+	if err := s.CopyDtoH(got, b.Ptr); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Synchronize(); err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(got, src) {
+		t.Fatal("H2D(pinned) -> D2D -> D2H round trip differs")
+	}
+	if err := s.Memset8(b.Ptr.Add(5), 0xAB, 100); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Memset32(b.Ptr.Add(1024), 0x01020304, 16); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.CopyDtoH(got, b.Ptr); err != nil {
+		t.Fatal(err)
+	}
+	want := append([]byte(nil), src...)
+	for i := 5; i < 105; i++ {
+		want[i] = 0xAB
+	}
+	for i := 0; i < 16; i++ {
+		copy(want[1024+4*i:], []byte{4, 3, 2, 1})
+	}
+	if !bytes.Equal(got, want) {
+		t.Fatal("memset results differ")
+	}
+}
+
+func TestPoolReuse(t *testing.T) {
+	ctx, _ := gpu(t)
+	p := ctx.Pool()
+	before := p.Stats()
+	a, err := ctx.Alloc(3000)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ptr := a.Ptr
+	a.Free()
+	b, err := ctx.Alloc(2900) // same size class
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b.Ptr != ptr {
+		t.Errorf("same-class allocation not reused: %#x vs %#x", b.Ptr, ptr)
+	}
+	b.Free()
+	if st := p.Stats(); st.Allocs != before.Allocs+1 || st.Cached == 0 {
+		t.Errorf("stats %+v (before %+v)", st, before)
+	}
+	if err := p.Trim(); err != nil {
+		t.Fatal(err)
+	}
+	if st := p.Stats(); st.Cached != 0 {
+		t.Errorf("Trim left %d cached bytes", st.Cached)
+	}
+}
+
+func TestErrorsNameCallAndCode(t *testing.T) {
+	ctx, s := gpu(t)
+	buf := make([]byte, 16)
+	err := s.CopyDtoH(buf, cuda.DevicePtr(8)) // not a device address
+	var ce *cuda.Error
+	if !errors.As(err, &ce) || !strings.HasPrefix(ce.Name, "CUDA_ERROR_") || !strings.Contains(err.Error(), "cuMemcpyDtoHAsync") {
+		t.Fatalf("want a named CUDA error from cuMemcpyDtoHAsync, got %v", err)
+	}
+	f, err := ctx.Kernel("rmsnorm", "rmsnorm_bf16")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// 2048 threads per block is invalid on every GPU.
+	err = s.Launch(f, cuda.Dim3{X: 1, Y: 1, Z: 1}, cuda.Dim3{X: 2048, Y: 1, Z: 1}, 0, new(cuda.Args).Ptr(0).Ptr(0).Ptr(0).I32(2).F32(1e-6))
+	if err == nil || !strings.Contains(err.Error(), "cuLaunchKernel(rmsnorm_bf16): CUDA_ERROR_") {
+		t.Fatalf("want cuLaunchKernel(rmsnorm_bf16): CUDA_ERROR_..., got %v", err)
+	}
+	if _, err := ctx.Kernel("rmsnorm", "no_such_kernel"); err == nil || !strings.Contains(err.Error(), "CUDA_ERROR_NOT_FOUND") {
+		t.Fatalf("want CUDA_ERROR_NOT_FOUND, got %v", err)
+	}
+}
+
+func TestKernelResources(t *testing.T) {
+	ctx, _ := gpu(t)
+	for _, k := range [][2]string{{"linear_fp8", "linear_fp8"}, {"moe_fp4", "moe_fp4_gemm"}, {"rmsnorm", "rmsnorm_bf16"}} {
+		f, err := ctx.Kernel(k[0], k[1])
+		if err != nil {
+			t.Fatal(err)
+		}
+		regs, local, smem, err := f.Resources()
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("%s: %d regs, %d local bytes, %d static smem", k[1], regs, local, smem)
+		if local > 0 {
+			t.Errorf("%s spills %d bytes to local memory", k[1], local)
+		}
+	}
+}
+
+// TestGraphReplay captures rmsnorm into a CUDA graph, replays it on new
+// inputs written into the same buffers, and checks it against the twin.
+func TestGraphReplay(t *testing.T) {
+	ctx, s := gpu(t)
+	const rows, dim = 4, 1024
+	rng := rand.New(rand.NewPCG(7, 8))
+	mk := func(n int) []uint16 {
+		v := make([]uint16, n)
+		for i := range v {
+			v[i] = cpuref.F32ToBF16(float32(rng.NormFloat64()))
+		}
+		return v
+	}
+	w := mk(dim)
+	x, _ := ctx.Alloc(2 * rows * dim)
+	y, _ := ctx.Alloc(2 * rows * dim)
+	dw, _ := ctx.Alloc(2 * dim)
+	defer x.Free()
+	defer y.Free()
+	defer dw.Free()
+	if err := s.CopyHtoD(dw.Ptr, u16b(w)); err != nil {
+		t.Fatal(err)
+	}
+	// Compile and load outside the capture.
+	if _, err := ctx.Kernel("rmsnorm", "rmsnorm_bf16"); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.BeginCapture(); err != nil {
+		t.Fatal(err)
+	}
+	if err := cuda.RMSNorm(s, y.Ptr, x.Ptr, dw.Ptr, rows, dim, 1e-6); err != nil {
+		t.Fatal(err)
+	}
+	g, err := s.EndCapture()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer g.Close()
+	exec, err := g.Instantiate()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer exec.Close()
+	for rep := 0; rep < 3; rep++ {
+		in := mk(rows * dim)
+		if err := s.CopyHtoD(x.Ptr, u16b(in)); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Memset8(y.Ptr, 0xFF, 2*rows*dim); err != nil {
+			t.Fatal(err)
+		}
+		if err := exec.Launch(s); err != nil {
+			t.Fatal(err)
+		}
+		got := make([]uint16, rows*dim)
+		if err := s.CopyDtoH(u16b(got), y.Ptr); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Synchronize(); err != nil {
+			t.Fatal(err)
+		}
+		want := make([]uint16, rows*dim)
+		cpuref.RMSNorm(want, in, w, rows, dim, 1e-6)
+		bad := 0
+		for i := range got {
+			d := int(got[i]) - int(want[i])
+			if d > 1 || d < -1 {
+				bad++
+			}
+		}
+		if bad > 0 {
+			t.Fatalf("replay %d: %d outputs differ by more than one bf16 ulp", rep, bad)
+		}
+	}
+}
+
+func u16b(v []uint16) []byte {
+	b := make([]byte, 2*len(v))
+	for i, x := range v {
+		b[2*i], b[2*i+1] = byte(x), byte(x>>8)
+	}
+	return b
+}
+
+// TestKernelsVsCPU runs every kernel against its CPU twin on fresh random
+// inputs (outputs poisoned before each launch).
+func TestKernelsVsCPU(t *testing.T) {
+	ctx, s := gpu(t)
+	env := &kcheck.Env{Ctx: ctx, S: s, Seed: rand.Uint64()}
+	for _, c := range kcheck.SmallCases() {
+		t.Run(c.Component+"/"+strings.ReplaceAll(c.Shape, " ", "_"), func(t *testing.T) {
+			r := kcheck.Run(env, c)
+			t.Log(kcheck.Row(r))
+			if !r.Pass {
+				t.Errorf("%s %s: failed: %s", c.Component, c.Shape, kcheck.Row(r))
+			}
+		})
+	}
+}

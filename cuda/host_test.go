@@ -1,0 +1,96 @@
+package cuda
+
+import (
+	"errors"
+	"math"
+	"testing"
+	"unsafe"
+)
+
+func TestClassSize(t *testing.T) {
+	for _, tc := range []struct{ n, want int }{
+		{1, 512}, {512, 512}, {513, 640}, {1024, 1024}, {1025, 1280}, {1536, 1536}, {1537, 1792}, {3000, 3072}, {1 << 30, 1 << 30},
+	} {
+		if got := classSize(tc.n); got != tc.want {
+			t.Errorf("classSize(%d) = %d, want %d", tc.n, got, tc.want)
+		}
+	}
+	for n := 1; n < 1<<16; n += 37 {
+		c := classSize(n)
+		if c < n || (n > 512 && float64(c) > 1.25*float64(n)+1) {
+			t.Fatalf("classSize(%d) = %d: outside [n, 1.25n]", n, c)
+		}
+	}
+}
+
+func TestArgsLayout(t *testing.T) {
+	a := new(Args).I32(7).Ptr(0x1122334455667788).F32(1.5).I32(-1)
+	if a.err != nil || a.n != 24 {
+		t.Fatalf("n = %d, err = %v; want 24 bytes (int, pad, ptr, float, int)", a.n, a.err)
+	}
+	b := unsafe.Slice((*byte)(unsafe.Pointer(&a.buf[0])), 24)
+	if b[0] != 7 || b[8] != 0x88 || b[15] != 0x11 {
+		t.Errorf("bad packing % x", b)
+	}
+	if f := math.Float32frombits(uint32(b[16]) | uint32(b[17])<<8 | uint32(b[18])<<16 | uint32(b[19])<<24); f != 1.5 {
+		t.Errorf("float at 16 = %v", f)
+	}
+	big := new(Args)
+	for i := 0; i < 70; i++ {
+		big.Ptr(0)
+	}
+	if big.err == nil {
+		t.Error("oversized argument block accepted")
+	}
+}
+
+func TestArchFor(t *testing.T) {
+	for _, tc := range []struct {
+		maj, min int
+		want     string
+	}{{8, 0, "sm_80"}, {8, 9, "sm_89"}, {9, 0, "sm_90a"}, {10, 0, "sm_100a"}} {
+		if got := ArchFor(tc.maj, tc.min); got != tc.want {
+			t.Errorf("ArchFor(%d,%d) = %s, want %s", tc.maj, tc.min, got, tc.want)
+		}
+	}
+}
+
+func TestErrorFormat(t *testing.T) {
+	e := &Error{Call: "cuLaunchKernel", What: "rmsnorm_bf16", Code: 1, Name: "CUDA_ERROR_INVALID_VALUE"}
+	if got := e.Error(); got != "cuda: cuLaunchKernel(rmsnorm_bf16): CUDA_ERROR_INVALID_VALUE" {
+		t.Errorf("Error() = %q", got)
+	}
+	oom := error(&Error{Call: "cuMemAlloc", Code: errOutOfMemory, Name: "CUDA_ERROR_OUT_OF_MEMORY"})
+	if !IsOutOfMemory(oom) || IsOutOfMemory(errors.New("x")) {
+		t.Error("IsOutOfMemory misclassifies")
+	}
+}
+
+func TestLoadWithoutDriverFailsCleanly(t *testing.T) {
+	t.Setenv("MEGAMOE_LIBCUDA", "/nonexistent/libcuda.so.1")
+	d, err := Load()
+	if err == nil {
+		t.Skipf("a CUDA driver is present (%s)", d.Path())
+	}
+	t.Logf("Load() without driver: %v", err)
+}
+
+func TestLauncherShapeChecks(t *testing.T) {
+	// Bad shapes are rejected before any driver call, so a nil stream is fine.
+	for name, err := range map[string]error{
+		"rmsnorm odd":  RMSNorm(nil, 0, 0, 0, 1, 7, 1e-6),
+		"quant cols":   QuantFP8Act(nil, 0, 0, 0, 1, 100),
+		"linear k":     LinearFP8(nil, 0, 0, 0, 0, 0, 1, 8, 100),
+		"linear n":     LinearFP8(nil, 0, 0, 0, 0, 0, 1, 7, 128),
+		"moe k":        MoEFP4(nil, 0, 0, 0, 0, 0, 0, 0, MoEShape{Experts: 8, Rows: 1, N: 8, K: 64}, 0),
+		"moe nvfp4 gs": MoEFP4(nil, 0, 0, 0, 0, 0, 0, 0, MoEShape{Experts: 8, Rows: 1, N: 8, K: 128, Format: NVFP4}, 0),
+		"swiglu ld":    SwiGLU(nil, 0, 0, 0, 2, 0, 1, 4, 10),
+	} {
+		if err == nil {
+			t.Errorf("%s: accepted", name)
+		}
+	}
+	if err := LinearFP8(nil, 0, 0, 0, 0, 0, 0, 8, 128); err != nil {
+		t.Errorf("m = 0 must be a no-op: %v", err)
+	}
+}

@@ -1,0 +1,184 @@
+package cuda
+
+import "fmt"
+
+// Typed launchers, one per kernel (llm.c style): device pointers, sizes and
+// the stream; they check shapes, pick the launch geometry and name the
+// kernel in every error. Kernels are compiled on first use per context.
+//
+// Storage: bf16 is uint16 on the device, e4m3 and e8m0 are bytes, fp32 is float.
+
+// kernel returns a ready function of kernels/<module>.cu, raising its dynamic
+// shared memory limit to dynSmem the first time.
+func (c *Context) kernel(module, name string, dynSmem int) (*Function, error) {
+	key := module + "." + name
+	c.fnMu.Lock()
+	defer c.fnMu.Unlock()
+	if f := c.fns[key]; f != nil {
+		if dynSmem > 48*1024 && f.maxSmem < dynSmem {
+			if err := f.SetMaxDynamicSmem(dynSmem); err != nil {
+				return nil, err
+			}
+		}
+		return f, nil
+	}
+	m, err := c.Module(module)
+	if err != nil {
+		return nil, err
+	}
+	f, err := m.Function(name)
+	if err != nil {
+		return nil, err
+	}
+	if dynSmem > 48*1024 {
+		if err := f.SetMaxDynamicSmem(dynSmem); err != nil {
+			return nil, err
+		}
+	}
+	c.fns[key] = f
+	return f, nil
+}
+
+// Kernel returns a kernel by module and name, for inspection (Resources).
+func (c *Context) Kernel(module, name string) (*Function, error) { return c.kernel(module, name, 0) }
+
+func launch(s *Stream, module, name string, grid, block Dim3, smem int, a *Args) error {
+	f, err := s.ctx.kernel(module, name, smem)
+	if err != nil {
+		return err
+	}
+	return s.Launch(f, grid, block, smem, a)
+}
+
+func ceilDiv(a, b int) int { return (a + b - 1) / b }
+
+// RMSNorm: out[r, :] = bf16(w * (x[r, :] / sqrt(mean(x[r, :]^2) + eps))), fp32 inside.
+// x, out: bf16 [rows, dim]; w: bf16 [dim]; dim even.
+func RMSNorm(s *Stream, out, x, w DevicePtr, rows, dim int, eps float32) error {
+	if rows < 0 || dim <= 0 || dim%2 != 0 {
+		return fmt.Errorf("cuda: rmsnorm_bf16: bad shape rows=%d dim=%d (dim must be even)", rows, dim)
+	}
+	if rows == 0 {
+		return nil
+	}
+	a := new(Args).Ptr(out).Ptr(x).Ptr(w).I32(dim).F32(eps)
+	return launch(s, "rmsnorm", "rmsnorm_bf16", Dim3{uint32(rows), 1, 1}, Dim3{256, 1, 1}, 0, a)
+}
+
+// QuantFP8Act quantizes bf16 x [rows, cols] per 128 columns to e4m3 codes
+// q [rows, cols] and e8m0 scales [rows, cols/128] (spec §3.3). cols % 128 == 0.
+func QuantFP8Act(s *Stream, q, scales, x DevicePtr, rows, cols int) error {
+	if rows < 0 || cols <= 0 || cols%128 != 0 {
+		return fmt.Errorf("cuda: quant_fp8_act: bad shape rows=%d cols=%d (cols must be a multiple of 128)", rows, cols)
+	}
+	if rows == 0 {
+		return nil
+	}
+	blocks := rows * (cols / 128)
+	a := new(Args).Ptr(q).Ptr(scales).Ptr(x).I32(rows).I32(cols)
+	return launch(s, "quant", "quant_fp8_act", Dim3{uint32(ceilDiv(blocks, 8)), 1, 1}, Dim3{256, 1, 1}, 0, a)
+}
+
+const (
+	linearSmem = 2 * (64*144 + 128*144) // 2 stages of A and B tiles
+	moeSmem    = 2 * (64*144 + 128*80 + 128*8*4)
+)
+
+// LinearFP8 computes y = x · Wᵀ with FP8 block scaling (spec §3.4):
+// xq e4m3 [m, k], xs e8m0 [m, k/128], w e4m3 [n, k], ws e8m0 [ceil(n/128), k/128],
+// y bf16 [m, n]. k % 128 == 0, n % 8 == 0.
+func LinearFP8(s *Stream, y, xq, xs, w, ws DevicePtr, m, n, k int) error {
+	if m < 0 || n <= 0 || k <= 0 || k%128 != 0 || n%8 != 0 {
+		return fmt.Errorf("cuda: linear_fp8: bad shape m=%d n=%d k=%d (k %% 128 == 0, n %% 8 == 0)", m, n, k)
+	}
+	if m == 0 {
+		return nil
+	}
+	a := new(Args).Ptr(y).Ptr(xq).Ptr(xs).Ptr(w).Ptr(ws).I32(m).I32(n).I32(k)
+	if ceilDiv(m, 64) > 65535 {
+		return fmt.Errorf("cuda: linear_fp8: m=%d exceeds the grid limit", m)
+	}
+	grid := Dim3{uint32(ceilDiv(n, 128)), uint32(ceilDiv(m, 64)), 1}
+	return launch(s, "linear_fp8", "linear_fp8", grid, Dim3{128, 1, 1}, linearSmem, a)
+}
+
+// FP4Format selects the expert weight scaling.
+type FP4Format int
+
+const (
+	// MXFP4: one e8m0 scale per 32 K (official checkpoint).
+	MXFP4 FP4Format = iota
+	// NVFP4: one e4m3 scale per 16 K and an fp32 global scale per expert.
+	NVFP4
+)
+
+func (f FP4Format) String() string {
+	if f == NVFP4 {
+		return "nvfp4"
+	}
+	return "mxfp4"
+}
+
+// MoEShape describes a grouped expert GEMM.
+type MoEShape struct {
+	Experts int       // E
+	Rows    int       // Mtot, permuted rows
+	N, K    int       // output and input features per expert
+	Format  FP4Format //
+}
+
+const moeBM = 64
+
+func moeMaxTiles(experts, rows int) int { return ceilDiv(rows, moeBM) + min(experts, rows) }
+
+// MoEScratchBytes is the scratch size MoEFP4 needs (tile list), fixed by
+// (experts, rows) so that it can live in a CUDA graph.
+func MoEScratchBytes(experts, rows int) int { return 16 + 16*moeMaxTiles(experts, rows) }
+
+// MoEFP4 runs the grouped expert GEMM: for every expert e and row m in
+// [offsets[e], offsets[e+1]), y[m, :] = bf16(G_e · xq[m, :] · W_eᵀ) with
+// FP8 activations (xq e4m3 [Rows, K], xs e8m0 [Rows, K/128]) and FP4 weights
+// w [E][N][K/2] (element 2i in the low nibble) with wscale e8m0 [E][N][K/32]
+// (MXFP4) or e4m3 [E][N][K/16] plus gscale fp32 [E] (NVFP4). offsets is int32
+// [E+1] on the device. Rows outside every range are not written.
+func MoEFP4(s *Stream, y, xq, xs, offsets, w, wscale, gscale DevicePtr, sh MoEShape, scratch DevicePtr) error {
+	if sh.Experts <= 0 || sh.Rows < 0 || sh.N <= 0 || sh.K <= 0 || sh.K%128 != 0 || sh.N%8 != 0 {
+		return fmt.Errorf("cuda: moe_fp4_gemm: bad shape %+v (K %% 128 == 0, N %% 8 == 0)", sh)
+	}
+	if sh.Format == NVFP4 && gscale == 0 {
+		return fmt.Errorf("cuda: moe_fp4_gemm: NVFP4 needs the per-expert global scales")
+	}
+	if sh.Rows == 0 {
+		return nil
+	}
+	maxTiles := moeMaxTiles(sh.Experts, sh.Rows)
+	if maxTiles > 65535 || sh.Experts > 1<<20 {
+		return fmt.Errorf("cuda: moe_fp4_gemm: %d rows exceed the grid limit", sh.Rows)
+	}
+	a := new(Args).Ptr(offsets).I32(sh.Experts).I32(sh.Rows).Ptr(scratch).I32(maxTiles)
+	if err := launch(s, "moe_fp4", "moe_tile_map", Dim3{1, 1, 1}, Dim3{1024, 1, 1}, 0, a); err != nil {
+		return err
+	}
+	nv := 0
+	if sh.Format == NVFP4 {
+		nv = 1
+	}
+	b := new(Args).Ptr(y).Ptr(xq).Ptr(xs).Ptr(scratch).Ptr(w).Ptr(wscale).Ptr(gscale).I32(nv).I32(sh.N).I32(sh.K)
+	grid := Dim3{uint32(ceilDiv(sh.N, 128)), uint32(maxTiles), 1}
+	return launch(s, "moe_fp4", "moe_fp4_gemm", grid, Dim3{128, 1, 1}, moeSmem, b)
+}
+
+// SwiGLU computes out[r, i] = bf16(silu(min(g, limit)) · clamp(u, ±limit) · weights[r])
+// with g = gate[r*ld + i], u = up[r*ld + i] (bf16), out bf16 [rows, inter].
+// weights (fp32 [rows]) may be 0 for a routing weight of 1. inter even.
+func SwiGLU(s *Stream, out, gate, up DevicePtr, ld int, weights DevicePtr, rows, inter int, limit float32) error {
+	if rows < 0 || inter <= 0 || inter%2 != 0 || ld < inter || ld%2 != 0 {
+		return fmt.Errorf("cuda: swiglu_bf16: bad shape rows=%d inter=%d ld=%d (even, ld >= inter)", rows, inter, ld)
+	}
+	if rows == 0 {
+		return nil
+	}
+	a := new(Args).Ptr(out).Ptr(gate).Ptr(up).I32(ld).Ptr(weights).I32(rows).I32(inter).F32(limit)
+	grid := Dim3{uint32(rows), uint32(ceilDiv(inter/2, 256)), 1}
+	return launch(s, "swiglu", "swiglu_bf16", grid, Dim3{256, 1, 1}, 0, a)
+}

@@ -1,0 +1,139 @@
+// Shared device helpers. No CUDA headers: every type and conversion is
+// spelled out with integer bit arithmetic so NVRTC needs no include path.
+#pragma once
+
+typedef unsigned char u8;
+typedef unsigned short u16;
+typedef unsigned int u32;
+typedef unsigned long long u64;
+
+#define DEV static __device__ __forceinline__
+
+// bf16 <-> fp32. bf16 is the top half of an fp32.
+DEV float bf16_to_f32(u32 h) { return __uint_as_float((h & 0xffffu) << 16); }
+
+// Round to nearest even; NaN stays NaN.
+DEV u32 f32_to_bf16(float f) {
+	u32 u = __float_as_uint(f);
+	if ((u & 0x7fffffffu) > 0x7f800000u) return ((u >> 16) | 0x40u) & 0xffffu;
+	u += 0x7fffu + ((u >> 16) & 1u);
+	return u >> 16;
+}
+
+DEV u32 pack_bf16x2(float lo, float hi) { return f32_to_bf16(lo) | (f32_to_bf16(hi) << 16); }
+
+// e4m3 ("fn": bias 7, no infinities, 0x7f/0xff NaN, max 448) -> fp32.
+DEV float e4m3_to_f32(u32 b) {
+	u32 em = b & 0x7fu;
+	float v;
+	if (em == 0x7fu) v = __uint_as_float(0x7fc00000u);
+	else if (em < 8u) v = (float)em * 0.001953125f; // subnormal: m * 2^-9
+	else v = __uint_as_float((em << 20) + (120u << 23));
+	return (b & 0x80u) ? -v : v;
+}
+
+// fp32 -> e4m3 with round-to-nearest-even. The caller clamps to [-448, 448];
+// NaN is mapped to 0x7f (NaN).
+DEV u32 f32_to_e4m3(float x) {
+	u32 u = __float_as_uint(x);
+	u32 s = (u >> 24) & 0x80u;
+	float a = fabsf(x);
+	if (!(a == a)) return 0x7fu;
+	if (a >= 448.0f) return s | 0x7eu;
+	if (a < 0.015625f) { // below 2^-6: subnormal grid of 2^-9 (8 maps to 0x08, the min normal)
+		return s | (u32)rintf(a * 512.0f);
+	}
+	u32 au = __float_as_uint(a);
+	u32 r = au + 0x7ffffu + ((au >> 20) & 1u); // RNE to 3 mantissa bits
+	r &= 0xfff00000u;
+	u32 e = (r >> 23) - 120u;
+	u32 m = (r >> 20) & 7u;
+	return s | (e << 3) | m;
+}
+
+// e8m0 (ue8m0) scale byte -> fp32: 2^(b-127); 0 -> 2^-127; 255 -> NaN.
+DEV float e8m0_to_f32(u32 b) {
+	b &= 0xffu;
+	if (b == 0u) return __uint_as_float(0x00400000u);
+	if (b == 255u) return __uint_as_float(0x7fc00000u);
+	return __uint_as_float(b << 23);
+}
+
+// e4m3 code -> bf16 bits, exact (every e4m3 value is a bf16 value).
+DEV u32 e4m3_to_bf16(u32 b) {
+	u32 s = (b & 0x80u) << 8;
+	u32 em = b & 0x7fu;
+	if (em >= 8u) return s | ((em << 4) + (120u << 7));
+	return s | (__float_as_uint((float)em * 0.001953125f) >> 16);
+}
+
+// Two e4m3 bytes (low byte first) -> bf16x2 (low half = first byte).
+DEV u32 e4m3x2_to_bf16x2(u32 v) { return e4m3_to_bf16(v & 0xffu) | (e4m3_to_bf16((v >> 8) & 0xffu) << 16); }
+
+// Two e4m3 bytes -> f16x2 holding value * 2^-8, exact including subnormals:
+// the e4m3 exponent/mantissa bits land in the f16 fields one to one.
+DEV u32 e4m3x2_to_f16x2_scaled(u32 v) {
+	u32 x = (v & 0xffu) | ((v & 0xff00u) << 8);
+	return ((x & 0x00800080u) << 8) | ((x & 0x007f007fu) << 7);
+}
+
+// e2m1 nibble -> fp32 (0, 0.5, 1, 1.5, 2, 3, 4, 6 and negatives).
+DEV float e2m1_to_f32(u32 q) {
+	u32 em = q & 7u;
+	float v = em < 2u ? (float)em * 0.5f : __uint_as_float((em << 22) + (126u << 23));
+	return (q & 8u) ? -v : v;
+}
+
+// Warp-wide reductions.
+DEV float warp_sum(float v) {
+#pragma unroll
+	for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+	return v;
+}
+
+DEV float warp_max(float v) {
+#pragma unroll
+	for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+	return v;
+}
+
+// ---- cp.async (sm_80+) ----
+DEV u32 smem_addr(const void* p) { return (u32)__cvta_generic_to_shared(p); }
+
+// 16-byte global->shared copy; src_bytes 0 zero-fills the destination.
+DEV void cp_async16(void* dst, const void* src, int src_bytes) {
+	asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_addr(dst)), "l"(src), "r"(src_bytes));
+}
+DEV void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+template <int N>
+DEV void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N)); }
+
+// ---- tensor-core MMA (mma.sync, sm_80+) ----
+// D = A(16x16 bf16, row) * B(16x8 bf16, col) + D, fp32 accumulate.
+DEV void mma_bf16_16816(float* d, const u32* a, const u32* b) {
+	asm volatile(
+		"mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+		: "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+		: "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+}
+
+// Same with f16 operands.
+DEV void mma_f16_16816(float* d, const u32* a, const u32* b) {
+	asm volatile(
+		"mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+		: "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+		: "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+}
+
+// FP8 mma.sync needs sm_89+ and PTX ISA 8.4 (CUDA 12.4+); older NVRTCs take the f16 path.
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890 && \
+	(__CUDACC_VER_MAJOR__ > 12 || (__CUDACC_VER_MAJOR__ == 12 && __CUDACC_VER_MINOR__ >= 4))
+#define MM_HAVE_FP8_MMA 1
+// D = A(16x32 e4m3, row) * B(32x8 e4m3, col) + D (sm_89+).
+DEV void mma_e4m3_16832(float* d, const u32* a, const u32* b) {
+	asm volatile(
+		"mma.sync.aligned.m16n8k32.row.col.f32.e4m3.e4m3.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+		: "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+		: "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+}
+#endif

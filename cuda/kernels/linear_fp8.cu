@@ -1,0 +1,152 @@
+// FP8 block-scaled linear (spec §3.4):
+//   y[m, n] = bf16( sum_kb act_scale[m, kb] * w_scale[n/128, kb] * sum_{k in kb} xq[m, k] * wq[n, k] )
+// xq: e4m3 [M, K]; xs: e8m0 [M, K/128]; w: e4m3 [N, K]; ws: e8m0 [ceil(N/128), K/128];
+// y: bf16 [M, N]. K % 128 == 0, N % 8 == 0.
+//
+// Tensor cores through mma.sync: a CTA computes a 64x128 tile with 4 warps
+// (2x2, 32x64 each), K in blocks of 128 through a 2-stage cp.async pipeline.
+// The products of one 128-K block accumulate in fp32 registers and are then
+// promoted into the running sum with the two scales (DeepGEMM-style).
+// sm_89+: m16n8k32 e4m3 MMA straight from the fp8 bytes.
+// sm_80:  e4m3 -> f16 (exact, value * 2^-8) and m16n8k16 f16 MMA; the 2^16 is
+//         folded into the promotion factor.
+#include "common.cuh"
+
+#define BM 64
+#define BN 128
+#define BK 128
+#define SROW 144 // padded smem row (bytes): conflict-free 4-byte fragment loads
+#define A_STAGE (BM * SROW)
+#define B_STAGE (BN * SROW)
+#define STAGE_BYTES (A_STAGE + B_STAGE)
+
+DEV u32 lds32(const u8* p) { return *reinterpret_cast<const u32*>(p); }
+
+extern "C" __global__ void __launch_bounds__(128) linear_fp8(
+	u16* __restrict__ y, const u8* __restrict__ xq, const u8* __restrict__ xs,
+	const u8* __restrict__ w, const u8* __restrict__ ws, int M, int N, int K)
+{
+	extern __shared__ __align__(16) u8 smem[];
+	const int tid = threadIdx.x, lane = tid & 31, wid = tid >> 5;
+	const int g = lane >> 2, c = lane & 3;
+	const int wm = wid & 1, wn = wid >> 1;
+	const int n0 = blockIdx.x * BN, m0 = blockIdx.y * BM;
+	const int nkb = K / BK;
+
+	auto load_stage = [&](int stage, int kb) {
+		u8* As = smem + stage * STAGE_BYTES;
+		u8* Bs = As + A_STAGE;
+#pragma unroll
+		for (int i = 0; i < 4; i++) {
+			int ch = tid + i * 128, r = ch >> 3, col = (ch & 7) * 16;
+			bool ok = m0 + r < M;
+			const u8* src = ok ? xq + (size_t)(m0 + r) * K + (size_t)kb * BK + col : xq;
+			cp_async16(As + r * SROW + col, src, ok ? 16 : 0);
+		}
+#pragma unroll
+		for (int i = 0; i < 8; i++) {
+			int ch = tid + i * 128, r = ch >> 3, col = (ch & 7) * 16;
+			bool ok = n0 + r < N;
+			const u8* src = ok ? w + (size_t)(n0 + r) * K + (size_t)kb * BK + col : w;
+			cp_async16(Bs + r * SROW + col, src, ok ? 16 : 0);
+		}
+	};
+
+	float acc[2][8][4];
+#pragma unroll
+	for (int i = 0; i < 2; i++)
+#pragma unroll
+		for (int j = 0; j < 8; j++)
+#pragma unroll
+			for (int k = 0; k < 4; k++) acc[i][j][k] = 0.f;
+
+	load_stage(0, 0);
+	cp_async_commit();
+	for (int kb = 0; kb < nkb; kb++) {
+		if (kb + 1 < nkb) load_stage((kb + 1) & 1, kb + 1);
+		cp_async_commit();
+		cp_async_wait<1>();
+		__syncthreads();
+
+		const u8* As = smem + (kb & 1) * STAGE_BYTES;
+		const u8* Bs = As + A_STAGE;
+		float part[2][8][4];
+#pragma unroll
+		for (int i = 0; i < 2; i++)
+#pragma unroll
+			for (int j = 0; j < 8; j++)
+#pragma unroll
+				for (int k = 0; k < 4; k++) part[i][j][k] = 0.f;
+
+#pragma unroll
+		for (int ks = 0; ks < 4; ks++) {
+			u32 a[2][4];
+#pragma unroll
+			for (int mt = 0; mt < 2; mt++) {
+				const u8* r0 = As + (wm * 32 + mt * 16 + g) * SROW + ks * 32 + 4 * c;
+				a[mt][0] = lds32(r0);
+				a[mt][1] = lds32(r0 + 8 * SROW);
+				a[mt][2] = lds32(r0 + 16);
+				a[mt][3] = lds32(r0 + 8 * SROW + 16);
+			}
+#pragma unroll
+			for (int nt = 0; nt < 8; nt++) {
+				const u8* br = Bs + (wn * 64 + nt * 8 + g) * SROW + ks * 32 + 4 * c;
+				u32 b[2] = {lds32(br), lds32(br + 16)};
+#pragma unroll
+				for (int mt = 0; mt < 2; mt++) {
+#ifdef MM_HAVE_FP8_MMA
+					mma_e4m3_16832(part[mt][nt], a[mt], b);
+#else
+					// Two k16 f16 MMAs over the same 32 bytes: thread c's 4 bytes map
+					// to logical k {2c, 2c+1} (low pair) and {8+2c, 9+2c} (high pair)
+					// identically in A and B, so the dot product is unchanged.
+#pragma unroll
+					for (int h = 0; h < 2; h++) {
+						u32 wa0 = a[mt][2 * h], wa1 = a[mt][2 * h + 1], wb = b[h];
+						u32 af[4] = {e4m3x2_to_f16x2_scaled(wa0 & 0xffffu), e4m3x2_to_f16x2_scaled(wa1 & 0xffffu),
+							e4m3x2_to_f16x2_scaled(wa0 >> 16), e4m3x2_to_f16x2_scaled(wa1 >> 16)};
+						u32 bf[2] = {e4m3x2_to_f16x2_scaled(wb & 0xffffu), e4m3x2_to_f16x2_scaled(wb >> 16)};
+						mma_f16_16816(part[mt][nt], af, bf);
+					}
+#endif
+				}
+			}
+		}
+
+		// Promote this K block: acc += part * act_scale[row] * w_scale.
+#ifdef MM_HAVE_FP8_MMA
+		const float unit = 1.0f;
+#else
+		const float unit = 65536.0f;
+#endif
+		const int kblocks = K / BK;
+		const float wsc = e8m0_to_f32(ws[(size_t)(n0 / 128) * kblocks + kb]) * unit;
+#pragma unroll
+		for (int mt = 0; mt < 2; mt++) {
+			int r0 = m0 + wm * 32 + mt * 16 + g, r1 = r0 + 8;
+			float f0 = r0 < M ? e8m0_to_f32(xs[(size_t)r0 * kblocks + kb]) * wsc : 0.f;
+			float f1 = r1 < M ? e8m0_to_f32(xs[(size_t)r1 * kblocks + kb]) * wsc : 0.f;
+#pragma unroll
+			for (int nt = 0; nt < 8; nt++) {
+				acc[mt][nt][0] = fmaf(part[mt][nt][0], f0, acc[mt][nt][0]);
+				acc[mt][nt][1] = fmaf(part[mt][nt][1], f0, acc[mt][nt][1]);
+				acc[mt][nt][2] = fmaf(part[mt][nt][2], f1, acc[mt][nt][2]);
+				acc[mt][nt][3] = fmaf(part[mt][nt][3], f1, acc[mt][nt][3]);
+			}
+		}
+		__syncthreads(); // the stage is refilled next iteration
+	}
+
+#pragma unroll
+	for (int mt = 0; mt < 2; mt++) {
+		int r0 = m0 + wm * 32 + mt * 16 + g, r1 = r0 + 8;
+#pragma unroll
+		for (int nt = 0; nt < 8; nt++) {
+			int col = n0 + wn * 64 + nt * 8 + 2 * c;
+			if (col >= N) continue;
+			if (r0 < M) *reinterpret_cast<u32*>(y + (size_t)r0 * N + col) = pack_bf16x2(acc[mt][nt][0], acc[mt][nt][1]);
+			if (r1 < M) *reinterpret_cast<u32*>(y + (size_t)r1 * N + col) = pack_bf16x2(acc[mt][nt][2], acc[mt][nt][3]);
+		}
+	}
+}

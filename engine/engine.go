@@ -1,0 +1,305 @@
+// Package engine serves generation requests on one model: a Scheduler picks
+// each step's tokens (continuous batching, chunked prefill, preemption), the
+// Runner runs the model and samples, and tokens stream back per request. One
+// goroutine (Run) owns the model and its cache; everything else talks to it
+// through Submit and Stream.
+package engine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+
+	"github.com/megamoe/megamoe/kvcache"
+)
+
+// ErrQueueFull is returned by Submit when the waiting queue is at its bound.
+var ErrQueueFull = errors.New("engine: request queue full")
+
+// ErrStopped is returned by Submit after Run returned.
+var ErrStopped = errors.New("engine: stopped")
+
+// ForwardItem is one sequence's tokens for one forward pass; they continue the
+// sequence at position Seq.Len().
+type ForwardItem struct {
+	Seq       *kvcache.Sequence
+	Tokens    []int32
+	AllLogits bool
+}
+
+// Model is what the engine needs from a model: a batched forward pass that
+// returns, per item, the logits row of its last token (len Vocab) or, with
+// AllLogits, all rows concatenated (len(Tokens)·Vocab).
+type Model interface {
+	Forward(items []ForwardItem) ([][]float32, error)
+	FreeSequence(*kvcache.Sequence)
+	Cache() *kvcache.Manager
+	Vocab() int
+}
+
+// Config sizes the engine.
+type Config struct {
+	MaxNumSeqs     int // running sequences (default 64)
+	MaxBatchTokens int // tokens per step (default 512)
+	MaxModelLen    int // context length (required)
+	MaxQueue       int // waiting requests before ErrQueueFull (default 1024)
+	Logger         *slog.Logger
+}
+
+// Stats is a snapshot for metrics.
+type Stats struct {
+	Waiting, Running int
+	CacheUsed        int64
+	CacheCapacity    int64
+	Preemptions      int
+}
+
+// Engine is the serving loop around one model.
+type Engine struct {
+	cfg    Config
+	model  Model
+	sched  *Scheduler
+	runner *Runner
+	log    *slog.Logger
+
+	mu      sync.Mutex
+	inbox   []*Sequence
+	cancels []*Stream
+	queued  int // waiting in inbox + scheduler
+	stats   Stats
+	stopped bool
+	nextID  int64
+	wake    chan struct{}
+	byID    map[int64]*Sequence // engine goroutine only
+}
+
+// New creates an engine; call Run to start it.
+func New(m Model, cfg Config) (*Engine, error) {
+	if cfg.MaxNumSeqs <= 0 {
+		cfg.MaxNumSeqs = 64
+	}
+	if cfg.MaxBatchTokens <= 0 {
+		cfg.MaxBatchTokens = 512
+	}
+	if cfg.MaxQueue <= 0 {
+		cfg.MaxQueue = 1024
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	sched, err := NewScheduler(SchedulerConfig{MaxNumSeqs: cfg.MaxNumSeqs, MaxBatchTokens: cfg.MaxBatchTokens,
+		MaxModelLen: cfg.MaxModelLen}, m.Cache(), m.FreeSequence)
+	if err != nil {
+		return nil, err
+	}
+	return &Engine{cfg: cfg, model: m, sched: sched, runner: &Runner{model: m}, log: cfg.Logger,
+		wake: make(chan struct{}, 1), byID: map[int64]*Sequence{},
+		stats: Stats{CacheCapacity: m.Cache().CapacityBytes()}}, nil
+}
+
+// Config returns the effective configuration.
+func (e *Engine) Config() Config { return e.cfg }
+
+// Vocab is the model's vocabulary size.
+func (e *Engine) Vocab() int { return e.model.Vocab() }
+
+// Cache is the model's cache manager (read-only use: sizes, accounting).
+func (e *Engine) Cache() *kvcache.Manager { return e.model.Cache() }
+
+// Submit queues a request. The returned stream delivers its tokens.
+func (e *Engine) Submit(req *Request) (*Stream, error) {
+	if len(req.Prompt) == 0 {
+		return nil, errors.New("engine: empty prompt")
+	}
+	if len(req.Prompt) >= e.cfg.MaxModelLen {
+		return nil, fmt.Errorf("engine: prompt of %d tokens leaves no room in a context of %d", len(req.Prompt), e.cfg.MaxModelLen)
+	}
+	if req.MaxTokens <= 0 {
+		return nil, fmt.Errorf("engine: max tokens %d must be positive", req.MaxTokens)
+	}
+	if err := req.Params.Validate(e.model.Vocab()); err != nil {
+		return nil, fmt.Errorf("engine: %w", err)
+	}
+	for _, t := range req.Prompt {
+		if t < 0 || int(t) >= e.model.Vocab() {
+			return nil, fmt.Errorf("engine: prompt token %d outside the vocabulary [0, %d)", t, e.model.Vocab())
+		}
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.stopped {
+		return nil, ErrStopped
+	}
+	if e.queued >= e.cfg.MaxQueue {
+		return nil, ErrQueueFull
+	}
+	e.nextID++
+	st := newStream(e.nextID, e.cancel)
+	seq := &Sequence{ID: e.nextID, Tokens: append([]int32(nil), req.Prompt...), NumPrompt: len(req.Prompt),
+		Req: req, Sampler: NewSampler(req.Params, req.Prompt), stream: st}
+	e.inbox = append(e.inbox, seq)
+	e.queued++
+	e.signal()
+	return st, nil
+}
+
+func (e *Engine) cancel(st *Stream) {
+	e.mu.Lock()
+	e.cancels = append(e.cancels, st)
+	e.mu.Unlock()
+	e.signal()
+}
+
+func (e *Engine) signal() {
+	select {
+	case e.wake <- struct{}{}:
+	default:
+	}
+}
+
+// Stats returns the state after the last step.
+func (e *Engine) Stats() Stats {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	s := e.stats
+	s.CacheUsed = e.model.Cache().UsedBytes()
+	return s
+}
+
+// Run is the engine goroutine: it steps while there is work and sleeps
+// otherwise. When ctx ends it fails what is still queued or running and returns.
+func (e *Engine) Run(ctx context.Context) error {
+	defer func() {
+		e.mu.Lock()
+		e.stopped = true
+		e.mu.Unlock()
+		e.absorb()
+		e.sched.Abort(errAborted)
+		e.publish()
+	}()
+	for {
+		e.absorb()
+		e.publish()
+		if !e.sched.HasWork() {
+			select {
+			case <-ctx.Done():
+				return ctx.Err()
+			case <-e.wake:
+				continue
+			}
+		}
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		e.step()
+	}
+}
+
+// step is one iteration: schedule, run the model and sample, record.
+func (e *Engine) step() {
+	batch := e.sched.Schedule()
+	results, err := e.runner.Run(batch)
+	e.sched.Postprocess(batch, results, err)
+	if err != nil {
+		e.log.Error("forward failed", "sequences", len(batch), "err", err)
+	}
+}
+
+// absorb moves submitted requests into the scheduler and applies cancels.
+func (e *Engine) absorb() {
+	e.mu.Lock()
+	inbox, cancels := e.inbox, e.cancels
+	e.inbox, e.cancels = nil, nil
+	e.mu.Unlock()
+	for _, seq := range inbox {
+		e.byID[seq.ID] = seq
+		e.sched.Add(seq)
+	}
+	for _, st := range cancels {
+		if seq := e.byID[st.ID]; seq != nil {
+			e.sched.Cancel(seq, FinishCancelled, nil)
+		}
+	}
+	for id, seq := range e.byID {
+		if seq.Status == Finished {
+			delete(e.byID, id)
+		}
+	}
+}
+
+// publish refreshes the counters Submit and Stats read.
+func (e *Engine) publish() {
+	e.mu.Lock()
+	e.queued = len(e.inbox) + e.sched.NumWaiting()
+	e.stats.Waiting = e.queued
+	e.stats.Running = e.sched.NumRunning()
+	e.stats.Preemptions = e.sched.Preemptions
+	e.mu.Unlock()
+}
+
+// Runner runs one batch through the model and samples the sequences that
+// reached their last known token.
+type Runner struct {
+	model Model
+}
+
+// Run executes the forward pass of items and samples.
+func (r *Runner) Run(items []Item) ([]Result, error) {
+	if len(items) == 0 {
+		return nil, nil
+	}
+	fwd := make([]ForwardItem, len(items))
+	for i := range items {
+		fwd[i] = ForwardItem{Seq: items[i].Seq.KV, Tokens: items[i].Tokens(), AllLogits: items[i].AllLogits}
+	}
+	logits, err := r.model.Forward(fwd)
+	if err != nil {
+		return nil, err
+	}
+	if len(logits) != len(items) {
+		return nil, fmt.Errorf("engine: model returned %d logits rows for %d items", len(logits), len(items))
+	}
+	vocab := r.model.Vocab()
+	res := make([]Result, len(items))
+	for i := range items {
+		it := &items[i]
+		rows := logits[i]
+		want := vocab
+		if it.AllLogits {
+			want = it.N * vocab
+		}
+		if len(rows) != want {
+			return nil, fmt.Errorf("engine: item %d: %d logits, want %d", i, len(rows), want)
+		}
+		if it.AllLogits {
+			res[i].Prompt = promptLogprobs(it, rows, vocab)
+		}
+		if it.Sample {
+			res[i].Sampled = it.Seq.Sampler.Sample(rows[len(rows)-vocab:])
+		}
+	}
+	return res, nil
+}
+
+// promptLogprobs scores the prompt tokens that the chunk's rows predict and
+// that were not sent before (a recomputed sequence does not resend them).
+func promptLogprobs(it *Item, rows []float32, vocab int) []Token {
+	seq := it.Seq
+	k := seq.Sampler.Params().TopLogprobs
+	var out []Token
+	for j := range it.N {
+		p := it.Start + j + 1 // the token row j predicts
+		if p >= seq.NumPrompt {
+			break
+		}
+		if p <= seq.promptLP {
+			continue
+		}
+		row := rows[j*vocab : (j+1)*vocab]
+		id := seq.Tokens[p]
+		out = append(out, Token{ID: id, Logprob: Logprob(row, id), Top: TopLogprobs(row, k)})
+	}
+	return out
+}

@@ -1,0 +1,359 @@
+package engine
+
+import (
+	"cmp"
+	"errors"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"slices"
+)
+
+// SamplingParams are the per-request sampling controls (OpenAI + vLLM names).
+// The zero value is greedy decoding without penalties.
+type SamplingParams struct {
+	Temperature       float64 // 0 = greedy (argmax)
+	TopP              float64 // nucleus mass in (0, 1]; 0 or 1 = off
+	TopK              int     // keep the k most likely; 0 or <0 = off
+	MinP              float64 // drop tokens with p < MinP·p_max; 0 = off
+	Seed              *uint64 // nil = nondeterministic
+	PresencePenalty   float64 // OpenAI: −α·[count>0] over generated tokens
+	FrequencyPenalty  float64 // OpenAI: −α·count over generated tokens
+	RepetitionPenalty float64 // vLLM/CTRL over prompt+generated: 1 (or 0) = off
+	LogitBias         map[int32]float32
+	Logprobs          bool // return the chosen token's logprob
+	TopLogprobs       int  // and this many alternatives (0–20)
+}
+
+// MaxTopLogprobs is OpenAI's bound on top_logprobs.
+const MaxTopLogprobs = 20
+
+// Validate checks ranges (the API reports the same bounds with the field name).
+func (p *SamplingParams) Validate(vocab int) error {
+	switch {
+	case math.IsNaN(p.Temperature) || p.Temperature < 0:
+		return fmt.Errorf("temperature %v must be >= 0", p.Temperature)
+	case math.IsNaN(p.TopP) || p.TopP < 0 || p.TopP > 1:
+		return fmt.Errorf("top_p %v must be in [0, 1]", p.TopP)
+	case math.IsNaN(p.MinP) || p.MinP < 0 || p.MinP > 1:
+		return fmt.Errorf("min_p %v must be in [0, 1]", p.MinP)
+	case math.IsNaN(p.RepetitionPenalty) || p.RepetitionPenalty < 0:
+		return fmt.Errorf("repetition_penalty %v must be > 0", p.RepetitionPenalty)
+	case p.TopLogprobs < 0 || p.TopLogprobs > MaxTopLogprobs:
+		return fmt.Errorf("top_logprobs %d must be in [0, %d]", p.TopLogprobs, MaxTopLogprobs)
+	case math.IsNaN(p.PresencePenalty) || math.IsNaN(p.FrequencyPenalty):
+		return errors.New("penalties must be numbers")
+	}
+	for id := range p.LogitBias {
+		if id < 0 || int(id) >= vocab {
+			return fmt.Errorf("logit_bias token %d outside the vocabulary [0, %d)", id, vocab)
+		}
+	}
+	return nil
+}
+
+// TokenLogprob is one candidate with its log-probability.
+type TokenLogprob struct {
+	ID      int32
+	Logprob float32
+}
+
+// Sampled is the outcome of one sampling step.
+type Sampled struct {
+	ID      int32
+	Logprob float32        // log p(ID) under the raw model distribution (set when Logprobs)
+	Top     []TokenLogprob // the TopLogprobs most likely tokens, most likely first
+}
+
+// Sampler turns one logits row into a token for one sequence. It owns the
+// sequence's RNG (so a fixed seed reproduces the output whatever else is in
+// the batch) and the occurrence counts the penalties need.
+type Sampler struct {
+	p      SamplingParams
+	rng    *rand.Rand
+	counts map[int32]int  // generated tokens
+	seen   map[int32]bool // prompt + generated (repetition penalty)
+	// scratch reused across steps
+	work []float32
+	prob []float64
+	idx  []int32
+}
+
+// NewSampler creates a sampler; prompt feeds the repetition penalty.
+func NewSampler(p SamplingParams, prompt []int32) *Sampler {
+	var seed uint64
+	if p.Seed != nil {
+		seed = *p.Seed
+	} else {
+		seed = rand.Uint64()
+	}
+	s := &Sampler{p: p, rng: rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)), counts: map[int32]int{}}
+	if p.RepetitionPenalty > 0 && p.RepetitionPenalty != 1 {
+		s.seen = make(map[int32]bool, len(prompt))
+		for _, t := range prompt {
+			s.seen[t] = true
+		}
+	}
+	return s
+}
+
+// Params returns the sampling parameters.
+func (s *Sampler) Params() SamplingParams { return s.p }
+
+// Accept records a generated token for the penalties.
+func (s *Sampler) Accept(id int32) {
+	s.counts[id]++
+	if s.seen != nil {
+		s.seen[id] = true
+	}
+}
+
+// Sample picks the next token from logits (len = vocab); logits is not modified.
+func (s *Sampler) Sample(logits []float32) Sampled {
+	var out Sampled
+	if s.p.Logprobs || s.p.TopLogprobs > 0 {
+		out.Top = TopLogprobs(logits, s.p.TopLogprobs)
+	}
+	x := s.processed(logits)
+	out.ID = s.choose(x)
+	if s.p.Logprobs || s.p.TopLogprobs > 0 {
+		out.Logprob = Logprob(logits, out.ID)
+	}
+	return out
+}
+
+// processed applies logit_bias and the penalties to a copy of logits; NaN becomes −inf.
+func (s *Sampler) processed(logits []float32) []float32 {
+	x := append(s.work[:0], logits...)
+	s.work = x
+	for i, v := range x {
+		if v != v {
+			x[i] = float32(math.Inf(-1))
+		}
+	}
+	for id, b := range s.p.LogitBias {
+		if int(id) < len(x) {
+			x[id] += b
+		}
+	}
+	if rp := float32(s.p.RepetitionPenalty); s.seen != nil {
+		for id := range s.seen {
+			if int(id) >= len(x) || id < 0 {
+				continue
+			}
+			if x[id] > 0 {
+				x[id] /= rp
+			} else {
+				x[id] *= rp
+			}
+		}
+	}
+	if s.p.PresencePenalty != 0 || s.p.FrequencyPenalty != 0 {
+		for id, c := range s.counts {
+			if int(id) >= len(x) || id < 0 {
+				continue
+			}
+			x[id] -= float32(s.p.FrequencyPenalty)*float32(c) + float32(s.p.PresencePenalty)
+		}
+	}
+	return x
+}
+
+// choose is greedy for T=0, else temperature → top-k → top-p → min-p → draw.
+// Only the candidates that can survive the filters are sorted (a full sort of a
+// 129k vocabulary per token would dominate a decode step on the CPU).
+func (s *Sampler) choose(x []float32) int32 {
+	best := argmax(x)
+	if s.p.Temperature == 0 || math.IsInf(float64(x[best]), 0) {
+		// Greedy; or nothing is possible (argmax then picks id 0); or a +inf
+		// logit, which takes all the mass.
+		return best
+	}
+	invT := 1 / max(s.p.Temperature, 1e-5)
+	m := float64(x[best])
+	if cap(s.prob) < len(x) {
+		s.prob = make([]float64, len(x))
+	}
+	prob := s.prob[:len(x)] // unnormalised, prob[best] = 1
+	var sum float64
+	for i, v := range x {
+		prob[i] = math.Exp((float64(v) - m) * invT)
+		sum += prob[i]
+	}
+	topK := s.p.TopK
+	if topK <= 0 || topK >= len(x) {
+		topK = 0
+	}
+	topP := s.p.TopP
+	if topP <= 0 || topP >= 1 {
+		topP = 0
+	}
+	minP := s.p.MinP
+	if topK == 0 && topP == 0 {
+		// No rank-based filter: draw over the ids in order, honouring min-p.
+		thr := minP // relative to prob[best] = 1
+		var kept float64
+		for _, q := range prob {
+			if q >= thr {
+				kept += q
+			}
+		}
+		u := s.rng.Float64() * kept
+		last := best
+		for i, q := range prob {
+			if q < thr || q == 0 {
+				continue
+			}
+			last = int32(i)
+			if u -= q; u < 0 {
+				return int32(i)
+			}
+		}
+		return last
+	}
+	// Candidates above a small threshold suffice when they hold at least the top-p
+	// mass and at least k tokens: every other token ranks below all of them.
+	idx := s.idx[:0]
+	for _, thr := range []float64{1e-7, 0} {
+		idx = idx[:0]
+		var mass float64
+		for i, q := range prob {
+			if q > thr || (thr == 0 && q > 0) {
+				idx = append(idx, int32(i))
+				mass += q
+			}
+		}
+		if (topK == 0 || len(idx) >= topK) && (topP == 0 || mass >= topP*sum) {
+			break
+		}
+	}
+	s.idx = idx
+	slices.SortFunc(idx, func(a, b int32) int {
+		if c := cmp.Compare(prob[b], prob[a]); c != 0 {
+			return c
+		}
+		return cmp.Compare(a, b)
+	})
+	n := len(idx)
+	if topK > 0 && topK < n {
+		n = topK
+		sum = 0
+		for _, id := range idx[:n] {
+			sum += prob[id]
+		}
+	}
+	if topP > 0 {
+		var c float64
+		for i, id := range idx[:n] {
+			c += prob[id]
+			if c >= topP*sum {
+				n = i + 1
+				break
+			}
+		}
+	}
+	if minP > 0 {
+		for i := 1; i < n; i++ {
+			if prob[idx[i]] < minP {
+				n = i
+				break
+			}
+		}
+	}
+	var kept float64
+	for _, id := range idx[:n] {
+		kept += prob[id]
+	}
+	u := s.rng.Float64() * kept
+	for _, id := range idx[:n] {
+		if u -= prob[id]; u < 0 {
+			return id
+		}
+	}
+	return idx[n-1]
+}
+
+func argmax(x []float32) int32 {
+	best := 0
+	for i, v := range x {
+		if v > x[best] || (x[best] != x[best] && v == v) {
+			best = i
+		}
+	}
+	return int32(best)
+}
+
+// logsumexp of a row, ignoring NaN; −inf if every entry is −inf or NaN.
+func logsumexp(x []float32) float64 {
+	m := math.Inf(-1)
+	for _, v := range x {
+		if float64(v) > m {
+			m = float64(v)
+		}
+	}
+	if math.IsInf(m, 0) {
+		return m
+	}
+	var s float64
+	for _, v := range x {
+		if v == v {
+			s += math.Exp(float64(v) - m)
+		}
+	}
+	return m + math.Log(s)
+}
+
+// Logprob is log softmax(logits)[id].
+func Logprob(logits []float32, id int32) float32 {
+	if id < 0 || int(id) >= len(logits) {
+		return float32(math.Inf(-1))
+	}
+	lse := logsumexp(logits)
+	v := logits[id]
+	if v != v || math.IsInf(lse, 0) {
+		return float32(math.Inf(-1))
+	}
+	return float32(float64(v) - lse)
+}
+
+// TopLogprobs returns the n most likely tokens of log softmax(logits), most likely
+// first, ties broken by lower id.
+func TopLogprobs(logits []float32, n int) []TokenLogprob {
+	if n <= 0 {
+		return nil
+	}
+	n = min(n, len(logits))
+	lse := logsumexp(logits)
+	// Partial selection: keep a small sorted list (n ≤ 20).
+	top := make([]TokenLogprob, 0, n+1)
+	less := func(a, b TokenLogprob) bool { // a ranks before b
+		return a.Logprob > b.Logprob || (a.Logprob == b.Logprob && a.ID < b.ID)
+	}
+	for i, v := range logits {
+		if v != v {
+			v = float32(math.Inf(-1))
+		}
+		c := TokenLogprob{ID: int32(i), Logprob: v}
+		if len(top) == n && !less(c, top[n-1]) {
+			continue
+		}
+		j := len(top)
+		top = append(top, c)
+		for j > 0 && less(c, top[j-1]) {
+			top[j] = top[j-1]
+			j--
+		}
+		top[j] = c
+		if len(top) > n {
+			top = top[:n]
+		}
+	}
+	for i := range top {
+		if math.IsInf(lse, 0) || math.IsInf(float64(top[i].Logprob), -1) {
+			top[i].Logprob = float32(math.Inf(-1))
+		} else {
+			top[i].Logprob = float32(float64(top[i].Logprob) - lse)
+		}
+	}
+	return top
+}

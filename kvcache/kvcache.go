@@ -1,0 +1,242 @@
+// Package kvcache keeps the per-sequence cache bookkeeping of spec §5.9: which
+// state slot (window rings + compressor pending state) and which blocks
+// (compressed entries and indexer keys, growing with the sequence) a sequence
+// owns, and how many bytes that is. The storage itself lives in the backend,
+// addressed by these slot and block ids.
+package kvcache
+
+import (
+	"errors"
+	"fmt"
+	"sync"
+
+	"github.com/megamoe/megamoe/checkpoint"
+)
+
+// ErrCacheFull is returned by Reserve when the capacity is exhausted.
+var ErrCacheFull = errors.New("kv cache full")
+
+// LayerKind is the cache shape of one layer (main layers, then the MTP block).
+type LayerKind struct {
+	Window   int // window ring entries
+	HeadDim  int // KV entry width
+	Ratio    int // 0, 4, 128
+	IndexDim int // indexer key width (ratio 4), else 0
+}
+
+// Layout is the byte geometry of the cache of one model.
+type Layout struct {
+	BlockTokens int   // token positions covered by one block
+	ElemBytes   int   // bytes per stored KV value
+	StateBytes  int64 // fixed bytes per sequence: window rings + compressor states
+	BlockBytes  int64 // bytes of one block over all compressed layers (0 if none)
+	Layers      []LayerKind
+}
+
+// DefaultBlockTokens is a multiple of every compression ratio.
+const DefaultBlockTokens = 256
+
+// LayoutFromConfig derives the layout of a checkpoint's layers (incl. MTP).
+// elemBytes is the backend's storage width per value (4 on the CPU backend).
+func LayoutFromConfig(c *checkpoint.Config, blockTokens, elemBytes int) (Layout, error) {
+	if blockTokens <= 0 || blockTokens%128 != 0 {
+		return Layout{}, fmt.Errorf("kvcache: block tokens %d must be a positive multiple of 128", blockTokens)
+	}
+	if elemBytes <= 0 {
+		return Layout{}, fmt.Errorf("kvcache: elem bytes %d", elemBytes)
+	}
+	l := Layout{BlockTokens: blockTokens, ElemBytes: elemBytes}
+	eb := int64(elemBytes)
+	for i := range c.Layers + c.MTPLayers {
+		r := c.Ratio(i)
+		k := LayerKind{Window: c.Window, HeadDim: c.HeadDim, Ratio: r}
+		if r == 4 {
+			k.IndexDim = c.IndexHeadDim
+		}
+		l.Layers = append(l.Layers, k)
+		l.StateBytes += int64(k.Window*k.HeadDim) * eb
+		if r > 0 {
+			cc := 1
+			if r == 4 {
+				cc = 2
+			}
+			// pending state: (A, Z) fp32 for cc·r rows of cc·Dc values.
+			l.StateBytes += int64(2*cc*r*cc*k.HeadDim) * 4
+			l.BlockBytes += int64(blockTokens/r*k.HeadDim) * eb
+			if k.IndexDim > 0 {
+				l.StateBytes += int64(2*cc*r*cc*k.IndexDim) * 4
+				l.BlockBytes += int64(blockTokens/r*k.IndexDim) * eb
+			}
+		}
+	}
+	return l, nil
+}
+
+// Sequence is one sequence's cache handle.
+type Sequence struct {
+	ID     int64
+	len    int
+	slot   int
+	blocks []int32
+	fresh  bool
+	freed  bool
+}
+
+// Len is the number of tokens processed so far.
+func (s *Sequence) Len() int { return s.len }
+
+// Slot is the state slot, -1 before the first Reserve.
+func (s *Sequence) Slot() int { return s.slot }
+
+// Blocks is the block table (read-only for callers).
+func (s *Sequence) Blocks() []int32 { return s.blocks }
+
+// Manager hands out state slots and blocks within a byte capacity.
+type Manager struct {
+	mu         sync.Mutex
+	layout     Layout
+	capacity   int64
+	used       int64
+	freeBlocks []int32
+	nextBlock  int32
+	freeSlots  []int
+	nextSlot   int
+	nextID     int64
+}
+
+// NewManager creates a manager for `layout` holding at most capacityBytes.
+func NewManager(layout Layout, capacityBytes int64) *Manager {
+	return &Manager{layout: layout, capacity: max(capacityBytes, 0)}
+}
+
+// Layout returns the geometry.
+func (m *Manager) Layout() Layout { return m.layout }
+
+// MaxBlocks is an upper bound on block ids (for sizing backend storage).
+func (m *Manager) MaxBlocks() int {
+	if m.layout.BlockBytes == 0 {
+		return 0
+	}
+	return int(m.capacity / m.layout.BlockBytes)
+}
+
+// MaxSlots is an upper bound on state slot ids.
+func (m *Manager) MaxSlots() int {
+	if m.layout.StateBytes == 0 {
+		return 0
+	}
+	return int(m.capacity / m.layout.StateBytes)
+}
+
+// NewSequence returns an empty sequence; it holds no memory until Reserve.
+func (m *Manager) NewSequence() *Sequence {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.nextID++
+	return &Sequence{ID: m.nextID, slot: -1}
+}
+
+func (m *Manager) blocksFor(tokens int) int {
+	if m.layout.BlockBytes == 0 || tokens <= 0 {
+		return 0
+	}
+	return (tokens + m.layout.BlockTokens - 1) / m.layout.BlockTokens
+}
+
+// BytesFor is the cache size of one sequence of `tokens` tokens.
+func (m *Manager) BytesFor(tokens int) int64 {
+	return m.layout.StateBytes + int64(m.blocksFor(tokens))*m.layout.BlockBytes
+}
+
+// Reserve makes sure s owns storage for newLen tokens. On ErrCacheFull nothing changes.
+func (m *Manager) Reserve(s *Sequence, newLen int) error {
+	if s == nil {
+		return errors.New("kvcache: nil sequence")
+	}
+	if newLen < 0 {
+		return fmt.Errorf("kvcache: reserve %d tokens", newLen)
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if s.freed {
+		return fmt.Errorf("kvcache: sequence %d was freed", s.ID)
+	}
+	needSlot := s.slot < 0
+	add := max(m.blocksFor(newLen)-len(s.blocks), 0)
+	bytes := int64(add) * m.layout.BlockBytes
+	if needSlot {
+		bytes += m.layout.StateBytes
+	}
+	if m.used+bytes > m.capacity {
+		return fmt.Errorf("reserve %d tokens for sequence %d (%d of %d bytes used, %d more needed): %w",
+			newLen, s.ID, m.used, m.capacity, bytes, ErrCacheFull)
+	}
+	if needSlot {
+		if n := len(m.freeSlots); n > 0 {
+			s.slot = m.freeSlots[n-1]
+			m.freeSlots = m.freeSlots[:n-1]
+		} else {
+			s.slot = m.nextSlot
+			m.nextSlot++
+		}
+		s.fresh = true
+	}
+	for range add {
+		var id int32
+		if n := len(m.freeBlocks); n > 0 {
+			id = m.freeBlocks[n-1]
+			m.freeBlocks = m.freeBlocks[:n-1]
+		} else {
+			id = m.nextBlock
+			m.nextBlock++
+		}
+		s.blocks = append(s.blocks, id)
+	}
+	m.used += bytes
+	return nil
+}
+
+// TakeFresh reports (once) that s got a new state slot that must be reset.
+func (m *Manager) TakeFresh(s *Sequence) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	f := s.fresh
+	s.fresh = false
+	return f
+}
+
+// Advance records that n more tokens of s were processed.
+func (m *Manager) Advance(s *Sequence, n int) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	s.len += n
+}
+
+// Free returns all storage of s; s cannot be used afterwards.
+func (m *Manager) Free(s *Sequence) {
+	if s == nil {
+		return
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if s.freed {
+		return
+	}
+	if s.slot >= 0 {
+		m.freeSlots = append(m.freeSlots, s.slot)
+		m.used -= m.layout.StateBytes
+	}
+	m.freeBlocks = append(m.freeBlocks, s.blocks...)
+	m.used -= int64(len(s.blocks)) * m.layout.BlockBytes
+	s.blocks, s.slot, s.len, s.freed = nil, -1, 0, true
+}
+
+// UsedBytes is the storage currently owned by sequences.
+func (m *Manager) UsedBytes() int64 {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.used
+}
+
+// CapacityBytes is the configured capacity.
+func (m *Manager) CapacityBytes() int64 { return m.capacity }

@@ -1,0 +1,442 @@
+// Package model is the DeepSeek-V4 forward pass (spec §2–§7) written once
+// against backend.Backend: embedding, blocks with mHC, attention and MoE, the
+// final head and the MTP block. Forward takes a batch of sequences, each a
+// prefill chunk of any length at any position or one decode token.
+package model
+
+import (
+	"errors"
+	"fmt"
+	"sync"
+
+	"github.com/megamoe/megamoe/attention"
+	"github.com/megamoe/megamoe/backend"
+	"github.com/megamoe/megamoe/backend/cpu"
+	"github.com/megamoe/megamoe/checkpoint"
+	"github.com/megamoe/megamoe/kvcache"
+	"github.com/megamoe/megamoe/moe"
+)
+
+// Options configure a Model.
+type Options struct {
+	Numerics       string // "faithful" (default) | "exact"
+	Threads        int    // CPU backend workers when be is nil (0 = GOMAXPROCS)
+	TraceNonFinite bool   // check every sub-layer output; report *NonFiniteError
+	CacheBytes     int64  // KV cache capacity (0 = 1 GiB)
+}
+
+// DefaultCacheBytes is the cache capacity when Options.CacheBytes is 0.
+const DefaultCacheBytes = 1 << 30
+
+type block struct {
+	index             int
+	hcAttn, hcFFN     backend.HC
+	attnNorm, ffnNorm backend.Vec
+	attn              *attention.Layer
+	ffn               *moe.Layer
+}
+
+type mtpBlock struct {
+	block
+	eProj, hProj       backend.Linear
+	eNorm, hNorm, norm backend.Vec
+	hcHead             backend.HC
+}
+
+// Model is a loaded DeepSeek-V4 model bound to a backend.
+type Model struct {
+	cfg    *checkpoint.Config
+	be     backend.Backend
+	opts   Options
+	hc     backend.HcArgs
+	eps    float32
+	embed  backend.Embedding
+	head   backend.Linear
+	norm   backend.Vec
+	hcHead backend.HC
+	blocks []*block
+	mtp    *mtpBlock
+	cache  *kvcache.Manager
+	store  backend.KVStore
+	mu     sync.Mutex // one forward at a time
+}
+
+// New prepares w on be (a CPU backend when be is nil).
+func New(w *checkpoint.Weights, be backend.Backend, opts Options) (*Model, error) {
+	if w == nil || w.Config == nil {
+		return nil, errors.New("model: nil weights")
+	}
+	num, ok := backend.ParseNumerics(opts.Numerics)
+	if !ok {
+		return nil, fmt.Errorf("model: numerics %q, want faithful or exact", opts.Numerics)
+	}
+	if be == nil {
+		be = cpu.New(cpu.Options{Threads: opts.Threads})
+	}
+	be.SetNumerics(num)
+	c := w.Config
+	m := &Model{cfg: c, be: be, opts: opts, eps: float32(c.NormEps),
+		hc: backend.HcArgs{Streams: c.HcMult, Sinkhorn: c.HcSinkhorn, Eps: float32(c.HcEps), NormEps: float32(c.NormEps)}}
+	var err error
+	if m.embed, err = be.PrepareEmbedding(w.Embed, c.Vocab, c.Dim); err != nil {
+		return nil, fmt.Errorf("model: %w", err)
+	}
+	if m.head, err = be.PrepareLinear(&w.Head); err != nil {
+		return nil, fmt.Errorf("model head: %w", err)
+	}
+	if m.head.Out() != c.Vocab || m.head.In() != c.Dim {
+		return nil, fmt.Errorf("model head: %dx%d, want %dx%d", m.head.Out(), m.head.In(), c.Vocab, c.Dim)
+	}
+	if m.norm, err = be.PrepareVec("norm.weight", w.Norm, c.Dim); err != nil {
+		return nil, fmt.Errorf("model: %w", err)
+	}
+	if m.hcHead, err = be.PrepareHC("hc_head", w.HcHead, c.HcMult, c.HcDim()); err != nil {
+		return nil, fmt.Errorf("model: %w", err)
+	}
+	if len(w.Layers) != c.Layers {
+		return nil, fmt.Errorf("model: %d layers bound, config has %d", len(w.Layers), c.Layers)
+	}
+	for i := range w.Layers {
+		b, err := m.prepBlock(&w.Layers[i])
+		if err != nil {
+			return nil, fmt.Errorf("model layer %d: %w", i, err)
+		}
+		m.blocks = append(m.blocks, b)
+	}
+	if len(w.MTP) > 0 {
+		if m.mtp, err = m.prepMTP(&w.MTP[0]); err != nil {
+			return nil, fmt.Errorf("model mtp: %w", err)
+		}
+	}
+	layout, err := kvcache.LayoutFromConfig(c, kvcache.DefaultBlockTokens, 4)
+	if err != nil {
+		return nil, err
+	}
+	capBytes := opts.CacheBytes
+	if capBytes <= 0 {
+		capBytes = DefaultCacheBytes
+	}
+	m.cache = kvcache.NewManager(layout, capBytes)
+	spec := backend.KVSpec{BlockTokens: layout.BlockTokens, MaxBlocks: m.cache.MaxBlocks(), MaxSlots: m.cache.MaxSlots()}
+	for _, k := range layout.Layers {
+		spec.Layers = append(spec.Layers, backend.LayerKV{Window: k.Window, HeadDim: k.HeadDim, Ratio: k.Ratio, IndexDim: k.IndexDim})
+	}
+	if m.store, err = be.NewKVStore(spec); err != nil {
+		return nil, fmt.Errorf("model: %w", err)
+	}
+	return m, nil
+}
+
+func (m *Model) prepBlock(l *checkpoint.Layer) (*block, error) {
+	c, be := m.cfg, m.be
+	b := &block{index: l.Index}
+	var err error
+	if b.hcAttn, err = be.PrepareHC("hc_attn", l.HcAttn, c.HcMix(), c.HcDim()); err != nil {
+		return nil, err
+	}
+	if b.hcFFN, err = be.PrepareHC("hc_ffn", l.HcFFN, c.HcMix(), c.HcDim()); err != nil {
+		return nil, err
+	}
+	if b.attnNorm, err = be.PrepareVec("attn_norm", l.AttnNorm, c.Dim); err != nil {
+		return nil, err
+	}
+	if b.ffnNorm, err = be.PrepareVec("ffn_norm", l.FFNNorm, c.Dim); err != nil {
+		return nil, err
+	}
+	if b.attn, err = attention.Prepare(be, c, l); err != nil {
+		return nil, err
+	}
+	if b.ffn, err = moe.Prepare(be, c, l); err != nil {
+		return nil, err
+	}
+	return b, nil
+}
+
+func (m *Model) prepMTP(p *checkpoint.MTP) (*mtpBlock, error) {
+	b, err := m.prepBlock(&p.Layer)
+	if err != nil {
+		return nil, err
+	}
+	c, be := m.cfg, m.be
+	out := &mtpBlock{block: *b}
+	if out.eProj, err = be.PrepareLinear(&p.EProj); err != nil {
+		return nil, err
+	}
+	if out.hProj, err = be.PrepareLinear(&p.HProj); err != nil {
+		return nil, err
+	}
+	if out.eNorm, err = be.PrepareVec("mtp enorm", p.ENorm, c.Dim); err != nil {
+		return nil, err
+	}
+	if out.hNorm, err = be.PrepareVec("mtp hnorm", p.HNorm, c.Dim); err != nil {
+		return nil, err
+	}
+	if out.norm, err = be.PrepareVec("mtp norm", p.Norm, c.Dim); err != nil {
+		return nil, err
+	}
+	if out.hcHead, err = be.PrepareHC("mtp hc_head", p.HcHead, c.HcMult, c.HcDim()); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// Config returns the architecture.
+func (m *Model) Config() *checkpoint.Config { return m.cfg }
+
+// Cache returns the KV cache manager.
+func (m *Model) Cache() *kvcache.Manager { return m.cache }
+
+// Backend returns the backend the model runs on.
+func (m *Model) Backend() backend.Backend { return m.be }
+
+// FreeSequence releases the cache of s.
+func (m *Model) FreeSequence(s *kvcache.Sequence) { m.cache.Free(s) }
+
+// Batch is one forward step.
+type Batch struct{ Items []BatchItem }
+
+// BatchItem continues Seq at position Seq.Len() with Tokens.
+type BatchItem struct {
+	Seq       *kvcache.Sequence
+	Tokens    []int32
+	AllLogits bool // logits of every row instead of only the last
+	Hidden    bool // also return the final residual streams of every row (for MTP)
+}
+
+// Output holds per item its fp32 logits, flattened rows×vocab: one row (its
+// last token) or every row when AllLogits; and, when BatchItem.Hidden is set,
+// the final residual streams of every row, flattened rows×(hc·d).
+type Output struct {
+	Logits    [][]float32
+	Hidden    [][]float32
+	Vocab     int
+	HiddenDim int
+}
+
+// Rows returns the logits rows of item i as [vocab] views.
+func (o *Output) Rows(i int) [][]float32 {
+	l := o.Logits[i]
+	out := make([][]float32, len(l)/o.Vocab)
+	for r := range out {
+		out[r] = l[r*o.Vocab : (r+1)*o.Vocab : (r+1)*o.Vocab]
+	}
+	return out
+}
+
+// Last returns the logits of the last row of item i.
+func (o *Output) Last(i int) []float32 { l := o.Logits[i]; return l[len(l)-o.Vocab:] }
+
+// runBlock applies one Block (spec §2) to the streams x in place.
+func (m *Model) runBlock(b *block, x backend.Tensor, ids []int32, bt *backend.Batch, tr *tracer, prefix string) (backend.Tensor, error) {
+	be, c := m.be, m.cfg
+	n := x.Rows()
+	check := tr.check(b.index, prefix)
+	mixW := c.HcMult + c.HcMult*c.HcMult
+	a := be.Alloc(n, c.Dim, backend.F32)
+	mix := be.Alloc(n, mixW, backend.F32)
+	if err := be.HcPre(x, b.hcAttn, m.hc, a, mix); err != nil {
+		return nil, fmt.Errorf("%shc_pre attn: %w", prefix, err)
+	}
+	if err := check.Check("attn hc_pre", a, x); err != nil {
+		return nil, err
+	}
+	an := be.Alloc(n, c.Dim, backend.F32)
+	if err := be.RMSNorm(a, b.attnNorm, m.eps, an); err != nil {
+		return nil, fmt.Errorf("%sattn_norm: %w", prefix, err)
+	}
+	o, err := b.attn.Forward(be, m.store, an, bt, check)
+	if err != nil {
+		return nil, fmt.Errorf("%s%w", prefix, tr.wrapOp(err, b.index, prefix+"attn "))
+	}
+	if err := be.HcPost(o, x, mix, m.hc, x); err != nil {
+		return nil, fmt.Errorf("%shc_post attn: %w", prefix, err)
+	}
+	if err := check.Check("attn hc_post", x, o); err != nil {
+		return nil, err
+	}
+	if err := be.HcPre(x, b.hcFFN, m.hc, a, mix); err != nil {
+		return nil, fmt.Errorf("%shc_pre ffn: %w", prefix, err)
+	}
+	if err := be.RMSNorm(a, b.ffnNorm, m.eps, an); err != nil {
+		return nil, fmt.Errorf("%sffn_norm: %w", prefix, err)
+	}
+	if err := check.Check("ffn norm", an, a); err != nil {
+		return nil, err
+	}
+	f, err := b.ffn.Forward(be, an, ids, check)
+	if err != nil {
+		return nil, fmt.Errorf("%s%w", prefix, tr.wrapOp(err, b.index, prefix+"moe "))
+	}
+	if err := be.HcPost(f, x, mix, m.hc, x); err != nil {
+		return nil, fmt.Errorf("%shc_post ffn: %w", prefix, err)
+	}
+	if err := check.Check("moe hc_post", x, f); err != nil {
+		return nil, err
+	}
+	for _, t := range []backend.Tensor{a, mix, an, o, f} {
+		be.Free(t)
+	}
+	return x, nil
+}
+
+// prepare validates items, reserves cache and builds the row layout.
+func (m *Model) prepare(items []BatchItem, mtp bool) (*backend.Batch, []int32, error) {
+	if len(items) == 0 {
+		return nil, nil, errors.New("model: empty batch")
+	}
+	seen := map[*kvcache.Sequence]bool{}
+	bt := &backend.Batch{}
+	var ids []int32
+	for i, it := range items {
+		if it.Seq == nil {
+			return nil, nil, fmt.Errorf("model: item %d has no sequence", i)
+		}
+		if seen[it.Seq] {
+			return nil, nil, fmt.Errorf("model: sequence %d appears twice in the batch", it.Seq.ID)
+		}
+		seen[it.Seq] = true
+		if len(it.Tokens) == 0 {
+			return nil, nil, fmt.Errorf("model: item %d has no tokens", i)
+		}
+		for _, t := range it.Tokens {
+			if t < 0 || int(t) >= m.cfg.Vocab {
+				return nil, nil, fmt.Errorf("model: item %d: token id %d outside vocab %d", i, t, m.cfg.Vocab)
+			}
+		}
+	}
+	for i, it := range items {
+		start := it.Seq.Len()
+		if !mtp {
+			if err := m.cache.Reserve(it.Seq, start+len(it.Tokens)); err != nil {
+				return nil, nil, fmt.Errorf("model: item %d: %w", i, err)
+			}
+		}
+		if m.cache.TakeFresh(it.Seq) {
+			if err := m.be.ResetSlot(m.store, it.Seq.Slot()); err != nil {
+				return nil, nil, fmt.Errorf("model: %w", err)
+			}
+		}
+		bt.Seqs = append(bt.Seqs, backend.SeqInfo{Slot: it.Seq.Slot(), Blocks: it.Seq.Blocks(), Start: start, Row0: len(ids), Rows: len(it.Tokens)})
+		for k, t := range it.Tokens {
+			ids = append(ids, t)
+			bt.Pos = append(bt.Pos, int32(start+k))
+			bt.Seq = append(bt.Seq, int32(i))
+		}
+	}
+	return bt, ids, nil
+}
+
+// Forward runs one step over all items, advances each sequence and returns
+// the requested logits. It never panics on bad input.
+func (m *Model) Forward(b *Batch) (*Output, error) {
+	if b == nil {
+		return nil, errors.New("model: nil batch")
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	bt, ids, err := m.prepare(b.Items, false)
+	if err != nil {
+		return nil, err
+	}
+	var tr *tracer
+	if m.opts.TraceNonFinite {
+		tr = &tracer{be: m.be, batch: bt}
+	}
+	be, c := m.be, m.cfg
+	n := len(ids)
+	x := be.Alloc(n, c.HcDim(), backend.F32)
+	if err := be.Embed(m.embed, ids, c.HcMult, x); err != nil {
+		return nil, fmt.Errorf("model embed: %w", err)
+	}
+	if err := tr.check(-1, "").Check("embed", x); err != nil {
+		return nil, err
+	}
+	for _, blk := range m.blocks {
+		if x, err = m.runBlock(blk, x, ids, bt, tr, fmt.Sprintf("layer %d ", blk.index)); err != nil {
+			return nil, err
+		}
+	}
+	for _, it := range b.Items {
+		m.cache.Advance(it.Seq, len(it.Tokens))
+	}
+	out := &Output{Logits: make([][]float32, len(b.Items)), Vocab: c.Vocab, HiddenDim: c.HcDim()}
+	var rows []int
+	for i, it := range b.Items {
+		sq := bt.Seqs[i]
+		if it.AllLogits {
+			for r := range sq.Rows {
+				rows = append(rows, sq.Row0+r)
+			}
+		} else {
+			rows = append(rows, sq.Row0+sq.Rows-1)
+		}
+	}
+	logits, err := m.logits(x, rows, m.hcHead, m.norm, tr, "")
+	if err != nil {
+		return nil, err
+	}
+	k := 0
+	for i, it := range b.Items {
+		cnt := 1
+		if it.AllLogits {
+			cnt = len(it.Tokens)
+		}
+		out.Logits[i] = logits[k*c.Vocab : (k+cnt)*c.Vocab : (k+cnt)*c.Vocab]
+		k += cnt
+	}
+	var all []float32
+	for i, it := range b.Items {
+		if !it.Hidden {
+			continue
+		}
+		if all == nil {
+			all = make([]float32, n*c.HcDim())
+			if err := be.Download(x, all); err != nil {
+				return nil, err
+			}
+			out.Hidden = make([][]float32, len(b.Items))
+		}
+		sq, w := bt.Seqs[i], c.HcDim()
+		out.Hidden[i] = all[sq.Row0*w : (sq.Row0+sq.Rows)*w : (sq.Row0+sq.Rows)*w]
+	}
+	be.Free(x)
+	return out, nil
+}
+
+// logits computes fp32 logits of the listed rows of the streams x (spec §2 step 4).
+func (m *Model) logits(x backend.Tensor, rows []int, hc backend.HC, norm backend.Vec, tr *tracer, prefix string) ([]float32, error) {
+	be, c := m.be, m.cfg
+	k := len(rows)
+	xs := be.Alloc(k, c.HcDim(), backend.F32)
+	if err := be.GatherRows(x, rows, xs); err != nil {
+		return nil, err
+	}
+	y := be.Alloc(k, c.Dim, backend.F32)
+	if err := be.HcHead(xs, hc, m.hc, y); err != nil {
+		return nil, fmt.Errorf("%shc_head: %w", prefix, err)
+	}
+	yn := be.Alloc(k, c.Dim, backend.F32)
+	if err := be.RMSNorm(y, norm, m.eps, yn); err != nil {
+		return nil, fmt.Errorf("%snorm: %w", prefix, err)
+	}
+	lg := be.Alloc(k, c.Vocab, backend.F32)
+	if err := be.LinearF32(yn, m.head, lg); err != nil {
+		return nil, fmt.Errorf("%shead: %w", prefix, err)
+	}
+	if tr != nil {
+		// Rows of the gathered tensors are not batch rows: map them back.
+		if st := be.Stats(lg); st.FirstBad >= 0 {
+			e := &NonFiniteError{Layer: -1, Component: prefix + "head logits", Stats: st, Inputs: []backend.Stats{be.Stats(yn)}}
+			tr.locate(e, rows[st.FirstBad/c.Vocab])
+			return nil, e
+		}
+	}
+	flat := make([]float32, k*c.Vocab)
+	if err := be.Download(lg, flat); err != nil {
+		return nil, err
+	}
+	for _, t := range []backend.Tensor{xs, y, yn, lg} {
+		be.Free(t)
+	}
+	return flat, nil
+}

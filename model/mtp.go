@@ -1,0 +1,144 @@
+package model
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/megamoe/megamoe/backend"
+	"github.com/megamoe/megamoe/kvcache"
+)
+
+// MTPItem asks for next-next-token logits of rows at positions Start, Start+1, …
+// of Seq (spec §7.2): Hidden holds, flattened rows×(hc·d), the main model's final
+// residual streams at positions Start+r (as in Output.Hidden), Next[r] is the
+// token at position Start+r+1.
+// The MTP block keeps its own sliding window in the sequence's state slot, so
+// positions must be fed in order without gaps (as a drafting loop does).
+type MTPItem struct {
+	Seq       *kvcache.Sequence
+	Start     int
+	Hidden    []float32
+	Next      []int32
+	AllLogits bool
+}
+
+// HasMTP reports whether the checkpoint has an MTP block.
+func (m *Model) HasMTP() bool { return m.mtp != nil }
+
+// ForwardMTP runs the MTP block: X0[k] = e_proj·enorm(embed[next]) +
+// h_proj·hnorm(X[k]), one Block, then its own hc_head / norm and the shared head.
+// Output.Logits rows are distributions for the token at position i+2.
+func (m *Model) ForwardMTP(items []MTPItem) (*Output, error) {
+	if m.mtp == nil {
+		return nil, errors.New("model: checkpoint has no MTP block")
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	c, be := m.cfg, m.be
+	w := c.HcDim()
+	bi := make([]BatchItem, len(items))
+	for i, it := range items {
+		if it.Seq == nil || it.Seq.Slot() < 0 {
+			return nil, fmt.Errorf("model mtp: item %d: sequence has no cache state (run Forward first)", i)
+		}
+		if len(it.Hidden) != len(it.Next)*w {
+			return nil, fmt.Errorf("model mtp: item %d: %d hidden values for %d next tokens of width %d", i, len(it.Hidden), len(it.Next), w)
+		}
+		if it.Start < 0 || it.Start+len(it.Next) > it.Seq.Len() {
+			return nil, fmt.Errorf("model mtp: item %d: positions %d..%d beyond the %d processed tokens", i, it.Start, it.Start+len(it.Next)-1, it.Seq.Len())
+		}
+		bi[i] = BatchItem{Seq: it.Seq, Tokens: it.Next, AllLogits: it.AllLogits}
+	}
+	bt, ids, err := m.prepare(bi, true)
+	if err != nil {
+		return nil, err
+	}
+	for i, it := range items { // positions are the MTP's own, not Seq.Len()
+		sq := &bt.Seqs[i]
+		sq.Start = it.Start
+		for r := range sq.Rows {
+			bt.Pos[sq.Row0+r] = int32(it.Start + r)
+		}
+	}
+	var tr *tracer
+	if m.opts.TraceNonFinite {
+		tr = &tracer{be: be, batch: bt}
+	}
+	n := len(ids)
+	p := m.mtp
+	e := be.Alloc(n, c.Dim, backend.F32)
+	if err := be.Embed(m.embed, ids, 1, e); err != nil {
+		return nil, fmt.Errorf("model mtp embed: %w", err)
+	}
+	en := be.Alloc(n, c.Dim, backend.F32)
+	if err := be.RMSNorm(e, p.eNorm, m.eps, en); err != nil {
+		return nil, fmt.Errorf("model mtp enorm: %w", err)
+	}
+	ep := be.Alloc(n, c.Dim, backend.F32)
+	if err := be.Linear(en, p.eProj, ep); err != nil {
+		return nil, fmt.Errorf("model mtp e_proj: %w", err)
+	}
+	x := be.Alloc(n, w, backend.F32)
+	flat := make([]float32, 0, n*w)
+	for _, it := range items {
+		flat = append(flat, it.Hidden...)
+	}
+	if err := be.Upload(x, flat); err != nil {
+		return nil, err
+	}
+	xh := be.Alloc(n, w, backend.F32)
+	if err := be.RMSNorm(x, p.hNorm, m.eps, xh); err != nil {
+		return nil, fmt.Errorf("model mtp hnorm: %w", err)
+	}
+	xv, err := be.View(xh, n*c.HcMult, c.Dim)
+	if err != nil {
+		return nil, err
+	}
+	hp := be.Alloc(n*c.HcMult, c.Dim, backend.F32)
+	if err := be.Linear(xv, p.hProj, hp); err != nil {
+		return nil, fmt.Errorf("model mtp h_proj: %w", err)
+	}
+	x0, err := be.View(hp, n, w)
+	if err != nil {
+		return nil, err
+	}
+	if err := be.AddStreams(x0, ep); err != nil {
+		return nil, fmt.Errorf("model mtp: %w", err)
+	}
+	if err := tr.check(c.Layers, "mtp ").Check("input", x0, ep); err != nil {
+		return nil, err
+	}
+	xm, err := m.runBlock(&p.block, x0, ids, bt, tr, "mtp ")
+	if err != nil {
+		return nil, err
+	}
+	var rows []int
+	for i, it := range items {
+		sq := bt.Seqs[i]
+		if it.AllLogits {
+			for r := range sq.Rows {
+				rows = append(rows, sq.Row0+r)
+			}
+		} else {
+			rows = append(rows, sq.Row0+sq.Rows-1)
+		}
+	}
+	logits, err := m.logits(xm, rows, p.hcHead, p.norm, tr, "mtp ")
+	if err != nil {
+		return nil, err
+	}
+	out := &Output{Logits: make([][]float32, len(items)), Vocab: c.Vocab, HiddenDim: w}
+	k := 0
+	for i, it := range items {
+		cnt := 1
+		if it.AllLogits {
+			cnt = len(it.Next)
+		}
+		out.Logits[i] = logits[k*c.Vocab : (k+cnt)*c.Vocab : (k+cnt)*c.Vocab]
+		k += cnt
+	}
+	for _, t := range []backend.Tensor{e, en, ep, x, xh, hp} {
+		be.Free(t)
+	}
+	return out, nil
+}

@@ -1,0 +1,130 @@
+// Package moe is the DeepSeek-V4 mixture-of-experts sub-layer written against
+// backend.Backend (spec §6): sqrt-softplus router with selection bias or hash
+// routing (tid2eid), routed experts grouped by expert, the clamped SwiGLU, the
+// shared expert and the fp32 combination.
+package moe
+
+import (
+	"fmt"
+
+	"github.com/megamoe/megamoe/backend"
+	"github.com/megamoe/megamoe/checkpoint"
+)
+
+// Layer is one prepared MoE sub-layer.
+type Layer struct {
+	Index         int
+	TopK          int
+	Scale         float32 // routed_scaling_factor
+	Limit         float32 // swiglu_limit
+	Gate          backend.Linear
+	Bias          backend.Vec     // nil on hash layers
+	Tid2Eid       backend.IDTable // non-nil on hash layers
+	Experts       backend.Experts
+	SW1, SW2, SW3 backend.Linear
+}
+
+// Prepare binds the MoE weights of layer l.
+func Prepare(be backend.Backend, c *checkpoint.Config, l *checkpoint.Layer) (*Layer, error) {
+	m := &l.FFN
+	pre := fmt.Sprintf("layer %d ffn", l.Index)
+	out := &Layer{Index: l.Index, TopK: c.TopK, Scale: float32(c.RouteScale), Limit: float32(c.SwigluLimit)}
+	var err error
+	if out.Gate, err = be.PrepareLinear(&m.Gate); err != nil {
+		return nil, err
+	}
+	if out.Gate.Out() != c.Experts || out.Gate.In() != c.Dim {
+		return nil, fmt.Errorf("%s gate: %dx%d, want %dx%d", pre, out.Gate.Out(), out.Gate.In(), c.Experts, c.Dim)
+	}
+	if m.Hash() {
+		if out.Tid2Eid, err = be.PrepareIDTable(pre+" tid2eid", m.Tid2Eid, c.Vocab, c.TopK); err != nil {
+			return nil, err
+		}
+	} else if out.Bias, err = be.PrepareVec(pre+" gate.bias", m.Bias, c.Experts); err != nil {
+		return nil, err
+	}
+	if len(m.Experts) != c.Experts {
+		return nil, fmt.Errorf("%s: %d experts, want %d", pre, len(m.Experts), c.Experts)
+	}
+	if out.Experts, err = be.PrepareExperts(pre, m.Experts, c.Dim, c.MoEInter); err != nil {
+		return nil, err
+	}
+	for _, p := range []struct {
+		dst  *backend.Linear
+		src  *checkpoint.Linear
+		o, i int
+	}{{&out.SW1, &m.Shared.W1, c.MoEInter, c.Dim}, {&out.SW3, &m.Shared.W3, c.MoEInter, c.Dim}, {&out.SW2, &m.Shared.W2, c.Dim, c.MoEInter}} {
+		if *p.dst, err = be.PrepareLinear(p.src); err != nil {
+			return nil, err
+		}
+		if (*p.dst).Out() != p.o || (*p.dst).In() != p.i {
+			return nil, fmt.Errorf("%s %s: %dx%d, want %dx%d", pre, p.src.Name, (*p.dst).Out(), (*p.dst).In(), p.o, p.i)
+		}
+	}
+	return out, nil
+}
+
+// Route runs the router only: weights [N, k] and expert ids [N, k].
+func (l *Layer) Route(be backend.Backend, f backend.Tensor, ids []int32) (backend.Tensor, backend.Tensor, error) {
+	n := f.Rows()
+	w := be.Alloc(n, l.TopK, backend.F32)
+	e := be.Alloc(n, l.TopK, backend.I32)
+	if err := be.Router(f, l.Gate, backend.RouterArgs{TopK: l.TopK, Scale: l.Scale, Bias: l.Bias, Tid2Eid: l.Tid2Eid, IDs: ids}, w, e); err != nil {
+		return nil, nil, fmt.Errorf("moe router: %w", err)
+	}
+	return w, e, nil
+}
+
+// Forward runs the MoE on the normed input f [N, d] for tokens ids.
+func (l *Layer) Forward(be backend.Backend, f backend.Tensor, ids []int32, check backend.CheckFunc) (backend.Tensor, error) {
+	n := f.Rows()
+	d := f.Cols()
+	w, e, err := l.Route(be, f, ids)
+	if err != nil {
+		return nil, err
+	}
+	if err := check.Check("moe router weights", w, f); err != nil {
+		return nil, err
+	}
+	acc := be.Alloc(n, d, backend.F32)
+	if err := be.Experts(f, l.Experts, w, e, backend.ExpertsArgs{Limit: l.Limit, Trace: check != nil}, acc); err != nil {
+		return nil, fmt.Errorf("moe: %w", err)
+	}
+	if err := check.Check("moe routed experts", acc, f); err != nil {
+		return nil, err
+	}
+	I := l.SW1.Out()
+	g := be.Alloc(n, I, backend.F32)
+	u := be.Alloc(n, I, backend.F32)
+	h := be.Alloc(n, I, backend.F32)
+	s := be.Alloc(n, d, backend.F32)
+	if err := be.Linear(f, l.SW1, g); err != nil {
+		return nil, fmt.Errorf("moe shared w1: %w", err)
+	}
+	if err := check.Check("moe shared w1", g, f); err != nil {
+		return nil, err
+	}
+	if err := be.Linear(f, l.SW3, u); err != nil {
+		return nil, fmt.Errorf("moe shared w3: %w", err)
+	}
+	if err := check.Check("moe shared w3", u, f); err != nil {
+		return nil, err
+	}
+	if err := be.SwiGLU(g, u, l.Limit, h); err != nil {
+		return nil, fmt.Errorf("moe shared swiglu: %w", err)
+	}
+	if err := be.Linear(h, l.SW2, s); err != nil {
+		return nil, fmt.Errorf("moe shared w2: %w", err)
+	}
+	if err := check.Check("moe shared w2", s, h); err != nil {
+		return nil, err
+	}
+	out := be.Alloc(n, d, backend.F32)
+	if err := be.Combine(acc, s, out); err != nil {
+		return nil, fmt.Errorf("moe combine: %w", err)
+	}
+	for _, t := range []backend.Tensor{w, e, acc, g, u, h, s} {
+		be.Free(t)
+	}
+	return out, nil
+}
