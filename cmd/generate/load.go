@@ -1,22 +1,53 @@
 package main
 
 import (
+	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
 
 	"github.com/megamoe/megamoe/checkpoint"
 	"github.com/megamoe/megamoe/model/synth"
+	"github.com/megamoe/megamoe/models"
+	"github.com/megamoe/megamoe/tokenizer"
 )
 
-// loadModel returns the weights and, when available, a text encoder.
-// "" and "synth" select the in-memory synthetic small model (model/synth).
-// The checkpoint's memory maps stay open for the life of the process.
+// loadModel returns the weights and, when the directory has tokenizer.json, a
+// text encoder. "" and "synth" select the in-memory synthetic small model
+// (model/synth). The checkpoint's memory maps stay open for the process.
 func loadModel(dir string) (*checkpoint.Weights, func(string) ([]int32, error), error) {
-	if dir == "" || dir == "synth" {
+	if dir == "synth" {
 		return synth.Weights(synth.Config(), 1, synth.Options{}), nil, nil
+	}
+	if dir == "" {
+		small, err := models.ExtractSmall()
+		if err != nil {
+			return nil, nil, err
+		}
+		dir = small
 	}
 	w, _, err := checkpoint.Load(dir)
 	if err != nil {
 		return nil, nil, fmt.Errorf("--model %s: %w", dir, err)
 	}
-	return w, nil, nil
+	path := filepath.Join(dir, "tokenizer.json")
+	if _, err := os.Stat(path); errors.Is(err, os.ErrNotExist) {
+		return w, nil, nil
+	}
+	tok, err := tokenizer.LoadFile(path)
+	if err != nil {
+		return nil, nil, fmt.Errorf("--model %s: %w", dir, err)
+	}
+	enc := func(s string) ([]int32, error) {
+		ids := tok.Encode(s)
+		if len(ids) == 0 {
+			return nil, errors.New("--prompt encodes to no tokens")
+		}
+		out := make([]int32, len(ids))
+		for i, id := range ids {
+			out[i] = int32(id)
+		}
+		return out, nil
+	}
+	return w, enc, nil
 }
