@@ -21,7 +21,7 @@ func TestGenerateDump(t *testing.T) {
 	var outs []string
 	var dumps [][]float32
 	for i, args := range [][]string{
-		{"--tokens", "0,17,42,99,3", "--steps", "4", "--chunk", "2"},
+		{"--model", "synth", "--tokens", "0,17,42,99,3", "--steps", "4", "--chunk", "2"},
 		{"--model", mdir, "--tokens", "0,17,42,99,3", "--steps", "4", "--threads", "1"},
 	} {
 		path := filepath.Join(dir, "d"+string(rune('0'+i))+".safetensors")
