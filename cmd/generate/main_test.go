@@ -63,9 +63,17 @@ func TestGenerateDump(t *testing.T) {
 			t.Fatalf("logits differ at %d: %g vs %g", i, dumps[0][i], dumps[1][i])
 		}
 	}
-	for _, bad := range [][]string{{"--tokens", "x"}, {"--numerics", "nope"}, {"--prompt", "hi"}, {"--tokens", "1", "--prompt", "a"}, {"--tokens", "999999"}} {
+	for _, bad := range [][]string{{"--tokens", "x"}, {"--numerics", "nope"}, {"--model", "synth", "--prompt", "hi"}, {"--tokens", "1", "--prompt", "a"}, {"--tokens", "999999"}} {
 		if err := run(bad, &bytes.Buffer{}, &bytes.Buffer{}); err == nil {
 			t.Errorf("%v accepted", bad)
 		}
+	}
+	// The embedded checkpoint ships a tokenizer, so --prompt works by default.
+	var so bytes.Buffer
+	if err := run([]string{"--prompt", "Hello there", "--steps", "3"}, &so, &bytes.Buffer{}); err != nil {
+		t.Fatalf("--prompt on the embedded model: %v", err)
+	}
+	if got := strings.Split(strings.TrimSpace(so.String()), ","); len(got) != 3 {
+		t.Errorf("--prompt output %q, want 3 ids", so.String())
 	}
 }
