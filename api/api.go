@@ -1,0 +1,536 @@
+// Package api serves the engine over an OpenAI-compatible HTTP API (chat
+// completions, completions, models, health) with gin.
+package api
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"math"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/gin-gonic/gin"
+
+	"github.com/megamoe/megamoe/engine"
+	"github.com/megamoe/megamoe/tokenizer"
+)
+
+// MaxBodyBytes bounds a request body (413 beyond).
+const MaxBodyBytes = 4 << 20
+
+// DeepSeek-V4 chat special tokens.
+const (
+	tokBOS       = "<｜begin▁of▁sentence｜>"
+	tokEOS       = "<｜end▁of▁sentence｜>"
+	tokUser      = "<｜User｜>"
+	tokAssistant = "<｜Assistant｜>"
+	tokThink     = "<think>"
+	tokEndThink  = "</think>"
+)
+
+// Config configures the server.
+type Config struct {
+	ModelName  string  // served model id (default "megamoe")
+	APIKey     string  // when set, /v1/* require "Authorization: Bearer <key>"
+	Version    string  // reported by /version
+	StopTokens []int32 // ids that end generation (default: the tokenizer's end-of-sentence)
+	Logger     *slog.Logger
+}
+
+// Server holds the handlers' shared state.
+type Server struct {
+	eng     *engine.Engine
+	tok     *tokenizer.Tokenizer
+	cfg     Config
+	maxLen  int
+	created int64
+	log     *slog.Logger
+}
+
+// New returns the HTTP handler serving eng with tok.
+func New(eng *engine.Engine, tok *tokenizer.Tokenizer, cfg Config) http.Handler {
+	if cfg.ModelName == "" {
+		cfg.ModelName = "megamoe"
+	}
+	if cfg.Version == "" {
+		cfg.Version = "dev"
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if len(cfg.StopTokens) == 0 {
+		if id, ok := tok.TokenID(tokEOS); ok {
+			cfg.StopTokens = []int32{int32(id)}
+		}
+	}
+	s := &Server{eng: eng, tok: tok, cfg: cfg, maxLen: eng.Config().MaxModelLen, created: time.Now().Unix(), log: cfg.Logger}
+	r := gin.New()
+	r.Use(gin.Recovery())
+	r.GET("/health", s.health)
+	r.GET("/version", s.version)
+	v1 := r.Group("/v1", s.auth)
+	v1.GET("/models", s.models)
+	v1.POST("/chat/completions", s.chat)
+	v1.POST("/completions", s.completions)
+	return r
+}
+
+// apiError is an OpenAI-shaped error with its HTTP status.
+type apiError struct {
+	status  int
+	Message string  `json:"message"`
+	Type    string  `json:"type"`
+	Param   *string `json:"param"`
+	Code    *string `json:"code"`
+}
+
+func (e *apiError) Error() string { return e.Message }
+
+func errorf(status int, param, code, format string, args ...any) *apiError {
+	e := &apiError{status: status, Message: fmt.Sprintf(format, args...), Type: "invalid_request_error"}
+	if status >= 500 {
+		e.Type = "server_error"
+	}
+	if param != "" {
+		e.Param = &param
+	}
+	if code != "" {
+		e.Code = &code
+	}
+	return e
+}
+
+func writeError(c *gin.Context, err error) {
+	var ae *apiError
+	if !errors.As(err, &ae) {
+		ae = errorf(http.StatusInternalServerError, "", "", "%v", err)
+	}
+	c.AbortWithStatusJSON(ae.status, gin.H{"error": ae})
+}
+
+func (s *Server) auth(c *gin.Context) {
+	if s.cfg.APIKey == "" {
+		return
+	}
+	if c.GetHeader("Authorization") != "Bearer "+s.cfg.APIKey {
+		writeError(c, errorf(http.StatusUnauthorized, "", "invalid_api_key", "invalid or missing API key"))
+	}
+}
+
+func (s *Server) health(c *gin.Context) { c.JSON(http.StatusOK, gin.H{"status": "ok"}) }
+
+func (s *Server) version(c *gin.Context) { c.JSON(http.StatusOK, gin.H{"version": s.cfg.Version}) }
+
+func (s *Server) models(c *gin.Context) {
+	c.JSON(http.StatusOK, gin.H{"object": "list", "data": []gin.H{{
+		"id": s.cfg.ModelName, "object": "model", "created": s.created, "owned_by": "megamoe", "max_model_len": s.maxLen,
+	}}})
+}
+
+// readJSON reads the (bounded) body into v, mapping failures to 400/413.
+func readJSON(c *gin.Context, v any) error {
+	body, err := io.ReadAll(http.MaxBytesReader(c.Writer, c.Request.Body, MaxBodyBytes))
+	if err != nil {
+		var mb *http.MaxBytesError
+		if errors.As(err, &mb) {
+			return errorf(http.StatusRequestEntityTooLarge, "", "request_too_large", "request body exceeds %d bytes", MaxBodyBytes)
+		}
+		return errorf(http.StatusBadRequest, "", "", "read body: %v", err)
+	}
+	if err := json.Unmarshal(body, v); err != nil {
+		var te *json.UnmarshalTypeError
+		if errors.As(err, &te) {
+			te.Field = strings.TrimPrefix(te.Field, "commonParams.") // the embedded struct's name
+			return errorf(http.StatusBadRequest, te.Field, "invalid_type", "%s: expected %s, got %s", te.Field, te.Type, te.Value)
+		}
+		return errorf(http.StatusBadRequest, "", "invalid_json", "invalid JSON body: %v", err)
+	}
+	return nil
+}
+
+// commonParams are the fields shared by chat and text completions.
+type commonParams struct {
+	Model               string             `json:"model"`
+	Stream              bool               `json:"stream"`
+	StreamOptions       *streamOptions     `json:"stream_options"`
+	Temperature         *float64           `json:"temperature"`
+	TopP                *float64           `json:"top_p"`
+	TopK                *int               `json:"top_k"`
+	MinP                *float64           `json:"min_p"`
+	Seed                *int64             `json:"seed"`
+	Stop                json.RawMessage    `json:"stop"`
+	MaxTokens           *int               `json:"max_tokens"`
+	MaxCompletionTokens *int               `json:"max_completion_tokens"`
+	PresencePenalty     *float64           `json:"presence_penalty"`
+	FrequencyPenalty    *float64           `json:"frequency_penalty"`
+	RepetitionPenalty   *float64           `json:"repetition_penalty"`
+	LogitBias           map[string]float64 `json:"logit_bias"`
+	N                   *int               `json:"n"`
+}
+
+type streamOptions struct {
+	IncludeUsage bool `json:"include_usage"`
+}
+
+// genSpec is a validated generation request.
+type genSpec struct {
+	prompt    []int32
+	params    engine.SamplingParams
+	maxTokens int
+	stops     []string
+	thinking  bool // split the output at </think>
+}
+
+func (s *Server) checkModel(name string) error {
+	if name != "" && name != s.cfg.ModelName {
+		return errorf(http.StatusNotFound, "model", "model_not_found", "the model %q does not exist", name)
+	}
+	return nil
+}
+
+func parseStop(raw json.RawMessage) ([]string, error) {
+	if len(raw) == 0 || string(raw) == "null" {
+		return nil, nil
+	}
+	var one string
+	if err := json.Unmarshal(raw, &one); err == nil {
+		if one == "" {
+			return nil, nil
+		}
+		return []string{one}, nil
+	}
+	var many []string
+	if err := json.Unmarshal(raw, &many); err != nil {
+		return nil, errorf(http.StatusBadRequest, "stop", "invalid_type", "stop must be a string or an array of strings")
+	}
+	if len(many) > 4 {
+		return nil, errorf(http.StatusBadRequest, "stop", "", "at most 4 stop sequences")
+	}
+	out := many[:0]
+	for _, m := range many {
+		if m != "" {
+			out = append(out, m)
+		}
+	}
+	return out, nil
+}
+
+// build validates p against the prompt and fills a genSpec.
+func (s *Server) build(p *commonParams, prompt []int32, promptParam string) (*genSpec, error) {
+	if err := s.checkModel(p.Model); err != nil {
+		return nil, err
+	}
+	bad := func(param, format string, args ...any) error {
+		return errorf(http.StatusBadRequest, param, "", format, args...)
+	}
+	if p.N != nil && *p.N != 1 {
+		return nil, bad("n", "only n=1 is supported")
+	}
+	g := &genSpec{prompt: prompt}
+	if len(prompt) == 0 {
+		return nil, bad(promptParam, "the prompt is empty")
+	}
+	if len(prompt) >= s.maxLen {
+		return nil, errorf(http.StatusBadRequest, promptParam, "context_length_exceeded",
+			"this model's maximum context length is %d tokens; the prompt has %d", s.maxLen, len(prompt))
+	}
+	room := s.maxLen - len(prompt)
+	g.maxTokens = room
+	for _, mt := range []struct {
+		name string
+		v    *int
+	}{{"max_tokens", p.MaxTokens}, {"max_completion_tokens", p.MaxCompletionTokens}} {
+		if mt.v == nil {
+			continue
+		}
+		if *mt.v < 1 {
+			return nil, bad(mt.name, "%s must be at least 1, got %d", mt.name, *mt.v)
+		}
+		if *mt.v > room {
+			return nil, bad(mt.name, "%s %d plus the prompt's %d tokens exceeds the context length %d", mt.name, *mt.v, len(prompt), s.maxLen)
+		}
+		g.maxTokens = *mt.v
+	}
+	sp := &g.params
+	if p.Temperature != nil {
+		if t := *p.Temperature; math.IsNaN(t) || t < 0 || t > 2 {
+			return nil, bad("temperature", "temperature must be in [0, 2], got %v", t)
+		}
+		sp.Temperature = *p.Temperature
+	} else {
+		sp.Temperature = 1 // OpenAI default
+	}
+	if p.TopP != nil {
+		if v := *p.TopP; math.IsNaN(v) || v <= 0 || v > 1 {
+			return nil, bad("top_p", "top_p must be in (0, 1], got %v", v)
+		}
+		sp.TopP = *p.TopP
+	}
+	if p.TopK != nil {
+		if *p.TopK < -1 {
+			return nil, bad("top_k", "top_k must be -1 (off) or >= 0, got %d", *p.TopK)
+		}
+		sp.TopK = *p.TopK
+	}
+	if p.MinP != nil {
+		if v := *p.MinP; math.IsNaN(v) || v < 0 || v > 1 {
+			return nil, bad("min_p", "min_p must be in [0, 1], got %v", v)
+		}
+		sp.MinP = *p.MinP
+	}
+	for _, pen := range []struct {
+		name string
+		v    *float64
+		dst  *float64
+	}{{"presence_penalty", p.PresencePenalty, &sp.PresencePenalty}, {"frequency_penalty", p.FrequencyPenalty, &sp.FrequencyPenalty}} {
+		if pen.v == nil {
+			continue
+		}
+		if math.IsNaN(*pen.v) || *pen.v < -2 || *pen.v > 2 {
+			return nil, bad(pen.name, "%s must be in [-2, 2], got %v", pen.name, *pen.v)
+		}
+		*pen.dst = *pen.v
+	}
+	if p.RepetitionPenalty != nil {
+		if v := *p.RepetitionPenalty; math.IsNaN(v) || v <= 0 {
+			return nil, bad("repetition_penalty", "repetition_penalty must be > 0, got %v", v)
+		}
+		sp.RepetitionPenalty = *p.RepetitionPenalty
+	}
+	if p.Seed != nil {
+		seed := uint64(*p.Seed)
+		sp.Seed = &seed
+	}
+	if len(p.LogitBias) > 0 {
+		sp.LogitBias = make(map[int32]float32, len(p.LogitBias))
+		for k, v := range p.LogitBias {
+			id, err := strconv.Atoi(k)
+			if err != nil || id < 0 || id >= s.eng.Vocab() {
+				return nil, bad("logit_bias", "logit_bias key %q is not a token id in [0, %d)", k, s.eng.Vocab())
+			}
+			if math.IsNaN(v) || v < -100 || v > 100 {
+				return nil, bad("logit_bias", "logit_bias values must be in [-100, 100], got %v", v)
+			}
+			sp.LogitBias[int32(id)] = float32(v)
+		}
+	}
+	var err error
+	if g.stops, err = parseStop(p.Stop); err != nil {
+		return nil, err
+	}
+	if err := sp.Validate(s.eng.Vocab()); err != nil {
+		return nil, bad("", "%v", err)
+	}
+	return g, nil
+}
+
+// delta is newly generated text, split into reasoning and answer.
+type delta struct{ reasoning, content string }
+
+// result is a finished generation.
+type result struct {
+	text, reasoning string
+	finish          string
+	completion      int
+}
+
+// generate runs g, calling emit with each new piece of text (stop strings and
+// partial UTF-8 held back), and returns the whole output. ctx ending cancels
+// the sequence.
+func (s *Server) generate(ctx context.Context, g *genSpec, emit func(delta) error) (*result, error) {
+	st, err := s.eng.Submit(&engine.Request{Prompt: g.prompt, Params: g.params, MaxTokens: g.maxTokens, StopTokens: s.cfg.StopTokens})
+	switch {
+	case errors.Is(err, engine.ErrQueueFull):
+		return nil, errorf(http.StatusTooManyRequests, "", "queue_full", "the server is busy; retry later")
+	case errors.Is(err, engine.ErrStopped):
+		return nil, errorf(http.StatusServiceUnavailable, "", "shutting_down", "the server is shutting down")
+	case err != nil:
+		return nil, errorf(http.StatusBadRequest, "", "", "%v", err)
+	}
+	defer st.Cancel() // no-op once finished
+	hold := 0
+	for _, stop := range g.stops {
+		hold = max(hold, len(stop)-1)
+	}
+	if g.thinking {
+		hold = max(hold, len(tokEndThink)-1)
+	}
+	var ids []int
+	var sentR, sentC int // bytes of reasoning/content already emitted
+	res := &result{}
+	// flush emits what is safe of text (everything when final).
+	flush := func(text string, final bool) error {
+		safe := len(text)
+		if !final {
+			safe = max(0, len(text)-hold)
+			// Do not cut a multi-byte character (or one still being decoded).
+			for k := 0; k < utf8.UTFMax-1 && safe > 0; k++ {
+				if r, size := utf8.DecodeLastRuneInString(text[:safe]); r != utf8.RuneError || size != 1 {
+					break
+				}
+				safe--
+			}
+		}
+		reasoning, content := "", text[:safe]
+		if g.thinking {
+			if i := strings.Index(content, tokEndThink); i >= 0 {
+				reasoning, content = content[:i], strings.TrimLeft(content[i+len(tokEndThink):], "\n")
+			} else if !final {
+				reasoning, content = content, ""
+			} else {
+				reasoning, content = content, "" // never closed its thought
+			}
+		}
+		res.reasoning, res.text = reasoning, content
+		d := delta{}
+		if len(reasoning) > sentR {
+			d.reasoning = reasoning[sentR:]
+			sentR = len(reasoning)
+		}
+		if len(content) > sentC {
+			d.content = content[sentC:]
+			sentC = len(content)
+		}
+		if d.reasoning == "" && d.content == "" {
+			return nil
+		}
+		return emit(d)
+	}
+	for {
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-st.Ready():
+		}
+		for {
+			ev, ok := st.Next()
+			if !ok {
+				break
+			}
+			for _, t := range ev.Tokens {
+				res.completion++
+				if !s.isStop(t.ID) {
+					ids = append(ids, int(t.ID))
+				}
+			}
+			text := s.tok.Decode(ids)
+			if i := indexStop(text, g.stops); i >= 0 {
+				st.Cancel()
+				res.finish = "stop"
+				return res, flush(text[:i], true)
+			}
+			switch ev.Finish {
+			case engine.FinishNone:
+				if err := flush(text, false); err != nil {
+					return nil, err
+				}
+				continue
+			case engine.FinishStop, engine.FinishLength:
+				res.finish = string(ev.Finish)
+				return res, flush(text, true)
+			case engine.FinishError:
+				return nil, errorf(http.StatusInternalServerError, "", "", "generation failed: %v", ev.Err)
+			default:
+				return nil, errorf(http.StatusInternalServerError, "", "", "generation %s", ev.Finish)
+			}
+		}
+	}
+}
+
+func (s *Server) isStop(id int32) bool {
+	for _, t := range s.cfg.StopTokens {
+		if t == id {
+			return true
+		}
+	}
+	return false
+}
+
+// indexStop is the first position where any stop string occurs, or -1.
+func indexStop(text string, stops []string) int {
+	best := -1
+	for _, st := range stops {
+		if i := strings.Index(text, st); i >= 0 && (best < 0 || i < best) {
+			best = i
+		}
+	}
+	return best
+}
+
+func newID(prefix string) string {
+	var b [12]byte
+	_, _ = rand.Read(b[:])
+	return prefix + hex.EncodeToString(b[:])
+}
+
+type usage struct {
+	PromptTokens     int `json:"prompt_tokens"`
+	CompletionTokens int `json:"completion_tokens"`
+	TotalTokens      int `json:"total_tokens"`
+}
+
+func mkUsage(prompt, completion int) *usage {
+	return &usage{PromptTokens: prompt, CompletionTokens: completion, TotalTokens: prompt + completion}
+}
+
+// sse writes Server-Sent Events.
+type sse struct{ c *gin.Context }
+
+func startSSE(c *gin.Context) sse {
+	h := c.Writer.Header()
+	h.Set("Content-Type", "text/event-stream")
+	h.Set("Cache-Control", "no-cache")
+	h.Set("Connection", "keep-alive")
+	c.Status(http.StatusOK)
+	return sse{c}
+}
+
+func (w sse) send(v any) error {
+	data, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	var b bytes.Buffer
+	b.WriteString("data: ")
+	b.Write(data)
+	b.WriteString("\n\n")
+	if _, err := w.c.Writer.Write(b.Bytes()); err != nil {
+		return err
+	}
+	w.c.Writer.Flush()
+	return nil
+}
+
+func (w sse) done() {
+	_, _ = w.c.Writer.WriteString("data: [DONE]\n\n")
+	w.c.Writer.Flush()
+}
+
+// fail reports an error that happened after the stream started.
+func (w sse) fail(err error) {
+	var ae *apiError
+	if !errors.As(err, &ae) {
+		ae = errorf(http.StatusInternalServerError, "", "", "%v", err)
+	}
+	_ = w.send(gin.H{"error": ae})
+	w.done()
+}
+
+func (s *Server) encode(text string) []int32 {
+	ids := s.tok.Encode(text)
+	out := make([]int32, len(ids))
+	for i, id := range ids {
+		out[i] = int32(id)
+	}
+	return out
+}

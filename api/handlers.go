@@ -1,0 +1,330 @@
+package api
+
+import (
+	"encoding/json"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/gin-gonic/gin"
+)
+
+type chatMessage struct {
+	Role    string          `json:"role"`
+	Content json.RawMessage `json:"content"`
+}
+
+type chatRequest struct {
+	commonParams
+	Messages           []chatMessage   `json:"messages"`
+	ReasoningEffort    *string         `json:"reasoning_effort"`
+	ChatTemplateKwargs *templateKwargs `json:"chat_template_kwargs"`
+}
+
+type templateKwargs struct {
+	Thinking bool `json:"thinking"`
+}
+
+// messageText accepts a string or an array of {"type":"text","text":...} parts.
+func messageText(i int, raw json.RawMessage) (string, error) {
+	if len(raw) == 0 || string(raw) == "null" {
+		return "", nil
+	}
+	var s string
+	if err := json.Unmarshal(raw, &s); err == nil {
+		return s, nil
+	}
+	var parts []struct {
+		Type string `json:"type"`
+		Text string `json:"text"`
+	}
+	param := "messages[" + strconv.Itoa(i) + "].content"
+	if err := json.Unmarshal(raw, &parts); err != nil {
+		return "", errorf(http.StatusBadRequest, param, "invalid_type", "content must be a string or an array of text parts")
+	}
+	var b strings.Builder
+	for _, p := range parts {
+		if p.Type != "text" {
+			return "", errorf(http.StatusBadRequest, param, "", "content part type %q is not supported", p.Type)
+		}
+		b.WriteString(p.Text)
+	}
+	return b.String(), nil
+}
+
+// renderChat renders messages in the DeepSeek-V4 chat format.
+func renderChat(msgs []chatMessage, thinking bool) (string, error) {
+	if len(msgs) == 0 {
+		return "", errorf(http.StatusBadRequest, "messages", "", "messages must not be empty")
+	}
+	var b strings.Builder
+	b.WriteString(tokBOS)
+	for i, m := range msgs {
+		text, err := messageText(i, m.Content)
+		if err != nil {
+			return "", err
+		}
+		switch m.Role {
+		case "system", "developer":
+			b.WriteString(text)
+		case "user":
+			b.WriteString(tokUser + text)
+		case "assistant":
+			// A past assistant turn: its prefix, its (non-thinking) answer, EOS.
+			b.WriteString(tokAssistant + tokEndThink + text + tokEOS)
+		default:
+			return "", errorf(http.StatusBadRequest, "messages["+strconv.Itoa(i)+"].role", "", "role %q is not supported", m.Role)
+		}
+	}
+	if thinking {
+		b.WriteString(tokAssistant + tokThink)
+	} else {
+		b.WriteString(tokAssistant + tokEndThink)
+	}
+	return b.String(), nil
+}
+
+type chatChoice struct {
+	Index        int         `json:"index"`
+	Message      *chatOutMsg `json:"message,omitempty"`
+	Delta        *chatOutMsg `json:"delta,omitempty"`
+	Logprobs     any         `json:"logprobs"`
+	FinishReason *string     `json:"finish_reason"`
+}
+
+type chatOutMsg struct {
+	Role             string  `json:"role,omitempty"`
+	Content          *string `json:"content,omitempty"`
+	ReasoningContent *string `json:"reasoning_content,omitempty"`
+}
+
+type chatResponse struct {
+	ID      string       `json:"id"`
+	Object  string       `json:"object"`
+	Created int64        `json:"created"`
+	Model   string       `json:"model"`
+	Choices []chatChoice `json:"choices"`
+	Usage   *usage       `json:"usage,omitempty"`
+}
+
+func strp(s string) *string { return &s }
+
+func (s *Server) chat(c *gin.Context) {
+	var req chatRequest
+	if err := readJSON(c, &req); err != nil {
+		writeError(c, err)
+		return
+	}
+	if err := s.checkModel(req.Model); err != nil {
+		writeError(c, err)
+		return
+	}
+	thinking := req.ReasoningEffort != nil || (req.ChatTemplateKwargs != nil && req.ChatTemplateKwargs.Thinking)
+	text, err := renderChat(req.Messages, thinking)
+	if err != nil {
+		writeError(c, err)
+		return
+	}
+	g, err := s.build(&req.commonParams, s.encode(text), "messages")
+	if err != nil {
+		writeError(c, err)
+		return
+	}
+	g.thinking = thinking
+	id, created := newID("chatcmpl-"), time.Now().Unix()
+	ctx := c.Request.Context()
+	if !req.Stream {
+		res, err := s.generate(ctx, g, func(delta) error { return nil })
+		if err != nil {
+			if ctx.Err() == nil {
+				writeError(c, err)
+			}
+			return
+		}
+		msg := &chatOutMsg{Role: "assistant", Content: strp(res.text)}
+		if thinking {
+			msg.ReasoningContent = strp(res.reasoning)
+		}
+		c.JSON(http.StatusOK, chatResponse{ID: id, Object: "chat.completion", Created: created, Model: s.cfg.ModelName,
+			Choices: []chatChoice{{Message: msg, FinishReason: strp(res.finish)}}, Usage: mkUsage(len(g.prompt), res.completion)})
+		return
+	}
+	includeUsage := req.StreamOptions != nil && req.StreamOptions.IncludeUsage
+	chunk := func(d *chatOutMsg, finish *string) chatResponse {
+		return chatResponse{ID: id, Object: "chat.completion.chunk", Created: created, Model: s.cfg.ModelName,
+			Choices: []chatChoice{{Delta: d, FinishReason: finish}}}
+	}
+	var w sse
+	started := false
+	start := func() error {
+		if started {
+			return nil
+		}
+		started = true
+		w = startSSE(c)
+		return w.send(chunk(&chatOutMsg{Role: "assistant", Content: strp("")}, nil))
+	}
+	res, err := s.generate(ctx, g, func(d delta) error {
+		if err := start(); err != nil {
+			return err
+		}
+		m := &chatOutMsg{}
+		if d.reasoning != "" {
+			m.ReasoningContent = strp(d.reasoning)
+		}
+		if d.content != "" {
+			m.Content = strp(d.content)
+		}
+		return w.send(chunk(m, nil))
+	})
+	if err != nil {
+		if ctx.Err() != nil {
+			return // client went away; the sequence is cancelled
+		}
+		if !started {
+			writeError(c, err)
+			return
+		}
+		w.fail(err)
+		return
+	}
+	if err := start(); err != nil {
+		return
+	}
+	_ = w.send(chunk(&chatOutMsg{}, strp(res.finish)))
+	if includeUsage {
+		_ = w.send(chatResponse{ID: id, Object: "chat.completion.chunk", Created: created, Model: s.cfg.ModelName,
+			Choices: []chatChoice{}, Usage: mkUsage(len(g.prompt), res.completion)})
+	}
+	w.done()
+}
+
+type completionRequest struct {
+	commonParams
+	Prompt json.RawMessage `json:"prompt"`
+}
+
+type textChoice struct {
+	Index        int     `json:"index"`
+	Text         string  `json:"text"`
+	Logprobs     any     `json:"logprobs"`
+	FinishReason *string `json:"finish_reason"`
+}
+
+type textResponse struct {
+	ID      string       `json:"id"`
+	Object  string       `json:"object"`
+	Created int64        `json:"created"`
+	Model   string       `json:"model"`
+	Choices []textChoice `json:"choices"`
+	Usage   *usage       `json:"usage,omitempty"`
+}
+
+// parsePrompt accepts a string, an array of token ids, or a one-element array of either.
+func (s *Server) parsePrompt(raw json.RawMessage) ([]int32, error) {
+	bad := errorf(http.StatusBadRequest, "prompt", "invalid_type", "prompt must be a string or an array of token ids")
+	if len(raw) == 0 || string(raw) == "null" {
+		return nil, errorf(http.StatusBadRequest, "prompt", "", "prompt is required")
+	}
+	var text string
+	if err := json.Unmarshal(raw, &text); err == nil {
+		return s.encode(text), nil
+	}
+	var ids []int32
+	if err := json.Unmarshal(raw, &ids); err == nil {
+		for _, id := range ids {
+			if id < 0 || int(id) >= s.eng.Vocab() {
+				return nil, errorf(http.StatusBadRequest, "prompt", "", "token id %d outside the vocabulary [0, %d)", id, s.eng.Vocab())
+			}
+		}
+		return ids, nil
+	}
+	var batch []json.RawMessage
+	if err := json.Unmarshal(raw, &batch); err != nil {
+		return nil, bad
+	}
+	if len(batch) != 1 {
+		return nil, errorf(http.StatusBadRequest, "prompt", "", "only one prompt per request is supported")
+	}
+	elem := batch[0]
+	if json.Unmarshal(elem, &text) == nil {
+		return s.encode(text), nil
+	}
+	if json.Unmarshal(elem, &ids) != nil {
+		return nil, bad
+	}
+	return s.parsePrompt(elem) // an id array: range-checked there
+}
+
+func (s *Server) completions(c *gin.Context) {
+	var req completionRequest
+	if err := readJSON(c, &req); err != nil {
+		writeError(c, err)
+		return
+	}
+	if err := s.checkModel(req.Model); err != nil {
+		writeError(c, err)
+		return
+	}
+	prompt, err := s.parsePrompt(req.Prompt)
+	if err != nil {
+		writeError(c, err)
+		return
+	}
+	if req.MaxTokens == nil && req.MaxCompletionTokens == nil {
+		n := min(16, s.maxLen-len(prompt)) // OpenAI's completions default
+		if n >= 1 {
+			req.MaxTokens = &n
+		}
+	}
+	g, err := s.build(&req.commonParams, prompt, "prompt")
+	if err != nil {
+		writeError(c, err)
+		return
+	}
+	id, created := newID("cmpl-"), time.Now().Unix()
+	ctx := c.Request.Context()
+	if !req.Stream {
+		res, err := s.generate(ctx, g, func(delta) error { return nil })
+		if err != nil {
+			if ctx.Err() == nil {
+				writeError(c, err)
+			}
+			return
+		}
+		c.JSON(http.StatusOK, textResponse{ID: id, Object: "text_completion", Created: created, Model: s.cfg.ModelName,
+			Choices: []textChoice{{Text: res.text, FinishReason: strp(res.finish)}}, Usage: mkUsage(len(g.prompt), res.completion)})
+		return
+	}
+	chunk := func(text string, finish *string) textResponse {
+		return textResponse{ID: id, Object: "text_completion", Created: created, Model: s.cfg.ModelName,
+			Choices: []textChoice{{Text: text, FinishReason: finish}}}
+	}
+	w, started := sse{}, false
+	res, err := s.generate(ctx, g, func(d delta) error {
+		if !started {
+			w, started = startSSE(c), true
+		}
+		return w.send(chunk(d.content, nil))
+	})
+	if err != nil {
+		switch {
+		case ctx.Err() != nil:
+		case !started:
+			writeError(c, err)
+		default:
+			w.fail(err)
+		}
+		return
+	}
+	if !started {
+		w = startSSE(c)
+	}
+	_ = w.send(chunk("", strp(res.finish)))
+	if req.StreamOptions != nil && req.StreamOptions.IncludeUsage {
+		_ = w.send(textResponse{ID: id, Object: "text_completion", Created: created, Model: s.cfg.ModelName,
+			Choices: []textChoice{}, Usage: mkUsage(len(g.prompt), res.completion)})
+	}
+	w.done()
+}

@@ -1,0 +1,168 @@
+// Command serve runs the MegaMoE engine behind an OpenAI-compatible HTTP API.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strconv"
+	"syscall"
+	"time"
+
+	"github.com/gin-gonic/gin"
+
+	"github.com/megamoe/megamoe/api"
+	"github.com/megamoe/megamoe/checkpoint"
+	"github.com/megamoe/megamoe/engine"
+	"github.com/megamoe/megamoe/model"
+	"github.com/megamoe/megamoe/models"
+	"github.com/megamoe/megamoe/tokenizer"
+)
+
+type options struct {
+	model, servedName, host, apiKey, device, numerics string
+	port, maxNumSeqs, maxModelLen, threads            int
+	kvCacheMemory                                     int64
+}
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, os.Args[1:], os.Stderr); err != nil {
+		fmt.Fprintln(os.Stderr, "serve:", err)
+		os.Exit(1)
+	}
+}
+
+func parseFlags(args []string, stderr io.Writer) (*options, error) {
+	var o options
+	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.StringVar(&o.model, "model", "", "checkpoint directory with config.json and tokenizer.json (default: the embedded small model)")
+	fs.StringVar(&o.servedName, "served-model-name", "", `model id in the API (default "megamoe-small" for the embedded model, else the directory name)`)
+	fs.StringVar(&o.host, "host", "0.0.0.0", "listen address")
+	fs.IntVar(&o.port, "port", 8000, "listen port")
+	fs.IntVar(&o.maxNumSeqs, "max-num-seqs", 64, "running sequences at most")
+	fs.IntVar(&o.maxModelLen, "max-model-len", 4096, "context length (prompt + output tokens)")
+	fs.Int64Var(&o.kvCacheMemory, "kv-cache-memory", model.DefaultCacheBytes, "KV cache capacity in bytes")
+	fs.StringVar(&o.apiKey, "api-key", "", "require this bearer token on /v1 (also $MEGAMOE_API_KEY)")
+	fs.StringVar(&o.device, "device", "auto", "cpu | cuda | auto")
+	fs.StringVar(&o.numerics, "numerics", "faithful", "faithful | exact")
+	fs.IntVar(&o.threads, "threads", 0, "CPU worker threads (0 = GOMAXPROCS)")
+	if err := fs.Parse(args); err != nil {
+		return nil, err
+	}
+	if fs.NArg() > 0 {
+		return nil, fmt.Errorf("unexpected arguments %q", fs.Args())
+	}
+	switch {
+	case o.port < 0 || o.port > 65535:
+		return nil, fmt.Errorf("--port %d out of range", o.port)
+	case o.maxNumSeqs < 1:
+		return nil, errors.New("--max-num-seqs must be >= 1")
+	case o.maxModelLen < 2:
+		return nil, errors.New("--max-model-len must be >= 2")
+	case o.kvCacheMemory <= 0:
+		return nil, errors.New("--kv-cache-memory must be > 0")
+	case o.threads < 0:
+		return nil, errors.New("--threads must be >= 0")
+	}
+	switch o.device {
+	case "cpu", "auto":
+	case "cuda":
+		return nil, errors.New("--device cuda: CUDA backend not wired into the engine yet; use --device cpu")
+	default:
+		return nil, fmt.Errorf("--device %q, want cpu, cuda or auto", o.device)
+	}
+	if o.apiKey == "" {
+		o.apiKey = os.Getenv("MEGAMOE_API_KEY")
+	}
+	return &o, nil
+}
+
+func run(ctx context.Context, args []string, stderr io.Writer) error {
+	o, err := parseFlags(args, stderr)
+	if err != nil {
+		return err
+	}
+	log := slog.New(slog.NewTextHandler(stderr, nil))
+	dir, name := o.model, o.servedName
+	if dir == "" {
+		if dir, err = models.ExtractSmall(); err != nil {
+			return err
+		}
+		if name == "" {
+			name = "megamoe-small"
+		}
+	}
+	if name == "" {
+		name = filepath.Base(filepath.Clean(dir))
+	}
+	t0 := time.Now()
+	w, _, err := checkpoint.Load(dir)
+	if err != nil {
+		return fmt.Errorf("--model %s: %w", dir, err)
+	}
+	tok, err := tokenizer.LoadFile(filepath.Join(dir, "tokenizer.json"))
+	if err != nil {
+		return fmt.Errorf("--model %s: %w", dir, err)
+	}
+	m, err := model.New(w, nil, model.Options{Numerics: o.numerics, Threads: o.threads, CacheBytes: o.kvCacheMemory})
+	if err != nil {
+		return err
+	}
+	maxLen := o.maxModelLen
+	if mp := w.Config.MaxPositions; mp > 0 && maxLen > mp {
+		maxLen = mp
+	}
+	eng, err := engine.New(engine.FromModel(m), engine.Config{MaxNumSeqs: o.maxNumSeqs, MaxModelLen: maxLen, Logger: log})
+	if err != nil {
+		return err
+	}
+	log.Info("model ready", "dir", dir, "name", name, "layers", w.Config.Layers, "vocab", w.Config.Vocab,
+		"max_model_len", maxLen, "load", time.Since(t0).Round(time.Millisecond))
+
+	engCtx, stopEngine := context.WithCancel(context.Background())
+	engDone := make(chan error, 1)
+	go func() { engDone <- eng.Run(engCtx) }()
+
+	gin.SetMode(gin.ReleaseMode)
+	stopTokens := []int32{int32(w.Config.EOS)}
+	h := api.New(eng, tok, api.Config{ModelName: name, APIKey: o.apiKey, Version: "megamoe-dev", StopTokens: stopTokens, Logger: log})
+	addr := net.JoinHostPort(o.host, strconv.Itoa(o.port))
+	srv := &http.Server{Addr: addr, Handler: h, ReadHeaderTimeout: 10 * time.Second}
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		stopEngine()
+		<-engDone
+		return err
+	}
+	log.Info("listening", "addr", ln.Addr().String())
+	srvErr := make(chan error, 1)
+	go func() { srvErr <- srv.Serve(ln) }()
+
+	select {
+	case <-ctx.Done():
+		log.Info("shutting down")
+	case err = <-srvErr:
+	}
+	shCtx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if serr := srv.Shutdown(shCtx); serr != nil {
+		log.Warn("http shutdown", "err", serr)
+	}
+	stopEngine()
+	<-engDone
+	if errors.Is(err, http.ErrServerClosed) {
+		err = nil
+	}
+	return err
+}

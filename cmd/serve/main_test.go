@@ -1,0 +1,35 @@
+package main
+
+import (
+	"io"
+	"strings"
+	"testing"
+)
+
+func TestParseFlags(t *testing.T) {
+	for _, tc := range []struct {
+		args    []string
+		wantErr string
+	}{
+		{nil, ""},
+		{[]string{"--device", "cpu", "--port", "9000", "--max-num-seqs", "8"}, ""},
+		{[]string{"--device", "cuda"}, "CUDA backend not wired into the engine yet"},
+		{[]string{"--device", "tpu"}, "want cpu, cuda or auto"},
+		{[]string{"--port", "70000"}, "out of range"},
+		{[]string{"--max-num-seqs", "0"}, "--max-num-seqs"},
+		{[]string{"--max-model-len", "1"}, "--max-model-len"},
+		{[]string{"--kv-cache-memory", "0"}, "--kv-cache-memory"},
+		{[]string{"--threads", "-1"}, "--threads"},
+		{[]string{"extra"}, "unexpected arguments"},
+	} {
+		o, err := parseFlags(tc.args, io.Discard)
+		switch {
+		case tc.wantErr == "" && err != nil:
+			t.Errorf("%q: %v", tc.args, err)
+		case tc.wantErr != "" && (err == nil || !strings.Contains(err.Error(), tc.wantErr)):
+			t.Errorf("%q: error %v, want %q", tc.args, err, tc.wantErr)
+		case tc.wantErr == "" && (o.host != "0.0.0.0" || o.port == 0):
+			t.Errorf("%q: defaults %+v", tc.args, o)
+		}
+	}
+}
