@@ -75,7 +75,7 @@ func New(eng *engine.Engine, tok *tokenizer.Tokenizer, cfg Config) http.Handler 
 	}
 	s := &Server{eng: eng, tok: tok, cfg: cfg, maxLen: eng.Config().MaxModelLen, created: time.Now().Unix(), log: cfg.Logger}
 	r := gin.New()
-	r.Use(gin.Recovery())
+	r.Use(gin.Recovery(), s.accessLog)
 	r.GET("/health", s.health)
 	r.GET("/version", s.version)
 	v1 := r.Group("/v1", s.auth)
@@ -125,6 +125,14 @@ func (s *Server) auth(c *gin.Context) {
 	if c.GetHeader("Authorization") != "Bearer "+s.cfg.APIKey {
 		writeError(c, errorf(http.StatusUnauthorized, "", "invalid_api_key", "invalid or missing API key"))
 	}
+}
+
+// accessLog logs each request once it is answered.
+func (s *Server) accessLog(c *gin.Context) {
+	t0 := time.Now()
+	c.Next()
+	s.log.Info("request", "method", c.Request.Method, "path", c.Request.URL.Path, "status", c.Writer.Status(),
+		"dur", time.Since(t0).Round(time.Microsecond), "remote", c.ClientIP())
 }
 
 func (s *Server) health(c *gin.Context) { c.JSON(http.StatusOK, gin.H{"status": "ok"}) }
