@@ -308,7 +308,7 @@ func TestRenderChat(t *testing.T) {
 		{false, tokBOS + "S" + tokUser + "U1" + tokAssistant + tokEndThink + "A1" + tokEOS + tokUser + "U2" + tokAssistant + tokEndThink},
 		{true, tokBOS + "S" + tokUser + "U1" + tokAssistant + tokEndThink + "A1" + tokEOS + tokUser + "U2" + tokAssistant + tokThink},
 	} {
-		got, err := renderChat(msgs, tc.thinking)
+		got, err := renderChat(msgs, tokenizer.ChatOptions{Thinking: tc.thinking})
 		if err != nil || got != tc.want {
 			t.Errorf("thinking=%v: got %q (%v), want %q", tc.thinking, got, err, tc.want)
 		}

@@ -2,6 +2,7 @@ package api
 
 import (
 	"encoding/json"
+	"github.com/megamoe/megamoe/tokenizer"
 	"net/http"
 	"strconv"
 	"strings"
@@ -54,35 +55,29 @@ func messageText(i int, raw json.RawMessage) (string, error) {
 }
 
 // renderChat renders messages in the DeepSeek-V4 chat format.
-func renderChat(msgs []chatMessage, thinking bool) (string, error) {
+// renderChat renders the conversation with the DeepSeek-V4 chat encoding.
+func renderChat(msgs []chatMessage, opts tokenizer.ChatOptions) (string, error) {
 	if len(msgs) == 0 {
 		return "", errorf(http.StatusBadRequest, "messages", "", "messages must not be empty")
 	}
-	var b strings.Builder
-	b.WriteString(tokBOS)
+	conv := make([]tokenizer.Message, len(msgs))
 	for i, m := range msgs {
 		text, err := messageText(i, m.Content)
 		if err != nil {
 			return "", err
 		}
 		switch m.Role {
-		case "system", "developer":
-			b.WriteString(text)
-		case "user":
-			b.WriteString(tokUser + text)
-		case "assistant":
-			// A past assistant turn: its prefix, its (non-thinking) answer, EOS.
-			b.WriteString(tokAssistant + tokEndThink + text + tokEOS)
+		case "system", "developer", "user", "assistant":
 		default:
 			return "", errorf(http.StatusBadRequest, "messages["+strconv.Itoa(i)+"].role", "", "role %q is not supported", m.Role)
 		}
+		conv[i] = tokenizer.Message{Role: m.Role, Content: text}
 	}
-	if thinking {
-		b.WriteString(tokAssistant + tokThink)
-	} else {
-		b.WriteString(tokAssistant + tokEndThink)
+	out, err := tokenizer.EncodeChat(conv, nil, opts)
+	if err != nil {
+		return "", errorf(http.StatusBadRequest, "messages", "", "%v", err)
 	}
-	return b.String(), nil
+	return out, nil
 }
 
 type chatChoice struct {
@@ -121,7 +116,11 @@ func (s *Server) chat(c *gin.Context) {
 		return
 	}
 	thinking := req.ReasoningEffort != nil || (req.ChatTemplateKwargs != nil && req.ChatTemplateKwargs.Thinking)
-	text, err := renderChat(req.Messages, thinking)
+	effort := ""
+	if req.ReasoningEffort != nil {
+		effort = *req.ReasoningEffort
+	}
+	text, err := renderChat(req.Messages, tokenizer.ChatOptions{Thinking: thinking, ReasoningEffort: effort})
 	if err != nil {
 		writeError(c, err)
 		return
