@@ -55,6 +55,7 @@ type Server struct {
 	maxLen  int
 	created int64
 	log     *slog.Logger
+	met     *metrics
 }
 
 // New returns the HTTP handler serving eng with tok.
@@ -73,10 +74,11 @@ func New(eng *engine.Engine, tok *tokenizer.Tokenizer, cfg Config) http.Handler 
 			cfg.StopTokens = []int32{int32(id)}
 		}
 	}
-	s := &Server{eng: eng, tok: tok, cfg: cfg, maxLen: eng.Config().MaxModelLen, created: time.Now().Unix(), log: cfg.Logger}
+	s := &Server{eng: eng, tok: tok, cfg: cfg, maxLen: eng.Config().MaxModelLen, created: time.Now().Unix(), log: cfg.Logger, met: newMetrics(eng)}
 	r := gin.New()
-	r.Use(gin.Recovery(), s.accessLog)
+	r.Use(gin.Recovery(), s.accessLog, s.met.count)
 	r.GET("/health", s.health)
+	r.GET("/metrics", s.met.handler())
 	r.GET("/version", s.version)
 	v1 := r.Group("/v1", s.auth)
 	v1.GET("/models", s.models)
@@ -350,6 +352,7 @@ type result struct {
 	text, reasoning string
 	finish          string
 	completion      int
+	first           time.Time // arrival of the first generated token
 }
 
 // generate runs g, calling emit with each new piece of text (stop strings and
@@ -366,6 +369,7 @@ func (s *Server) generate(ctx context.Context, g *genSpec, emit func(delta) erro
 		return nil, errorf(http.StatusBadRequest, "", "", "%v", err)
 	}
 	defer st.Cancel() // no-op once finished
+	start := time.Now()
 	hold := 0
 	for _, stop := range g.stops {
 		hold = max(hold, len(stop)-1)
@@ -376,6 +380,7 @@ func (s *Server) generate(ctx context.Context, g *genSpec, emit func(delta) erro
 	var ids []int
 	var sentR, sentC int // bytes of reasoning/content already emitted
 	res := &result{}
+	defer s.met.finish(start, len(g.prompt), res)
 	// flush emits what is safe of text (everything when final).
 	flush := func(text string, final bool) error {
 		safe := len(text)
@@ -426,6 +431,9 @@ func (s *Server) generate(ctx context.Context, g *genSpec, emit func(delta) erro
 				break
 			}
 			for _, t := range ev.Tokens {
+				if res.completion == 0 {
+					res.first = time.Now()
+				}
 				res.completion++
 				if !s.isStop(t.ID) {
 					ids = append(ids, int(t.ID))
