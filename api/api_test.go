@@ -237,6 +237,21 @@ func TestServer(t *testing.T) {
 		{"body too large", "/v1/completions", huge, auth, 413, ""},
 		{"missing api key", "/v1/chat/completions", `{` + msg + `}`, nil, 401, ""},
 		{"wrong api key", "/v1/completions", `{"prompt":"x"}`, map[string]string{"Authorization": "Bearer nope"}, 401, ""},
+		{"top_k negative", "/v1/chat/completions", `{"top_k":-5,` + msg + `}`, auth, 400, "top_k"},
+		{"min_p range", "/v1/chat/completions", `{"min_p":2,` + msg + `}`, auth, 400, "min_p"},
+		{"presence_penalty range", "/v1/chat/completions", `{"presence_penalty":3,` + msg + `}`, auth, 400, "presence_penalty"},
+		{"frequency_penalty range", "/v1/chat/completions", `{"frequency_penalty":-3,` + msg + `}`, auth, 400, "frequency_penalty"},
+		{"repetition_penalty zero", "/v1/chat/completions", `{"repetition_penalty":0,` + msg + `}`, auth, 400, "repetition_penalty"},
+		{"n above one", "/v1/chat/completions", `{"n":2,` + msg + `}`, auth, 400, "n"},
+		{"seed wrong type", "/v1/chat/completions", `{"seed":"x",` + msg + `}`, auth, 400, "seed"},
+		{"stream wrong type", "/v1/chat/completions", `{"stream":"yes",` + msg + `}`, auth, 400, "stream"},
+		{"content wrong type", "/v1/chat/completions", `{"messages":[{"role":"user","content":5}]}`, auth, 400, "messages[0].content"},
+		{"logit_bias value range", "/v1/chat/completions", `{"logit_bias":{"5":500},` + msg + `}`, auth, 400, "logit_bias"},
+		{"body not an object", "/v1/chat/completions", `[1,2]`, auth, 400, ""},
+		{"empty body", "/v1/chat/completions", ``, auth, 400, ""},
+		{"empty prompt", "/v1/completions", `{"prompt":""}`, auth, 400, "prompt"},
+		{"prompt wrong type", "/v1/completions", `{"prompt":{"a":1}}`, auth, 400, "prompt"},
+		{"completion max_tokens negative", "/v1/completions", `{"prompt":"x","max_tokens":-1}`, auth, 400, "max_tokens"},
 	}
 	for _, tc := range bad {
 		t.Run(tc.name, func(t *testing.T) {
