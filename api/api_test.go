@@ -21,7 +21,7 @@ import (
 	"github.com/megamoe/megamoe/tokenizer"
 )
 
-const testMaxLen = 256
+const testMaxLen = 1024
 
 // startServer serves the embedded small model on a loopback httptest server.
 func startServer(t *testing.T, cfg Config, maxQueue int) (*httptest.Server, *engine.Engine) {
@@ -323,7 +323,7 @@ func TestRenderChat(t *testing.T) {
 		{false, tokBOS + "S" + tokUser + "U1" + tokAssistant + tokEndThink + "A1" + tokEOS + tokUser + "U2" + tokAssistant + tokEndThink},
 		{true, tokBOS + "S" + tokUser + "U1" + tokAssistant + tokEndThink + "A1" + tokEOS + tokUser + "U2" + tokAssistant + tokThink},
 	} {
-		got, err := renderChat(msgs, tokenizer.ChatOptions{Thinking: tc.thinking})
+		got, err := renderChat(msgs, nil, tokenizer.ChatOptions{Thinking: tc.thinking})
 		if err != nil || got != tc.want {
 			t.Errorf("thinking=%v: got %q (%v), want %q", tc.thinking, got, err, tc.want)
 		}

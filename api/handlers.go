@@ -12,15 +12,72 @@ import (
 )
 
 type chatMessage struct {
-	Role    string          `json:"role"`
-	Content json.RawMessage `json:"content"`
+	Role             string          `json:"role"`
+	Content          json.RawMessage `json:"content"`
+	ReasoningContent string          `json:"reasoning_content"`
+	ToolCalls        []toolCall      `json:"tool_calls"`
+	ToolCallID       string          `json:"tool_call_id"`
+}
+
+type toolCall struct {
+	Index    *int   `json:"index,omitempty"`
+	ID       string `json:"id"`
+	Type     string `json:"type"`
+	Function struct {
+		Name      string `json:"name"`
+		Arguments string `json:"arguments"`
+	} `json:"function"`
 }
 
 type chatRequest struct {
 	commonParams
-	Messages           []chatMessage   `json:"messages"`
-	ReasoningEffort    *string         `json:"reasoning_effort"`
-	ChatTemplateKwargs *templateKwargs `json:"chat_template_kwargs"`
+	Messages           []chatMessage     `json:"messages"`
+	ReasoningEffort    *string           `json:"reasoning_effort"`
+	ChatTemplateKwargs *templateKwargs   `json:"chat_template_kwargs"`
+	Tools              []json.RawMessage `json:"tools"`
+	ToolChoice         json.RawMessage   `json:"tool_choice"`
+	ResponseFormat     *responseFormat   `json:"response_format"`
+}
+
+type responseFormat struct {
+	Type       string `json:"type"`
+	JSONSchema *struct {
+		Schema json.RawMessage `json:"schema"`
+	} `json:"json_schema"`
+}
+
+// schema is the JSON schema the V4 response-format block renders, if any.
+func (f *responseFormat) schema() (json.RawMessage, error) {
+	switch {
+	case f == nil || f.Type == "" || f.Type == "text":
+		return nil, nil
+	case f.Type == "json_object":
+		return json.RawMessage(`{"type": "object"}`), nil
+	case f.Type == "json_schema" && f.JSONSchema != nil && len(f.JSONSchema.Schema) > 0:
+		return f.JSONSchema.Schema, nil
+	}
+	return nil, errorf(http.StatusBadRequest, "response_format", "", "response_format must be text, json_object or json_schema with a schema")
+}
+
+// activeTools applies tool_choice: "none" disables the tools; anything else
+// offers them (the model is not forced to call one).
+func (r *chatRequest) activeTools() ([]json.RawMessage, error) {
+	var choice string
+	if len(r.ToolChoice) > 0 && json.Unmarshal(r.ToolChoice, &choice) == nil && choice == "none" {
+		return nil, nil
+	}
+	for i, t := range r.Tools {
+		var fn struct {
+			Type     string `json:"type"`
+			Function struct {
+				Name string `json:"name"`
+			} `json:"function"`
+		}
+		if json.Unmarshal(t, &fn) != nil || fn.Type != "function" || fn.Function.Name == "" {
+			return nil, errorf(http.StatusBadRequest, "tools["+strconv.Itoa(i)+"]", "", "each tool must be {\"type\":\"function\",\"function\":{\"name\":…}}")
+		}
+	}
+	return r.Tools, nil
 }
 
 type templateKwargs struct {
@@ -56,7 +113,7 @@ func messageText(i int, raw json.RawMessage) (string, error) {
 
 // renderChat renders messages in the DeepSeek-V4 chat format.
 // renderChat renders the conversation with the DeepSeek-V4 chat encoding.
-func renderChat(msgs []chatMessage, opts tokenizer.ChatOptions) (string, error) {
+func renderChat(msgs []chatMessage, tools []json.RawMessage, opts tokenizer.ChatOptions) (string, error) {
 	if len(msgs) == 0 {
 		return "", errorf(http.StatusBadRequest, "messages", "", "messages must not be empty")
 	}
@@ -67,13 +124,16 @@ func renderChat(msgs []chatMessage, opts tokenizer.ChatOptions) (string, error) 
 			return "", err
 		}
 		switch m.Role {
-		case "system", "developer", "user", "assistant":
+		case "system", "developer", "user", "assistant", "tool":
 		default:
 			return "", errorf(http.StatusBadRequest, "messages["+strconv.Itoa(i)+"].role", "", "role %q is not supported", m.Role)
 		}
-		conv[i] = tokenizer.Message{Role: m.Role, Content: text}
+		conv[i] = tokenizer.Message{Role: m.Role, Content: text, ReasoningContent: m.ReasoningContent, ToolCallID: m.ToolCallID}
+		for _, tc := range m.ToolCalls {
+			conv[i].ToolCalls = append(conv[i].ToolCalls, tokenizer.ToolCall{ID: tc.ID, Name: tc.Function.Name, Arguments: tc.Function.Arguments})
+		}
 	}
-	out, err := tokenizer.EncodeChat(conv, nil, opts)
+	out, err := tokenizer.EncodeChat(conv, tools, opts)
 	if err != nil {
 		return "", errorf(http.StatusBadRequest, "messages", "", "%v", err)
 	}
@@ -89,9 +149,23 @@ type chatChoice struct {
 }
 
 type chatOutMsg struct {
-	Role             string  `json:"role,omitempty"`
-	Content          *string `json:"content,omitempty"`
-	ReasoningContent *string `json:"reasoning_content,omitempty"`
+	Role             string     `json:"role,omitempty"`
+	Content          *string    `json:"content,omitempty"`
+	ReasoningContent *string    `json:"reasoning_content,omitempty"`
+	ToolCalls        []toolCall `json:"tool_calls,omitempty"`
+}
+
+// outToolCalls converts parsed DSML calls to the OpenAI shape.
+func outToolCalls(calls []tokenizer.ToolCall, indexed bool) []toolCall {
+	out := make([]toolCall, len(calls))
+	for i, c := range calls {
+		out[i] = toolCall{ID: newID("call_"), Type: "function"}
+		if indexed {
+			out[i].Index = &i
+		}
+		out[i].Function.Name, out[i].Function.Arguments = c.Name, c.Arguments
+	}
+	return out
 }
 
 type chatResponse struct {
@@ -120,7 +194,17 @@ func (s *Server) chat(c *gin.Context) {
 	if req.ReasoningEffort != nil {
 		effort = *req.ReasoningEffort
 	}
-	text, err := renderChat(req.Messages, tokenizer.ChatOptions{Thinking: thinking, ReasoningEffort: effort})
+	tools, err := req.activeTools()
+	if err != nil {
+		writeError(c, err)
+		return
+	}
+	format, err := req.ResponseFormat.schema()
+	if err != nil {
+		writeError(c, err)
+		return
+	}
+	text, err := renderChat(req.Messages, tools, tokenizer.ChatOptions{Thinking: thinking, ReasoningEffort: effort, ResponseFormat: format})
 	if err != nil {
 		writeError(c, err)
 		return
@@ -145,6 +229,16 @@ func (s *Server) chat(c *gin.Context) {
 		if thinking {
 			msg.ReasoningContent = strp(res.reasoning)
 		}
+		if len(tools) > 0 {
+			p := tokenizer.NewOutputParser(false)
+			d := p.Push(res.text)
+			rest, calls := p.Finish()
+			msg.Content = strp(d.Content + rest.Content)
+			if len(calls) > 0 {
+				msg.ToolCalls = outToolCalls(calls, false)
+				res.finish = "tool_calls"
+			}
+		}
 		c.JSON(http.StatusOK, chatResponse{ID: id, Object: "chat.completion", Created: created, Model: s.cfg.ModelName,
 			Choices: []chatChoice{{Message: msg, FinishReason: strp(res.finish)}}, Usage: mkUsage(len(g.prompt), res.completion)})
 		return
@@ -164,9 +258,19 @@ func (s *Server) chat(c *gin.Context) {
 		w = startSSE(c)
 		return w.send(chunk(&chatOutMsg{Role: "assistant", Content: strp("")}, nil))
 	}
+	var calls *tokenizer.OutputParser
+	if len(tools) > 0 {
+		calls = tokenizer.NewOutputParser(false)
+	}
 	res, err := s.generate(ctx, g, func(d delta) error {
 		if err := start(); err != nil {
 			return err
+		}
+		if calls != nil && d.content != "" {
+			d.content = calls.Push(d.content).Content
+		}
+		if d.reasoning == "" && d.content == "" {
+			return nil
 		}
 		m := &chatOutMsg{}
 		if d.reasoning != "" {
@@ -190,6 +294,16 @@ func (s *Server) chat(c *gin.Context) {
 	}
 	if err := start(); err != nil {
 		return
+	}
+	if calls != nil {
+		rest, parsed := calls.Finish()
+		if rest.Content != "" {
+			_ = w.send(chunk(&chatOutMsg{Content: strp(rest.Content)}, nil))
+		}
+		if len(parsed) > 0 {
+			_ = w.send(chunk(&chatOutMsg{ToolCalls: outToolCalls(parsed, true)}, nil))
+			res.finish = "tool_calls"
+		}
 	}
 	_ = w.send(chunk(&chatOutMsg{}, strp(res.finish)))
 	if includeUsage {
