@@ -352,7 +352,8 @@ type result struct {
 	text, reasoning string
 	finish          string
 	completion      int
-	first           time.Time // arrival of the first generated token
+	first           time.Time      // arrival of the first generated token
+	tokens          []engine.Token // generated tokens (stop tokens excluded), with logprobs when asked
 }
 
 // generate runs g, calling emit with each new piece of text (stop strings and
@@ -436,6 +437,7 @@ func (s *Server) generate(ctx context.Context, g *genSpec, emit func(delta) erro
 				}
 				res.completion++
 				if !s.isStop(t.ID) {
+					res.tokens = append(res.tokens, t)
 					ids = append(ids, int(t.ID))
 				}
 			}

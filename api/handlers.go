@@ -37,6 +37,8 @@ type chatRequest struct {
 	Tools              []json.RawMessage `json:"tools"`
 	ToolChoice         json.RawMessage   `json:"tool_choice"`
 	ResponseFormat     *responseFormat   `json:"response_format"`
+	Logprobs           bool              `json:"logprobs"`
+	TopLogprobs        int               `json:"top_logprobs"`
 }
 
 type responseFormat struct {
@@ -215,6 +217,10 @@ func (s *Server) chat(c *gin.Context) {
 		return
 	}
 	g.thinking = thinking
+	if err := setLogprobs(&g.params, req.Logprobs, req.TopLogprobs, "top_logprobs"); err != nil {
+		writeError(c, err)
+		return
+	}
 	id, created := newID("chatcmpl-"), time.Now().Unix()
 	ctx := c.Request.Context()
 	if !req.Stream {
@@ -239,8 +245,12 @@ func (s *Server) chat(c *gin.Context) {
 				res.finish = "tool_calls"
 			}
 		}
+		choice := chatChoice{Message: msg, FinishReason: strp(res.finish)}
+		if g.params.Logprobs {
+			choice.Logprobs = makeChatLogprobs(s.tok, res.tokens)
+		}
 		c.JSON(http.StatusOK, chatResponse{ID: id, Object: "chat.completion", Created: created, Model: s.cfg.ModelName,
-			Choices: []chatChoice{{Message: msg, FinishReason: strp(res.finish)}}, Usage: mkUsage(len(g.prompt), res.completion)})
+			Choices: []chatChoice{choice}, Usage: mkUsage(len(g.prompt), res.completion)})
 		return
 	}
 	includeUsage := req.StreamOptions != nil && req.StreamOptions.IncludeUsage
@@ -305,7 +315,11 @@ func (s *Server) chat(c *gin.Context) {
 			res.finish = "tool_calls"
 		}
 	}
-	_ = w.send(chunk(&chatOutMsg{}, strp(res.finish)))
+	final := chunk(&chatOutMsg{}, strp(res.finish))
+	if g.params.Logprobs { // streamed logprobs arrive with the final chunk
+		final.Choices[0].Logprobs = makeChatLogprobs(s.tok, res.tokens)
+	}
+	_ = w.send(final)
 	if includeUsage {
 		_ = w.send(chatResponse{ID: id, Object: "chat.completion.chunk", Created: created, Model: s.cfg.ModelName,
 			Choices: []chatChoice{}, Usage: mkUsage(len(g.prompt), res.completion)})
@@ -315,7 +329,9 @@ func (s *Server) chat(c *gin.Context) {
 
 type completionRequest struct {
 	commonParams
-	Prompt json.RawMessage `json:"prompt"`
+	Prompt   json.RawMessage `json:"prompt"`
+	Logprobs *int            `json:"logprobs"`
+	Echo     bool            `json:"echo"`
 }
 
 type textChoice struct {
@@ -396,6 +412,12 @@ func (s *Server) completions(c *gin.Context) {
 		writeError(c, err)
 		return
 	}
+	if req.Logprobs != nil {
+		if err := setLogprobs(&g.params, true, *req.Logprobs, "logprobs"); err != nil {
+			writeError(c, err)
+			return
+		}
+	}
 	id, created := newID("cmpl-"), time.Now().Unix()
 	ctx := c.Request.Context()
 	if !req.Stream {
@@ -406,8 +428,17 @@ func (s *Server) completions(c *gin.Context) {
 			}
 			return
 		}
+		choice := textChoice{Text: res.text, FinishReason: strp(res.finish)}
+		offset := 0
+		if req.Echo {
+			echo := s.tok.Decode(int32sToInts(g.prompt))
+			choice.Text, offset = echo+res.text, len(echo)
+		}
+		if req.Logprobs != nil {
+			choice.Logprobs = makeCompletionLogprobs(s.tok, res.tokens, offset)
+		}
 		c.JSON(http.StatusOK, textResponse{ID: id, Object: "text_completion", Created: created, Model: s.cfg.ModelName,
-			Choices: []textChoice{{Text: res.text, FinishReason: strp(res.finish)}}, Usage: mkUsage(len(g.prompt), res.completion)})
+			Choices: []textChoice{choice}, Usage: mkUsage(len(g.prompt), res.completion)})
 		return
 	}
 	chunk := func(text string, finish *string) textResponse {
@@ -440,4 +471,12 @@ func (s *Server) completions(c *gin.Context) {
 			Choices: []textChoice{}, Usage: mkUsage(len(g.prompt), res.completion)})
 	}
 	w.done()
+}
+
+func int32sToInts(v []int32) []int {
+	out := make([]int, len(v))
+	for i, x := range v {
+		out[i] = int(x)
+	}
+	return out
 }
