@@ -74,7 +74,7 @@ func EncodeChat(msgs []Message, tools []json.RawMessage, opts ChatOptions) (stri
 	drop := !opts.KeepThinking && len(tools) == 0
 	lastUser := -1
 	for i, m := range msgs {
-		if m.Role == "user" {
+		if m.Role == "user" || m.Role == "developer" || m.Role == "tool" { // tool results render as a user turn
 			lastUser = i
 		}
 	}
@@ -177,7 +177,7 @@ func systemBlocks(tools []json.RawMessage, format json.RawMessage) (string, erro
 		parts = append(parts, toolsHead+strings.Join(schemas, "\n")+toolsTail)
 	}
 	if len(format) > 0 {
-		s, err := PyJSON(format, true)
+		s, err := PyJSON(format, false)
 		if err != nil {
 			return "", fmt.Errorf("chat: response_format: %w", err)
 		}
@@ -232,14 +232,17 @@ func renderToolCalls(calls []ToolCall) (string, error) {
 	return "\n\n<" + DSML + "tool_calls>\n" + strings.Join(invokes, "\n") + "\n</" + DSML + "tool_calls>", nil
 }
 
-// renderParams renders each argument in the object's own key order.
+// renderParams renders each argument in the object's own key order, values as
+// json.dumps writes them. Like encoding_dsv4.py, arguments that are not a JSON
+// object become one string parameter named "arguments" holding the raw text.
 func renderParams(args string) ([]string, error) {
-	if strings.TrimSpace(args) == "" {
-		return nil, nil
+	var probe map[string]json.RawMessage
+	if json.Unmarshal([]byte(args), &probe) != nil || probe == nil {
+		return []string{"<" + DSML + "parameter name=\"arguments\" string=\"true\">" + args + "</" + DSML + "parameter>"}, nil
 	}
 	dec := json.NewDecoder(strings.NewReader(args))
-	if t, err := dec.Token(); err != nil || t != json.Delim('{') {
-		return nil, fmt.Errorf("arguments are not a JSON object")
+	if _, err := dec.Token(); err != nil {
+		return nil, err
 	}
 	var out []string
 	for dec.More() {
@@ -256,7 +259,7 @@ func renderParams(args string) ([]string, error) {
 			out = append(out, "<"+DSML+"parameter name=\""+k.(string)+"\" string=\"true\">"+s+"</"+DSML+"parameter>")
 			continue
 		}
-		v, err := PyJSON(raw, true)
+		v, err := PyJSON(raw, false)
 		if err != nil {
 			return nil, err
 		}

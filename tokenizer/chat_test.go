@@ -65,14 +65,14 @@ func TestEncodeChatModes(t *testing.T) {
 		{"max ignored in chat mode", user, ChatOptions{ReasoningEffort: "max"}, BOS + "<｜User｜>Hi<｜Assistant｜></think>"},
 		{"response format", []Message{{Role: "system", Content: "S"}, {Role: "user", Content: "Q"}},
 			ChatOptions{ResponseFormat: json.RawMessage(`{"type": "object", "properties": {"a": {"type": "string"}}}`)},
-			BOS + "S\n\n## Response Format:\n\nYou MUST strictly adhere to the following schema to reply:\n{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"string\"}}}<｜User｜>Q<｜Assistant｜></think>"},
+			BOS + "S\n\n## Response Format:\n\nYou MUST strictly adhere to the following schema to reply:\n{\"type\": \"object\", \"properties\": {\"a\": {\"type\": \"string\"}}}<｜User｜>Q<｜Assistant｜></think>"},
 		{"latest reminder", []Message{{Role: "user", Content: "Q"}, {Role: "latest_reminder", Content: "R"}},
 			ChatOptions{}, BOS + "<｜User｜>Q<｜Assistant｜></think><｜latest_reminder｜>R"},
 		{"two tool results follow the call order", []Message{
 			{Role: "user", Content: "Q"},
 			{Role: "assistant", ToolCalls: []ToolCall{{ID: "a", Name: "f", Arguments: `{"n": 1, "x": [1, "é"]}`}, {ID: "b", Name: "g", Arguments: `{}`}}},
 			{Role: "tool", ToolCallID: "b", Content: "B"}, {Role: "tool", ToolCallID: "a", Content: "A"},
-		}, ChatOptions{}, BOS + "<｜User｜>Q<｜Assistant｜></think>\n\n<｜DSML｜tool_calls>\n<｜DSML｜invoke name=\"f\">\n<｜DSML｜parameter name=\"n\" string=\"false\">1</｜DSML｜parameter>\n<｜DSML｜parameter name=\"x\" string=\"false\">[1,\"é\"]</｜DSML｜parameter>\n</｜DSML｜invoke>\n<｜DSML｜invoke name=\"g\">\n\n</｜DSML｜invoke>\n</｜DSML｜tool_calls><｜end▁of▁sentence｜><｜User｜><tool_result>A</tool_result>\n\n<tool_result>B</tool_result><｜Assistant｜></think>"},
+		}, ChatOptions{}, BOS + "<｜User｜>Q<｜Assistant｜></think>\n\n<｜DSML｜tool_calls>\n<｜DSML｜invoke name=\"f\">\n<｜DSML｜parameter name=\"n\" string=\"false\">1</｜DSML｜parameter>\n<｜DSML｜parameter name=\"x\" string=\"false\">[1, \"é\"]</｜DSML｜parameter>\n</｜DSML｜invoke>\n<｜DSML｜invoke name=\"g\">\n\n</｜DSML｜invoke>\n</｜DSML｜tool_calls><｜end▁of▁sentence｜><｜User｜><tool_result>A</tool_result>\n\n<tool_result>B</tool_result><｜Assistant｜></think>"},
 	}
 	for _, c := range cases {
 		got, err := EncodeChat(c.msgs, nil, c.opts)
@@ -83,7 +83,11 @@ func TestEncodeChatModes(t *testing.T) {
 			t.Errorf("%s:\n got %q\nwant %q", c.name, got, c.want)
 		}
 	}
-	for _, bad := range [][]Message{nil, {{Role: "wizard", Content: "x"}}, {{Role: "assistant", ToolCalls: []ToolCall{{Name: "f", Arguments: "[1]"}}}}} {
+	// Non-object arguments become one raw "arguments" string parameter, as in encoding_dsv4.py.
+	if got, _ := EncodeChat([]Message{{Role: "assistant", ToolCalls: []ToolCall{{Name: "f", Arguments: "[1]"}}}}, nil, ChatOptions{}); !strings.Contains(got, `<｜DSML｜parameter name="arguments" string="true">[1]</｜DSML｜parameter>`) {
+		t.Errorf("non-object arguments rendered as %q", got)
+	}
+	for _, bad := range [][]Message{nil, {{Role: "wizard", Content: "x"}}} {
 		if _, err := EncodeChat(bad, nil, ChatOptions{}); err == nil {
 			t.Errorf("%v accepted", bad)
 		}
