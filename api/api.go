@@ -4,7 +4,6 @@ package api
 
 import (
 	"bytes"
-	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
@@ -17,7 +16,6 @@ import (
 	"strconv"
 	"strings"
 	"time"
-	"unicode/utf8"
 
 	"github.com/gin-gonic/gin"
 
@@ -192,6 +190,9 @@ type streamOptions struct {
 	IncludeUsage bool `json:"include_usage"`
 }
 
+// MaxN bounds n, the choices of one request (each is a sequence of its own).
+const MaxN = 16
+
 // genSpec is a validated generation request.
 type genSpec struct {
 	prompt    []int32
@@ -199,6 +200,7 @@ type genSpec struct {
 	maxTokens int
 	stops     []string
 	thinking  bool // split the output at </think>
+	n         int  // independent choices
 }
 
 func (s *Server) checkModel(name string) error {
@@ -243,10 +245,13 @@ func (s *Server) build(p *commonParams, prompt []int32, promptParam string) (*ge
 	bad := func(param, format string, args ...any) error {
 		return errorf(http.StatusBadRequest, param, "", format, args...)
 	}
-	if p.N != nil && *p.N != 1 {
-		return nil, bad("n", "only n=1 is supported")
+	g := &genSpec{prompt: prompt, n: 1}
+	if p.N != nil {
+		if *p.N < 1 || *p.N > MaxN {
+			return nil, bad("n", "n must be in [1, %d], got %d", MaxN, *p.N)
+		}
+		g.n = *p.N
 	}
-	g := &genSpec{prompt: prompt}
 	if len(prompt) == 0 {
 		return nil, bad(promptParam, "the prompt is empty")
 	}
@@ -342,147 +347,6 @@ func (s *Server) build(p *commonParams, prompt []int32, promptParam string) (*ge
 		return nil, bad("", "%v", err)
 	}
 	return g, nil
-}
-
-// delta is newly generated text, split into reasoning and answer.
-type delta struct{ reasoning, content string }
-
-// result is a finished generation.
-type result struct {
-	text, reasoning string
-	finish          string
-	completion      int
-	first           time.Time      // arrival of the first generated token
-	tokens          []engine.Token // generated tokens (stop tokens excluded), with logprobs when asked
-}
-
-// generate runs g, calling emit with each new piece of text (stop strings and
-// partial UTF-8 held back), and returns the whole output. ctx ending cancels
-// the sequence.
-func (s *Server) generate(ctx context.Context, g *genSpec, emit func(delta) error) (*result, error) {
-	st, err := s.eng.Submit(&engine.Request{Prompt: g.prompt, Params: g.params, MaxTokens: g.maxTokens, StopTokens: s.cfg.StopTokens})
-	switch {
-	case errors.Is(err, engine.ErrQueueFull):
-		return nil, errorf(http.StatusTooManyRequests, "", "queue_full", "the server is busy; retry later")
-	case errors.Is(err, engine.ErrStopped):
-		return nil, errorf(http.StatusServiceUnavailable, "", "shutting_down", "the server is shutting down")
-	case err != nil:
-		return nil, errorf(http.StatusBadRequest, "", "", "%v", err)
-	}
-	defer st.Cancel() // no-op once finished
-	start := time.Now()
-	hold := 0
-	for _, stop := range g.stops {
-		hold = max(hold, len(stop)-1)
-	}
-	if g.thinking {
-		hold = max(hold, len(tokEndThink)-1)
-	}
-	var ids []int
-	var sentR, sentC int // bytes of reasoning/content already emitted
-	res := &result{}
-	defer s.met.finish(start, len(g.prompt), res)
-	// flush emits what is safe of text (everything when final).
-	flush := func(text string, final bool) error {
-		safe := len(text)
-		if !final {
-			safe = max(0, len(text)-hold)
-			// Do not cut a multi-byte character (or one still being decoded).
-			for k := 0; k < utf8.UTFMax-1 && safe > 0; k++ {
-				if r, size := utf8.DecodeLastRuneInString(text[:safe]); r != utf8.RuneError || size != 1 {
-					break
-				}
-				safe--
-			}
-		}
-		reasoning, content := "", text[:safe]
-		if g.thinking {
-			if i := strings.Index(content, tokEndThink); i >= 0 {
-				reasoning, content = content[:i], strings.TrimLeft(content[i+len(tokEndThink):], "\n")
-			} else if !final {
-				reasoning, content = content, ""
-			} else {
-				reasoning, content = content, "" // never closed its thought
-			}
-		}
-		res.reasoning, res.text = reasoning, content
-		d := delta{}
-		if len(reasoning) > sentR {
-			d.reasoning = reasoning[sentR:]
-			sentR = len(reasoning)
-		}
-		if len(content) > sentC {
-			d.content = content[sentC:]
-			sentC = len(content)
-		}
-		if d.reasoning == "" && d.content == "" {
-			return nil
-		}
-		return emit(d)
-	}
-	for {
-		select {
-		case <-ctx.Done():
-			return nil, ctx.Err()
-		case <-st.Ready():
-		}
-		for {
-			ev, ok := st.Next()
-			if !ok {
-				break
-			}
-			for _, t := range ev.Tokens {
-				if res.completion == 0 {
-					res.first = time.Now()
-				}
-				res.completion++
-				if !s.isStop(t.ID) {
-					res.tokens = append(res.tokens, t)
-					ids = append(ids, int(t.ID))
-				}
-			}
-			text := s.tok.Decode(ids)
-			if i := indexStop(text, g.stops); i >= 0 {
-				st.Cancel()
-				res.finish = "stop"
-				return res, flush(text[:i], true)
-			}
-			switch ev.Finish {
-			case engine.FinishNone:
-				if err := flush(text, false); err != nil {
-					return nil, err
-				}
-				continue
-			case engine.FinishStop, engine.FinishLength:
-				res.finish = string(ev.Finish)
-				return res, flush(text, true)
-			case engine.FinishError:
-				return nil, errorf(http.StatusInternalServerError, "", "", "generation failed: %v", ev.Err)
-			default:
-				return nil, errorf(http.StatusInternalServerError, "", "", "generation %s", ev.Finish)
-			}
-		}
-	}
-}
-
-func (s *Server) isStop(id int32) bool {
-	for _, t := range s.cfg.StopTokens {
-		if t == id {
-			return true
-		}
-	}
-	return false
-}
-
-// indexStop is the first position where any stop string occurs, or -1.
-func indexStop(text string, stops []string) int {
-	best := -1
-	for _, st := range stops {
-		if i := strings.Index(text, st); i >= 0 && (best < 0 || i < best) {
-			best = i
-		}
-	}
-	return best
 }
 
 func newID(prefix string) string {

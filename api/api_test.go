@@ -242,7 +242,9 @@ func TestServer(t *testing.T) {
 		{"presence_penalty range", "/v1/chat/completions", `{"presence_penalty":3,` + msg + `}`, auth, 400, "presence_penalty"},
 		{"frequency_penalty range", "/v1/chat/completions", `{"frequency_penalty":-3,` + msg + `}`, auth, 400, "frequency_penalty"},
 		{"repetition_penalty zero", "/v1/chat/completions", `{"repetition_penalty":0,` + msg + `}`, auth, 400, "repetition_penalty"},
-		{"n above one", "/v1/chat/completions", `{"n":2,` + msg + `}`, auth, 400, "n"},
+		{"n zero", "/v1/chat/completions", `{"n":0,` + msg + `}`, auth, 400, "n"},
+		{"n above bound", "/v1/completions", `{"n":17,"prompt":"x"}`, auth, 400, "n"},
+		{"reasoning_effort unknown", "/v1/chat/completions", `{"reasoning_effort":"extreme",` + msg + `}`, auth, 400, "reasoning_effort"},
 		{"seed wrong type", "/v1/chat/completions", `{"seed":"x",` + msg + `}`, auth, 400, "seed"},
 		{"stream wrong type", "/v1/chat/completions", `{"stream":"yes",` + msg + `}`, auth, 400, "stream"},
 		{"content wrong type", "/v1/chat/completions", `{"messages":[{"role":"user","content":5}]}`, auth, 400, "messages[0].content"},
@@ -453,5 +455,17 @@ func TestQueueFull(t *testing.T) {
 	}
 	if full != n-2 {
 		t.Errorf("%d requests got 429, want %d", full, n-2)
+	}
+}
+
+func TestReasoningEffortLevels(t *testing.T) {
+	for _, c := range []struct{ in, want string }{{"low", "high"}, {"medium", "high"}, {"high", "high"}, {"xhigh", "max"}, {"max", "max"}} {
+		got, err := reasoningEffort(&c.in)
+		if err != nil || got != c.want {
+			t.Errorf("reasoningEffort(%q) = %q, %v; want %q", c.in, got, err, c.want)
+		}
+	}
+	if got, err := reasoningEffort(nil); got != "" || err != nil {
+		t.Errorf("reasoningEffort(nil) = %q, %v", got, err)
 	}
 }

@@ -2,13 +2,15 @@ package api
 
 import (
 	"encoding/json"
-	"github.com/megamoe/megamoe/tokenizer"
 	"net/http"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/gin-gonic/gin"
+
+	"github.com/megamoe/megamoe/engine"
+	"github.com/megamoe/megamoe/tokenizer"
 )
 
 type chatMessage struct {
@@ -61,27 +63,6 @@ func (f *responseFormat) schema() (json.RawMessage, error) {
 	return nil, errorf(http.StatusBadRequest, "response_format", "", "response_format must be text, json_object or json_schema with a schema")
 }
 
-// activeTools applies tool_choice: "none" disables the tools; anything else
-// offers them (the model is not forced to call one).
-func (r *chatRequest) activeTools() ([]json.RawMessage, error) {
-	var choice string
-	if len(r.ToolChoice) > 0 && json.Unmarshal(r.ToolChoice, &choice) == nil && choice == "none" {
-		return nil, nil
-	}
-	for i, t := range r.Tools {
-		var fn struct {
-			Type     string `json:"type"`
-			Function struct {
-				Name string `json:"name"`
-			} `json:"function"`
-		}
-		if json.Unmarshal(t, &fn) != nil || fn.Type != "function" || fn.Function.Name == "" {
-			return nil, errorf(http.StatusBadRequest, "tools["+strconv.Itoa(i)+"]", "", "each tool must be {\"type\":\"function\",\"function\":{\"name\":…}}")
-		}
-	}
-	return r.Tools, nil
-}
-
 type templateKwargs struct {
 	Thinking bool `json:"thinking"`
 }
@@ -113,7 +94,6 @@ func messageText(i int, raw json.RawMessage) (string, error) {
 	return b.String(), nil
 }
 
-// renderChat renders messages in the DeepSeek-V4 chat format.
 // renderChat renders the conversation with the DeepSeek-V4 chat encoding.
 func renderChat(msgs []chatMessage, tools []json.RawMessage, opts tokenizer.ChatOptions) (string, error) {
 	if len(msgs) == 0 {
@@ -192,9 +172,10 @@ func (s *Server) chat(c *gin.Context) {
 		return
 	}
 	thinking := req.ReasoningEffort != nil || (req.ChatTemplateKwargs != nil && req.ChatTemplateKwargs.Thinking)
-	effort := ""
-	if req.ReasoningEffort != nil {
-		effort = *req.ReasoningEffort
+	effort, err := reasoningEffort(req.ReasoningEffort)
+	if err != nil {
+		writeError(c, err)
+		return
 	}
 	tools, err := req.activeTools()
 	if err != nil {
@@ -221,42 +202,86 @@ func (s *Server) chat(c *gin.Context) {
 		writeError(c, err)
 		return
 	}
-	id, created := newID("chatcmpl-"), time.Now().Unix()
-	ctx := c.Request.Context()
-	if !req.Stream {
-		res, err := s.generate(ctx, g, func(delta) error { return nil })
-		if err != nil {
-			if ctx.Err() == nil {
-				writeError(c, err)
-			}
-			return
-		}
-		msg := &chatOutMsg{Role: "assistant", Content: strp(res.text)}
-		if thinking {
-			msg.ReasoningContent = strp(res.reasoning)
-		}
-		if len(tools) > 0 {
-			p := tokenizer.NewOutputParser(false)
-			d := p.Push(res.text)
-			rest, calls := p.Finish()
-			msg.Content = strp(d.Content + rest.Content)
-			if len(calls) > 0 {
-				msg.ToolCalls = outToolCalls(calls, false)
-				res.finish = "tool_calls"
-			}
-		}
-		choice := chatChoice{Message: msg, FinishReason: strp(res.finish)}
-		if g.params.Logprobs {
-			choice.Logprobs = makeChatLogprobs(s.tok, res.tokens)
-		}
-		c.JSON(http.StatusOK, chatResponse{ID: id, Object: "chat.completion", Created: created, Model: s.cfg.ModelName,
-			Choices: []chatChoice{choice}, Usage: mkUsage(len(g.prompt), res.completion)})
+	resp := chatResponse{ID: newID("chatcmpl-"), Object: "chat.completion", Created: time.Now().Unix(), Model: s.cfg.ModelName}
+	if req.Stream {
+		s.streamChat(c, g, resp, len(tools) > 0, req.StreamOptions != nil && req.StreamOptions.IncludeUsage)
 		return
 	}
-	includeUsage := req.StreamOptions != nil && req.StreamOptions.IncludeUsage
-	chunk := func(d *chatOutMsg, finish *string) chatResponse {
-		return chatResponse{ID: id, Object: "chat.completion.chunk", Created: created, Model: s.cfg.ModelName,
-			Choices: []chatChoice{{Delta: d, FinishReason: finish}}}
+	ctx := c.Request.Context()
+	results, err := s.fanOut(ctx, g, func(int, delta) error { return nil }, nil)
+	if err != nil {
+		if ctx.Err() == nil {
+			writeError(c, err)
+		}
+		return
+	}
+	completion := 0
+	for i, res := range results {
+		resp.Choices = append(resp.Choices, s.chatChoice(i, res, len(tools) > 0, thinking, g.params.Logprobs))
+		completion += res.completion
+	}
+	resp.Usage = mkUsage(len(g.prompt), completion)
+	c.JSON(http.StatusOK, resp)
+}
+
+// chatChoice is the non-streamed choice i of res.
+func (s *Server) chatChoice(i int, res *result, tools, thinking, logprobs bool) chatChoice {
+	msg := &chatOutMsg{Role: "assistant", Content: strp(res.text)}
+	if thinking {
+		msg.ReasoningContent = strp(res.reasoning)
+	}
+	finish := res.finish
+	if tools {
+		p := tokenizer.NewOutputParser(false)
+		d := p.Push(res.text)
+		rest, calls := p.Finish()
+		msg.Content = strp(d.Content + rest.Content)
+		if len(calls) > 0 {
+			msg.ToolCalls = outToolCalls(calls, false)
+			finish = "tool_calls"
+		}
+	}
+	ch := chatChoice{Index: i, Message: msg, FinishReason: strp(finish)}
+	if logprobs {
+		ch.Logprobs = makeChatLogprobs(s.tok, res.tokens)
+	}
+	return ch
+}
+
+// chatStream is the streaming state of one choice.
+type chatStream struct {
+	calls   *tokenizer.OutputParser // tool-call parser; nil without tools
+	pending []engine.Token          // generated tokens not yet sent with a chunk
+}
+
+// streamChat streams the g.n choices as chat.completion.chunk events. Each
+// chunk carries the logprobs of the tokens whose text it adds; tokens whose
+// text is held back (a possible tool-call marker) or dropped (</think>) ride
+// with the choice's next chunk, at the latest its finish chunk.
+func (s *Server) streamChat(c *gin.Context, g *genSpec, head chatResponse, tools, includeUsage bool) {
+	ctx := c.Request.Context()
+	head.Object = "chat.completion.chunk"
+	chunk := func(i int, d *chatOutMsg, finish *string, lp any) chatResponse {
+		ch := head
+		ch.Choices = []chatChoice{{Index: i, Delta: d, FinishReason: finish, Logprobs: lp}}
+		return ch
+	}
+	states := make([]chatStream, g.n)
+	for i := range states {
+		if tools {
+			states[i].calls = tokenizer.NewOutputParser(false)
+		}
+	}
+	// logprobs takes choice i's pending tokens (nil when not asked for, or
+	// when there are none and the chunk adds no text).
+	logprobs := func(i int, text bool) any {
+		cs := &states[i]
+		if !g.params.Logprobs || (!text && len(cs.pending) == 0) {
+			return nil
+		}
+		lp := makeChatLogprobs(s.tok, cs.pending)
+		cs.pending = nil
+		return lp
 	}
 	var w sse
 	started := false
@@ -266,18 +291,21 @@ func (s *Server) chat(c *gin.Context) {
 		}
 		started = true
 		w = startSSE(c)
-		return w.send(chunk(&chatOutMsg{Role: "assistant", Content: strp("")}, nil))
+		for i := range g.n {
+			if err := w.send(chunk(i, &chatOutMsg{Role: "assistant", Content: strp("")}, nil, nil)); err != nil {
+				return err
+			}
+		}
+		return nil
 	}
-	var calls *tokenizer.OutputParser
-	if len(tools) > 0 {
-		calls = tokenizer.NewOutputParser(false)
-	}
-	res, err := s.generate(ctx, g, func(d delta) error {
+	emit := func(i int, d delta) error {
 		if err := start(); err != nil {
 			return err
 		}
-		if calls != nil && d.content != "" {
-			d.content = calls.Push(d.content).Content
+		cs := &states[i]
+		cs.pending = append(cs.pending, d.tokens...)
+		if cs.calls != nil && d.content != "" {
+			d.content = cs.calls.Push(d.content).Content
 		}
 		if d.reasoning == "" && d.content == "" {
 			return nil
@@ -289,172 +317,32 @@ func (s *Server) chat(c *gin.Context) {
 		if d.content != "" {
 			m.Content = strp(d.content)
 		}
-		return w.send(chunk(m, nil))
-	})
-	if err != nil {
-		if ctx.Err() != nil {
-			return // client went away; the sequence is cancelled
+		return w.send(chunk(i, m, nil, logprobs(i, true)))
+	}
+	done := func(i int, res *result) error {
+		if err := start(); err != nil {
+			return err
 		}
-		if !started {
-			writeError(c, err)
-			return
-		}
-		w.fail(err)
-		return
-	}
-	if err := start(); err != nil {
-		return
-	}
-	if calls != nil {
-		rest, parsed := calls.Finish()
-		if rest.Content != "" {
-			_ = w.send(chunk(&chatOutMsg{Content: strp(rest.Content)}, nil))
-		}
-		if len(parsed) > 0 {
-			_ = w.send(chunk(&chatOutMsg{ToolCalls: outToolCalls(parsed, true)}, nil))
-			res.finish = "tool_calls"
-		}
-	}
-	final := chunk(&chatOutMsg{}, strp(res.finish))
-	if g.params.Logprobs { // streamed logprobs arrive with the final chunk
-		final.Choices[0].Logprobs = makeChatLogprobs(s.tok, res.tokens)
-	}
-	_ = w.send(final)
-	if includeUsage {
-		_ = w.send(chatResponse{ID: id, Object: "chat.completion.chunk", Created: created, Model: s.cfg.ModelName,
-			Choices: []chatChoice{}, Usage: mkUsage(len(g.prompt), res.completion)})
-	}
-	w.done()
-}
-
-type completionRequest struct {
-	commonParams
-	Prompt   json.RawMessage `json:"prompt"`
-	Logprobs *int            `json:"logprobs"`
-	Echo     bool            `json:"echo"`
-}
-
-type textChoice struct {
-	Index        int     `json:"index"`
-	Text         string  `json:"text"`
-	Logprobs     any     `json:"logprobs"`
-	FinishReason *string `json:"finish_reason"`
-}
-
-type textResponse struct {
-	ID      string       `json:"id"`
-	Object  string       `json:"object"`
-	Created int64        `json:"created"`
-	Model   string       `json:"model"`
-	Choices []textChoice `json:"choices"`
-	Usage   *usage       `json:"usage,omitempty"`
-}
-
-// parsePrompt accepts a string, an array of token ids, or a one-element array of either.
-func (s *Server) parsePrompt(raw json.RawMessage) ([]int32, error) {
-	bad := errorf(http.StatusBadRequest, "prompt", "invalid_type", "prompt must be a string or an array of token ids")
-	if len(raw) == 0 || string(raw) == "null" {
-		return nil, errorf(http.StatusBadRequest, "prompt", "", "prompt is required")
-	}
-	var text string
-	if err := json.Unmarshal(raw, &text); err == nil {
-		return s.encode(text), nil
-	}
-	var ids []int32
-	if err := json.Unmarshal(raw, &ids); err == nil {
-		for _, id := range ids {
-			if id < 0 || int(id) >= s.eng.Vocab() {
-				return nil, errorf(http.StatusBadRequest, "prompt", "", "token id %d outside the vocabulary [0, %d)", id, s.eng.Vocab())
+		if calls := states[i].calls; calls != nil {
+			rest, parsed := calls.Finish()
+			if rest.Content != "" {
+				if err := w.send(chunk(i, &chatOutMsg{Content: strp(rest.Content)}, nil, logprobs(i, true))); err != nil {
+					return err
+				}
+			}
+			if len(parsed) > 0 {
+				if err := w.send(chunk(i, &chatOutMsg{ToolCalls: outToolCalls(parsed, true)}, nil, nil)); err != nil {
+					return err
+				}
+				res.finish = "tool_calls"
 			}
 		}
-		return ids, nil
+		return w.send(chunk(i, &chatOutMsg{}, strp(res.finish), logprobs(i, false)))
 	}
-	var batch []json.RawMessage
-	if err := json.Unmarshal(raw, &batch); err != nil {
-		return nil, bad
-	}
-	if len(batch) != 1 {
-		return nil, errorf(http.StatusBadRequest, "prompt", "", "only one prompt per request is supported")
-	}
-	elem := batch[0]
-	if json.Unmarshal(elem, &text) == nil {
-		return s.encode(text), nil
-	}
-	if json.Unmarshal(elem, &ids) != nil {
-		return nil, bad
-	}
-	return s.parsePrompt(elem) // an id array: range-checked there
-}
-
-func (s *Server) completions(c *gin.Context) {
-	var req completionRequest
-	if err := readJSON(c, &req); err != nil {
-		writeError(c, err)
-		return
-	}
-	if err := s.checkModel(req.Model); err != nil {
-		writeError(c, err)
-		return
-	}
-	prompt, err := s.parsePrompt(req.Prompt)
-	if err != nil {
-		writeError(c, err)
-		return
-	}
-	if req.MaxTokens == nil && req.MaxCompletionTokens == nil {
-		n := min(16, s.maxLen-len(prompt)) // OpenAI's completions default
-		if n >= 1 {
-			req.MaxTokens = &n
-		}
-	}
-	g, err := s.build(&req.commonParams, prompt, "prompt")
-	if err != nil {
-		writeError(c, err)
-		return
-	}
-	if req.Logprobs != nil {
-		if err := setLogprobs(&g.params, true, *req.Logprobs, "logprobs"); err != nil {
-			writeError(c, err)
-			return
-		}
-	}
-	id, created := newID("cmpl-"), time.Now().Unix()
-	ctx := c.Request.Context()
-	if !req.Stream {
-		res, err := s.generate(ctx, g, func(delta) error { return nil })
-		if err != nil {
-			if ctx.Err() == nil {
-				writeError(c, err)
-			}
-			return
-		}
-		choice := textChoice{Text: res.text, FinishReason: strp(res.finish)}
-		offset := 0
-		if req.Echo {
-			echo := s.tok.Decode(int32sToInts(g.prompt))
-			choice.Text, offset = echo+res.text, len(echo)
-		}
-		if req.Logprobs != nil {
-			choice.Logprobs = makeCompletionLogprobs(s.tok, res.tokens, offset)
-		}
-		c.JSON(http.StatusOK, textResponse{ID: id, Object: "text_completion", Created: created, Model: s.cfg.ModelName,
-			Choices: []textChoice{choice}, Usage: mkUsage(len(g.prompt), res.completion)})
-		return
-	}
-	chunk := func(text string, finish *string) textResponse {
-		return textResponse{ID: id, Object: "text_completion", Created: created, Model: s.cfg.ModelName,
-			Choices: []textChoice{{Text: text, FinishReason: finish}}}
-	}
-	w, started := sse{}, false
-	res, err := s.generate(ctx, g, func(d delta) error {
-		if !started {
-			w, started = startSSE(c), true
-		}
-		return w.send(chunk(d.content, nil))
-	})
+	results, err := s.fanOut(ctx, g, emit, done)
 	if err != nil {
 		switch {
-		case ctx.Err() != nil:
+		case ctx.Err() != nil: // client went away; the sequences are cancelled
 		case !started:
 			writeError(c, err)
 		default:
@@ -462,21 +350,34 @@ func (s *Server) completions(c *gin.Context) {
 		}
 		return
 	}
-	if !started {
-		w = startSSE(c)
-	}
-	_ = w.send(chunk("", strp(res.finish)))
-	if req.StreamOptions != nil && req.StreamOptions.IncludeUsage {
-		_ = w.send(textResponse{ID: id, Object: "text_completion", Created: created, Model: s.cfg.ModelName,
-			Choices: []textChoice{}, Usage: mkUsage(len(g.prompt), res.completion)})
+	if includeUsage {
+		u := head
+		u.Choices, u.Usage = []chatChoice{}, mkUsage(len(g.prompt), sumCompletion(results))
+		_ = w.send(u)
 	}
 	w.done()
 }
 
-func int32sToInts(v []int32) []int {
-	out := make([]int, len(v))
-	for i, x := range v {
-		out[i] = int(x)
+func sumCompletion(results []*result) int {
+	n := 0
+	for _, r := range results {
+		n += r.completion
 	}
-	return out
+	return n
+}
+
+// reasoningEffort maps the OpenAI reasoning_effort values onto the two levels
+// DeepSeek-V4 has, as DeepSeek's API does: low, medium and high think at
+// "high" (no prefix); xhigh and max use the max-effort prefix.
+func reasoningEffort(v *string) (string, error) {
+	if v == nil {
+		return "", nil
+	}
+	switch *v {
+	case "low", "medium", "high":
+		return "high", nil
+	case "max", "xhigh":
+		return "max", nil
+	}
+	return "", errorf(http.StatusBadRequest, "reasoning_effort", "", "reasoning_effort %q: want low, medium, high, xhigh or max", *v)
 }

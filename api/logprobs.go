@@ -59,7 +59,8 @@ func makeChatLogprobs(tok *tokenizer.Tokenizer, toks []engine.Token) *chatLogpro
 	return out
 }
 
-func makeCompletionLogprobs(tok *tokenizer.Tokenizer, toks []engine.Token, offset int) *completionLogprobs {
+// makeCompletionLogprobs also returns the offset after the last token.
+func makeCompletionLogprobs(tok *tokenizer.Tokenizer, toks []engine.Token, offset int) (*completionLogprobs, int) {
 	out := &completionLogprobs{Tokens: []string{}, TokenLogprobs: []float32{}, TopLogprobs: []map[string]float32{}, TextOffset: []int{}}
 	for _, t := range toks {
 		s, _ := tokenBytes(tok, t.ID)
@@ -74,5 +75,5 @@ func makeCompletionLogprobs(tok *tokenizer.Tokenizer, toks []engine.Token, offse
 		out.TextOffset = append(out.TextOffset, offset)
 		offset += len(s)
 	}
-	return out
+	return out, offset
 }

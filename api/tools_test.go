@@ -45,6 +45,14 @@ func TestToolsRequests(t *testing.T) {
 		{"json schema", `{"model":"m",` + msg + `,"response_format":{"type":"json_schema","json_schema":{"schema":{"type":"object"}}}}`, 200, ""},
 		{"bad tool", `{"model":"m",` + msg + `,"tools":[{"type":"function"}]}`, 400, "tools[0]"},
 		{"bad response_format", `{"model":"m",` + msg + `,"response_format":{"type":"xml"}}`, 400, "response_format"},
+		{"tool_choice required", `{"model":"m",` + msg + `,"tools":[` + weatherTool + `],"tool_choice":"required"}`, 200, ""},
+		{"tool_choice named, streamed", `{"model":"m",` + msg + `,"stream":true,"tools":[` + weatherTool + `],"tool_choice":{"type":"function","function":{"name":"get_weather"}}}`, 200, ""},
+		{"tool_choice named unknown", `{"model":"m",` + msg + `,"tools":[` + weatherTool + `],"tool_choice":{"type":"function","function":{"name":"get_time"}}}`, 400, "tool_choice"},
+		{"tool_choice unknown string", `{"model":"m",` + msg + `,"tools":[` + weatherTool + `],"tool_choice":"always"}`, 400, "tool_choice"},
+		{"tool_choice wrong type", `{"model":"m",` + msg + `,"tools":[` + weatherTool + `],"tool_choice":5}`, 400, "tool_choice"},
+		{"tool_choice object without name", `{"model":"m",` + msg + `,"tools":[` + weatherTool + `],"tool_choice":{"type":"function"}}`, 400, "tool_choice"},
+		{"tool_choice required without tools", `{"model":"m",` + msg + `,"tool_choice":"required"}`, 400, "tool_choice"},
+		{"tool_choice named without tools", `{"model":"m",` + msg + `,"tool_choice":{"type":"function","function":{"name":"get_weather"}}}`, 400, "tool_choice"},
 	} {
 		resp, body := post(t, srv, "/v1/chat/completions", c.body, nil)
 		if resp.StatusCode != c.status {
@@ -53,6 +61,37 @@ func TestToolsRequests(t *testing.T) {
 		}
 		if c.param != "" && !strings.Contains(string(body), `"param":"`+c.param+`"`) {
 			t.Errorf("%s: %s lacks param %s", c.name, body, c.param)
+		}
+	}
+}
+
+// TestActiveTools checks which tools each tool_choice renders.
+func TestActiveTools(t *testing.T) {
+	const timeTool = `{"type":"function","function":{"name":"get_time"}}`
+	tools := []json.RawMessage{json.RawMessage(weatherTool), json.RawMessage(timeTool)}
+	for _, tc := range []struct {
+		choice string
+		want   []string
+	}{
+		{``, []string{weatherTool, timeTool}},
+		{`null`, []string{weatherTool, timeTool}},
+		{`"auto"`, []string{weatherTool, timeTool}},
+		{`"required"`, []string{weatherTool, timeTool}},
+		{`"none"`, nil},
+		{`{"type":"function","function":{"name":"get_time"}}`, []string{timeTool}},
+	} {
+		r := chatRequest{Tools: tools, ToolChoice: json.RawMessage(tc.choice)}
+		got, err := r.activeTools()
+		if err != nil {
+			t.Errorf("tool_choice %s: %v", tc.choice, err)
+			continue
+		}
+		var names []string
+		for _, g := range got {
+			names = append(names, string(g))
+		}
+		if strings.Join(names, "|") != strings.Join(tc.want, "|") {
+			t.Errorf("tool_choice %s: tools %q, want %q", tc.choice, names, tc.want)
 		}
 	}
 }

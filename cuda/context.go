@@ -288,9 +288,11 @@ func (e *GraphExec) Close() error {
 
 // Args packs kernel parameters with their natural C alignment, in order.
 type Args struct {
-	buf [64]uint64 // 512 bytes, 8-byte aligned
-	n   int        // bytes used
-	err error
+	buf  [64]uint64 // 512 bytes, 8-byte aligned
+	n    int        // bytes used
+	offs [64]int32  // byte offset of each parameter
+	na   int        // parameters
+	err  error
 }
 
 func (a *Args) put(size int, bits uint64) *Args {
@@ -299,6 +301,12 @@ func (a *Args) put(size int, bits uint64) *Args {
 		a.err = fmt.Errorf("cuda: kernel arguments exceed %d bytes", len(a.buf)*8)
 		return a
 	}
+	if a.na == len(a.offs) {
+		a.err = fmt.Errorf("cuda: more than %d kernel arguments", len(a.offs))
+		return a
+	}
+	a.offs[a.na] = int32(a.n)
+	a.na++
 	b := unsafe.Slice((*byte)(unsafe.Pointer(&a.buf[0])), len(a.buf)*8)
 	for i := 0; i < size; i++ {
 		b[a.n+i] = byte(bits >> (8 * i))
@@ -332,8 +340,7 @@ func (s *Stream) Launch(f *Function, grid, block Dim3, smem int, a *Args) error 
 	if grid.X == 0 || grid.Y == 0 || grid.Z == 0 {
 		return fmt.Errorf("cuda: cuLaunchKernel(%s): empty grid %v", f.Name, grid)
 	}
-	// The size must equal the kernel's parameter block exactly (no tail padding).
-	r := s.ctx.drv.api.launch(s.ctx.h, f.h, grid, block, smem, s.h, a.buf[:], a.n)
+	r := s.ctx.drv.api.launch(s.ctx.h, f.h, grid, block, smem, s.h, a.buf[:], a.offs[:a.na])
 	return s.ctx.check("cuLaunchKernel", f.Name, r)
 }
 
@@ -370,3 +377,6 @@ func (f *Function) SetMaxDynamicSmem(n int) error {
 	f.maxSmem = n
 	return nil
 }
+
+// I64 appends a 64-bit int.
+func (a *Args) I64(v int64) *Args { return a.put(8, uint64(v)) }

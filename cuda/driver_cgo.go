@@ -205,16 +205,20 @@ static CUresult w_graphLaunch(mm_driver* d, H c, H e, H s) { CTX(d, c); return d
 static CUresult w_graphDestroy(mm_driver* d, H c, H g) { CTX(d, c); return d->cuGraphDestroy((CUgraph)g); }
 static CUresult w_graphExecDestroy(mm_driver* d, H c, H e) { CTX(d, c); return d->cuGraphExecDestroy((CUgraphExec)e); }
 
-// w_launch passes the packed argument block through CU_LAUNCH_PARAM_BUFFER_*,
-// so no array of pointers into Go memory is ever handed to the driver.
+// w_launch passes the kernel parameters as an array of pointers into the
+// packed argument block (offs[i] = byte offset of parameter i). The array is
+// built here on the C stack, so Go only hands over plain byte memory. Unlike
+// CU_LAUNCH_PARAM_BUFFER_POINTER, kernelParams are copied into captured graph
+// nodes, so graphs replay with the captured values.
 static CUresult w_launch(mm_driver* d, H c, H f,
 		unsigned int gx, unsigned int gy, unsigned int gz,
 		unsigned int bx, unsigned int by, unsigned int bz,
-		unsigned int smem, H s, void* args, size_t argBytes) {
+		unsigned int smem, H s, void* args, const int* offs, int nargs) {
 	CTX(d, c);
-	size_t sz = argBytes;
-	void* extra[5] = { (void*)1, args, (void*)2, &sz, (void*)0 };
-	return d->cuLaunchKernel((CUfunction)f, gx, gy, gz, bx, by, bz, smem, (CUstream)s, NULL, extra);
+	void* params[64];
+	if (nargs > 64) return (CUresult)1; // CUDA_ERROR_INVALID_VALUE
+	for (int i = 0; i < nargs; i++) params[i] = (char*)args + offs[i];
+	return d->cuLaunchKernel((CUfunction)f, gx, gy, gz, bx, by, bz, smem, (CUstream)s, nargs ? params : NULL, NULL);
 }
 
 static const char* w_errorName(mm_driver* d, CUresult r) {
@@ -458,15 +462,17 @@ func (g *cgoDriver) funcGetAttribute(c, f uintptr, attr int) (int, int) {
 	return int(v), int(r)
 }
 
-func (g *cgoDriver) launch(c, f uintptr, grid, block Dim3, smem int, s uintptr, args []uint64, argBytes int) int {
+func (g *cgoDriver) launch(c, f uintptr, grid, block Dim3, smem int, s uintptr, args []uint64, offs []int32) int {
 	var p unsafe.Pointer
-	if argBytes > 0 {
+	var o *C.int
+	if len(offs) > 0 {
 		p = unsafe.Pointer(&args[0])
+		o = (*C.int)(unsafe.Pointer(&offs[0]))
 	}
 	return int(C.w_launch(g.d, h(c), h(f),
 		C.uint(grid.X), C.uint(grid.Y), C.uint(grid.Z),
 		C.uint(block.X), C.uint(block.Y), C.uint(block.Z),
-		C.uint(smem), h(s), p, C.size_t(argBytes)))
+		C.uint(smem), h(s), p, o, C.int(len(offs))))
 }
 
 func (g *cgoDriver) beginCapture(c, s uintptr, mode int) int {

@@ -3,6 +3,7 @@ package tokenizer
 import (
 	"encoding/json"
 	"fmt"
+	"strconv"
 	"strings"
 )
 
@@ -31,6 +32,17 @@ const toolsHead = "## Tools\n\nYou have access to a set of tools to help answer 
 
 const toolsTail = "\n\nYou MUST strictly follow the above defined tool name and parameter schemas to invoke tool calls.\n"
 
+// TaskTokens are encoding_dsv4.py's DS_TASK_SP_TOKENS, the special tokens of
+// its internal classification tasks, selected by Message.Task.
+var TaskTokens = map[string]string{
+	"action":    "<｜action｜>",
+	"query":     "<｜query｜>",
+	"authority": "<｜authority｜>",
+	"domain":    "<｜domain｜>",
+	"title":     "<｜title｜>",
+	"read_url":  "<｜read_url｜>",
+}
+
 // ToolCall is one function call of an assistant turn; Arguments is a JSON object.
 type ToolCall struct {
 	ID, Name, Arguments string
@@ -42,181 +54,165 @@ type Message struct {
 	Content          string
 	ReasoningContent string
 	ToolCalls        []ToolCall
-	ToolCallID       string // tool results: the call they answer
+	ToolCallID       string            // tool results: the call they answer
+	Tools            []json.RawMessage // system/developer: tools rendered into this turn
+	ResponseFormat   json.RawMessage   // system/developer: schema rendered into this turn
+	Task             string            // a TaskTokens key: ask for that task's output after this turn
 }
 
 // ChatOptions select the V4 rendering mode.
 type ChatOptions struct {
 	Thinking        bool
-	ReasoningEffort string          // "", "high" or "max"
+	ReasoningEffort string          // "", "high" or "max" (the only values encoding_dsv4.py accepts)
 	ResponseFormat  json.RawMessage // a JSON schema object, rendered into the system turn
 	KeepThinking    bool            // keep earlier turns' reasoning (drop_thinking=False)
 }
 
-// EncodeChat renders a conversation as DeepSeek-V4's encoding_dsv4.py does
-// (spec §10.2, Appendix A); the result ends with the generation prefix.
-// tools are OpenAI tool objects ({"type":"function","function":{…}}) or bare
-// function objects; their key order is kept.
+// EncodeChat renders a conversation as DeepSeek-V4's encoding_dsv4.py
+// encode_messages does (spec §10.2, Appendix A); the result ends with the
+// generation prefix. tools and opts.ResponseFormat go into the leading system
+// message (one is inserted when there is none); a developer or system message
+// may also carry its own Tools. Tools are OpenAI tool objects
+// ({"type":"function","function":{…}}) or bare function objects.
 func EncodeChat(msgs []Message, tools []json.RawMessage, opts ChatOptions) (string, error) {
 	if len(msgs) == 0 {
 		return "", fmt.Errorf("chat: no messages")
 	}
-	var b strings.Builder
-	b.WriteString(BOS)
-	if opts.Thinking && opts.ReasoningEffort == "max" {
-		b.WriteString(maxEffortPrefix)
+	switch opts.ReasoningEffort {
+	case "", "high", "max":
+	default:
+		return "", fmt.Errorf("chat: reasoning effort %q: want \"high\" or \"max\"", opts.ReasoningEffort)
 	}
-	sys, err := systemBlocks(tools, opts.ResponseFormat)
-	if err != nil {
-		return "", err
-	}
-	// Reasoning of turns before the last user message is dropped, unless tools are in play.
-	drop := !opts.KeepThinking && len(tools) == 0
-	lastUser := -1
 	for i, m := range msgs {
-		if m.Role == "user" || m.Role == "developer" || m.Role == "tool" { // tool results render as a user turn
-			lastUser = i
-		}
-	}
-	hasSystem := false
-	for _, m := range msgs {
-		hasSystem = hasSystem || m.Role == "system"
-	}
-	if !hasSystem && sys != "" {
-		b.WriteString(sys)
-	}
-	for i := 0; i < len(msgs); i++ {
-		m := msgs[i]
 		switch m.Role {
-		case "system":
-			b.WriteString(joinBlocks(m.Content, sys))
-			sys = ""
-		case "developer":
-			b.WriteString(UserTag + m.Content)
-		case "user":
-			b.WriteString(UserTag + m.Content)
-		case "tool":
-			// Consecutive tool results form one user turn, in the calling turn's order.
-			j := i
-			for j < len(msgs) && msgs[j].Role == "tool" {
-				j++
-			}
-			b.WriteString(UserTag + toolResults(msgs[i:j], previousCalls(msgs[:i])))
-			i = j - 1
-		case "latest_reminder":
-			b.WriteString(LatestReminder + m.Content)
-			continue
-		case "assistant":
-			keep := opts.Thinking && (!drop || i > lastUser)
-			if keep {
-				b.WriteString(m.ReasoningContent + ThinkClose)
-			}
-			b.WriteString(m.Content)
-			if len(m.ToolCalls) > 0 {
-				s, err := renderToolCalls(m.ToolCalls)
-				if err != nil {
-					return "", err
-				}
-				b.WriteString(s)
-			}
-			b.WriteString(EOS)
-			continue
+		case "system", "developer", "user", "assistant", "tool", "latest_reminder":
 		default:
 			return "", fmt.Errorf("chat: message %d: unknown role %q", i, m.Role)
 		}
-		if m.Role == "system" {
-			continue
+		if _, ok := TaskTokens[m.Task]; m.Task != "" && !ok {
+			return "", fmt.Errorf("chat: message %d: unknown task %q", i, m.Task)
 		}
-		// A user-side turn followed by an assistant turn, a reminder, or nothing gets the generation prefix.
-		next := ""
-		if i+1 < len(msgs) {
-			next = msgs[i+1].Role
-		}
-		if next == "" || next == "assistant" || next == "latest_reminder" {
-			b.WriteString(AssistantTag)
-			if opts.Thinking && (!drop || i >= lastUser) {
-				b.WriteString(ThinkOpen)
-			} else {
-				b.WriteString(ThinkClose)
-			}
+	}
+	turns := mergeTurns(attachRequestTools(msgs, tools, opts.ResponseFormat))
+	sortToolResults(turns)
+	// Earlier reasoning is dropped unless disabled or any turn carries tools.
+	drop := !opts.KeepThinking
+	for _, t := range turns {
+		drop = drop && len(t.Tools) == 0
+	}
+	if opts.Thinking && drop {
+		turns = dropThinking(turns)
+	}
+	var b strings.Builder
+	b.WriteString(BOS)
+	lastUser := lastUserIndex(turns)
+	for i := range turns {
+		if err := renderTurn(&b, turns, i, lastUser, drop, opts); err != nil {
+			return "", fmt.Errorf("chat: message %d: %w", i, err)
 		}
 	}
 	return b.String(), nil
 }
 
-func joinBlocks(content, blocks string) string {
-	if blocks == "" {
-		return content
+// renderTurn is render_message for turns[i].
+func renderTurn(b *strings.Builder, turns []turn, i, lastUser int, drop bool, opts ChatOptions) error {
+	t := turns[i]
+	if i == 0 && opts.Thinking && opts.ReasoningEffort == "max" {
+		b.WriteString(maxEffortPrefix)
 	}
-	if content == "" {
-		return blocks
-	}
-	return content + "\n\n" + blocks
-}
-
-// systemBlocks renders the tools block and the response-format block.
-func systemBlocks(tools []json.RawMessage, format json.RawMessage) (string, error) {
-	var parts []string
-	if len(tools) > 0 {
-		schemas := make([]string, len(tools))
-		for i, t := range tools {
-			fn := t
-			var wrapped struct {
-				Type     string          `json:"type"`
-				Function json.RawMessage `json:"function"`
+	switch t.Role {
+	case "system":
+		b.WriteString(t.Content)
+		if err := writeBlocks(b, t.Message); err != nil {
+			return err
+		}
+	case "developer":
+		if t.Content == "" {
+			return fmt.Errorf("developer message without content")
+		}
+		b.WriteString(UserTag + t.Content)
+		if err := writeBlocks(b, t.Message); err != nil {
+			return err
+		}
+	case "user":
+		b.WriteString(UserTag)
+		for j, p := range t.parts {
+			if j > 0 {
+				b.WriteString("\n\n")
 			}
-			if json.Unmarshal(t, &wrapped) == nil && len(wrapped.Function) > 0 {
-				fn = wrapped.Function
+			if p.result {
+				b.WriteString("<tool_result>" + p.text + "</tool_result>")
+			} else {
+				b.WriteString(p.text)
 			}
-			s, err := PyJSON(fn, false)
+		}
+	case "latest_reminder":
+		b.WriteString(LatestReminder + t.Content)
+	case "assistant":
+		// The answer to a task turn never has reasoning.
+		taskOutput := i > 0 && turns[i-1].Task != ""
+		if opts.Thinking && !taskOutput && (!drop || i > lastUser) {
+			b.WriteString(t.ReasoningContent + ThinkClose)
+		}
+		b.WriteString(t.Content)
+		if len(t.ToolCalls) > 0 {
+			s, err := renderToolCalls(t.ToolCalls)
 			if err != nil {
-				return "", fmt.Errorf("chat: tool %d: %w", i, err)
+				return err
 			}
-			schemas[i] = s
+			b.WriteString(s)
 		}
-		parts = append(parts, toolsHead+strings.Join(schemas, "\n")+toolsTail)
+		b.WriteString(EOS)
 	}
-	if len(format) > 0 {
-		s, err := PyJSON(format, false)
-		if err != nil {
-			return "", fmt.Errorf("chat: response_format: %w", err)
-		}
-		parts = append(parts, "## Response Format:\n\nYou MUST strictly adhere to the following schema to reply:\n"+s)
+	// Only a turn that is last or followed by an assistant or reminder turn gets a suffix.
+	if i+1 < len(turns) && turns[i+1].Role != "assistant" && turns[i+1].Role != "latest_reminder" {
+		return nil
 	}
-	return strings.Join(parts, "\n\n"), nil
-}
-
-func previousCalls(msgs []Message) []ToolCall {
-	for i := len(msgs) - 1; i >= 0; i-- {
-		if msgs[i].Role == "assistant" {
-			return msgs[i].ToolCalls
-		}
+	switch {
+	case t.Task == "action":
+		b.WriteString(AssistantTag + thinkToken(opts.Thinking) + TaskTokens[t.Task])
+	case t.Task != "":
+		b.WriteString(TaskTokens[t.Task])
+	case t.Role == "user" || t.Role == "developer":
+		b.WriteString(AssistantTag + thinkToken(opts.Thinking && (!drop || i >= lastUser)))
 	}
 	return nil
 }
 
-func toolResults(results []Message, calls []ToolCall) string {
-	order := map[string]int{}
-	for i, c := range calls {
-		order[c.ID] = i
+func thinkToken(think bool) string {
+	if think {
+		return ThinkOpen
 	}
-	sorted := append([]Message(nil), results...)
-	rank := func(m Message) int {
-		if r, ok := order[m.ToolCallID]; ok {
-			return r
+	return ThinkClose
+}
+
+// writeBlocks appends a system/developer turn's tools and response-format
+// blocks, each after "\n\n" (also after empty content, as in the Python).
+func writeBlocks(b *strings.Builder, m Message) error {
+	if len(m.Tools) > 0 {
+		schemas := make([]string, len(m.Tools))
+		for i, t := range m.Tools {
+			v, err := parsePy(t)
+			if err != nil {
+				return fmt.Errorf("tool %d: %w", i, err)
+			}
+			if fn := v.get("function"); fn != nil { // tools_from_openai_format
+				v = fn
+			}
+			schemas[i] = v.String(false)
 		}
-		return len(calls)
+		b.WriteString("\n\n" + toolsHead + strings.Join(schemas, "\n") + toolsTail)
 	}
-	for i := 1; i < len(sorted); i++ { // stable insertion sort by call order
-		for j := i; j > 0 && rank(sorted[j]) < rank(sorted[j-1]); j-- {
-			sorted[j], sorted[j-1] = sorted[j-1], sorted[j]
+	if len(m.ResponseFormat) > 0 {
+		v, err := parsePy(m.ResponseFormat)
+		if err != nil {
+			return fmt.Errorf("response_format: %w", err)
+		}
+		if v.truthy() { // `if response_format:` skips {} and null
+			b.WriteString("\n\n## Response Format:\n\nYou MUST strictly adhere to the following schema to reply:\n" + v.String(false))
 		}
 	}
-	blocks := make([]string, len(sorted))
-	for i, m := range sorted {
-		blocks[i] = "<tool_result>" + m.Content + "</tool_result>"
-	}
-	return strings.Join(blocks, "\n\n")
+	return nil
 }
 
 // renderToolCalls writes the DSML block of an assistant turn.
@@ -225,45 +221,37 @@ func renderToolCalls(calls []ToolCall) (string, error) {
 	for i, c := range calls {
 		params, err := renderParams(c.Arguments)
 		if err != nil {
-			return "", fmt.Errorf("chat: tool call %q: %w", c.Name, err)
+			return "", fmt.Errorf("tool call %q: %w", c.Name, err)
 		}
 		invokes[i] = "<" + DSML + "invoke name=\"" + c.Name + "\">\n" + strings.Join(params, "\n") + "\n</" + DSML + "invoke>"
 	}
 	return "\n\n<" + DSML + "tool_calls>\n" + strings.Join(invokes, "\n") + "\n</" + DSML + "tool_calls>", nil
 }
 
-// renderParams renders each argument in the object's own key order, values as
-// json.dumps writes them. Like encoding_dsv4.py, arguments that are not a JSON
-// object become one string parameter named "arguments" holding the raw text.
+// renderParams is encode_arguments_to_dsml: one parameter per key of the
+// arguments object as json.loads sees it (key order kept, a repeated key keeps
+// its first place and its last value); strings raw, other values as json.dumps
+// writes them. Text json.loads rejects becomes one string parameter named
+// "arguments"; JSON that is not an object is an error (the Python raises).
 func renderParams(args string) ([]string, error) {
-	var probe map[string]json.RawMessage
-	if json.Unmarshal([]byte(args), &probe) != nil || probe == nil {
-		return []string{"<" + DSML + "parameter name=\"arguments\" string=\"true\">" + args + "</" + DSML + "parameter>"}, nil
+	v, err := parsePy([]byte(args))
+	if err != nil {
+		return []string{dsmlParam("arguments", true, args)}, nil
 	}
-	dec := json.NewDecoder(strings.NewReader(args))
-	if _, err := dec.Token(); err != nil {
-		return nil, err
+	if v.kind != '{' {
+		return nil, fmt.Errorf("arguments %.40q are not a JSON object", args)
 	}
-	var out []string
-	for dec.More() {
-		k, err := dec.Token()
-		if err != nil {
-			return nil, err
+	out := make([]string, len(v.keys))
+	for i, k := range v.keys {
+		if val := v.vals[i]; val.kind == 's' {
+			out[i] = dsmlParam(k, true, val.text)
+		} else {
+			out[i] = dsmlParam(k, false, val.String(false))
 		}
-		var raw json.RawMessage
-		if err := dec.Decode(&raw); err != nil {
-			return nil, err
-		}
-		var s string
-		if json.Unmarshal(raw, &s) == nil {
-			out = append(out, "<"+DSML+"parameter name=\""+k.(string)+"\" string=\"true\">"+s+"</"+DSML+"parameter>")
-			continue
-		}
-		v, err := PyJSON(raw, false)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, "<"+DSML+"parameter name=\""+k.(string)+"\" string=\"false\">"+v+"</"+DSML+"parameter>")
 	}
 	return out, nil
+}
+
+func dsmlParam(name string, isString bool, value string) string {
+	return "<" + DSML + "parameter name=\"" + name + "\" string=\"" + strconv.FormatBool(isString) + "\">" + value + "</" + DSML + "parameter>"
 }

@@ -83,9 +83,15 @@ func TestEncodeChatModes(t *testing.T) {
 			t.Errorf("%s:\n got %q\nwant %q", c.name, got, c.want)
 		}
 	}
-	// Non-object arguments become one raw "arguments" string parameter, as in encoding_dsv4.py.
-	if got, _ := EncodeChat([]Message{{Role: "assistant", ToolCalls: []ToolCall{{Name: "f", Arguments: "[1]"}}}}, nil, ChatOptions{}); !strings.Contains(got, `<｜DSML｜parameter name="arguments" string="true">[1]</｜DSML｜parameter>`) {
-		t.Errorf("non-object arguments rendered as %q", got)
+	// encode_arguments_to_dsml: text json.loads rejects becomes one raw "arguments" string parameter.
+	if got, _ := EncodeChat([]Message{{Role: "assistant", ToolCalls: []ToolCall{{Name: "f", Arguments: "[1"}}}}, nil, ChatOptions{}); !strings.Contains(got, `<｜DSML｜parameter name="arguments" string="true">[1</｜DSML｜parameter>`) {
+		t.Errorf("invalid-JSON arguments rendered as %q", got)
+	}
+	// JSON that is not an object makes the Python's arguments.items() raise.
+	for _, args := range []string{"[1]", "null", `"s"`, "5"} {
+		if got, err := EncodeChat([]Message{{Role: "assistant", ToolCalls: []ToolCall{{Name: "f", Arguments: args}}}}, nil, ChatOptions{}); err == nil {
+			t.Errorf("arguments %s accepted: %q", args, got)
+		}
 	}
 	for _, bad := range [][]Message{nil, {{Role: "wizard", Content: "x"}}} {
 		if _, err := EncodeChat(bad, nil, ChatOptions{}); err == nil {
@@ -99,7 +105,14 @@ func TestPyJSON(t *testing.T) {
 		{`{"b":1,"a":[true,null,"x<>&\u2028"],"c":{"d":"é\n\"q\""}}`, `{"b": 1, "a": [true, null, "x<>&` + "\u2028" + `"], "c": {"d": "é\n\"q\""}}`, `{"b":1,"a":[true,null,"x<>&` + "\u2028" + `"],"c":{"d":"é\n\"q\""}}`},
 		{`[]`, `[]`, `[]`},
 		{`"\u0001"`, `"\u0001"`, `"\u0001"`},
-		{`1.50`, `1.50`, `1.50`},
+		// json.loads then json.dumps: ints print as ints, anything with a fraction or
+		// exponent as a Python float repr; a repeated key keeps its first place, last value.
+		{`1.50`, `1.5`, `1.5`},
+		{`[-0, -0.0, 1e3, 2.5E+3, 1E-7, 0.0001, 0.00001, 1e15, 1e16, 1.5e300, 1e400, -1e400]`,
+			`[0, -0.0, 1000.0, 2500.0, 1e-07, 0.0001, 1e-05, 1000000000000000.0, 1e+16, 1.5e+300, Infinity, -Infinity]`,
+			`[0,-0.0,1000.0,2500.0,1e-07,0.0001,1e-05,1000000000000000.0,1e+16,1.5e+300,Infinity,-Infinity]`},
+		{`123456789012345678901234567890`, `123456789012345678901234567890`, `123456789012345678901234567890`},
+		{`{"a":1,"b":2,"a":{"c":3,"c":4}}`, `{"a": {"c": 4}, "b": 2}`, `{"a":{"c":4},"b":2}`},
 	} {
 		if got, err := PyJSON([]byte(c.in), false); err != nil || got != c.want {
 			t.Errorf("PyJSON(%s) = %s, %v; want %s", c.in, got, err, c.want)

@@ -616,7 +616,7 @@ func (tr *trie) findLeftmostLongest(s string) (start, end, id int) {
 	return -1, -1, -1
 }
 
-// sortedKeys is used by callers that need deterministic iteration.
+// sortedKeys returns the keys of m in sorted order (deterministic iteration).
 func sortedKeys(m map[string]int) []string {
 	k := make([]string, 0, len(m))
 	for s := range m {

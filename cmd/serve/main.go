@@ -31,11 +31,13 @@ type options struct {
 	model, servedName, host, apiKey, device, numerics string
 	port, maxNumSeqs, maxModelLen, threads            int
 	kvCacheMemory                                     int64
+	shutdownTimeout                                   time.Duration
 }
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	go func() { <-ctx.Done(); stop() }() // the first signal drains; a second one kills at once
 	if err := run(ctx, os.Args[1:], os.Stderr); err != nil {
 		fmt.Fprintln(os.Stderr, "serve:", err)
 		os.Exit(1)
@@ -57,6 +59,7 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	fs.StringVar(&o.device, "device", "auto", "cpu | cuda | auto")
 	fs.StringVar(&o.numerics, "numerics", "faithful", "faithful | exact")
 	fs.IntVar(&o.threads, "threads", 0, "CPU worker threads (0 = GOMAXPROCS)")
+	fs.DurationVar(&o.shutdownTimeout, "shutdown-timeout", time.Minute, "on SIGTERM/SIGINT, how long in-flight requests may take to finish")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
 	}
@@ -74,6 +77,8 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 		return nil, errors.New("--kv-cache-memory must be > 0")
 	case o.threads < 0:
 		return nil, errors.New("--threads must be >= 0")
+	case o.shutdownTimeout <= 0:
+		return nil, errors.New("--shutdown-timeout must be > 0")
 	}
 	switch o.device {
 	case "cpu", "auto":
@@ -107,26 +112,11 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 		name = filepath.Base(filepath.Clean(dir))
 	}
 	t0 := time.Now()
-	w, _, err := checkpoint.Load(dir)
-	if err != nil {
-		return fmt.Errorf("--model %s: %w", dir, err)
-	}
-	tok, err := tokenizer.LoadFile(filepath.Join(dir, "tokenizer.json"))
-	if err != nil {
-		return fmt.Errorf("--model %s: %w", dir, err)
-	}
-	m, err := model.New(w, nil, model.Options{Numerics: o.numerics, Threads: o.threads, CacheBytes: o.kvCacheMemory})
+	w, tok, eng, err := load(dir, o, log, newProgress(stderr, 4))
 	if err != nil {
 		return err
 	}
-	maxLen := o.maxModelLen
-	if mp := w.Config.MaxPositions; mp > 0 && maxLen > mp {
-		maxLen = mp
-	}
-	eng, err := engine.New(engine.FromModel(m), engine.Config{MaxNumSeqs: o.maxNumSeqs, MaxModelLen: maxLen, Logger: log})
-	if err != nil {
-		return err
-	}
+	maxLen := eng.Config().MaxModelLen
 	log.Info("model ready", "dir", dir, "name", name, "layers", w.Config.Layers, "vocab", w.Config.Vocab,
 		"max_model_len", maxLen, "load", time.Since(t0).Round(time.Millisecond))
 
@@ -151,13 +141,22 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 
 	select {
 	case <-ctx.Done():
-		log.Info("shutting down")
+		log.Info("shutting down: draining in-flight requests", "timeout", o.shutdownTimeout)
 	case err = <-srvErr:
 	}
-	shCtx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	// Shutdown closes the listener at once, so new connections are refused, and
+	// waits for the requests in flight, streams included, to finish; only then
+	// does the engine stop.
+	shCtx, cancel := context.WithTimeout(context.Background(), o.shutdownTimeout)
 	defer cancel()
 	if serr := srv.Shutdown(shCtx); serr != nil {
-		log.Warn("http shutdown", "err", serr)
+		log.Warn("drain cut short; closing the remaining connections", "err", serr)
+		_ = srv.Close()
+		if err == nil {
+			err = fmt.Errorf("drain: %w", serr)
+		}
+	} else if ctx.Err() != nil {
+		log.Info("drained")
 	}
 	stopEngine()
 	<-engDone
@@ -165,4 +164,54 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 		err = nil
 	}
 	return err
+}
+
+// load reads the checkpoint and the tokenizer, prepares the weights and
+// builds the engine, reporting each stage on bar.
+func load(dir string, o *options, log *slog.Logger, bar *progress) (_ *checkpoint.Weights, _ *tokenizer.Tokenizer, _ *engine.Engine, err error) {
+	defer func() { bar.finish(err == nil) }()
+	bar.stage("reading checkpoint")
+	w, st, err := checkpoint.Load(dir)
+	if err != nil {
+		return nil, nil, nil, fmt.Errorf("--model %s: %w", dir, err)
+	}
+	bar.stage("loading tokenizer")
+	tok, err := tokenizer.LoadFile(filepath.Join(dir, "tokenizer.json"))
+	if err != nil {
+		return nil, nil, nil, fmt.Errorf("--model %s: %w", dir, err)
+	}
+	var size int64
+	for _, name := range st.Names() {
+		t, _ := st.Get(name)
+		size += int64(len(t.Data))
+	}
+	bar.stage("preparing " + formatBytes(size) + " of weights")
+	m, err := model.New(w, nil, model.Options{Numerics: o.numerics, Threads: o.threads, CacheBytes: o.kvCacheMemory})
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	bar.stage("starting engine")
+	maxLen := o.maxModelLen
+	if mp := w.Config.MaxPositions; mp > 0 && maxLen > mp {
+		maxLen = mp
+	}
+	eng, err := engine.New(engine.FromModel(m), engine.Config{MaxNumSeqs: o.maxNumSeqs, MaxModelLen: maxLen, Logger: log})
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	return w, tok, eng, nil
+}
+
+// formatBytes writes n in binary units (KiB, MiB, GiB).
+func formatBytes(n int64) string {
+	const unit = 1024
+	if n < unit {
+		return fmt.Sprintf("%d B", n)
+	}
+	div, exp := int64(unit), 0
+	for m := n / unit; m >= unit && exp < 3; m /= unit {
+		div *= unit
+		exp++
+	}
+	return fmt.Sprintf("%.1f %ciB", float64(n)/float64(div), "KMGT"[exp])
 }

@@ -20,6 +20,8 @@ func TestParseFlags(t *testing.T) {
 		{[]string{"--max-model-len", "1"}, "--max-model-len"},
 		{[]string{"--kv-cache-memory", "0"}, "--kv-cache-memory"},
 		{[]string{"--threads", "-1"}, "--threads"},
+		{[]string{"--shutdown-timeout", "0s"}, "--shutdown-timeout"},
+		{[]string{"--shutdown-timeout", "5s"}, ""},
 		{[]string{"extra"}, "unexpected arguments"},
 	} {
 		o, err := parseFlags(tc.args, io.Discard)

@@ -1,0 +1,362 @@
+// Package gpu implements backend.Backend on an NVIDIA GPU with MegaMoE's own
+// CUDA kernels (package cuda): every op of the forward pass is one or a few
+// kernel launches on a single stream, so ops are ordered without host waits;
+// the host synchronises only to download results.
+//
+// Activations are fp32 (I32 for ids) device buffers, exactly like the CPU
+// reference: in faithful mode the kernels round to bf16, quantise to FP8/FP4
+// and store at the same points as backend/cpu, so the two backends compute the
+// same function up to fp32 summation order (see docs/numerics.md).
+//
+// Status: memory, weight preparation and the dense ops (embedding, RMSNorm,
+// streams add, scale, SwiGLU, combine, gather, hc post, RoPE, KV FP8
+// simulation, all linears incl. the grouped output projection) are done; the
+// KV-store ops (compressor, indexer, sparse attention, window), hc pre/head,
+// head norm, Hadamard and the MoE router/experts are not yet, so *Backend does
+// not satisfy backend.Backend yet.
+package gpu
+
+import (
+	"encoding/binary"
+	"fmt"
+	"math"
+	"sync"
+	"unsafe"
+
+	"github.com/megamoe/megamoe/backend"
+	"github.com/megamoe/megamoe/cuda"
+)
+
+// Options configure the GPU backend.
+type Options struct {
+	Device int // CUDA device ordinal
+}
+
+// Backend is the CUDA backend.
+type Backend struct {
+	drv  *cuda.Driver
+	dev  *cuda.Device
+	ctx  *cuda.Context
+	s    *cuda.Stream
+	mode backend.Numerics
+
+	mu     sync.Mutex
+	ropes  map[any]*ropeTable // device frequency tables by *rope.Freqs
+	batch  devBatch           // last uploaded batch metadata
+	closed bool
+}
+
+// New opens the device and a stream. It fails with a clear error on machines
+// without a CUDA driver or device.
+func New(o Options) (*Backend, error) {
+	drv, err := cuda.Load()
+	if err != nil {
+		return nil, fmt.Errorf("gpu backend: %w", err)
+	}
+	n, err := drv.DeviceCount()
+	if err != nil {
+		return nil, fmt.Errorf("gpu backend: %w", err)
+	}
+	if o.Device < 0 || o.Device >= n {
+		return nil, fmt.Errorf("gpu backend: device %d of %d", o.Device, n)
+	}
+	dev, err := drv.Device(o.Device)
+	if err != nil {
+		return nil, fmt.Errorf("gpu backend: %w", err)
+	}
+	ctx, err := dev.NewContext()
+	if err != nil {
+		return nil, fmt.Errorf("gpu backend: %w", err)
+	}
+	s, err := ctx.NewStream()
+	if err != nil {
+		ctx.Close()
+		return nil, fmt.Errorf("gpu backend: %w", err)
+	}
+	return &Backend{drv: drv, dev: dev, ctx: ctx, s: s, ropes: map[any]*ropeTable{}}, nil
+}
+
+// Close releases the stream and the context (all device memory).
+func (b *Backend) Close() error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.closed {
+		return nil
+	}
+	b.closed = true
+	err := b.s.Synchronize()
+	if e := b.s.Close(); err == nil {
+		err = e
+	}
+	if e := b.ctx.Close(); err == nil {
+		err = e
+	}
+	return err
+}
+
+// Device describes the GPU.
+func (b *Backend) Device() *cuda.Device { return b.dev }
+
+// Context is the CUDA context (tests, tools).
+func (b *Backend) Context() *cuda.Context { return b.ctx }
+
+// Stream is the backend's stream (tests, tools).
+func (b *Backend) Stream() *cuda.Stream { return b.s }
+
+// Sync waits for all queued work and reports any asynchronous kernel error.
+func (b *Backend) Sync() error { return b.s.Synchronize() }
+
+// Name implements backend.Backend.
+func (b *Backend) Name() string { return "cuda:" + b.dev.Name }
+
+// SetNumerics implements backend.Backend.
+func (b *Backend) SetNumerics(n backend.Numerics) { b.mode = n }
+
+// Numerics implements backend.Backend.
+func (b *Backend) Numerics() backend.Numerics { return b.mode }
+
+func (b *Backend) faithful() bool { return b.mode == backend.Faithful }
+
+// flag is 1 in faithful mode (the kernels' "round" argument).
+func (b *Backend) flag() int {
+	if b.faithful() {
+		return 1
+	}
+	return 0
+}
+
+// Tensor is a device activation buffer (fp32 or int32 elements).
+type Tensor struct {
+	rows, cols int
+	dt         backend.DType
+	buf        *cuda.Buffer // owner; nil for views
+	ptr        cuda.DevicePtr
+}
+
+// Rows implements backend.Tensor.
+func (t *Tensor) Rows() int { return t.rows }
+
+// Cols implements backend.Tensor.
+func (t *Tensor) Cols() int { return t.cols }
+
+// DType implements backend.Tensor.
+func (t *Tensor) DType() backend.DType { return t.dt }
+
+// Ptr is the device address of element 0.
+func (t *Tensor) Ptr() cuda.DevicePtr { return t.ptr }
+
+// Row returns the device address of row r.
+func (t *Tensor) Row(r int) cuda.DevicePtr { return t.ptr.Add(4 * r * t.cols) }
+
+func (t *Tensor) bytes() int { return 4 * t.rows * t.cols }
+
+// Alloc implements backend.Backend. Buffers start zeroed, like the CPU's.
+// It panics only if the device is out of memory (the interface has no error).
+func (b *Backend) Alloc(rows, cols int, dt backend.DType) backend.Tensor {
+	t, err := b.alloc(rows, cols, dt)
+	if err != nil {
+		panic(fmt.Sprintf("gpu backend: alloc %dx%d: %v", rows, cols, err))
+	}
+	return t
+}
+
+func (b *Backend) alloc(rows, cols int, dt backend.DType) (*Tensor, error) {
+	if rows < 0 || cols < 0 {
+		return nil, fmt.Errorf("alloc: shape %dx%d", rows, cols)
+	}
+	t := &Tensor{rows: rows, cols: cols, dt: dt}
+	n := max(t.bytes(), 4)
+	buf, err := b.ctx.Alloc(n)
+	if err != nil {
+		return nil, err
+	}
+	t.buf, t.ptr = buf, buf.Ptr
+	if err := b.s.Memset8(t.ptr, 0, n); err != nil {
+		buf.Free()
+		return nil, err
+	}
+	return t, nil
+}
+
+// Poison fills t with 0xFF bytes (fp32 NaN, int32 -1), so that a test sees
+// every element a kernel failed to write.
+func (b *Backend) Poison(t backend.Tensor) error {
+	g, err := gt(t)
+	if err != nil {
+		return err
+	}
+	return b.s.Memset8(g.ptr, 0xFF, g.bytes())
+}
+
+// View implements backend.Backend.
+func (b *Backend) View(t backend.Tensor, rows, cols int) (backend.Tensor, error) {
+	g, err := gt(t)
+	if err != nil {
+		return nil, err
+	}
+	if rows*cols != g.rows*g.cols || rows < 0 || cols < 0 {
+		return nil, fmt.Errorf("view %dx%d as %dx%d", g.rows, g.cols, rows, cols)
+	}
+	return &Tensor{rows: rows, cols: cols, dt: g.dt, ptr: g.ptr}, nil
+}
+
+// Free implements backend.Backend (views free nothing).
+func (b *Backend) Free(t backend.Tensor) {
+	if g, ok := t.(*Tensor); ok && g != nil && g.buf != nil {
+		g.buf.Free()
+		g.buf = nil
+	}
+}
+
+func gt(t backend.Tensor) (*Tensor, error) {
+	g, ok := t.(*Tensor)
+	if !ok || g == nil {
+		return nil, fmt.Errorf("gpu: tensor %T is not a gpu tensor", t)
+	}
+	return g, nil
+}
+
+func f32(t backend.Tensor, rows, cols int, what string) (*Tensor, error) {
+	return typed(t, rows, cols, backend.F32, what)
+}
+
+func i32(t backend.Tensor, rows, cols int, what string) (*Tensor, error) {
+	return typed(t, rows, cols, backend.I32, what)
+}
+
+func typed(t backend.Tensor, rows, cols int, dt backend.DType, what string) (*Tensor, error) {
+	g, err := gt(t)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", what, err)
+	}
+	if g.dt != dt {
+		return nil, fmt.Errorf("%s: want %s tensor", what, map[backend.DType]string{backend.F32: "F32", backend.I32: "I32"}[dt])
+	}
+	if (rows >= 0 && g.rows != rows) || (cols >= 0 && g.cols != cols) {
+		return nil, fmt.Errorf("%s: tensor is %dx%d, want %dx%d", what, g.rows, g.cols, rows, cols)
+	}
+	return g, nil
+}
+
+func f32Bytes(v []float32) []byte {
+	if len(v) == 0 {
+		return nil
+	}
+	return unsafe.Slice((*byte)(unsafe.Pointer(&v[0])), 4*len(v))
+}
+
+func i32Bytes(v []int32) []byte {
+	if len(v) == 0 {
+		return nil
+	}
+	return unsafe.Slice((*byte)(unsafe.Pointer(&v[0])), 4*len(v))
+}
+
+// Upload implements backend.Backend.
+func (b *Backend) Upload(t backend.Tensor, data []float32) error {
+	g, err := f32(t, -1, -1, "upload")
+	if err != nil {
+		return err
+	}
+	if len(data) != g.rows*g.cols {
+		return fmt.Errorf("upload: %d values for %dx%d", len(data), g.rows, g.cols)
+	}
+	return b.s.CopyHtoD(g.ptr, f32Bytes(data))
+}
+
+// UploadI32 fills an I32 tensor (tests, tools).
+func (b *Backend) UploadI32(t backend.Tensor, data []int32) error {
+	g, err := i32(t, -1, -1, "upload")
+	if err != nil {
+		return err
+	}
+	if len(data) != g.rows*g.cols {
+		return fmt.Errorf("upload: %d values for %dx%d", len(data), g.rows, g.cols)
+	}
+	return b.s.CopyHtoD(g.ptr, i32Bytes(data))
+}
+
+// Download implements backend.Backend.
+func (b *Backend) Download(t backend.Tensor, dst []float32) error {
+	g, err := f32(t, -1, -1, "download")
+	if err != nil {
+		return err
+	}
+	if len(dst) != g.rows*g.cols {
+		return fmt.Errorf("download: %d values for %dx%d", len(dst), g.rows, g.cols)
+	}
+	if err := b.s.CopyDtoH(f32Bytes(dst), g.ptr); err != nil {
+		return fmt.Errorf("download: %w", err)
+	}
+	return b.s.Synchronize()
+}
+
+// DownloadI32 implements backend.Backend.
+func (b *Backend) DownloadI32(t backend.Tensor, dst []int32) error {
+	g, err := i32(t, -1, -1, "download")
+	if err != nil {
+		return err
+	}
+	if len(dst) != g.rows*g.cols {
+		return fmt.Errorf("download: %d values for %dx%d", len(dst), g.rows, g.cols)
+	}
+	if err := b.s.CopyDtoH(i32Bytes(dst), g.ptr); err != nil {
+		return fmt.Errorf("download: %w", err)
+	}
+	return b.s.Synchronize()
+}
+
+// Stats implements backend.Backend (NaN tracer path: downloads t).
+func (b *Backend) Stats(t backend.Tensor) backend.Stats {
+	g, err := f32(t, -1, -1, "stats")
+	if err != nil {
+		return backend.Stats{FirstBad: -1}
+	}
+	v := make([]float32, g.rows*g.cols)
+	if err := b.Download(g, v); err != nil {
+		return backend.Stats{FirstBad: 0, Min: float32(math.NaN()), Max: float32(math.NaN()), AbsMax: float32(math.NaN())}
+	}
+	return sliceStats(v)
+}
+
+// sliceStats summarises x (non-finite values excluded from min/max), as the CPU's.
+func sliceStats(x []float32) backend.Stats {
+	s := backend.Stats{FirstBad: -1, Min: float32(math.Inf(1)), Max: float32(math.Inf(-1))}
+	for i, v := range x {
+		if math.IsNaN(float64(v)) || math.IsInf(float64(v), 0) {
+			if s.FirstBad < 0 {
+				s.FirstBad = i
+			}
+			continue
+		}
+		s.Min = min(s.Min, v)
+		s.Max = max(s.Max, v)
+		s.AbsMax = max(s.AbsMax, float32(math.Abs(float64(v))))
+	}
+	if len(x) == 0 || s.Min > s.Max {
+		s.Min, s.Max = 0, 0
+	}
+	return s
+}
+
+// scratch allocates a temporary device buffer. Freeing it right after the
+// launches that use it is safe: everything runs on one stream, so a later
+// kernel that reuses the memory is ordered after them.
+func (b *Backend) scratch(n int) (*cuda.Buffer, error) {
+	return b.ctx.Alloc(max(n, 16))
+}
+
+// upload copies host bytes into a new device buffer.
+func (b *Backend) upload(data []byte) (*cuda.Buffer, error) {
+	buf, err := b.ctx.Alloc(max(len(data), 16))
+	if err != nil {
+		return nil, err
+	}
+	if err := b.s.CopyHtoD(buf.Ptr, data); err != nil {
+		buf.Free()
+		return nil, err
+	}
+	return buf, nil
+}
+
+func putF64(dst []byte, v float64) { binary.LittleEndian.PutUint64(dst, math.Float64bits(v)) }

@@ -1,0 +1,302 @@
+package gpu
+
+import (
+	"encoding/binary"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"testing"
+
+	"github.com/megamoe/megamoe/backend"
+	"github.com/megamoe/megamoe/backend/cpu"
+	"github.com/megamoe/megamoe/checkpoint"
+	"github.com/megamoe/megamoe/num"
+	"github.com/megamoe/megamoe/rope"
+	"github.com/megamoe/megamoe/safetensors"
+)
+
+// pair runs an op on the CPU reference and on the GPU with the same inputs.
+type pair struct {
+	t   *testing.T
+	c   *cpu.Backend
+	g   *Backend
+	rng *rand.Rand
+}
+
+func newPair(t *testing.T, mode backend.Numerics) *pair {
+	t.Helper()
+	g, err := New(Options{})
+	if err != nil {
+		t.Skipf("no GPU: %v", err)
+	}
+	t.Cleanup(func() {
+		if err := g.Close(); err != nil {
+			t.Error(err)
+		}
+	})
+	c := cpu.New(cpu.Options{})
+	c.SetNumerics(mode)
+	g.SetNumerics(mode)
+	seed := rand.Uint64()
+	t.Logf("seed %d, numerics %v", seed, mode)
+	return &pair{t: t, c: c, g: g, rng: rand.New(rand.NewPCG(seed, 1))}
+}
+
+type twin struct {
+	c, g backend.Tensor
+	host []float32
+}
+
+// rand makes bf16-representable normal values times scale on both backends.
+func (p *pair) rand(rows, cols int, scale float64) twin {
+	v := make([]float32, rows*cols)
+	for i := range v {
+		v[i] = num.RoundBF16(float32(p.rng.NormFloat64() * scale))
+	}
+	return p.from(rows, cols, v)
+}
+
+func (p *pair) from(rows, cols int, v []float32) twin {
+	ct := cpu.NewTensor(rows, cols, append([]float32(nil), v...))
+	gt := p.g.Alloc(rows, cols, backend.F32)
+	if err := p.g.Upload(gt, v); err != nil {
+		p.t.Fatal(err)
+	}
+	return twin{c: ct, g: gt, host: v}
+}
+
+// out allocates an output pair; the GPU side is poisoned (NaN).
+func (p *pair) out(rows, cols int) twin {
+	gt := p.g.Alloc(rows, cols, backend.F32)
+	if err := p.g.Poison(gt); err != nil {
+		p.t.Fatal(err)
+	}
+	return twin{c: cpu.NewTensor(rows, cols, make([]float32, rows*cols)), g: gt}
+}
+
+// check compares the GPU result with the CPU's: relative L2 error ≤ lim and
+// no non-finite value where the CPU has none.
+func (p *pair) check(name string, o twin, lim float64) {
+	p.t.Helper()
+	want := o.c.(*cpu.Tensor).F
+	got := make([]float32, len(want))
+	if err := p.g.Download(o.g, got); err != nil {
+		p.t.Fatalf("%s: %v", name, err)
+	}
+	var num2, den2, maxAbs float64
+	bad := 0
+	for i := range want {
+		w, g := float64(want[i]), float64(got[i])
+		if math.IsNaN(g) || math.IsInf(g, 0) {
+			if !(math.IsNaN(w) || math.IsInf(w, 0)) {
+				bad++
+			}
+			continue
+		}
+		d := g - w
+		num2 += d * d
+		den2 += w * w
+		maxAbs = max(maxAbs, math.Abs(d))
+	}
+	rel := math.Sqrt(num2 / max(den2, 1e-30))
+	p.t.Logf("%-40s n=%-8d rel=%.2e max=%.3g nonfinite=%d lim=%.0e", name, len(want), rel, maxAbs, bad, lim)
+	if bad > 0 || rel > lim {
+		p.t.Errorf("%s: rel %.3e (limit %.0e), %d non-finite outputs", name, rel, lim, bad)
+	}
+}
+
+func must(t *testing.T, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestElementwiseOps(t *testing.T) {
+	for _, mode := range []backend.Numerics{backend.Faithful, backend.Exact} {
+		t.Run(mode.String(), func(t *testing.T) {
+			p := newPair(t, mode)
+			for _, sh := range []struct{ rows, d, n int }{{1, 256, 4}, {7, 1024, 4}, {67, 4096, 4}} {
+				tag := fmt.Sprintf("%dx%d", sh.rows, sh.d)
+				x := p.rand(sh.rows, sh.n*sh.d, 1)
+				wv := make([]float32, sh.d)
+				for i := range wv {
+					wv[i] = num.RoundBF16(float32(1 + 0.1*p.rng.NormFloat64()))
+				}
+				gw, err := p.g.NewVec(wv)
+				must(t, err)
+				o := p.out(sh.rows, sh.n*sh.d)
+				must(t, p.c.RMSNorm(x.c, cpu.NewVec(wv), 1e-6, o.c))
+				must(t, p.g.RMSNorm(x.g, gw, 1e-6, o.g))
+				p.check("rmsnorm "+tag, o, 1e-3)
+
+				e := p.rand(sh.rows, sh.d, 0.5)
+				x2 := p.from(sh.rows, sh.n*sh.d, x.host)
+				must(t, p.c.AddStreams(x2.c, e.c))
+				must(t, p.g.AddStreams(x2.g, e.g))
+				p.check("add streams "+tag, x2, 1e-3)
+
+				must(t, p.c.Scale(x2.c, 0.37))
+				must(t, p.g.Scale(x2.g, 0.37))
+				p.check("scale "+tag, x2, 1e-3)
+
+				g, u := p.rand(sh.rows, sh.d, 3), p.rand(sh.rows, sh.d, 3)
+				for _, lim := range []float32{0, 7} {
+					o := p.out(sh.rows, sh.d)
+					must(t, p.c.SwiGLU(g.c, u.c, lim, o.c))
+					must(t, p.g.SwiGLU(g.g, u.g, lim, o.g))
+					p.check(fmt.Sprintf("swiglu limit %g %s", lim, tag), o, 1e-3)
+				}
+				o2 := p.out(sh.rows, sh.d)
+				must(t, p.c.Combine(g.c, u.c, o2.c))
+				must(t, p.g.Combine(g.g, u.g, o2.g))
+				p.check("combine "+tag, o2, 1e-3)
+
+				rows := []int{sh.rows - 1, 0, sh.rows / 2}
+				o3 := p.out(len(rows), sh.d)
+				must(t, p.c.GatherRows(g.c, rows, o3.c))
+				must(t, p.g.GatherRows(g.g, rows, o3.g))
+				p.check("gather "+tag, o3, 0)
+
+				// hc post: mix = post | comb.
+				n := sh.n
+				mix := p.rand(sh.rows, n+n*n, 0.5)
+				sub := p.rand(sh.rows, sh.d, 1)
+				o4 := p.out(sh.rows, n*sh.d)
+				must(t, p.c.HcPost(sub.c, x.c, mix.c, backend.HcArgs{Streams: n}, o4.c))
+				must(t, p.g.HcPost(sub.g, x.g, mix.g, backend.HcArgs{Streams: n}, o4.g))
+				p.check("hc post "+tag, o4, 1e-3)
+
+				kv := p.rand(sh.rows, 512, 2)
+				must(t, p.c.KVQuant(kv.c, 448, 64))
+				must(t, p.g.KVQuant(kv.g, 448, 64))
+				p.check("kv quant fp8 "+tag, kv, 1e-6)
+			}
+		})
+	}
+}
+
+func TestEmbedAndRope(t *testing.T) {
+	for _, mode := range []backend.Numerics{backend.Faithful, backend.Exact} {
+		t.Run(mode.String(), func(t *testing.T) {
+			p := newPair(t, mode)
+			const vocab, dim = 1000, 256
+			data := make([]byte, 2*vocab*dim)
+			for i := 0; i < vocab*dim; i++ {
+				binary.LittleEndian.PutUint16(data[2*i:], uint16(num.BF16FromF32(float32(p.rng.NormFloat64()))))
+			}
+			st := safetensors.Tensor{Name: "embed.weight", DType: safetensors.BF16, Shape: []int{vocab, dim}, Data: data}
+			ce, err := p.c.PrepareEmbedding(st, vocab, dim)
+			must(t, err)
+			ge, err := p.g.PrepareEmbedding(st, vocab, dim)
+			must(t, err)
+			ids := []int32{5, 999, 0, 5, 321}
+			o := p.out(len(ids), 4*dim)
+			must(t, p.c.Embed(ce, ids, 4, o.c))
+			must(t, p.g.Embed(ge, ids, 4, o.g))
+			p.check("embed", o, 0)
+			if err := p.g.Embed(ge, []int32{vocab}, 4, o.g); err == nil {
+				t.Error("embed accepted an id outside the vocab")
+			}
+
+			yarn := &rope.YaRN{Factor: 16, OriginalLen: 65536, BetaFast: 32, BetaSlow: 1}
+			fr, err := rope.New(64, 160000, yarn)
+			must(t, err)
+			bt := &backend.Batch{Seqs: []backend.SeqInfo{{Rows: 3}, {Start: 70000, Row0: 3, Rows: 2}}, Pos: []int32{0, 1, 2, 70000, 70001}, Seq: []int32{0, 0, 0, 1, 1}}
+			for _, inv := range []bool{false, true} {
+				q := p.rand(5, 8*512, 1)
+				a := backend.RopeArgs{Freqs: fr, HeadDim: 512, Inverse: inv}
+				must(t, p.c.Rope(q.c, a, bt))
+				must(t, p.g.Rope(q.g, a, bt))
+				p.check(fmt.Sprintf("rope inverse=%v", inv), q, 2e-3)
+			}
+		})
+	}
+}
+
+// randLinear makes a random weight of the given format (codes chosen finite).
+func randLinear(rng *rand.Rand, f checkpoint.Format, out, in int) *checkpoint.Linear {
+	l := &checkpoint.Linear{Name: fmt.Sprintf("w_%v_%dx%d", f, out, in), Format: f, Out: out, In: in}
+	n := out * in
+	bytes := func(k int, gen func() byte) []byte {
+		b := make([]byte, k)
+		for i := range b {
+			b[i] = gen()
+		}
+		return b
+	}
+	e4m3 := func() byte {
+		for {
+			b := byte(rng.IntN(256))
+			if b&0x7f != 0x7f {
+				return b
+			}
+		}
+	}
+	switch f {
+	case checkpoint.FormatBF16:
+		d := make([]byte, 2*n)
+		for i := 0; i < n; i++ {
+			binary.LittleEndian.PutUint16(d[2*i:], uint16(num.BF16FromF32(float32(rng.NormFloat64()*0.05))))
+		}
+		l.Weight = safetensors.Tensor{DType: safetensors.BF16, Shape: []int{out, in}, Data: d}
+	case checkpoint.FormatF32:
+		d := make([]byte, 4*n)
+		for i := 0; i < n; i++ {
+			binary.LittleEndian.PutUint32(d[4*i:], math.Float32bits(float32(rng.NormFloat64()*0.05)))
+		}
+		l.Weight = safetensors.Tensor{DType: safetensors.F32, Shape: []int{out, in}, Data: d}
+	case checkpoint.FormatFP8Block:
+		sc := (in + 127) / 128
+		l.Weight = safetensors.Tensor{DType: safetensors.F8E4M3, Shape: []int{out, in}, Data: bytes(n, e4m3)}
+		l.Scale = safetensors.Tensor{DType: safetensors.F8E8M0, Shape: []int{(out + 127) / 128, sc}, Data: bytes((out+127)/128*sc, func() byte { return byte(118 + rng.IntN(4)) })}
+	case checkpoint.FormatMXFP4:
+		l.Weight = safetensors.Tensor{DType: safetensors.I8, Shape: []int{out, in / 2}, Data: bytes(n/2, func() byte { return byte(rng.IntN(256)) })}
+		l.Scale = safetensors.Tensor{DType: safetensors.F8E8M0, Shape: []int{out, in / 32}, Data: bytes(out*in/32, func() byte { return byte(121 + rng.IntN(4)) })}
+	case checkpoint.FormatNVFP4:
+		l.Weight = safetensors.Tensor{DType: safetensors.U8, Shape: []int{out, in / 2}, Data: bytes(n/2, func() byte { return byte(rng.IntN(256)) })}
+		l.Scale = safetensors.Tensor{DType: safetensors.F8E4M3, Shape: []int{out, in / 16}, Data: bytes(out*in/16, func() byte { return byte(0x30 + rng.IntN(0x10)) })}
+		l.Scale2 = 0.01
+	}
+	return l
+}
+
+func TestLinears(t *testing.T) {
+	formats := []checkpoint.Format{checkpoint.FormatBF16, checkpoint.FormatF32, checkpoint.FormatFP8Block, checkpoint.FormatMXFP4, checkpoint.FormatNVFP4}
+	for _, mode := range []backend.Numerics{backend.Faithful, backend.Exact} {
+		t.Run(mode.String(), func(t *testing.T) {
+			p := newPair(t, mode)
+			for _, f := range formats {
+				for _, sh := range []struct{ m, out, in int }{{1, 256, 256}, {9, 1024, 512}, {130, 384, 1024}} {
+					cl := randLinear(p.rng, f, sh.out, sh.in)
+					cw, err := p.c.PrepareLinear(cl)
+					must(t, err)
+					gw, err := p.g.PrepareLinear(cl)
+					must(t, err)
+					x := p.rand(sh.m, sh.in, 1)
+					tag := fmt.Sprintf("%v %dx%dx%d", f, sh.m, sh.out, sh.in)
+					o := p.out(sh.m, sh.out)
+					must(t, p.c.Linear(x.c, cw, o.c))
+					must(t, p.g.Linear(x.g, gw, o.g))
+					p.check("linear "+tag, o, 1e-2)
+					o2 := p.out(sh.m, sh.out)
+					must(t, p.c.LinearF32(x.c, cw, o2.c))
+					must(t, p.g.LinearF32(x.g, gw, o2.g))
+					p.check("linear-f32 "+tag, o2, 1e-5)
+				}
+			}
+			// Grouped output projection: 8 groups of R=128 rows over K=256 columns each.
+			const groups, R, K, m = 8, 128, 256, 33
+			cl := randLinear(p.rng, checkpoint.FormatBF16, groups*R, K)
+			cw, err := p.c.PrepareLinear(cl)
+			must(t, err)
+			gw, err := p.g.PrepareLinear(cl)
+			must(t, err)
+			x := p.rand(m, groups*K, 1)
+			o := p.out(m, groups*R)
+			must(t, p.c.GroupedOutProj(x.c, cw, groups, o.c))
+			must(t, p.g.GroupedOutProj(x.g, gw, groups, o.g))
+			p.check("grouped out proj", o, 1e-2)
+		})
+	}
+}

@@ -1,0 +1,126 @@
+package gpu
+
+import (
+	"fmt"
+
+	"github.com/megamoe/megamoe/backend"
+	"github.com/megamoe/megamoe/checkpoint"
+	"github.com/megamoe/megamoe/cuda"
+)
+
+var weightFormat = map[checkpoint.Format]cuda.WeightFormat{
+	checkpoint.FormatF32: cuda.WeightF32, checkpoint.FormatBF16: cuda.WeightBF16,
+	checkpoint.FormatFP8Block: cuda.WeightFP8Block, checkpoint.FormatMXFP4: cuda.WeightMXFP4,
+	checkpoint.FormatNVFP4: cuda.WeightNVFP4,
+}
+
+func (b *Backend) linArgs(x backend.Tensor, w backend.Linear, out backend.Tensor, what string) (*Tensor, *linear, *Tensor, error) {
+	l, ok := w.(*linear)
+	if !ok || l == nil {
+		return nil, nil, nil, fmt.Errorf("%s: weight %T is not a gpu linear", what, w)
+	}
+	xt, err := f32(x, -1, l.in, what+" "+l.name+" input")
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	ot, err := f32(out, xt.rows, l.out, what+" "+l.name+" output")
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	return xt, l, ot, nil
+}
+
+// simt runs the fp32 SIMT linear on x (rows of stride ldx) in `groups` groups.
+func (b *Backend) simt(y, x cuda.DevicePtr, l *linear, m, groups, ldx int, rnd bool) error {
+	var ws cuda.DevicePtr
+	if l.scale != nil {
+		ws = l.scale.Ptr
+	}
+	sh := cuda.LinearShape{M: m, N: l.out, K: l.in, R: l.out / groups, LdX: ldx, Format: weightFormat[l.format], Scale2: l.scale2, SCols: l.sCols}
+	if err := cuda.LinearF32Kernel(b.s, y, x, l.w.Ptr, ws, sh, rnd); err != nil {
+		return fmt.Errorf("linear %s: %w", l.name, err)
+	}
+	return nil
+}
+
+// Linear implements backend.Backend. Faithful FP8 weights run on tensor cores
+// (FP8 activation quant per 128, block-scaled mma, bf16 out); other quantised
+// formats quantise x to simulated FP8 and use the SIMT kernel; exact mode and
+// bf16/fp32 weights use the SIMT kernel on x as is.
+func (b *Backend) Linear(x backend.Tensor, w backend.Linear, out backend.Tensor) error {
+	xt, l, ot, err := b.linArgs(x, w, out, "linear")
+	if err != nil {
+		return err
+	}
+	m := xt.rows
+	if m == 0 {
+		return nil
+	}
+	if !l.quant || !b.faithful() {
+		return b.simt(ot.ptr, xt.ptr, l, m, 1, l.in, b.faithful())
+	}
+	if l.format == checkpoint.FormatFP8Block && l.in%128 == 0 && l.out%8 == 0 {
+		return b.linearFP8(xt, l, ot)
+	}
+	if l.in%128 != 0 {
+		return fmt.Errorf("linear %s: in %d not a multiple of 128 (FP8 activation blocks)", l.name, l.in)
+	}
+	sim, err := b.scratch(4 * m * l.in)
+	if err != nil {
+		return err
+	}
+	defer sim.Free()
+	if err := cuda.QuantFP8F32(b.s, 0, 0, sim.Ptr, xt.ptr, m, l.in, l.in, 128); err != nil {
+		return err
+	}
+	return b.simt(ot.ptr, sim.Ptr, l, m, 1, l.in, true)
+}
+
+// linearFP8 quantises x to e4m3 codes and runs the tensor-core FP8 GEMM.
+func (b *Backend) linearFP8(xt *Tensor, l *linear, ot *Tensor) error {
+	m, k, n := xt.rows, l.in, l.out
+	tmp, err := b.scratch(m*k + m*(k/128) + 2*m*n + 64)
+	if err != nil {
+		return err
+	}
+	defer tmp.Free()
+	q := tmp.Ptr
+	qs := q.Add(m * k)
+	y := qs.Add((m*(k/128) + 15) &^ 15)
+	if err := cuda.QuantFP8F32(b.s, q, qs, 0, xt.ptr, m, k, k, 128); err != nil {
+		return err
+	}
+	if err := cuda.LinearFP8(b.s, y, q, qs, l.w.Ptr, l.scale.Ptr, m, n, k); err != nil {
+		return fmt.Errorf("linear %s: %w", l.name, err)
+	}
+	return cuda.BF16ToF32(b.s, ot.ptr, y, int64(m*n))
+}
+
+// LinearF32 implements backend.Backend.
+func (b *Backend) LinearF32(x backend.Tensor, w backend.Linear, out backend.Tensor) error {
+	xt, l, ot, err := b.linArgs(x, w, out, "linear-f32")
+	if err != nil {
+		return err
+	}
+	return b.simt(ot.ptr, xt.ptr, l, xt.rows, 1, l.in, false)
+}
+
+// GroupedOutProj implements backend.Backend.
+func (b *Backend) GroupedOutProj(x backend.Tensor, w backend.Linear, groups int, out backend.Tensor) error {
+	l, ok := w.(*linear)
+	if !ok || l == nil {
+		return fmt.Errorf("grouped out proj: weight %T", w)
+	}
+	if groups <= 0 || l.out%groups != 0 {
+		return fmt.Errorf("grouped out proj %s: %d rows not divisible into %d groups", l.name, l.out, groups)
+	}
+	xt, err := f32(x, -1, groups*l.in, "grouped out proj input")
+	if err != nil {
+		return err
+	}
+	ot, err := f32(out, xt.rows, l.out, "grouped out proj output")
+	if err != nil {
+		return err
+	}
+	return b.simt(ot.ptr, xt.ptr, l, xt.rows, groups, groups*l.in, b.faithful())
+}

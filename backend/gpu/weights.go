@@ -1,0 +1,293 @@
+package gpu
+
+import (
+	"fmt"
+	"math"
+
+	"github.com/megamoe/megamoe/backend"
+	"github.com/megamoe/megamoe/checkpoint"
+	"github.com/megamoe/megamoe/cuda"
+	"github.com/megamoe/megamoe/safetensors"
+)
+
+// linear is a weight matrix kept on the device in its checkpoint format
+// (FP8/FP4 codes and scales are never expanded).
+type linear struct {
+	name    string
+	out, in int
+	format  checkpoint.Format
+	quant   bool // FP8/FP4 weight: FP8 activation quant in faithful mode
+	w       *cuda.Buffer
+	scale   *cuda.Buffer // nil for BF16/F32
+	scale2  float32      // NVFP4 global scale
+	sCols   int          // columns of the scale grid
+}
+
+func (l *linear) Out() int     { return l.out }
+func (l *linear) In() int      { return l.in }
+func (l *linear) Name() string { return l.name }
+
+func wantLen(name string, t safetensors.Tensor, n int) error {
+	if len(t.Data) != n {
+		return fmt.Errorf("%s: %d bytes, want %d (%s %v)", name, len(t.Data), n, t.DType, t.Shape)
+	}
+	return nil
+}
+
+// checkLinear validates a checkpoint linear like the CPU backend and returns
+// its scale-grid width and whether it is a quantised format.
+func checkLinear(cl *checkpoint.Linear) (sCols int, quant bool, err error) {
+	if cl.Out <= 0 || cl.In <= 0 {
+		return 0, false, fmt.Errorf("linear %s: shape %dx%d", cl.Name, cl.Out, cl.In)
+	}
+	n := cl.Out * cl.In
+	switch cl.Format {
+	case checkpoint.FormatBF16:
+		err = wantLen(cl.Name, cl.Weight, 2*n)
+	case checkpoint.FormatF32:
+		err = wantLen(cl.Name, cl.Weight, 4*n)
+	case checkpoint.FormatFP8Block:
+		quant = true
+		sCols = (cl.In + 127) / 128
+		if err = wantLen(cl.Name, cl.Weight, n); err == nil {
+			err = wantLen(cl.Name+".scale", cl.Scale, (cl.Out+127)/128*sCols)
+		}
+	case checkpoint.FormatMXFP4, checkpoint.FormatNVFP4:
+		quant = true
+		blk := 32
+		if cl.Format == checkpoint.FormatNVFP4 {
+			blk = 16
+		}
+		if cl.In%blk != 0 {
+			return 0, false, fmt.Errorf("linear %s: in %d not a multiple of %d", cl.Name, cl.In, blk)
+		}
+		sCols = cl.In / blk
+		if err = wantLen(cl.Name, cl.Weight, n/2); err == nil {
+			err = wantLen(cl.Name+".scale", cl.Scale, cl.Out*sCols)
+		}
+	default:
+		return 0, false, fmt.Errorf("linear %s: unsupported format %v", cl.Name, cl.Format)
+	}
+	return sCols, quant, err
+}
+
+// PrepareLinear implements backend.Backend.
+func (b *Backend) PrepareLinear(cl *checkpoint.Linear) (backend.Linear, error) {
+	if cl == nil {
+		return nil, fmt.Errorf("prepare linear: nil weight")
+	}
+	sCols, quant, err := checkLinear(cl)
+	if err != nil {
+		return nil, fmt.Errorf("prepare linear: %w", err)
+	}
+	l := &linear{name: cl.Name, out: cl.Out, in: cl.In, format: cl.Format, quant: quant, scale2: cl.Scale2, sCols: sCols}
+	if l.w, err = b.upload(cl.Weight.Data); err != nil {
+		return nil, fmt.Errorf("prepare linear %s: %w", cl.Name, err)
+	}
+	if quant {
+		if l.scale, err = b.upload(cl.Scale.Data); err != nil {
+			l.w.Free()
+			return nil, fmt.Errorf("prepare linear %s scale: %w", cl.Name, err)
+		}
+	}
+	return l, nil
+}
+
+func floats(name string, t safetensors.Tensor, n int) ([]float32, error) {
+	if !t.Valid() {
+		return nil, fmt.Errorf("%s: missing tensor", name)
+	}
+	if t.Numel() != n {
+		return nil, fmt.Errorf("%s: %d elements (%v), want %d", name, t.Numel(), t.Shape, n)
+	}
+	v, err := t.Float32s()
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", name, err)
+	}
+	return v, nil
+}
+
+// vec is an fp32 parameter vector on the device; host keeps a copy for the
+// few ops that need scalars on the host.
+type vec struct {
+	host []float32
+	buf  *cuda.Buffer
+}
+
+func (v *vec) Len() int { return len(v.host) }
+
+func (b *Backend) newVec(name string, v []float32) (*vec, error) {
+	buf, err := b.upload(f32Bytes(v))
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", name, err)
+	}
+	return &vec{host: v, buf: buf}, nil
+}
+
+// PrepareVec implements backend.Backend.
+func (b *Backend) PrepareVec(name string, t safetensors.Tensor, n int) (backend.Vec, error) {
+	v, err := floats(name, t, n)
+	if err != nil {
+		return nil, err
+	}
+	return b.newVec(name, v)
+}
+
+// NewVec uploads values as a prepared vector (tests).
+func (b *Backend) NewVec(v []float32) (backend.Vec, error) { return b.newVec("vec", v) }
+
+type mat struct {
+	rows, cols int
+	buf        *cuda.Buffer
+}
+
+func (m *mat) Rows() int { return m.rows }
+func (m *mat) Cols() int { return m.cols }
+
+// PrepareMat implements backend.Backend.
+func (b *Backend) PrepareMat(name string, t safetensors.Tensor, rows, cols int) (backend.Mat, error) {
+	v, err := floats(name, t, rows*cols)
+	if err != nil {
+		return nil, err
+	}
+	return b.NewMat(rows, cols, v)
+}
+
+// NewMat uploads values as a prepared matrix (tests).
+func (b *Backend) NewMat(rows, cols int, v []float32) (backend.Mat, error) {
+	if len(v) != rows*cols {
+		return nil, fmt.Errorf("mat: %d values for %dx%d", len(v), rows, cols)
+	}
+	buf, err := b.upload(f32Bytes(v))
+	if err != nil {
+		return nil, err
+	}
+	return &mat{rows, cols, buf}, nil
+}
+
+// hc is one hyper-connection site: fn [mix, width] and base [mix] on the
+// device, the 1 or 3 scales as kernel arguments.
+type hc struct {
+	mix, width int
+	fn, base   *cuda.Buffer
+	scale      []float32
+}
+
+func (h *hc) Mix() int { return h.mix }
+
+// PrepareHC implements backend.Backend.
+func (b *Backend) PrepareHC(name string, p checkpoint.HC, mix, width int) (backend.HC, error) {
+	fn, err := floats(name+"_fn", p.Fn, mix*width)
+	if err != nil {
+		return nil, err
+	}
+	base, err := floats(name+"_base", p.Base, mix)
+	if err != nil {
+		return nil, err
+	}
+	ns := 3
+	if p.Scale.Numel() == 1 {
+		ns = 1
+	}
+	scale, err := floats(name+"_scale", p.Scale, ns)
+	if err != nil {
+		return nil, err
+	}
+	return b.NewHC(mix, width, fn, base, scale)
+}
+
+// NewHC uploads hc parameters (tests).
+func (b *Backend) NewHC(mix, width int, fn, base, scale []float32) (backend.HC, error) {
+	if len(fn) != mix*width || len(base) != mix || (len(scale) != 1 && len(scale) != 3) {
+		return nil, fmt.Errorf("hc: %d fn, %d base, %d scale values for mix %d width %d", len(fn), len(base), len(scale), mix, width)
+	}
+	f, err := b.upload(f32Bytes(fn))
+	if err != nil {
+		return nil, err
+	}
+	bs, err := b.upload(f32Bytes(base))
+	if err != nil {
+		f.Free()
+		return nil, err
+	}
+	return &hc{mix: mix, width: width, fn: f, base: bs, scale: scale}, nil
+}
+
+// embedding is the token table on the device, bf16 (bf16=true) or fp32.
+type embedding struct {
+	vocab, dim int
+	bf16       bool
+	buf        *cuda.Buffer
+}
+
+func (e *embedding) Vocab() int { return e.vocab }
+func (e *embedding) Dim() int   { return e.dim }
+
+// PrepareEmbedding implements backend.Backend.
+func (b *Backend) PrepareEmbedding(t safetensors.Tensor, vocab, dim int) (backend.Embedding, error) {
+	e := &embedding{vocab: vocab, dim: dim}
+	var data []byte
+	switch t.DType {
+	case safetensors.BF16:
+		if err := wantLen("embed.weight", t, 2*vocab*dim); err != nil {
+			return nil, err
+		}
+		e.bf16, data = true, t.Data
+	default:
+		v, err := floats("embed.weight", t, vocab*dim)
+		if err != nil {
+			return nil, err
+		}
+		data = f32Bytes(v)
+	}
+	buf, err := b.upload(data)
+	if err != nil {
+		return nil, fmt.Errorf("embed.weight: %w", err)
+	}
+	e.buf = buf
+	return e, nil
+}
+
+// idTable is an int32 table on the device with a host copy (validation).
+type idTable struct {
+	rows, cols int
+	host       []int32
+	maxV       int32
+	buf        *cuda.Buffer
+}
+
+func (t *idTable) Rows() int { return t.rows }
+func (t *idTable) Cols() int { return t.cols }
+
+// PrepareIDTable implements backend.Backend.
+func (b *Backend) PrepareIDTable(name string, t safetensors.Tensor, rows, cols int) (backend.IDTable, error) {
+	if t.Numel() != rows*cols {
+		return nil, fmt.Errorf("%s: %d elements (%v), want %dx%d", name, t.Numel(), t.Shape, rows, cols)
+	}
+	v, err := t.Int64s()
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", name, err)
+	}
+	return b.NewIDTable(name, rows, cols, v)
+}
+
+// NewIDTable uploads an id table (tests).
+func (b *Backend) NewIDTable(name string, rows, cols int, v []int64) (backend.IDTable, error) {
+	if len(v) != rows*cols {
+		return nil, fmt.Errorf("%s: %d values for %dx%d", name, len(v), rows, cols)
+	}
+	out := make([]int32, len(v))
+	maxV := int32(-1)
+	for i, x := range v {
+		if x < 0 || x > math.MaxInt32 {
+			return nil, fmt.Errorf("%s: value %d at %d out of range", name, x, i)
+		}
+		out[i] = int32(x)
+		maxV = max(maxV, out[i])
+	}
+	buf, err := b.upload(i32Bytes(out))
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", name, err)
+	}
+	return &idTable{rows: rows, cols: cols, host: out, maxV: maxV, buf: buf}, nil
+}

@@ -1,0 +1,181 @@
+// Element-wise and per-row ops of the GPU backend on fp32 activations
+// (backend/gpu). `rnd` = 1 rounds results to bf16 like the faithful CPU
+// reference (backend/cpu); 0 keeps fp32 (exact mode).
+#include "common.cuh"
+
+DEV float rbf(float x, int rnd) { return rnd ? bf16_to_f32(f32_to_bf16(x)) : x; }
+
+DEV float block_sum(float v, float* red) {
+	v = warp_sum(v);
+	const int lane = threadIdx.x & 31, w = threadIdx.x >> 5, nw = blockDim.x >> 5;
+	__syncthreads();
+	if (lane == 0) red[w] = v;
+	__syncthreads();
+	float t = lane < nw ? red[lane] : 0.0f;
+	return warp_sum(t);
+}
+
+// One block per segment of d values: y = w * (x * rsqrt(mean(x^2) + eps)).
+extern "C" __global__ void __launch_bounds__(256) rmsnorm_f32(
+	float* __restrict__ y, const float* __restrict__ x, const float* __restrict__ w, int d, float eps, int rnd)
+{
+	__shared__ float red[32];
+	const float* xs = x + (size_t)blockIdx.x * d;
+	float* ys = y + (size_t)blockIdx.x * d;
+	float ss = 0.0f;
+	for (int i = threadIdx.x; i < d; i += blockDim.x) ss += xs[i] * xs[i];
+	ss = block_sum(ss, red);
+	const float r = (float)(1.0 / sqrt((double)(ss / (float)d + eps)));
+	for (int i = threadIdx.x; i < d; i += blockDim.x) ys[i] = rbf(w[i] * (xs[i] * r), rnd);
+}
+
+// Embedding gather: out[r, s*d + i] = table[ids[r], i] for every stream s.
+extern "C" __global__ void embed_f32(
+	float* __restrict__ out, const void* __restrict__ table, int bf16, const int* __restrict__ ids, int d, int streams)
+{
+	const int r = blockIdx.x;
+	const size_t id = (size_t)ids[r];
+	for (int i = threadIdx.x; i < d; i += blockDim.x) {
+		float v = bf16 ? bf16_to_f32(((const u16*)table)[id * d + i]) : ((const float*)table)[id * d + i];
+		for (int s = 0; s < streams; s++) out[((size_t)r * streams + s) * d + i] = v;
+	}
+}
+
+// x[r, j] = rnd(x[r, j] + e[r, j % d]) over n = rows*cols elements.
+extern "C" __global__ void add_streams_f32(float* __restrict__ x, const float* __restrict__ e, int cols, int d, long long n, int rnd)
+{
+	for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x) {
+		long long r = i / cols;
+		int j = (int)(i - r * cols);
+		x[i] = rbf(x[i] + e[r * d + j % d], rnd);
+	}
+}
+
+extern "C" __global__ void scale_f32(float* __restrict__ x, float s, long long n, int rnd)
+{
+	for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x)
+		x[i] = rbf(x[i] * s, rnd);
+}
+
+extern "C" __global__ void add_f32(float* __restrict__ out, const float* __restrict__ a, const float* __restrict__ b, long long n, int rnd)
+{
+	for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x)
+		out[i] = rbf(a[i] + b[i], rnd);
+}
+
+// Clamped SwiGLU (spec §6.2) exactly as the CPU: w * (g * sigmoid(g) * u).
+// limit <= 0 disables the clamp.
+extern "C" __global__ void swiglu_f32(float* __restrict__ out, const float* __restrict__ g, const float* __restrict__ u, long long n, float limit, int rnd)
+{
+	for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x) {
+		float gv = g[i], uv = u[i];
+		if (limit > 0.0f) {
+			uv = fminf(fmaxf(uv, -limit), limit);
+			gv = fminf(gv, limit);
+		}
+		float sig = (float)(1.0 / (1.0 + exp(-(double)gv)));
+		out[i] = rbf(gv * sig * uv, rnd);
+	}
+}
+
+// bf16 bits -> fp32 (outputs of the tensor-core linears).
+extern "C" __global__ void bf16_to_f32_k(float* __restrict__ out, const u16* __restrict__ in, long long n)
+{
+	for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x)
+		out[i] = bf16_to_f32(in[i]);
+}
+
+// Per-block FP8 activation quantisation of fp32 x (spec §3.3), one warp per
+// block of `blk` values (blk % 32 == 0): scale 2^ceil(log2(max(amax,1e-4)/448)),
+// e4m3 round-to-nearest-even. Writes codes q + e8m0 scales (q may be null) and,
+// if sim != null, the simulated values q*s as fp32.
+extern "C" __global__ void quant_fp8_f32(
+	u8* __restrict__ q, u8* __restrict__ scales, float* __restrict__ sim, const float* __restrict__ x,
+	int rows, int cols, int width, int blk)
+{
+	const int lane = threadIdx.x & 31;
+	const int nb = width / blk;
+	const long long gw = (blockIdx.x * (long long)blockDim.x + threadIdx.x) >> 5;
+	if (gw >= (long long)rows * nb) return;
+	const int r = (int)(gw / nb), b = (int)(gw % nb);
+	const float* xs = x + (size_t)r * cols + (size_t)b * blk;
+	float amax = 0.0f;
+	for (int i = lane; i < blk; i += 32) {
+		float a = fabsf(xs[i]);
+		if (a > amax || a != a) amax = a;
+	}
+	for (int o = 16; o > 0; o >>= 1) {
+		float t = __shfl_xor_sync(0xffffffffu, amax, o);
+		if (t > amax || t != t) amax = t;
+	}
+	amax = fmaxf(amax, 1e-4f);
+	// ceil(log2(amax/448)) on the fp32 bits (exact for powers of two).
+	float ratio = amax * (1.0f / 448.0f);
+	u32 bits = __float_as_uint(ratio);
+	int e = (int)((bits >> 23) & 0xff) - 127;
+	if ((bits & 0x7fffff) != 0) e++;
+	if (!(ratio == ratio)) e = 128;
+	e = max(-127, min(127, e));
+	const float s = __uint_as_float((u32)(e + 127) << 23);
+	for (int i = lane; i < blk; i += 32) {
+		float v = fminf(fmaxf(xs[i] / s, -448.0f), 448.0f);
+		u32 c = f32_to_e4m3(v);
+		if (q) q[(size_t)r * width + (size_t)b * blk + i] = (u8)c;
+		if (sim) sim[(size_t)r * cols + (size_t)b * blk + i] = e4m3_to_f32(c) * s;
+	}
+	if (lane == 0 && scales) scales[(size_t)r * nb + b] = (u8)(e + 127);
+}
+
+// Interleaved RoPE on the last rd dims of every head (spec §5.2): one thread
+// per (row, head, pair). Faithful: fp32 angle fp32(pos)*f32[p], cos/sin in
+// double rounded to fp32, products and sums in fp32, bf16 out (as backend/cpu).
+// Exact: double throughout.
+extern "C" __global__ void rope_f32(
+	float* __restrict__ x, const int* __restrict__ pos, const float* __restrict__ f32, const double* __restrict__ f64,
+	int rows, int heads, int headDim, int rd, int inverse, int faithful)
+{
+	const int pairs = rd / 2;
+	const long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x;
+	if (i >= (long long)rows * heads * pairs) return;
+	const int p = (int)(i % pairs);
+	const int h = (int)((i / pairs) % heads);
+	const int r = (int)(i / ((long long)pairs * heads));
+	float* v = x + (size_t)r * heads * headDim + (size_t)h * headDim + headDim - rd + 2 * p;
+	const int t = pos[r];
+	if (faithful) {
+		float a = (float)t * f32[p];
+		float c = (float)cos((double)a), s = (float)sin((double)a);
+		if (inverse) s = -s;
+		float x0 = v[0], x1 = v[1];
+		float p00 = x0 * c, p11 = x1 * s, p01 = x0 * s, p10 = x1 * c;
+		v[0] = bf16_to_f32(f32_to_bf16(p00 - p11));
+		v[1] = bf16_to_f32(f32_to_bf16(p01 + p10));
+	} else {
+		double a = (double)t * f64[p];
+		double c = cos(a), s = sin(a);
+		if (inverse) s = -s;
+		double x0 = v[0], x1 = v[1];
+		v[0] = (float)(x0 * c - x1 * s);
+		v[1] = (float)(x0 * s + x1 * c);
+	}
+}
+
+// hc post (spec §4.2): out[k*d+i] = rnd(post[k]*o[i] + sum_j comb[j][k]*x[j*d+i]).
+// mix row = post[n] | comb[n*n]. out may alias x (each thread reads its n
+// inputs before writing its n outputs).
+extern "C" __global__ void hc_post_f32(
+	float* out, const float* x, const float* __restrict__ o, const float* __restrict__ mix, int n, int d, int rnd)
+{
+	const int r = blockIdx.y;
+	const int i = blockIdx.x * blockDim.x + threadIdx.x;
+	if (i >= d) return;
+	const float* m = mix + (size_t)r * (n + n * n);
+	float res[8];
+	for (int j = 0; j < n; j++) res[j] = x[(size_t)r * n * d + (size_t)j * d + i];
+	const float ov = o[(size_t)r * d + i];
+	for (int k = 0; k < n; k++) {
+		float s = 0.0f;
+		for (int j = 0; j < n; j++) s += m[n + j * n + k] * res[j];
+		out[(size_t)r * n * d + (size_t)k * d + i] = rbf(m[k] * ov + s, rnd);
+	}
+}

@@ -1,0 +1,176 @@
+package cuda
+
+import "fmt"
+
+// Launchers of kernels/ops_f32.cu and kernels/linear_f32.cu: the fp32
+// activation ops of the GPU backend. rnd rounds results to bf16 (faithful).
+
+func b2i(v bool) int {
+	if v {
+		return 1
+	}
+	return 0
+}
+
+// gridFor returns a grid-stride launch for n elements.
+func gridFor(n int64) Dim3 { return Dim3{uint32(min(ceilDiv(int(n), 256), 65535)), 1, 1} }
+
+// RMSNormF32 normalises every segment of d values of x [segs, d] into y.
+func RMSNormF32(s *Stream, y, x, w DevicePtr, segs, d int, eps float32, rnd bool) error {
+	if segs < 0 || d <= 0 || segs > 1<<31-1 {
+		return fmt.Errorf("cuda: rmsnorm_f32: bad shape segs=%d d=%d", segs, d)
+	}
+	if segs == 0 {
+		return nil
+	}
+	a := new(Args).Ptr(y).Ptr(x).Ptr(w).I32(d).F32(eps).I32(b2i(rnd))
+	return launch(s, "ops_f32", "rmsnorm_f32", Dim3{uint32(segs), 1, 1}, Dim3{256, 1, 1}, 0, a)
+}
+
+// EmbedF32 gathers table rows (bf16 or fp32 [vocab, d]) for ids [rows] into
+// out [rows, streams*d]. ids must be in range (checked by the caller).
+func EmbedF32(s *Stream, out, table DevicePtr, bf16 bool, ids DevicePtr, rows, d, streams int) error {
+	if rows < 0 || d <= 0 || streams <= 0 {
+		return fmt.Errorf("cuda: embed_f32: bad shape rows=%d d=%d streams=%d", rows, d, streams)
+	}
+	if rows == 0 {
+		return nil
+	}
+	a := new(Args).Ptr(out).Ptr(table).I32(b2i(bf16)).Ptr(ids).I32(d).I32(streams)
+	return launch(s, "ops_f32", "embed_f32", Dim3{uint32(rows), 1, 1}, Dim3{256, 1, 1}, 0, a)
+}
+
+// AddStreamsF32: x[r, j] += e[r, j % d] for x [rows, cols].
+func AddStreamsF32(s *Stream, x, e DevicePtr, rows, cols, d int, rnd bool) error {
+	if rows < 0 || d <= 0 || cols%d != 0 {
+		return fmt.Errorf("cuda: add_streams_f32: bad shape rows=%d cols=%d d=%d", rows, cols, d)
+	}
+	n := int64(rows) * int64(cols)
+	if n == 0 {
+		return nil
+	}
+	a := new(Args).Ptr(x).Ptr(e).I32(cols).I32(d).I64(n).I32(b2i(rnd))
+	return launch(s, "ops_f32", "add_streams_f32", gridFor(n), Dim3{256, 1, 1}, 0, a)
+}
+
+// ScaleF32: x *= v over n elements.
+func ScaleF32(s *Stream, x DevicePtr, v float32, n int64, rnd bool) error {
+	if n <= 0 {
+		return nil
+	}
+	a := new(Args).Ptr(x).F32(v).I64(n).I32(b2i(rnd))
+	return launch(s, "ops_f32", "scale_f32", gridFor(n), Dim3{256, 1, 1}, 0, a)
+}
+
+// AddF32: out = a + b over n elements.
+func AddF32(s *Stream, out, x, y DevicePtr, n int64, rnd bool) error {
+	if n <= 0 {
+		return nil
+	}
+	a := new(Args).Ptr(out).Ptr(x).Ptr(y).I64(n).I32(b2i(rnd))
+	return launch(s, "ops_f32", "add_f32", gridFor(n), Dim3{256, 1, 1}, 0, a)
+}
+
+// SwiGLUF32: out = silu(min(g, L)) * clamp(u, ±L) over n elements (L <= 0: no clamp).
+func SwiGLUF32(s *Stream, out, g, u DevicePtr, n int64, limit float32, rnd bool) error {
+	if n <= 0 {
+		return nil
+	}
+	a := new(Args).Ptr(out).Ptr(g).Ptr(u).I64(n).F32(limit).I32(b2i(rnd))
+	return launch(s, "ops_f32", "swiglu_f32", gridFor(n), Dim3{256, 1, 1}, 0, a)
+}
+
+// BF16ToF32 widens n bf16 values.
+func BF16ToF32(s *Stream, out, in DevicePtr, n int64) error {
+	if n <= 0 {
+		return nil
+	}
+	a := new(Args).Ptr(out).Ptr(in).I64(n)
+	return launch(s, "ops_f32", "bf16_to_f32_k", gridFor(n), Dim3{256, 1, 1}, 0, a)
+}
+
+// QuantFP8F32 quantises the first width columns of fp32 x [rows, cols] in
+// blocks of blk (multiple of 32) to e4m3: codes q [rows, width] and e8m0
+// scales [rows, width/blk] (either may be 0) and/or simulated values sim
+// (layout of x; may be x itself).
+func QuantFP8F32(s *Stream, q, scales, sim, x DevicePtr, rows, cols, width, blk int) error {
+	if rows < 0 || blk <= 0 || blk%32 != 0 || width%blk != 0 || width > cols {
+		return fmt.Errorf("cuda: quant_fp8_f32: bad shape rows=%d cols=%d width=%d blk=%d", rows, cols, width, blk)
+	}
+	warps := int64(rows) * int64(width/blk)
+	if warps == 0 {
+		return nil
+	}
+	a := new(Args).Ptr(q).Ptr(scales).Ptr(sim).Ptr(x).I32(rows).I32(cols).I32(width).I32(blk)
+	if ceilDiv(int(warps), 8) > 1<<31-1 {
+		return fmt.Errorf("cuda: quant_fp8_f32: %d blocks exceed the grid", warps)
+	}
+	return launch(s, "ops_f32", "quant_fp8_f32", Dim3{uint32(ceilDiv(int(warps), 8)), 1, 1}, Dim3{256, 1, 1}, 0, a)
+}
+
+// RopeF32 rotates the last rd dims of every head of x [rows, heads*headDim]
+// at positions pos [rows] (int32) with frequency tables f32 [rd/2], f64 [rd/2].
+func RopeF32(s *Stream, x, pos, f32, f64 DevicePtr, rows, heads, headDim, rd int, inverse, faithful bool) error {
+	if rows < 0 || heads <= 0 || rd <= 0 || rd%2 != 0 || rd > headDim {
+		return fmt.Errorf("cuda: rope_f32: bad shape rows=%d heads=%d headDim=%d rd=%d", rows, heads, headDim, rd)
+	}
+	n := int64(rows) * int64(heads) * int64(rd/2)
+	if n == 0 {
+		return nil
+	}
+	a := new(Args).Ptr(x).Ptr(pos).Ptr(f32).Ptr(f64).I32(rows).I32(heads).I32(headDim).I32(rd).I32(b2i(inverse)).I32(b2i(faithful))
+	return launch(s, "ops_f32", "rope_f32", Dim3{uint32(ceilDiv(int(n), 256)), 1, 1}, Dim3{256, 1, 1}, 0, a)
+}
+
+// HcPostF32: out[r, k*d+i] = post[k]*o[r, i] + Σ_j comb[j][k]*x[r, j*d+i] for
+// n ≤ 8 streams; mix [rows, n+n*n]; out may alias x.
+func HcPostF32(s *Stream, out, x, o, mix DevicePtr, rows, n, d int, rnd bool) error {
+	if rows < 0 || n <= 0 || n > 8 || d <= 0 || rows > 65535 {
+		return fmt.Errorf("cuda: hc_post_f32: bad shape rows=%d n=%d d=%d", rows, n, d)
+	}
+	if rows == 0 {
+		return nil
+	}
+	a := new(Args).Ptr(out).Ptr(x).Ptr(o).Ptr(mix).I32(n).I32(d).I32(b2i(rnd))
+	return launch(s, "ops_f32", "hc_post_f32", Dim3{uint32(ceilDiv(d, 256)), uint32(rows), 1}, Dim3{256, 1, 1}, 0, a)
+}
+
+// WeightFormat is a linear's storage format for LinearF32Kernel.
+type WeightFormat int
+
+const (
+	WeightF32 WeightFormat = iota
+	WeightBF16
+	WeightFP8Block
+	WeightMXFP4
+	WeightNVFP4
+)
+
+// LinearShape describes y [M, N] = x · Wᵀ in groups: output rows [g*R, (g+1)*R)
+// read x columns [g*K, (g+1)*K) of rows of stride LdX (groups = N/R).
+type LinearShape struct {
+	M, N, K, R, LdX int
+	Format          WeightFormat
+	Scale2          float32 // NVFP4 global scale
+	SCols           int     // scale-grid columns
+}
+
+// LinearF32Kernel runs the fp32 SIMT linear (weights dequantised on chip).
+func LinearF32Kernel(s *Stream, y, x, w, ws DevicePtr, sh LinearShape, rnd bool) error {
+	if sh.M < 0 || sh.N <= 0 || sh.K <= 0 || sh.R <= 0 || sh.N%sh.R != 0 || sh.LdX < sh.K*(sh.N/sh.R) {
+		return fmt.Errorf("cuda: linear_f32: bad shape %+v", sh)
+	}
+	if sh.Format >= WeightMXFP4 && sh.K%2 != 0 {
+		return fmt.Errorf("cuda: linear_f32: FP4 needs even K, got %d", sh.K)
+	}
+	if sh.M == 0 {
+		return nil
+	}
+	if ceilDiv(sh.M, 64) > 65535 || sh.N/sh.R > 65535 {
+		return fmt.Errorf("cuda: linear_f32: shape %+v exceeds the grid", sh)
+	}
+	a := new(Args).Ptr(y).Ptr(x).Ptr(w).Ptr(ws).I32(int(sh.Format)).F32(sh.Scale2).I32(sh.SCols).
+		I32(sh.M).I32(sh.N).I32(sh.K).I32(sh.R).I32(sh.LdX).I32(b2i(rnd))
+	grid := Dim3{uint32(ceilDiv(sh.R, 64)), uint32(ceilDiv(sh.M, 64)), uint32(sh.N / sh.R)}
+	return launch(s, "linear_f32", "linear_f32", grid, Dim3{256, 1, 1}, 0, a)
+}
