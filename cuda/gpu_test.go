@@ -260,7 +260,13 @@ func TestGraphReplay(t *testing.T) {
 			}
 		}
 		if bad > 0 {
-			t.Fatalf("replay %d: %d outputs differ by more than one bf16 ulp", rep, bad)
+			poison := 0
+			for _, v := range got {
+				if v == 0xFFFF {
+					poison++
+				}
+			}
+			t.Fatalf("replay %d: %d outputs differ by more than one bf16 ulp (%d still poisoned); got[:4]=%04x want[:4]=%04x", rep, bad, poison, got[:4], want[:4])
 		}
 	}
 }

@@ -1,0 +1,222 @@
+package gpu
+
+import (
+	"fmt"
+
+	"github.com/megamoe/megamoe/backend"
+	"github.com/megamoe/megamoe/cuda"
+)
+
+// WriteWindow implements backend.Backend.
+func (b *Backend) WriteWindow(s backend.KVStore, layer int, kv backend.Tensor, bt *backend.Batch) error {
+	k, err := b.store(s)
+	if err != nil {
+		return err
+	}
+	if err := k.checkSeqs(bt, layer, false); err != nil {
+		return err
+	}
+	l := k.layers[layer].spec
+	kt, err := f32(kv, bt.Rows(), l.HeadDim, "write window")
+	if err != nil {
+		return err
+	}
+	db, err := b.deviceBatch(bt)
+	if err != nil {
+		return err
+	}
+	return cuda.WriteWindowF32(b.s, k.layers[layer].win.Ptr, kt.ptr, db.Seqs, db.Seq, db.Rows, l.Window, l.HeadDim)
+}
+
+// Compress implements backend.Backend: one CTA per entry completed in this
+// step (reading the pre-step state), then the post-step state per sequence.
+func (b *Backend) Compress(s backend.KVStore, A, Z backend.Tensor, a backend.CompressArgs, bt *backend.Batch) error {
+	k, err := b.store(s)
+	if err != nil {
+		return err
+	}
+	if err := k.checkSeqs(bt, a.Layer, true); err != nil {
+		return err
+	}
+	kl := &k.layers[a.Layer]
+	r, dc, c := a.Ratio, a.Dim, coff(a.Ratio)
+	lk := kl.spec
+	if r != lk.Ratio || r == 0 || (a.Kind == backend.CompressKV && dc != lk.HeadDim) || (a.Kind == backend.CompressIndex && dc != lk.IndexDim) {
+		return fmt.Errorf("compress layer %d: ratio %d dim %d do not match the store", a.Layer, r, dc)
+	}
+	w := c * dc
+	at, err := f32(A, bt.Rows(), w, "compress kv")
+	if err != nil {
+		return err
+	}
+	zt, err := f32(Z, bt.Rows(), w, "compress gate")
+	if err != nil {
+		return err
+	}
+	ape, ok := a.APE.(*mat)
+	if !ok || ape.rows != r || ape.cols != w {
+		return fmt.Errorf("compress layer %d: ape %T", a.Layer, a.APE)
+	}
+	nw, ok := a.Norm.(*vec)
+	if !ok || nw.Len() != dc {
+		return fmt.Errorf("compress layer %d: norm %T", a.Layer, a.Norm)
+	}
+	rt, err := b.ropeFreqs(a.Rope)
+	if err != nil {
+		return fmt.Errorf("compress layer %d: %w", a.Layer, err)
+	}
+	st, dst, kind := kl.comp, kl.kv, 0
+	if a.Kind == backend.CompressIndex {
+		st, dst, kind = kl.idx, kl.ik, 1
+	}
+	var ents []int32
+	for si, sq := range bt.Seqs {
+		for j := (sq.Start+r)/r - 1; (j+1)*r <= sq.Start+sq.Rows; j++ {
+			if (j+1)*r-1 >= sq.Start {
+				ents = append(ents, int32(si), int32(j))
+			}
+		}
+	}
+	db, err := b.deviceBatch(bt)
+	if err != nil {
+		return err
+	}
+	sh := cuda.CompressShape{R: r, Dc: dc, C: c, Per: kl.per, RopeDim: rt.dim, Kind: kind, Eps: a.NormEps}
+	if len(ents) > 0 {
+		eb, err := b.upload(i32Bytes(ents))
+		if err != nil {
+			return fmt.Errorf("compress layer %d: %w", a.Layer, err)
+		}
+		defer eb.Free()
+		if err := cuda.CompressF32(b.s, dst.Ptr, at.ptr, zt.ptr, ape.buf.Ptr, st.a.Ptr, st.z.Ptr, nw.buf.Ptr, rt.f32.Ptr, rt.f64.Ptr,
+			db.Seqs, db.Blocks, eb.Ptr, len(ents)/2, sh, b.faithful()); err != nil {
+			return fmt.Errorf("compress layer %d: %w", a.Layer, err)
+		}
+	}
+	return cuda.CompressStateF32(b.s, st.a.Ptr, st.z.Ptr, at.ptr, zt.ptr, ape.buf.Ptr, db.Seqs, db.NSeq, sh)
+}
+
+// IndexerTopK implements backend.Backend.
+func (b *Backend) IndexerTopK(s backend.KVStore, q, w backend.Tensor, a backend.IndexerArgs, bt *backend.Batch, out backend.Tensor) error {
+	k, err := b.store(s)
+	if err != nil {
+		return err
+	}
+	if err := k.checkSeqs(bt, a.Layer, true); err != nil {
+		return err
+	}
+	kl := &k.layers[a.Layer]
+	if kl.ik == nil || a.Ratio != kl.spec.Ratio || a.HeadDim != kl.spec.IndexDim {
+		return fmt.Errorf("indexer layer %d: ratio %d dim %d do not match the store", a.Layer, a.Ratio, a.HeadDim)
+	}
+	n := bt.Rows()
+	qt, err := f32(q, n, a.Heads*a.HeadDim, "indexer q")
+	if err != nil {
+		return err
+	}
+	wt, err := f32(w, n, a.Heads, "indexer weights")
+	if err != nil {
+		return err
+	}
+	ot, err := i32(out, n, a.TopK, "indexer top-k")
+	if err != nil {
+		return err
+	}
+	db, err := b.deviceBatch(bt)
+	if err != nil {
+		return err
+	}
+	ld := db.MaxEnd / a.Ratio
+	sc, err := b.scratch(4 * n * ld)
+	if err != nil {
+		return fmt.Errorf("indexer layer %d: %w", a.Layer, err)
+	}
+	defer sc.Free()
+	if err := cuda.IndexerScoresF32(b.s, sc.Ptr, qt.ptr, wt.ptr, kl.ik.Ptr, db.Seqs, db.Pos, db.Seq, db.Blocks, n, ld, a.Heads, a.HeadDim, a.Ratio, kl.per, b.faithful()); err != nil {
+		return fmt.Errorf("indexer layer %d: %w", a.Layer, err)
+	}
+	if a.Trace {
+		if err := b.traceScores(sc, qt, bt, ld, a.Ratio); err != nil {
+			return err
+		}
+	}
+	return cuda.IndexerTopKF32(b.s, ot.ptr, sc.Ptr, db.Pos, n, ld, a.TopK, a.Ratio)
+}
+
+// traceScores reports the first row with a non-finite score, like the CPU.
+func (b *Backend) traceScores(sc *cuda.Buffer, qt *Tensor, bt *backend.Batch, ld, ratio int) error {
+	n := bt.Rows()
+	host := make([]float32, n*ld)
+	if len(host) > 0 {
+		if err := b.s.CopyDtoH(f32Bytes(host), sc.Ptr); err != nil {
+			return fmt.Errorf("indexer trace: %w", err)
+		}
+		if err := b.s.Synchronize(); err != nil {
+			return fmt.Errorf("indexer trace: %w", err)
+		}
+	}
+	for row := range n {
+		avail := (int(bt.Pos[row]) + 1) / ratio
+		if st := sliceStats(host[row*ld : row*ld+avail]); st.FirstBad >= 0 {
+			qr := make([]float32, qt.cols)
+			if err := b.s.CopyDtoH(f32Bytes(qr), qt.Row(row)); err != nil {
+				return fmt.Errorf("indexer trace: %w", err)
+			}
+			if err := b.s.Synchronize(); err != nil {
+				return fmt.Errorf("indexer trace: %w", err)
+			}
+			return &backend.OpNonFinite{Component: "indexer scores", Row: row, Stats: st, In: sliceStats(qr)}
+		}
+	}
+	return nil
+}
+
+// SparseAttention implements backend.Backend.
+func (b *Backend) SparseAttention(s backend.KVStore, q, kv, sel backend.Tensor, a backend.AttnArgs, bt *backend.Batch, out backend.Tensor) error {
+	k, err := b.store(s)
+	if err != nil {
+		return err
+	}
+	if err := k.checkSeqs(bt, a.Layer, true); err != nil {
+		return err
+	}
+	kl := &k.layers[a.Layer]
+	n, D, H := bt.Rows(), a.HeadDim, a.Heads
+	if D != kl.spec.HeadDim || a.Window != kl.spec.Window || a.Ratio != kl.spec.Ratio {
+		return fmt.Errorf("attention layer %d: head dim %d window %d ratio %d do not match the store", a.Layer, D, a.Window, a.Ratio)
+	}
+	qt, err := f32(q, n, H*D, "attention q")
+	if err != nil {
+		return err
+	}
+	kt, err := f32(kv, n, D, "attention kv")
+	if err != nil {
+		return err
+	}
+	ot, err := f32(out, n, H*D, "attention output")
+	if err != nil {
+		return err
+	}
+	selPtr, selCols := kt.ptr, 0
+	if a.Ratio == 4 {
+		st, err := i32(sel, n, -1, "attention selection")
+		if err != nil {
+			return err
+		}
+		selPtr, selCols = st.ptr, st.cols
+	}
+	sink, ok := a.Sink.(*vec)
+	if !ok || sink.Len() != H {
+		return fmt.Errorf("attention layer %d: sink %T", a.Layer, a.Sink)
+	}
+	db, err := b.deviceBatch(bt)
+	if err != nil {
+		return err
+	}
+	ent := kl.win.Ptr
+	if kl.kv != nil {
+		ent = kl.kv.Ptr
+	}
+	sh := cuda.AttnShape{Rows: n, Heads: H, D: D, Window: a.Window, Ratio: a.Ratio, Per: max(kl.per, 1), SelCols: selCols, Scale: a.Scale}
+	return cuda.SparseAttnF32(b.s, ot.ptr, qt.ptr, kt.ptr, kl.win.Ptr, ent, selPtr, sink.buf.Ptr, db.Seqs, db.Pos, db.Seq, db.Blocks, sh, b.faithful())
+}

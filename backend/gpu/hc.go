@@ -1,0 +1,97 @@
+package gpu
+
+import (
+	"fmt"
+	"math"
+
+	"github.com/megamoe/megamoe/backend"
+	"github.com/megamoe/megamoe/cuda"
+)
+
+// checkHC validates an hc site against x like the CPU's and returns d.
+func checkHC(x backend.Tensor, h backend.HC, a backend.HcArgs, what string) (*Tensor, *hc, int, error) {
+	hh, ok := h.(*hc)
+	if !ok || hh == nil {
+		return nil, nil, 0, fmt.Errorf("%s: params %T", what, h)
+	}
+	xt, err := f32(x, -1, hh.width, what+" input")
+	if err != nil {
+		return nil, nil, 0, err
+	}
+	if a.Streams <= 0 || hh.width%a.Streams != 0 {
+		return nil, nil, 0, fmt.Errorf("%s: width %d vs %d streams", what, hh.width, a.Streams)
+	}
+	return xt, hh, hh.width / a.Streams, nil
+}
+
+// HcPre implements backend.Backend (spec §4.2): one block per row.
+func (b *Backend) HcPre(x backend.Tensor, h backend.HC, a backend.HcArgs, out, mix backend.Tensor) error {
+	xt, hh, d, err := checkHC(x, h, a, "hc pre")
+	if err != nil {
+		return err
+	}
+	n := a.Streams
+	if hh.mix != (2+n)*n || len(hh.scale) != 3 {
+		return fmt.Errorf("hc pre: mix %d / %d scales for %d streams", hh.mix, len(hh.scale), n)
+	}
+	ot, err := f32(out, xt.rows, d, "hc pre output")
+	if err != nil {
+		return err
+	}
+	mt, err := f32(mix, xt.rows, n+n*n, "hc pre mix")
+	if err != nil {
+		return err
+	}
+	sc := [3]float32{hh.scale[0], hh.scale[1], hh.scale[2]}
+	if err := cuda.HcPreF32(b.s, ot.ptr, mt.ptr, xt.ptr, hh.fn.Ptr, hh.base.Ptr, xt.rows, n, d, sc, a.Sinkhorn, a.Eps, a.NormEps, b.faithful()); err != nil {
+		return fmt.Errorf("hc pre: %w", err)
+	}
+	return nil
+}
+
+// HcHead implements backend.Backend (spec §4.3).
+func (b *Backend) HcHead(x backend.Tensor, h backend.HC, a backend.HcArgs, out backend.Tensor) error {
+	xt, hh, d, err := checkHC(x, h, a, "hc head")
+	if err != nil {
+		return err
+	}
+	n := a.Streams
+	if hh.mix != n || len(hh.scale) != 1 {
+		return fmt.Errorf("hc head: mix %d / %d scales for %d streams", hh.mix, len(hh.scale), n)
+	}
+	ot, err := f32(out, xt.rows, d, "hc head output")
+	if err != nil {
+		return err
+	}
+	if err := cuda.HcHeadF32(b.s, ot.ptr, xt.ptr, hh.fn.Ptr, hh.base.Ptr, xt.rows, n, d, hh.scale[0], a.Eps, a.NormEps, b.faithful()); err != nil {
+		return fmt.Errorf("hc head: %w", err)
+	}
+	return nil
+}
+
+// HeadNorm implements backend.Backend: weightless per-head RMS norm in place
+// (bf16 at every step in faithful mode, spec §5.3).
+func (b *Backend) HeadNorm(x backend.Tensor, headDim int, eps float32) error {
+	xt, err := f32(x, -1, -1, "head norm")
+	if err != nil {
+		return err
+	}
+	if headDim <= 0 || xt.cols%headDim != 0 {
+		return fmt.Errorf("head norm: width %d not a multiple of %d", xt.cols, headDim)
+	}
+	return cuda.HeadNormF32(b.s, xt.ptr, xt.rows*xt.cols/headDim, headDim, eps, b.faithful())
+}
+
+// HadamardFP4 implements backend.Backend: Walsh–Hadamard per head, then bf16 +
+// FP4 (blocks of 32) simulation in faithful mode, in place.
+func (b *Backend) HadamardFP4(x backend.Tensor, headDim int) error {
+	xt, err := f32(x, -1, -1, "hadamard")
+	if err != nil {
+		return err
+	}
+	if headDim <= 0 || headDim&(headDim-1) != 0 || xt.cols%headDim != 0 {
+		return fmt.Errorf("hadamard: width %d, head dim %d", xt.cols, headDim)
+	}
+	sc := float32(1 / math.Sqrt(float64(headDim))) // the CPU's scale, bit for bit
+	return cuda.HadamardFP4F32(b.s, xt.ptr, xt.rows*xt.cols/headDim, headDim, sc, b.faithful())
+}

@@ -1,0 +1,133 @@
+package gpu
+
+import (
+	"fmt"
+	"math"
+	"testing"
+
+	"github.com/megamoe/megamoe/backend"
+	"github.com/megamoe/megamoe/backend/cpu"
+	"github.com/megamoe/megamoe/num"
+)
+
+var hcModes = []backend.Numerics{backend.Faithful, backend.Exact}
+
+// hcRand returns n normal values times scale (not bf16-rounded: parameters are fp32).
+func hcRand(p *pair, n int, scale float64) []float32 {
+	v := make([]float32, n)
+	for i := range v {
+		v[i] = float32(p.rng.NormFloat64() * scale)
+	}
+	return v
+}
+
+func TestHeadNorm(t *testing.T) {
+	for _, mode := range hcModes {
+		t.Run(mode.String(), func(t *testing.T) {
+			p := newPair(t, mode)
+			for _, rows := range []int{1, 5, 67} {
+				for _, sh := range []struct{ heads, hd int }{{8, 512}, {16, 128}, {3, 48}, {2, 20}} {
+					// Per-row magnitudes from 1e-3 to 1e2 so the bf16 steps round differently.
+					v := make([]float32, rows*sh.heads*sh.hd)
+					for i := range v {
+						s := math.Pow(10, float64((i/sh.hd)%6)-3)
+						v[i] = num.RoundBF16(float32(p.rng.NormFloat64() * s))
+					}
+					x := p.from(rows, sh.heads*sh.hd, v)
+					must(t, p.c.HeadNorm(x.c, sh.hd, 1e-6))
+					must(t, p.g.HeadNorm(x.g, sh.hd, 1e-6))
+					p.check(fmt.Sprintf("head norm %dx%dx%d", rows, sh.heads, sh.hd), x, 1e-6)
+				}
+			}
+			x := p.rand(2, 100, 1)
+			if err := p.g.HeadNorm(x.g, 64, 1e-6); err == nil {
+				t.Error("head norm accepted width 100 with head dim 64")
+			}
+		})
+	}
+}
+
+func TestHadamardFP4(t *testing.T) {
+	for _, mode := range hcModes {
+		t.Run(mode.String(), func(t *testing.T) {
+			p := newPair(t, mode)
+			for _, rows := range []int{1, 5, 67} {
+				for _, sh := range []struct{ heads, hd int }{{4, 128}, {64, 128}, {2, 512}, {3, 16}, {1, 2048}} {
+					v := make([]float32, rows*sh.heads*sh.hd)
+					for i := range v {
+						head := i / sh.hd
+						switch head % 4 {
+						case 3: // all-zero head: the amax floor
+						case 2: // tiny values near the fp32 normal limit
+							v[i] = num.RoundBF16(float32(p.rng.NormFloat64() * 1e-36))
+						default:
+							v[i] = num.RoundBF16(float32(p.rng.NormFloat64() * math.Pow(10, float64(head%3))))
+						}
+					}
+					x := p.from(rows, sh.heads*sh.hd, v)
+					must(t, p.c.HadamardFP4(x.c, sh.hd))
+					must(t, p.g.HadamardFP4(x.g, sh.hd))
+					p.check(fmt.Sprintf("hadamard fp4 %dx%dx%d", rows, sh.heads, sh.hd), x, 1e-6)
+				}
+			}
+			x := p.rand(1, 96, 1)
+			if err := p.g.HadamardFP4(x.g, 96); err == nil {
+				t.Error("hadamard accepted head dim 96")
+			}
+		})
+	}
+}
+
+// hcParams makes random hc parameters for both backends: fn scaled so the
+// projections are O(1), and a strongly asymmetric comb base (catches Cᵀ vs C).
+func (p *pair) hcParams(mix, n, d int, scale []float32) (backend.HC, backend.HC) {
+	fn := hcRand(p, mix*n*d, 1/math.Sqrt(float64(n*d)))
+	base := hcRand(p, mix, 0.5)
+	if mix > n {
+		for j := range n {
+			base[2*n+j*n+(j+1)%n] += 3
+		}
+	}
+	g, err := p.g.NewHC(mix, n*d, fn, base, scale)
+	must(p.t, err)
+	return cpu.NewHC(mix, n*d, fn, base, scale), g
+}
+
+func TestHcPreHead(t *testing.T) {
+	lims := map[backend.Numerics]float64{backend.Faithful: 2e-3, backend.Exact: 1e-5}
+	for _, mode := range hcModes {
+		t.Run(mode.String(), func(t *testing.T) {
+			p := newPair(t, mode)
+			for _, sh := range []struct{ n, d, iters int }{{4, 4096, 20}, {4, 256, 20}, {2, 256, 3}, {8, 128, 1}, {1, 64, 0}} {
+				n, d := sh.n, sh.d
+				a := backend.HcArgs{Streams: n, Sinkhorn: sh.iters, Eps: 1e-6, NormEps: 1e-6}
+				cPre, gPre := p.hcParams((2+n)*n, n, d, []float32{0.7, 1.3, 0.9})
+				cHead, gHead := p.hcParams(n, n, d, []float32{1.1})
+				for _, rows := range []int{1, 5, 67} {
+					tag := fmt.Sprintf("n=%d d=%d iters=%d rows=%d", n, d, sh.iters, rows)
+					x := p.rand(rows, n*d, 1)
+					o, mix := p.out(rows, d), p.out(rows, n+n*n)
+					must(t, p.c.HcPre(x.c, cPre, a, o.c, mix.c))
+					must(t, p.g.HcPre(x.g, gPre, a, o.g, mix.g))
+					p.check("hc pre out "+tag, o, lims[mode])
+					p.check("hc pre mix "+tag, mix, 1e-4)
+
+					oh := p.out(rows, d)
+					must(t, p.c.HcHead(x.c, cHead, a, oh.c))
+					must(t, p.g.HcHead(x.g, gHead, a, oh.g))
+					p.check("hc head "+tag, oh, lims[mode])
+				}
+			}
+			// Mismatched shapes are rejected.
+			_, gPre := p.hcParams(24, 4, 64, []float32{1, 1, 1})
+			x := p.rand(2, 256, 1)
+			a := backend.HcArgs{Streams: 4, Sinkhorn: 20, Eps: 1e-6, NormEps: 1e-6}
+			if err := p.g.HcPre(x.g, gPre, a, p.out(2, 64).g, p.out(2, 19).g); err == nil {
+				t.Error("hc pre accepted a 19-wide mix")
+			}
+			if err := p.g.HcHead(x.g, gPre, a, p.out(2, 64).g); err == nil {
+				t.Error("hc head accepted hc pre parameters")
+			}
+		})
+	}
+}

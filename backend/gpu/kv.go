@@ -1,0 +1,173 @@
+package gpu
+
+import (
+	"fmt"
+	"math"
+
+	"github.com/megamoe/megamoe/backend"
+	"github.com/megamoe/megamoe/cuda"
+)
+
+// compBufs is one compressor's state of every slot: A and Z, each
+// [MaxSlots][c·r][c·Dc] fp32 (ratio 4: rows [0,r) the previous window).
+type compBufs struct {
+	a, z *cuda.Buffer
+	n    int // floats per slot
+}
+
+// kvLayer is the device storage of one layer, preallocated from the spec.
+type kvLayer struct {
+	spec      backend.LayerKV
+	per       int          // entries per block (0 for ratio 0)
+	win       *cuda.Buffer // [MaxSlots][Window][HeadDim]
+	kv, ik    *cuda.Buffer // [MaxBlocks][per][HeadDim|IndexDim]
+	comp, idx compBufs
+}
+
+type kvStore struct {
+	spec   backend.KVSpec
+	layers []kvLayer
+	ready  []bool // slot reset at least once (the CPU refuses others)
+}
+
+func (s *kvStore) Spec() backend.KVSpec { return s.spec }
+
+func coff(ratio int) int {
+	if ratio == 4 {
+		return 2
+	}
+	return 1
+}
+
+// NewKVStore implements backend.Backend.
+func (b *Backend) NewKVStore(spec backend.KVSpec) (backend.KVStore, error) {
+	if spec.MaxSlots < 0 || spec.MaxBlocks < 0 {
+		return nil, fmt.Errorf("kv store: %d slots %d blocks", spec.MaxSlots, spec.MaxBlocks)
+	}
+	k := &kvStore{spec: spec, layers: make([]kvLayer, len(spec.Layers)), ready: make([]bool, spec.MaxSlots)}
+	alloc := func(floats int) (*cuda.Buffer, error) {
+		n := max(4*floats, 16)
+		buf, err := b.ctx.Alloc(n)
+		if err != nil {
+			return nil, err
+		}
+		if err := b.s.Memset8(buf.Ptr, 0, n); err != nil {
+			buf.Free()
+			return nil, err
+		}
+		return buf, nil
+	}
+	var err error
+	for i, l := range spec.Layers {
+		if l.Ratio != 0 && (spec.BlockTokens <= 0 || spec.BlockTokens%l.Ratio != 0) {
+			return nil, fmt.Errorf("kv store: layer %d ratio %d does not divide block tokens %d", i, l.Ratio, spec.BlockTokens)
+		}
+		if l.Window <= 0 || l.HeadDim <= 0 {
+			return nil, fmt.Errorf("kv store: layer %d window %d head dim %d", i, l.Window, l.HeadDim)
+		}
+		kl := &k.layers[i]
+		kl.spec = l
+		if kl.win, err = alloc(spec.MaxSlots * l.Window * l.HeadDim); err != nil {
+			return nil, fmt.Errorf("kv store: layer %d window: %w", i, err)
+		}
+		if l.Ratio == 0 {
+			continue
+		}
+		kl.per = spec.BlockTokens / l.Ratio
+		c := coff(l.Ratio)
+		if kl.kv, err = alloc(spec.MaxBlocks * kl.per * l.HeadDim); err != nil {
+			return nil, fmt.Errorf("kv store: layer %d entries: %w", i, err)
+		}
+		kl.comp.n = c * l.Ratio * c * l.HeadDim
+		if kl.comp.a, err = alloc(spec.MaxSlots * kl.comp.n); err != nil {
+			return nil, fmt.Errorf("kv store: layer %d state: %w", i, err)
+		}
+		if kl.comp.z, err = alloc(spec.MaxSlots * kl.comp.n); err != nil {
+			return nil, fmt.Errorf("kv store: layer %d state: %w", i, err)
+		}
+		if l.IndexDim > 0 {
+			if kl.ik, err = alloc(spec.MaxBlocks * kl.per * l.IndexDim); err != nil {
+				return nil, fmt.Errorf("kv store: layer %d index keys: %w", i, err)
+			}
+			kl.idx.n = c * l.Ratio * c * l.IndexDim
+			if kl.idx.a, err = alloc(spec.MaxSlots * kl.idx.n); err != nil {
+				return nil, fmt.Errorf("kv store: layer %d index state: %w", i, err)
+			}
+			if kl.idx.z, err = alloc(spec.MaxSlots * kl.idx.n); err != nil {
+				return nil, fmt.Errorf("kv store: layer %d index state: %w", i, err)
+			}
+		}
+	}
+	return k, nil
+}
+
+func (b *Backend) store(s backend.KVStore) (*kvStore, error) {
+	k, ok := s.(*kvStore)
+	if !ok || k == nil {
+		return nil, fmt.Errorf("gpu: kv store %T", s)
+	}
+	return k, nil
+}
+
+// ResetSlot implements backend.Backend: A = 0, Z = -inf, ring cleared.
+func (b *Backend) ResetSlot(s backend.KVStore, slot int) error {
+	k, err := b.store(s)
+	if err != nil {
+		return err
+	}
+	if slot < 0 || slot >= len(k.ready) {
+		return fmt.Errorf("kv store: slot %d of %d", slot, len(k.ready))
+	}
+	ninf := math.Float32bits(float32(math.Inf(-1)))
+	for i := range k.layers {
+		kl := &k.layers[i]
+		wn := kl.spec.Window * kl.spec.HeadDim
+		if err := b.s.Memset8(kl.win.Ptr.Add(4*slot*wn), 0, 4*wn); err != nil {
+			return fmt.Errorf("reset slot %d: %w", slot, err)
+		}
+		for _, c := range []compBufs{kl.comp, kl.idx} {
+			if c.a == nil {
+				continue
+			}
+			if err := b.s.Memset8(c.a.Ptr.Add(4*slot*c.n), 0, 4*c.n); err != nil {
+				return fmt.Errorf("reset slot %d: %w", slot, err)
+			}
+			if err := b.s.Memset32(c.z.Ptr.Add(4*slot*c.n), ninf, c.n); err != nil {
+				return fmt.Errorf("reset slot %d: %w", slot, err)
+			}
+		}
+	}
+	k.ready[slot] = true
+	return nil
+}
+
+// checkSeqs validates the slots of bt and (with blocks) that its block tables
+// cover the entries (end/ratio of them) the step may touch in layer l.
+func (k *kvStore) checkSeqs(bt *backend.Batch, layer int, blocks bool) error {
+	if layer < 0 || layer >= len(k.layers) {
+		return fmt.Errorf("kv store: layer %d of %d", layer, len(k.layers))
+	}
+	kl := &k.layers[layer]
+	for i := range bt.Seqs {
+		sq := &bt.Seqs[i]
+		if sq.Slot < 0 || sq.Slot >= len(k.ready) || !k.ready[sq.Slot] {
+			return fmt.Errorf("kv store: slot %d not initialised", sq.Slot)
+		}
+		if kl.spec.Ratio == 0 || !blocks {
+			continue
+		}
+		n := (sq.Start + sq.Rows) / kl.spec.Ratio
+		if n == 0 {
+			continue
+		}
+		if bi := (n - 1) / kl.per; bi >= len(sq.Blocks) {
+			return fmt.Errorf("kv store: entry %d of layer %d beyond %d reserved blocks", n-1, layer, len(sq.Blocks))
+		}
+		for _, id := range sq.Blocks[:(n-1)/kl.per+1] {
+			if id < 0 || int(id) >= k.spec.MaxBlocks {
+				return fmt.Errorf("kv store: block %d of %d", id, k.spec.MaxBlocks)
+			}
+		}
+	}
+	return nil
+}

@@ -1,0 +1,336 @@
+package gpu
+
+import (
+	"fmt"
+
+	"github.com/megamoe/megamoe/backend"
+	"github.com/megamoe/megamoe/checkpoint"
+	"github.com/megamoe/megamoe/cuda"
+)
+
+// proj is one projection of all experts stacked for the grouped FP4 GEMM:
+// w [E][N][K/2], scales [E][N][K/blk], gscale fp32 [E] (NVFP4 only).
+type proj struct {
+	w, scale, gscale *cuda.Buffer
+	n, k             int
+}
+
+// experts are the routed experts of one layer, all MXFP4 or all NVFP4.
+type experts struct {
+	count, dim, inter int
+	format            cuda.FP4Format
+	w1, w2, w3        proj
+}
+
+func (e *experts) Count() int { return e.count }
+func (e *experts) Inter() int { return e.inter }
+func (e *experts) Dim() int   { return e.dim }
+
+// PrepareExperts implements backend.Backend: validation as the CPU's, then
+// every projection is stacked into one device array per kind.
+func (b *Backend) PrepareExperts(name string, ex []checkpoint.Expert, dim, inter int) (backend.Experts, error) {
+	if len(ex) == 0 {
+		return nil, fmt.Errorf("%s: no experts", name)
+	}
+	for i := range ex {
+		ls := []*checkpoint.Linear{&ex[i].W1, &ex[i].W2, &ex[i].W3}
+		for _, cl := range ls {
+			if _, _, err := checkLinear(cl); err != nil {
+				return nil, fmt.Errorf("%s expert %d: prepare linear: %w", name, i, err)
+			}
+		}
+		if ls[0].Out != inter || ls[0].In != dim || ls[2].Out != inter || ls[2].In != dim || ls[1].Out != dim || ls[1].In != inter {
+			return nil, fmt.Errorf("%s expert %d: shapes w1 %dx%d w2 %dx%d w3 %dx%d, want inter %d dim %d",
+				name, i, ls[0].Out, ls[0].In, ls[1].Out, ls[1].In, ls[2].Out, ls[2].In, inter, dim)
+		}
+		for _, cl := range ls {
+			if cl.Format != ex[0].W1.Format {
+				return nil, fmt.Errorf("%s expert %d: %s is %v, expert 0 w1 %v (one format per layer)", name, i, cl.Name, cl.Format, ex[0].W1.Format)
+			}
+		}
+	}
+	e := &experts{count: len(ex), dim: dim, inter: inter}
+	switch f := ex[0].W1.Format; f {
+	case checkpoint.FormatMXFP4:
+		e.format = cuda.MXFP4
+	case checkpoint.FormatNVFP4:
+		e.format = cuda.NVFP4
+	default:
+		return nil, fmt.Errorf("%s: gpu experts: format %v not supported; FP4 experts only", name, f)
+	}
+	if dim%128 != 0 || inter%128 != 0 {
+		return nil, fmt.Errorf("%s: gpu experts: dim %d and inter %d must be multiples of 128", name, dim, inter)
+	}
+	var err error
+	pick := []func(*checkpoint.Expert) *checkpoint.Linear{
+		func(x *checkpoint.Expert) *checkpoint.Linear { return &x.W1 },
+		func(x *checkpoint.Expert) *checkpoint.Linear { return &x.W2 },
+		func(x *checkpoint.Expert) *checkpoint.Linear { return &x.W3 },
+	}
+	for k, p := range []*proj{&e.w1, &e.w2, &e.w3} {
+		if *p, err = b.stack(ex, pick[k], e.format); err != nil {
+			e.free()
+			return nil, fmt.Errorf("%s: %w", name, err)
+		}
+	}
+	return e, nil
+}
+
+func (e *experts) free() {
+	for _, p := range []*proj{&e.w1, &e.w2, &e.w3} {
+		for _, buf := range []*cuda.Buffer{p.w, p.scale, p.gscale} {
+			if buf != nil {
+				buf.Free()
+			}
+		}
+	}
+}
+
+// stack uploads one projection of every expert into contiguous arrays.
+func (b *Backend) stack(ex []checkpoint.Expert, pick func(*checkpoint.Expert) *checkpoint.Linear, f cuda.FP4Format) (proj, error) {
+	l0 := pick(&ex[0])
+	p := proj{n: l0.Out, k: l0.In}
+	wn, sn := len(l0.Weight.Data), len(l0.Scale.Data)
+	var err error
+	if p.w, err = b.ctx.Alloc(len(ex) * wn); err != nil {
+		return p, err
+	}
+	if p.scale, err = b.ctx.Alloc(len(ex) * sn); err != nil {
+		return p, err
+	}
+	g := make([]float32, len(ex))
+	for i := range ex {
+		l := pick(&ex[i])
+		if err := b.s.CopyHtoD(p.w.Ptr.Add(i*wn), l.Weight.Data); err != nil {
+			return p, fmt.Errorf("upload %s: %w", l.Name, err)
+		}
+		if err := b.s.CopyHtoD(p.scale.Ptr.Add(i*sn), l.Scale.Data); err != nil {
+			return p, fmt.Errorf("upload %s scale: %w", l.Name, err)
+		}
+		g[i] = l.Scale2
+	}
+	if f == cuda.NVFP4 {
+		if p.gscale, err = b.upload(f32Bytes(g)); err != nil {
+			return p, err
+		}
+	}
+	return p, nil
+}
+
+// Router implements backend.Backend (spec §6.1): fp32 gate logits, then one
+// thread per row for scores, top-k (or the hash table) and weights.
+func (b *Backend) Router(f backend.Tensor, gate backend.Linear, a backend.RouterArgs, weights, ids backend.Tensor) error {
+	g, ok := gate.(*linear)
+	if !ok || g == nil {
+		return fmt.Errorf("router: gate %T", gate)
+	}
+	ft, err := f32(f, -1, g.in, "router input")
+	if err != nil {
+		return err
+	}
+	n, E, K := ft.rows, g.out, a.TopK
+	wt, err := f32(weights, n, K, "router weights")
+	if err != nil {
+		return err
+	}
+	it, err := i32(ids, n, K, "router ids")
+	if err != nil {
+		return err
+	}
+	if K <= 0 || K > E {
+		return fmt.Errorf("router: top-%d of %d experts", K, E)
+	}
+	var bias, table, tok cuda.DevicePtr
+	if a.Bias != nil {
+		bv, ok := a.Bias.(*vec)
+		if !ok || bv.Len() != E {
+			return fmt.Errorf("router: bias %T for %d experts", a.Bias, E)
+		}
+		bias = bv.buf.Ptr
+	}
+	if a.Tid2Eid != nil {
+		tb, ok := a.Tid2Eid.(*idTable)
+		if !ok || tb.cols != K {
+			return fmt.Errorf("router: tid2eid %T for top-%d", a.Tid2Eid, K)
+		}
+		if len(a.IDs) != n {
+			return fmt.Errorf("router: %d token ids for %d rows", len(a.IDs), n)
+		}
+		for _, id := range a.IDs {
+			if id < 0 || int(id) >= tb.rows {
+				return fmt.Errorf("router: token id %d outside tid2eid (%d rows)", id, tb.rows)
+			}
+		}
+		if int(tb.maxV) >= E {
+			return fmt.Errorf("router: tid2eid holds expert %d of %d", tb.maxV, E)
+		}
+		bias, table = 0, tb.buf.Ptr // the table wins over a bias, as on the CPU
+	} else if bias == 0 {
+		return fmt.Errorf("router: neither bias nor tid2eid")
+	}
+	if n == 0 {
+		return nil
+	}
+	tmp, err := b.scratch(4*n*E + 4*n)
+	if err != nil {
+		return fmt.Errorf("router: %w", err)
+	}
+	defer tmp.Free()
+	logits := tmp.Ptr
+	if table != 0 {
+		tok = logits.Add(4 * n * E)
+		if err := b.s.CopyHtoD(tok, i32Bytes(a.IDs)); err != nil {
+			return fmt.Errorf("router: %w", err)
+		}
+	}
+	if err := b.simt(logits, ft.ptr, g, n, 1, g.in, false); err != nil {
+		return fmt.Errorf("router: %w", err)
+	}
+	return cuda.RouterTopK(b.s, logits, n, E, K, bias, table, tok, a.Scale, wt.ptr, it.ptr)
+}
+
+// Experts implements backend.Backend (spec §6.2–§6.3), faithful numerics only:
+// the (row, slot) pairs are sorted into expert order on the device, the
+// gathered rows FP8-quantised, w1/w3 run as grouped FP4 GEMMs (bf16 out), the
+// weighted SwiGLU is rounded to bf16 and re-quantised for w2, and every row
+// sums its bf16 expert outputs in ascending expert id (fp32, as the CPU).
+// Expert ids outside [0, E) are reported only with a.Trace (the check needs a
+// download); otherwise such pairs contribute nothing.
+func (b *Backend) Experts(f backend.Tensor, e backend.Experts, weights, ids backend.Tensor, a backend.ExpertsArgs, acc backend.Tensor) error {
+	ex, ok := e.(*experts)
+	if !ok || ex == nil {
+		return fmt.Errorf("experts: %T", e)
+	}
+	if !b.faithful() {
+		return fmt.Errorf("gpu experts: exact numerics not supported")
+	}
+	ft, err := f32(f, -1, ex.dim, "experts input")
+	if err != nil {
+		return err
+	}
+	n := ft.rows
+	it, err := i32(ids, n, -1, "experts ids")
+	if err != nil {
+		return err
+	}
+	K := it.cols
+	wt, err := f32(weights, n, K, "experts weights")
+	if err != nil {
+		return err
+	}
+	at, err := f32(acc, n, ex.dim, "experts accumulator")
+	if err != nil {
+		return err
+	}
+	if n == 0 {
+		return nil
+	}
+	E, d, I, nk := ex.count, ex.dim, ex.inter, n*K
+	var bufs []*cuda.Buffer
+	defer func() {
+		for _, buf := range bufs {
+			buf.Free()
+		}
+	}()
+	alloc := func(bytes int) cuda.DevicePtr {
+		if err != nil {
+			return 0
+		}
+		var buf *cuda.Buffer
+		if buf, err = b.scratch(bytes); err == nil {
+			bufs = append(bufs, buf)
+			return buf.Ptr
+		}
+		return 0
+	}
+	counts, offsets, perm, inv := alloc(4*E), alloc(4*(E+1)), alloc(4*nk), alloc(4*nk)
+	xg, xq, xs := alloc(4*nk*d), alloc(nk*d), alloc(nk*d/128)
+	gb, ub, h := alloc(2*nk*I), alloc(2*nk*I), alloc(4*nk*I)
+	hq, hs, yb := alloc(nk*I), alloc(nk*I/128), alloc(2*nk*d)
+	tiles := alloc(cuda.MoEScratchBytes(E, nk))
+	var gf, uf, yf cuda.DevicePtr
+	if a.Trace {
+		gf, uf, yf = alloc(4*nk*I), alloc(4*nk*I), alloc(4*nk*d)
+	}
+	if err != nil {
+		return fmt.Errorf("experts: %w", err)
+	}
+	gemm := func(y, q, s cuda.DevicePtr, p *proj) error {
+		sh := cuda.MoEShape{Experts: E, Rows: nk, N: p.n, K: p.k, Format: ex.format}
+		var gs cuda.DevicePtr
+		if p.gscale != nil {
+			gs = p.gscale.Ptr
+		}
+		return cuda.MoEFP4(b.s, y, q, s, offsets, p.w.Ptr, p.scale.Ptr, gs, sh, tiles)
+	}
+	steps := []func() error{
+		func() error { return b.s.Memset8(inv, 0xFF, 4*nk) },
+		func() error { return cuda.MoEPermute(b.s, it.ptr, nk, E, counts, offsets, perm, inv) },
+		func() error { return cuda.MoEGather(b.s, xg, ft.ptr, perm, offsets, E, K, d, nk) },
+		func() error { return cuda.QuantFP8F32(b.s, xq, xs, 0, xg, nk, d, d, 128) },
+		func() error { return gemm(gb, xq, xs, &ex.w1) },
+		func() error { return gemm(ub, xq, xs, &ex.w3) },
+		func() error {
+			return cuda.MoESwiGLU(b.s, h, gb, ub, perm, offsets, E, wt.ptr, nk, I, a.Limit, gf, uf)
+		},
+		func() error { return cuda.QuantFP8F32(b.s, hq, hs, 0, h, nk, I, I, 128) },
+		func() error { return gemm(yb, hq, hs, &ex.w2) },
+	}
+	for _, step := range steps {
+		if err := step(); err != nil {
+			return fmt.Errorf("experts: %w", err)
+		}
+	}
+	if a.Trace {
+		if err := cuda.BF16ToF32(b.s, yf, yb, int64(nk*d)); err != nil {
+			return fmt.Errorf("experts: %w", err)
+		}
+		if err := b.traceExperts(E, K, nk, d, I, offsets, perm, xg, gf, uf, h, yf); err != nil {
+			return err
+		}
+	}
+	if err := cuda.MoECombine(b.s, at.ptr, yb, it.ptr, inv, n, K, d); err != nil {
+		return fmt.Errorf("experts: %w", err)
+	}
+	return nil
+}
+
+// traceExperts downloads the stage buffers and reports the first non-finite
+// stage in the CPU's order (expert ascending; w1, w3, swiglu, w2).
+func (b *Backend) traceExperts(E, K, nk, d, I int, offsets, perm, xg, gf, uf, h, yf cuda.DevicePtr) error {
+	off := make([]int32, E+1)
+	pm := make([]int32, nk)
+	x, g, u, hh, y := make([]float32, nk*d), make([]float32, nk*I), make([]float32, nk*I), make([]float32, nk*I), make([]float32, nk*d)
+	for _, c := range []struct {
+		dst []byte
+		src cuda.DevicePtr
+	}{{i32Bytes(off), offsets}, {i32Bytes(pm), perm}, {f32Bytes(x), xg}, {f32Bytes(g), gf}, {f32Bytes(u), uf}, {f32Bytes(hh), h}, {f32Bytes(y), yf}} {
+		if err := b.s.CopyDtoH(c.dst, c.src); err != nil {
+			return fmt.Errorf("experts trace: %w", err)
+		}
+	}
+	if err := b.s.Synchronize(); err != nil {
+		return fmt.Errorf("experts trace: %w", err)
+	}
+	if int(off[E]) != nk {
+		return fmt.Errorf("experts: %d of %d expert ids outside [0, %d)", nk-int(off[E]), nk, E)
+	}
+	for e := range E {
+		lo, hi := int(off[e]), int(off[e+1])
+		if lo == hi {
+			continue
+		}
+		row := int(pm[lo]) / K
+		for _, st := range []struct {
+			name    string
+			out, in []float32
+			w, wIn  int
+		}{{"w1", g, x, I, d}, {"w3", u, x, I, d}, {"swiglu", hh, u, I, I}, {"w2", y, hh, d, I}} {
+			s := sliceStats(st.out[lo*st.w : hi*st.w])
+			if s.FirstBad >= 0 {
+				return &backend.OpNonFinite{Component: fmt.Sprintf("expert %d %s", e, st.name), Row: row, Stats: s, In: sliceStats(st.in[lo*st.wIn : hi*st.wIn])}
+			}
+		}
+	}
+	return nil
+}

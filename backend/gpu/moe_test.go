@@ -1,0 +1,233 @@
+package gpu
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"math"
+	"strings"
+	"testing"
+
+	"github.com/megamoe/megamoe/backend"
+	"github.com/megamoe/megamoe/backend/cpu"
+	"github.com/megamoe/megamoe/checkpoint"
+	"github.com/megamoe/megamoe/safetensors"
+)
+
+// ids makes an I32 pair from host values.
+func (p *pair) ids(rows, cols int, v []int32) twin {
+	ct := p.c.Alloc(rows, cols, backend.I32).(*cpu.Tensor)
+	copy(ct.I, v)
+	gt := p.g.Alloc(rows, cols, backend.I32)
+	must(p.t, p.g.UploadI32(gt, v))
+	return twin{c: ct, g: gt}
+}
+
+func (p *pair) outI32(rows, cols int) twin {
+	gt := p.g.Alloc(rows, cols, backend.I32)
+	must(p.t, p.g.Poison(gt))
+	return twin{c: p.c.Alloc(rows, cols, backend.I32), g: gt}
+}
+
+// checkIDs requires identical ids.
+func (p *pair) checkIDs(name string, o twin) {
+	p.t.Helper()
+	want := o.c.(*cpu.Tensor).I
+	got := make([]int32, len(want))
+	must(p.t, p.g.DownloadI32(o.g, got))
+	for i := range want {
+		if got[i] != want[i] {
+			p.t.Errorf("%s: id %d = %d, want %d", name, i, got[i], want[i])
+			return
+		}
+	}
+}
+
+func i64Table(v []int64, rows, cols int) safetensors.Tensor {
+	d := make([]byte, 8*len(v))
+	for i, x := range v {
+		binary.LittleEndian.PutUint64(d[8*i:], uint64(x))
+	}
+	return safetensors.Tensor{Name: "tid2eid", DType: safetensors.I64, Shape: []int{rows, cols}, Data: d}
+}
+
+func TestRouter(t *testing.T) {
+	for _, mode := range []backend.Numerics{backend.Faithful, backend.Exact} {
+		t.Run(mode.String(), func(t *testing.T) {
+			p := newPair(t, mode)
+			const dim, vocab = 256, 50
+			for _, c := range []struct{ E, K int }{{8, 2}, {64, 6}} {
+				gl := randLinear(p.rng, checkpoint.FormatBF16, c.E, dim)
+				cg, err := p.c.PrepareLinear(gl)
+				must(t, err)
+				gg, err := p.g.PrepareLinear(gl)
+				must(t, err)
+				// Bias from few values: zero input rows give equal scores, so ties
+				// must break to the lower index.
+				bias := make([]float32, c.E)
+				for i := range bias {
+					bias[i] = float32(p.rng.IntN(3)) * 0.25
+				}
+				gb, err := p.g.NewVec(bias)
+				must(t, err)
+				tab := make([]int64, vocab*c.K)
+				for i := range tab {
+					tab[i] = int64(p.rng.IntN(c.E))
+				}
+				ct, err := p.c.PrepareIDTable("tid2eid", i64Table(tab, vocab, c.K), vocab, c.K)
+				must(t, err)
+				gtb, err := p.g.PrepareIDTable("tid2eid", i64Table(tab, vocab, c.K), vocab, c.K)
+				must(t, err)
+				for _, n := range []int{1, 8, 100} {
+					x := p.rand(n, dim, 1)
+					for r := 1; r < n; r += 3 {
+						clear(x.host[r*dim : (r+1)*dim])
+					}
+					x = p.from(n, dim, x.host)
+					tok := make([]int32, n)
+					for i := range tok {
+						tok[i] = int32(p.rng.IntN(vocab))
+					}
+					for _, hash := range []bool{false, true} {
+						tag := fmt.Sprintf("E=%d K=%d n=%d hash=%v", c.E, c.K, n, hash)
+						ca := backend.RouterArgs{TopK: c.K, Scale: 2.5, Bias: cpu.NewVec(bias)}
+						ga := backend.RouterArgs{TopK: c.K, Scale: 2.5, Bias: gb}
+						if hash {
+							ca = backend.RouterArgs{TopK: c.K, Scale: 1.5, Tid2Eid: ct, IDs: tok}
+							ga = backend.RouterArgs{TopK: c.K, Scale: 1.5, Tid2Eid: gtb, IDs: tok}
+						}
+						w, id := p.out(n, c.K), p.outI32(n, c.K)
+						must(t, p.c.Router(x.c, cg, ca, w.c, id.c))
+						must(t, p.g.Router(x.g, gg, ga, w.g, id.g))
+						p.checkIDs("router ids "+tag, id)
+						p.check("router weights "+tag, w, 1e-5)
+					}
+				}
+				w, id := p.out(1, c.K), p.outI32(1, c.K)
+				x := p.rand(1, dim, 1)
+				if err := p.g.Router(x.g, gg, backend.RouterArgs{TopK: c.K, Tid2Eid: gtb, IDs: []int32{vocab}}, w.g, id.g); err == nil {
+					t.Error("router accepted a token id outside tid2eid")
+				}
+			}
+			// A table naming an expert the gate does not have.
+			gl := randLinear(p.rng, checkpoint.FormatBF16, 8, dim)
+			gg, err := p.g.PrepareLinear(gl)
+			must(t, err)
+			bad, err := p.g.PrepareIDTable("tid2eid", i64Table([]int64{0, 8}, 1, 2), 1, 2)
+			must(t, err)
+			w, id := p.out(1, 2), p.outI32(1, 2)
+			if err := p.g.Router(p.rand(1, dim, 1).g, gg, backend.RouterArgs{TopK: 2, Tid2Eid: bad, IDs: []int32{0}}, w.g, id.g); err == nil {
+				t.Error("router accepted tid2eid expert 8 of 8")
+			}
+		})
+	}
+}
+
+func randExperts(p *pair, f checkpoint.Format, E, dim, inter int) []checkpoint.Expert {
+	ex := make([]checkpoint.Expert, E)
+	for i := range ex {
+		ex[i] = checkpoint.Expert{W1: *randLinear(p.rng, f, inter, dim), W2: *randLinear(p.rng, f, dim, inter), W3: *randLinear(p.rng, f, inter, dim)}
+		if f == checkpoint.FormatNVFP4 {
+			ex[i].W1.Scale2, ex[i].W2.Scale2, ex[i].W3.Scale2 = 0.01*float32(1+i%3), 0.02, 0.005*float32(1+i%5)
+		}
+	}
+	return ex
+}
+
+// routing picks K distinct experts per row: expert 0 never, expert 1 only in
+// row 0 slot 0 (a single-pair expert), the rest at random.
+func routing(p *pair, n, E, K int) ([]int32, []float32) {
+	ids := make([]int32, n*K)
+	w := make([]float32, n*K)
+	for r := range n {
+		used := map[int32]bool{}
+		for k := range K {
+			e := int32(1)
+			if r != 0 || k != 0 {
+				for e = int32(2 + p.rng.IntN(E-2)); used[e]; e = int32(2 + p.rng.IntN(E-2)) {
+				}
+			}
+			used[e] = true
+			ids[r*K+k] = e
+			w[r*K+k] = float32(0.1 + p.rng.Float64())
+		}
+	}
+	return ids, w
+}
+
+func TestExperts(t *testing.T) {
+	p := newPair(t, backend.Faithful)
+	const dim, inter = 256, 128
+	for _, f := range []checkpoint.Format{checkpoint.FormatMXFP4, checkpoint.FormatNVFP4} {
+		for _, c := range []struct{ E, K int }{{8, 2}, {64, 6}} {
+			ex := randExperts(p, f, c.E, dim, inter)
+			ce, err := p.c.PrepareExperts("moe", ex, dim, inter)
+			must(t, err)
+			ge, err := p.g.PrepareExperts("moe", ex, dim, inter)
+			must(t, err)
+			for _, n := range []int{1, 8, 100} {
+				idv, wv := routing(p, n, c.E, c.K)
+				ids, w := p.ids(n, c.K, idv), p.from(n, c.K, wv)
+				x := p.rand(n, dim, 1)
+				for _, lim := range []float32{0, 2} {
+					for _, trace := range []bool{false, true} {
+						tag := fmt.Sprintf("%v E=%d K=%d n=%d limit=%g trace=%v", f, c.E, c.K, n, lim, trace)
+						a := backend.ExpertsArgs{Limit: lim, Trace: trace}
+						acc := p.out(n, dim)
+						must(t, p.c.Experts(x.c, ce, w.c, ids.c, a, acc.c))
+						must(t, p.g.Experts(x.g, ge, w.g, ids.g, a, acc.g))
+						p.check("experts "+tag, acc, 2e-2)
+					}
+				}
+			}
+			// Trace: an input row that overflows w1 is reported at the same expert,
+			// stage and row. (Huge finite values rather than NaN: the quantisers
+			// treat NaN inputs differently, see the report.)
+			const n = 8
+			idv, wv := routing(p, n, c.E, c.K)
+			ids, w := p.ids(n, c.K, idv), p.from(n, c.K, wv)
+			xv := p.rand(n, dim, 1).host
+			for i := 5 * dim; i < 6*dim; i++ {
+				xv[i] = float32(math.Copysign(3e38, float64(xv[i])))
+			}
+			x := p.from(n, dim, xv)
+			a := backend.ExpertsArgs{Trace: true}
+			acc := p.out(n, dim)
+			cerr := p.c.Experts(x.c, ce, w.c, ids.c, a, acc.c)
+			gerr := p.g.Experts(x.g, ge, w.g, ids.g, a, acc.g)
+			var cn, gn *backend.OpNonFinite
+			if !errors.As(cerr, &cn) || !errors.As(gerr, &gn) {
+				t.Fatalf("trace: cpu %v, gpu %v; want *OpNonFinite from both", cerr, gerr)
+			}
+			if cn.Component != gn.Component || cn.Row != gn.Row {
+				t.Errorf("trace: gpu %q row %d, cpu %q row %d", gn.Component, gn.Row, cn.Component, cn.Row)
+			}
+			// Out-of-range expert ids are reported in trace mode.
+			idv[3] = int32(c.E)
+			if err := p.g.Experts(p.rand(n, dim, 1).g, ge, w.g, p.ids(n, c.K, idv).g, a, acc.g); err == nil {
+				t.Errorf("experts accepted expert id %d of %d", c.E, c.E)
+			}
+		}
+	}
+	ex := randExperts(p, checkpoint.FormatMXFP4, 4, dim, inter)
+	ge, err := p.g.PrepareExperts("moe", ex, dim, inter)
+	must(t, err)
+	p.g.SetNumerics(backend.Exact)
+	acc := p.out(1, dim)
+	if err := p.g.Experts(p.rand(1, dim, 1).g, ge, p.rand(1, 2, 1).g, p.ids(1, 2, []int32{0, 1}).g, backend.ExpertsArgs{}, acc.g); err == nil || !strings.Contains(err.Error(), "exact") {
+		t.Errorf("exact experts: err %v, want the unsupported error", err)
+	}
+	p.g.SetNumerics(backend.Faithful)
+	// Unsupported and mixed formats are refused.
+	bf := randExperts(p, checkpoint.FormatBF16, 2, dim, inter)
+	if _, err := p.g.PrepareExperts("moe", bf, dim, inter); err == nil || !strings.Contains(err.Error(), "FP4 experts only") {
+		t.Errorf("bf16 experts: err %v", err)
+	}
+	mixed := append(randExperts(p, checkpoint.FormatMXFP4, 1, dim, inter), randExperts(p, checkpoint.FormatNVFP4, 1, dim, inter)...)
+	if _, err := p.g.PrepareExperts("moe", mixed, dim, inter); err == nil {
+		t.Error("mixed MXFP4/NVFP4 experts accepted")
+	}
+	if _, err := p.g.PrepareExperts("moe", ex, dim, 2*inter); err == nil {
+		t.Error("experts with the wrong inter accepted")
+	}
+}

@@ -1,0 +1,109 @@
+package cuda
+
+import "fmt"
+
+// Launchers of kernels/attn_f32.cu: the KV-store ops of the GPU backend.
+// seqs/pos/seqOf/blocks are the device batch layout of backend/gpu (six int32
+// fields per sequence: slot, start, row0, rows, block offset, block count).
+
+// WriteWindowF32 copies the last w rows of every sequence of kv [rows, d] into
+// its ring [slots][w][d] at slot pos mod w.
+func WriteWindowF32(s *Stream, ring, kv, seqs, seqOf DevicePtr, rows, w, d int) error {
+	if rows < 0 || w <= 0 || d <= 0 {
+		return fmt.Errorf("cuda: write_window_f32: bad shape rows=%d w=%d d=%d", rows, w, d)
+	}
+	n := int64(rows) * int64(d)
+	if n == 0 {
+		return nil
+	}
+	a := new(Args).Ptr(ring).Ptr(kv).Ptr(seqs).Ptr(seqOf).I32(rows).I32(w).I32(d)
+	return launch(s, "attn_f32", "write_window_f32", Dim3{uint32(ceilDiv(int(n), 256)), 1, 1}, Dim3{256, 1, 1}, 0, a)
+}
+
+// CompressShape describes one compressor: ratio r, entry width dc, state
+// factor c (2 for ratio 4), entries per block, rope dims, kind (0 FP8, 1 Hadamard+FP4).
+type CompressShape struct {
+	R, Dc, C, Per, RopeDim, Kind int
+	Eps                          float32
+}
+
+// CompressF32 pools the nent completed entries listed in ents [nent][2]
+// (sequence, entry) into dst [blocks][per][dc]; st{A,Z} is the pre-step state.
+func CompressF32(s *Stream, dst, A, Z, ape, stA, stZ, norm, rf32, rf64, seqs, blocks, ents DevicePtr, nent int, sh CompressShape, faithful bool) error {
+	if nent < 0 || sh.R <= 0 || sh.Dc <= 0 || sh.Dc%32 != 0 || (sh.C != 1 && sh.C != 2) || sh.Per <= 0 || sh.RopeDim > sh.Dc || (sh.Kind == 1 && sh.Dc&(sh.Dc-1) != 0) {
+		return fmt.Errorf("cuda: compress_f32: bad shape %+v", sh)
+	}
+	if nent == 0 {
+		return nil
+	}
+	a := new(Args).Ptr(dst).Ptr(A).Ptr(Z).Ptr(ape).Ptr(stA).Ptr(stZ).Ptr(norm).Ptr(rf32).Ptr(rf64).Ptr(seqs).Ptr(blocks).Ptr(ents).
+		I32(sh.R).I32(sh.Dc).I32(sh.C).I32(sh.Per).I32(sh.RopeDim).F32(sh.Eps).I32(sh.Kind).I32(b2i(faithful))
+	return launch(s, "attn_f32", "compress_f32", Dim3{uint32(nent), 1, 1}, Dim3{256, 1, 1}, 4*sh.Dc, a)
+}
+
+// CompressStateF32 writes the post-step compressor state of nseq sequences
+// (run after CompressF32, which reads the pre-step state).
+func CompressStateF32(s *Stream, stA, stZ, A, Z, ape, seqs DevicePtr, nseq int, sh CompressShape) error {
+	if nseq < 0 || sh.R <= 0 || sh.Dc <= 0 || (sh.C != 1 && sh.C != 2) {
+		return fmt.Errorf("cuda: compress_state_f32: bad shape %+v", sh)
+	}
+	if nseq == 0 {
+		return nil
+	}
+	n := sh.R * sh.C * sh.Dc
+	a := new(Args).Ptr(stA).Ptr(stZ).Ptr(A).Ptr(Z).Ptr(ape).Ptr(seqs).I32(sh.R).I32(sh.Dc).I32(sh.C)
+	return launch(s, "attn_f32", "compress_state_f32", Dim3{uint32(ceilDiv(n, 256)), uint32(nseq), 1}, Dim3{256, 1, 1}, 0, a)
+}
+
+// IndexerScoresF32 writes scores [rows][ld] for the (pos+1)/ratio available
+// entries of every row (ld ≥ the largest count).
+func IndexerScoresF32(s *Stream, scores, q, w, ik, seqs, pos, seqOf, blocks DevicePtr, rows, ld, heads, hd, ratio, per int, faithful bool) error {
+	if rows < 0 || ld < 0 || heads <= 0 || hd <= 0 || ratio <= 0 || per <= 0 {
+		return fmt.Errorf("cuda: indexer_scores_f32: bad shape rows=%d ld=%d heads=%d hd=%d", rows, ld, heads, hd)
+	}
+	if rows == 0 || ld == 0 {
+		return nil
+	}
+	a := new(Args).Ptr(scores).Ptr(q).Ptr(w).Ptr(ik).Ptr(seqs).Ptr(pos).Ptr(seqOf).Ptr(blocks).
+		I32(ld).I32(heads).I32(hd).I32(ratio).I32(per).I32(b2i(faithful))
+	return launch(s, "attn_f32", "indexer_scores_f32", Dim3{uint32(ceilDiv(ld, 8)), uint32(rows), 1}, Dim3{256, 1, 1}, 0, a)
+}
+
+// TopKMax is the largest top-k IndexerTopKF32 sorts in shared memory.
+const TopKMax = 4096
+
+// IndexerTopKF32 writes out [rows][topk] from scores [rows][ld].
+func IndexerTopKF32(s *Stream, out, scores, pos DevicePtr, rows, ld, topk, ratio int) error {
+	if rows < 0 || topk <= 0 || topk > TopKMax || ratio <= 0 {
+		return fmt.Errorf("cuda: indexer_topk_f32: bad shape rows=%d topk=%d", rows, topk)
+	}
+	if rows == 0 {
+		return nil
+	}
+	p := 1
+	for p < topk {
+		p *= 2
+	}
+	a := new(Args).Ptr(out).Ptr(scores).Ptr(pos).I32(ld).I32(topk).I32(ratio).I32(p)
+	return launch(s, "attn_f32", "indexer_topk_f32", Dim3{uint32(rows), 1, 1}, Dim3{1024, 1, 1}, 8*p, a)
+}
+
+// AttnShape describes one sparse attention call.
+type AttnShape struct {
+	Rows, Heads, D, Window, Ratio, Per, SelCols int
+	Scale                                       float32
+}
+
+// SparseAttnF32 runs sparse MQA with sink into out [rows][heads·d].
+func SparseAttnF32(s *Stream, out, q, kv, ring, ent, sel, sink, seqs, pos, seqOf, blocks DevicePtr, sh AttnShape, faithful bool) error {
+	if sh.Rows < 0 || sh.Heads <= 0 || sh.D <= 0 || sh.D%32 != 0 || sh.D > 1024 || sh.Window <= 0 || sh.Per <= 0 {
+		return fmt.Errorf("cuda: sparse_attn_f32: bad shape %+v", sh)
+	}
+	n := sh.Rows * sh.Heads
+	if n == 0 {
+		return nil
+	}
+	a := new(Args).Ptr(out).Ptr(q).Ptr(kv).Ptr(ring).Ptr(ent).Ptr(sel).I32(sh.SelCols).Ptr(sink).Ptr(seqs).Ptr(pos).Ptr(seqOf).Ptr(blocks).
+		I32(sh.Rows).I32(sh.Heads).I32(sh.D).I32(sh.Window).I32(sh.Ratio).I32(sh.Per).F32(sh.Scale).I32(b2i(faithful))
+	return launch(s, "attn_f32", "sparse_attn_f32", Dim3{uint32(ceilDiv(n, 4)), 1, 1}, Dim3{128, 1, 1}, 0, a)
+}

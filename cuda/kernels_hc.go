@@ -1,0 +1,67 @@
+package cuda
+
+import "fmt"
+
+// Launchers of kernels/hc_f32.cu: hc pre/head collapse, per-head norm and the
+// Hadamard + FP4 simulation on fp32 activations (rnd/fp4: faithful mode).
+
+// hcStreams reports whether hc_f32.cu instantiates n streams.
+func hcStreams(n int) bool { return n == 1 || n == 2 || n == 4 || n == 8 }
+
+// HcPreF32 collapses x [rows, n*d] with fn [(2+n)*n, n*d] and base [(2+n)*n]
+// into out [rows, d] and writes post|comb (Sinkhorn, iters rounds) into
+// mix [rows, n+n*n]. scale holds the pre, post and comb scales.
+func HcPreF32(s *Stream, out, mix, x, fn, base DevicePtr, rows, n, d int, scale [3]float32, iters int, eps, normEps float32, rnd bool) error {
+	if rows < 0 || !hcStreams(n) || d <= 0 || int64(n)*int64(d) > 1<<31-1 || iters < 0 {
+		return fmt.Errorf("cuda: hc_pre_f32: bad shape rows=%d n=%d (1, 2, 4 or 8) d=%d iters=%d", rows, n, d, iters)
+	}
+	if rows == 0 {
+		return nil
+	}
+	a := new(Args).Ptr(out).Ptr(mix).Ptr(x).Ptr(fn).Ptr(base).I32(d).F32(scale[0]).F32(scale[1]).F32(scale[2]).
+		I32(iters).F32(eps).F32(normEps).I32(b2i(rnd))
+	return launch(s, "hc_f32", fmt.Sprintf("hc_pre_f32_n%d", n), Dim3{uint32(rows), 1, 1}, Dim3{256, 1, 1}, 0, a)
+}
+
+// HcHeadF32 is the final collapse: fn [n, n*d], base [n], one scale, no Sinkhorn.
+func HcHeadF32(s *Stream, out, x, fn, base DevicePtr, rows, n, d int, scale, eps, normEps float32, rnd bool) error {
+	if rows < 0 || !hcStreams(n) || d <= 0 || int64(n)*int64(d) > 1<<31-1 {
+		return fmt.Errorf("cuda: hc_head_f32: bad shape rows=%d n=%d (1, 2, 4 or 8) d=%d", rows, n, d)
+	}
+	if rows == 0 {
+		return nil
+	}
+	a := new(Args).Ptr(out).Ptr(x).Ptr(fn).Ptr(base).I32(d).F32(scale).F32(eps).F32(normEps).I32(b2i(rnd))
+	return launch(s, "hc_f32", fmt.Sprintf("hc_head_f32_n%d", n), Dim3{uint32(rows), 1, 1}, Dim3{256, 1, 1}, 0, a)
+}
+
+// HeadNormF32 RMS-normalises (no weight) every segment of hd values of x in place.
+func HeadNormF32(s *Stream, x DevicePtr, segs, hd int, eps float32, rnd bool) error {
+	if segs < 0 || hd <= 0 {
+		return fmt.Errorf("cuda: head_norm_f32: bad shape segs=%d hd=%d", segs, hd)
+	}
+	if segs == 0 {
+		return nil
+	}
+	blocks := ceilDiv(segs, 8) // 8 warps, one segment each
+	if blocks > 1<<31-1 {
+		return fmt.Errorf("cuda: head_norm_f32: %d segments exceed the grid", segs)
+	}
+	a := new(Args).Ptr(x).I64(int64(segs)).I32(hd).F32(eps).I32(b2i(rnd))
+	return launch(s, "hc_f32", "head_norm_f32", Dim3{uint32(blocks), 1, 1}, Dim3{256, 1, 1}, 0, a)
+}
+
+// HadamardFP4F32 rotates every segment of hd (a power of two, ≤ 16384) values
+// of x in place, scaled by sc, then (fp4) rounds to bf16 and FP4-simulates
+// per 32 values.
+func HadamardFP4F32(s *Stream, x DevicePtr, segs, hd int, sc float32, fp4 bool) error {
+	if segs < 0 || hd <= 0 || hd&(hd-1) != 0 || hd > 16384 || segs > 1<<31-1 {
+		return fmt.Errorf("cuda: hadamard_fp4_f32: bad shape segs=%d hd=%d (power of two ≤ 16384)", segs, hd)
+	}
+	if segs == 0 {
+		return nil
+	}
+	threads := min(max(hd/2, 32), 256)
+	a := new(Args).Ptr(x).I32(hd).F32(sc).I32(b2i(fp4))
+	return launch(s, "hc_f32", "hadamard_fp4_f32", Dim3{uint32(segs), 1, 1}, Dim3{uint32(threads), 1, 1}, 4*hd, a)
+}
