@@ -38,8 +38,10 @@ func TestKVStoreSteps(t *testing.T) {
 	)
 	spec := backend.KVSpec{BlockTokens: 256, MaxBlocks: 8, MaxSlots: 2, Layers: []backend.LayerKV{
 		{Window: W, HeadDim: D}, {Window: W, HeadDim: D, Ratio: 4, IndexDim: ID}, {Window: W, HeadDim: D, Ratio: 128}}}
-	// Steps: rows per sequence; the second sequence lags and has other chunking.
-	steps := [][2]int{{37, 37}, {40, 5}, {60, 30}, {1, 1}, {1, 51}, {3, 1}, {1, 1}, {1, 2}, {1, 1}, {1, 1}}
+	// Rows per sequence and step: prefill chunks, then decode; the second
+	// sequence starts short (window padding with Start > 0) and crosses
+	// position 128 in a decode step, the first inside a prefill chunk.
+	steps := [][2]int{{37, 5}, {40, 32}, {60, 30}, {1, 1}, {1, 55}, {3, 1}, {1, 1}, {1, 2}, {1, 1}, {1, 1}}
 	for _, mode := range []backend.Numerics{backend.Faithful, backend.Exact} {
 		t.Run(mode.String(), func(t *testing.T) {
 			p := newPair(t, mode)

@@ -171,6 +171,21 @@ func TestElementwiseOps(t *testing.T) {
 				must(t, p.c.KVQuant(kv.c, 448, 64))
 				must(t, p.g.KVQuant(kv.g, 448, 64))
 				p.check("kv quant fp8 "+tag, kv, 1e-6)
+				if mode == backend.Faithful { // a NaN or Inf poisons its whole block, as on the CPU
+					v := append([]float32(nil), kv.host...)
+					v[3], v[64+5] = float32(math.NaN()), float32(math.Inf(1))
+					bad := p.from(sh.rows, 512, v)
+					must(t, p.c.KVQuant(bad.c, 448, 64))
+					must(t, p.g.KVQuant(bad.g, 448, 64))
+					got := make([]float32, len(v))
+					must(t, p.g.Download(bad.g, got))
+					want := bad.c.(*cpu.Tensor).F
+					for i := range got {
+						if math.IsNaN(float64(got[i])) != math.IsNaN(float64(want[i])) {
+							t.Fatalf("kv quant non-finite block: element %d gpu %v cpu %v", i, got[i], want[i])
+						}
+					}
+				}
 			}
 		})
 	}

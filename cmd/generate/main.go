@@ -9,6 +9,8 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"github.com/megamoe/megamoe/backend"
+	"github.com/megamoe/megamoe/backend/gpu"
 	"io"
 	"math"
 	"os"
@@ -22,9 +24,9 @@ import (
 )
 
 type flags struct {
-	model, prompt, tokens, dump, numerics string
-	steps, chunk, threads                 int
-	trace                                 bool
+	model, prompt, tokens, dump, numerics, device string
+	steps, chunk, threads                         int
+	trace                                         bool
 }
 
 func main() {
@@ -76,6 +78,7 @@ func run(args []string, stdout, stderr io.Writer) error {
 	fs.StringVar(&f.numerics, "numerics", "faithful", "faithful | exact")
 	fs.BoolVar(&f.trace, "trace-nonfinite", false, "check every sub-layer for NaN/Inf and report the first one")
 	fs.IntVar(&f.threads, "threads", 0, "CPU worker threads (0 = GOMAXPROCS)")
+	fs.StringVar(&f.device, "device", "cpu", "cpu | cuda")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -105,7 +108,20 @@ func run(args []string, stdout, stderr io.Writer) error {
 		prompt = []int32{int32(w.Config.BOS)}
 	}
 	t0 := time.Now()
-	m, err := model.New(w, nil, model.Options{Numerics: f.numerics, Threads: f.threads, TraceNonFinite: f.trace})
+	var be backend.Backend
+	switch f.device {
+	case "cpu":
+	case "cuda":
+		g, err := gpu.New(gpu.Options{})
+		if err != nil {
+			return fmt.Errorf("--device cuda: %w", err)
+		}
+		defer g.Close()
+		be = g
+	default:
+		return fmt.Errorf("--device %q, want cpu or cuda", f.device)
+	}
+	m, err := model.New(w, be, model.Options{Numerics: f.numerics, Threads: f.threads, TraceNonFinite: f.trace})
 	if err != nil {
 		return err
 	}

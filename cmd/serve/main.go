@@ -6,6 +6,8 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"github.com/megamoe/megamoe/backend"
+	"github.com/megamoe/megamoe/backend/gpu"
 	"io"
 	"log/slog"
 	"net"
@@ -83,7 +85,6 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	switch o.device {
 	case "cpu", "auto":
 	case "cuda":
-		return nil, errors.New("--device cuda: CUDA backend not wired into the engine yet; use --device cpu")
 	default:
 		return nil, fmt.Errorf("--device %q, want cpu, cuda or auto", o.device)
 	}
@@ -186,7 +187,11 @@ func load(dir string, o *options, log *slog.Logger, bar *progress) (_ *checkpoin
 		size += int64(len(t.Data))
 	}
 	bar.stage("preparing " + formatBytes(size) + " of weights")
-	m, err := model.New(w, nil, model.Options{Numerics: o.numerics, Threads: o.threads, CacheBytes: o.kvCacheMemory})
+	be, err := pickBackend(o.device, log)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	m, err := model.New(w, be, model.Options{Numerics: o.numerics, Threads: o.threads, CacheBytes: o.kvCacheMemory})
 	if err != nil {
 		return nil, nil, nil, err
 	}
@@ -214,4 +219,22 @@ func formatBytes(n int64) string {
 		exp++
 	}
 	return fmt.Sprintf("%.1f %ciB", float64(n)/float64(div), "KMGT"[exp])
+}
+
+// pickBackend returns the GPU backend for --device cuda (an error without a
+// usable GPU), the GPU if one is usable for auto, and nil (the CPU) otherwise.
+func pickBackend(device string, log *slog.Logger) (backend.Backend, error) {
+	if device == "cpu" {
+		return nil, nil
+	}
+	g, err := gpu.New(gpu.Options{})
+	if err != nil {
+		if device == "cuda" {
+			return nil, fmt.Errorf("--device cuda: %w", err)
+		}
+		log.Info("no usable GPU, serving on the CPU", "reason", err)
+		return nil, nil
+	}
+	log.Info("serving on the GPU", "device", g.Device().Name)
+	return g, nil
 }

@@ -2,6 +2,9 @@ package main
 
 import (
 	"io"
+	"log/slog"
+
+	"github.com/megamoe/megamoe/backend/gpu"
 	"strings"
 	"testing"
 )
@@ -13,7 +16,7 @@ func TestParseFlags(t *testing.T) {
 	}{
 		{nil, ""},
 		{[]string{"--device", "cpu", "--port", "9000", "--max-num-seqs", "8"}, ""},
-		{[]string{"--device", "cuda"}, "CUDA backend not wired into the engine yet"},
+		{[]string{"--device", "cuda"}, ""},
 		{[]string{"--device", "tpu"}, "want cpu, cuda or auto"},
 		{[]string{"--port", "70000"}, "out of range"},
 		{[]string{"--max-num-seqs", "0"}, "--max-num-seqs"},
@@ -33,5 +36,25 @@ func TestParseFlags(t *testing.T) {
 		case tc.wantErr == "" && (o.host != "0.0.0.0" || o.port == 0):
 			t.Errorf("%q: defaults %+v", tc.args, o)
 		}
+	}
+}
+
+// TestPickBackend: without a usable GPU, cuda is a clear error and auto falls
+// back to the CPU (nil backend).
+func TestPickBackend(t *testing.T) {
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	if be, err := pickBackend("cpu", log); be != nil || err != nil {
+		t.Fatalf("cpu: %v, %v", be, err)
+	}
+	g, gerr := gpu.New(gpu.Options{})
+	if gerr == nil {
+		g.Close()
+		t.Skip("a GPU is usable here")
+	}
+	if _, err := pickBackend("cuda", log); err == nil || !strings.Contains(err.Error(), "--device cuda") {
+		t.Errorf("cuda without GPU: %v", err)
+	}
+	if be, err := pickBackend("auto", log); be != nil || err != nil {
+		t.Errorf("auto without GPU: %v, %v", be, err)
 	}
 }
