@@ -11,6 +11,8 @@
 package backend
 
 import (
+	"math"
+
 	"github.com/megamoe/megamoe/checkpoint"
 	"github.com/megamoe/megamoe/rope"
 	"github.com/megamoe/megamoe/safetensors"
@@ -329,4 +331,24 @@ type Backend interface {
 	Combine(acc, shared, out Tensor) error
 	// GatherRows copies the listed rows of x into out.
 	GatherRows(x Tensor, rows []int, out Tensor) error
+}
+
+// SliceStats summarises x (non-finite values excluded from min/max).
+func SliceStats(x []float32) Stats {
+	s := Stats{FirstBad: -1, Min: float32(math.Inf(1)), Max: float32(math.Inf(-1))}
+	for i, v := range x {
+		if math.IsNaN(float64(v)) || math.IsInf(float64(v), 0) {
+			if s.FirstBad < 0 {
+				s.FirstBad = i
+			}
+			continue
+		}
+		s.Min = min(s.Min, v)
+		s.Max = max(s.Max, v)
+		s.AbsMax = max(s.AbsMax, float32(math.Abs(float64(v))))
+	}
+	if len(x) == 0 || s.Min > s.Max {
+		s.Min, s.Max = 0, 0
+	}
+	return s
 }

@@ -8,7 +8,6 @@ package cpu
 import (
 	"errors"
 	"fmt"
-	"math"
 	"runtime"
 	"sync"
 
@@ -256,24 +255,7 @@ func (b *Backend) Stats(t backend.Tensor) backend.Stats {
 	return SliceStats(c.F)
 }
 
-// SliceStats summarises x (non-finite values excluded from min/max).
-func SliceStats(x []float32) backend.Stats {
-	s := backend.Stats{FirstBad: -1, Min: float32(math.Inf(1)), Max: float32(math.Inf(-1))}
-	for i, v := range x {
-		if math.IsNaN(float64(v)) || math.IsInf(float64(v), 0) {
-			if s.FirstBad < 0 {
-				s.FirstBad = i
-			}
-			continue
-		}
-		s.Min = min(s.Min, v)
-		s.Max = max(s.Max, v)
-		s.AbsMax = max(s.AbsMax, float32(math.Abs(float64(v))))
-	}
-	if len(x) == 0 || s.Min > s.Max {
-		s.Min, s.Max = 0, 0
-	}
-	return s
-}
+// SliceStats summarises x (see backend.SliceStats).
+func SliceStats(x []float32) backend.Stats { return backend.SliceStats(x) }
 
 var errNilWeight = errors.New("nil weight handle")

@@ -157,7 +157,7 @@ func (b *Backend) traceScores(sc *cuda.Buffer, qt *Tensor, bt *backend.Batch, ld
 	}
 	for row := range n {
 		avail := (int(bt.Pos[row]) + 1) / ratio
-		if st := sliceStats(host[row*ld : row*ld+avail]); st.FirstBad >= 0 {
+		if st := backend.SliceStats(host[row*ld : row*ld+avail]); st.FirstBad >= 0 {
 			qr := make([]float32, qt.cols)
 			if err := b.s.CopyDtoH(f32Bytes(qr), qt.Row(row)); err != nil {
 				return fmt.Errorf("indexer trace: %w", err)
@@ -165,7 +165,7 @@ func (b *Backend) traceScores(sc *cuda.Buffer, qt *Tensor, bt *backend.Batch, ld
 			if err := b.s.Synchronize(); err != nil {
 				return fmt.Errorf("indexer trace: %w", err)
 			}
-			return &backend.OpNonFinite{Component: "indexer scores", Row: row, Stats: st, In: sliceStats(qr)}
+			return &backend.OpNonFinite{Component: "indexer scores", Row: row, Stats: st, In: backend.SliceStats(qr)}
 		}
 	}
 	return nil

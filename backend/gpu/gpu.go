@@ -313,27 +313,7 @@ func (b *Backend) Stats(t backend.Tensor) backend.Stats {
 	if err := b.Download(g, v); err != nil {
 		return backend.Stats{FirstBad: 0, Min: float32(math.NaN()), Max: float32(math.NaN()), AbsMax: float32(math.NaN())}
 	}
-	return sliceStats(v)
-}
-
-// sliceStats summarises x (non-finite values excluded from min/max), as the CPU's.
-func sliceStats(x []float32) backend.Stats {
-	s := backend.Stats{FirstBad: -1, Min: float32(math.Inf(1)), Max: float32(math.Inf(-1))}
-	for i, v := range x {
-		if math.IsNaN(float64(v)) || math.IsInf(float64(v), 0) {
-			if s.FirstBad < 0 {
-				s.FirstBad = i
-			}
-			continue
-		}
-		s.Min = min(s.Min, v)
-		s.Max = max(s.Max, v)
-		s.AbsMax = max(s.AbsMax, float32(math.Abs(float64(v))))
-	}
-	if len(x) == 0 || s.Min > s.Max {
-		s.Min, s.Max = 0, 0
-	}
-	return s
+	return backend.SliceStats(v)
 }
 
 // scratch allocates a temporary device buffer. Freeing it right after the

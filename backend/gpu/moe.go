@@ -326,9 +326,9 @@ func (b *Backend) traceExperts(E, K, nk, d, I int, offsets, perm, xg, gf, uf, h,
 			out, in []float32
 			w, wIn  int
 		}{{"w1", g, x, I, d}, {"w3", u, x, I, d}, {"swiglu", hh, u, I, I}, {"w2", y, hh, d, I}} {
-			s := sliceStats(st.out[lo*st.w : hi*st.w])
+			s := backend.SliceStats(st.out[lo*st.w : hi*st.w])
 			if s.FirstBad >= 0 {
-				return &backend.OpNonFinite{Component: fmt.Sprintf("expert %d %s", e, st.name), Row: row, Stats: s, In: sliceStats(st.in[lo*st.wIn : hi*st.wIn])}
+				return &backend.OpNonFinite{Component: fmt.Sprintf("expert %d %s", e, st.name), Row: row, Stats: s, In: backend.SliceStats(st.in[lo*st.wIn : hi*st.wIn])}
 			}
 		}
 	}
