@@ -211,14 +211,6 @@ type nvPending struct {
 	at    int    // index of the weight_scale entry; _2 and input_scale follow
 }
 
-func (g *genVisitor) normal(n int, mean, std float64) []float32 {
-	v := make([]float32, n)
-	for i := range v {
-		v[i] = float32(mean + g.rng.NormFloat64()*std)
-	}
-	return v
-}
-
 func (g *genVisitor) add(name string, dt safetensors.DType, shape []int, data []byte) {
 	g.entries = append(g.entries, genEntry{name, dt, slices.Clone(shape), data})
 }
@@ -243,23 +235,66 @@ func numel(shape []int) int {
 	return n
 }
 
-// tensor draws a non-linear tensor. The scales keep activations O(1) through
-// all layers: norms ≈ 1, hyper-connection mixes near identity with mild input
-// dependence, small sinks, position biases and router biases.
-func (g *genVisitor) tensor(name string, dt safetensors.DType, shape ...int) safetensors.Tensor {
-	c := g.c
+// drawer is the random source of tensorValues: the small-checkpoint generator
+// draws sequentially from one stream (rngDrawer), RandomWeights in parallel
+// chunks (parDrawer).
+type drawer interface {
+	// normal returns n values mean + N(0,1)·std.
+	normal(n int, mean, std float64) []float32
+	// uniform returns n values lo + U[0,1).
+	uniform(n int, lo float64) []float32
+	// perms returns rows×k ids: per row the first k of a random permutation
+	// of [0, n).
+	perms(rows, n, k int) []int64
+}
+
+// rngDrawer draws everything in order from one stream.
+type rngDrawer struct{ rng *rand.Rand }
+
+func (d rngDrawer) normal(n int, mean, std float64) []float32 {
+	v := make([]float32, n)
+	for i := range v {
+		v[i] = float32(mean + d.rng.NormFloat64()*std)
+	}
+	return v
+}
+
+func (d rngDrawer) uniform(n int, lo float64) []float32 {
+	v := make([]float32, n)
+	for i := range v {
+		v[i] = float32(lo + d.rng.Float64())
+	}
+	return v
+}
+
+func (d rngDrawer) perms(rows, n, k int) []int64 {
+	out := make([]int64, rows*k)
+	for r := range rows {
+		perm := d.rng.Perm(n)
+		for j := range k {
+			out[r*k+j] = int64(perm[j])
+		}
+	}
+	return out
+}
+
+// tensorValues draws non-linear tensor name and returns its stored dtype and
+// bytes. The scales keep activations O(1) through all layers: norms ≈ 1,
+// hyper-connection mixes near identity with mild input dependence, small
+// sinks, position biases and router biases.
+func tensorValues(c *Config, d drawer, name string, dt safetensors.DType, shape []int) (safetensors.DType, []byte) {
 	n := numel(shape)
 	var v []float32
 	switch {
 	case name == "embed.weight":
-		v = g.normal(n, 0, 1)
+		v = d.normal(n, 0, 1)
 	case dt == safetensors.BF16: // every 1-D bf16 tensor is a norm weight
-		v = g.normal(n, 1, 0.1)
+		v = d.normal(n, 1, 0.1)
 	case strings.HasSuffix(name, "_fn"):
-		v = g.normal(n, 0, 0.5/math.Sqrt(float64(c.HcDim())))
+		v = d.normal(n, 0, 0.5/math.Sqrt(float64(c.HcDim())))
 	case strings.HasSuffix(name, "_base"):
 		hc := c.HcMult
-		v = g.normal(n, 0, 0.1)
+		v = d.normal(n, 0, 0.1)
 		for j := range hc {
 			v[j] += -1.1 // pre ≈ sigmoid(-1.1) ≈ 0.25: the collapse averages the streams
 		}
@@ -269,41 +304,40 @@ func (g *genVisitor) tensor(name string, dt safetensors.DType, shape ...int) saf
 			}
 		}
 	case strings.HasSuffix(name, "_scale"):
-		v = make([]float32, n)
-		for i := range v {
-			v[i] = float32(0.5 + g.rng.Float64())
-		}
+		v = d.uniform(n, 0.5)
 	case strings.HasSuffix(name, "attn_sink"):
-		v = g.normal(n, 0, 0.5)
+		v = d.normal(n, 0, 0.5)
 	case strings.HasSuffix(name, ".ape"):
-		v = g.normal(n, 0, 0.1)
+		v = d.normal(n, 0, 0.1)
 	case strings.HasSuffix(name, "gate.bias"):
-		v = g.normal(n, 0, 0.05)
+		v = d.normal(n, 0, 0.05)
 	case strings.HasSuffix(name, "gate.tid2eid"):
-		b := make([]byte, 8*n)
-		for tok := range shape[0] {
-			perm := g.rng.Perm(c.Experts)
-			for k := range shape[1] {
-				binary.LittleEndian.PutUint64(b[8*(tok*shape[1]+k):], uint64(perm[k]))
-			}
+		ids := d.perms(shape[0], c.Experts, shape[1])
+		b := make([]byte, 8*len(ids))
+		for i, id := range ids {
+			binary.LittleEndian.PutUint64(b[8*i:], uint64(id))
 		}
-		g.add(name, dt, shape, b)
-		return safetensors.Tensor{}
+		return dt, b
 	default:
-		v = g.normal(n, 0, 0.1)
+		v = d.normal(n, 0, 0.1)
 	}
-	switch dt {
-	case safetensors.BF16:
-		g.add(name, dt, shape, bf16Bytes(v))
-	default:
-		g.add(name, safetensors.F32, shape, f32Bytes(v))
+	if dt == safetensors.BF16 {
+		return dt, bf16Bytes(v)
 	}
+	return safetensors.F32, f32Bytes(v)
+}
+
+// tensor draws a non-linear tensor (tensorValues) from the visitor's
+// sequential source.
+func (g *genVisitor) tensor(name string, dt safetensors.DType, shape ...int) safetensors.Tensor {
+	sdt, data := tensorValues(g.c, rngDrawer{g.rng}, name, dt, shape)
+	g.add(name, sdt, shape, data)
 	return safetensors.Tensor{}
 }
 
 // linear draws W ~ N(0, 1/in) and stores it in the linear's format.
 func (g *genVisitor) linear(l LinearSpec) Linear {
-	v := g.normal(l.Out*l.In, 0, 1/math.Sqrt(float64(l.In)))
+	v := rngDrawer{g.rng}.normal(l.Out*l.In, 0, 1/math.Sqrt(float64(l.In)))
 	f := g.formats(l)
 	specs := LinearTensors(l, f)
 	switch f {

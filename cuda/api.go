@@ -101,6 +101,7 @@ type driverAPI interface {
 	graphInstantiate(c, g uintptr) (uintptr, int)
 	graphLaunch(c, e, s uintptr) int
 	graphDestroy(c, g uintptr) int
+	graphNodes(c, g uintptr) (int, int)
 	graphExecDestroy(c, e uintptr) int
 }
 

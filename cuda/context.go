@@ -269,6 +269,12 @@ func (g *Graph) Instantiate() (*GraphExec, error) {
 	return &GraphExec{ctx: g.ctx, h: e}, nil
 }
 
+// Nodes reports how many nodes the graph holds.
+func (g *Graph) Nodes() (int, error) {
+	n, r := g.ctx.drv.api.graphNodes(g.ctx.h, g.h)
+	return n, g.ctx.check("cuGraphGetNodes", "", r)
+}
+
 // Close destroys the graph (instantiated copies stay valid).
 func (g *Graph) Close() error {
 	return g.ctx.check("cuGraphDestroy", "", g.ctx.drv.api.graphDestroy(g.ctx.h, g.h))

@@ -69,6 +69,7 @@ typedef struct {
 	CUresult (*cuGraphLaunch)(CUgraphExec, CUstream);
 	CUresult (*cuGraphDestroy)(CUgraph);
 	CUresult (*cuGraphExecDestroy)(CUgraphExec);
+	CUresult (*cuGraphGetNodes)(CUgraph, void*, size_t*);
 } mm_driver;
 
 typedef struct {
@@ -144,6 +145,7 @@ static void mm_driver_bind(mm_driver* d, char* miss, size_t n) {
 	SYM(d, cuGraphLaunch, "cuGraphLaunch");
 	SYM(d, cuGraphDestroy, "cuGraphDestroy");
 	SYM(d, cuGraphExecDestroy, "cuGraphExecDestroy");
+	SYM(d, cuGraphGetNodes, "cuGraphGetNodes");
 }
 
 static void mm_nvrtc_bind(mm_nvrtc* d, char* miss, size_t n) {
@@ -203,6 +205,7 @@ static CUresult w_endCapture(mm_driver* d, H c, H s, H* g) { CTX(d, c); CUgraph 
 static CUresult w_graphInstantiate(mm_driver* d, H c, H* e, H g) { CTX(d, c); CUgraphExec x = 0; CUresult r = d->cuGraphInstantiateWithFlags(&x, (CUgraph)g, 0); *e = (H)x; return r; }
 static CUresult w_graphLaunch(mm_driver* d, H c, H e, H s) { CTX(d, c); return d->cuGraphLaunch((CUgraphExec)e, (CUstream)s); }
 static CUresult w_graphDestroy(mm_driver* d, H c, H g) { CTX(d, c); return d->cuGraphDestroy((CUgraph)g); }
+static CUresult w_graphNodes(mm_driver* d, H c, H g, size_t* n) { CTX(d, c); *n = 0; return d->cuGraphGetNodes((CUgraph)g, NULL, n); }
 static CUresult w_graphExecDestroy(mm_driver* d, H c, H e) { CTX(d, c); return d->cuGraphExecDestroy((CUgraphExec)e); }
 
 // w_launch passes the kernel parameters as an array of pointers into the
@@ -589,4 +592,10 @@ func (v *cgoNVRTC) compile(src, name string, headers, includeNames, opts []strin
 		return nil, log, "nvrtcGetCUBIN", int(r)
 	}
 	return C.GoBytes(buf, C.int(size)), log, "", 0
+}
+
+func (g *cgoDriver) graphNodes(c, gr uintptr) (int, int) {
+	var n C.size_t
+	r := C.w_graphNodes(g.d, h(c), h(gr), &n)
+	return int(n), int(r)
 }

@@ -227,6 +227,9 @@ func TestGraphReplay(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer g.Close()
+	if n, err := g.Nodes(); err != nil || n != 1 {
+		t.Fatalf("captured graph holds %d nodes (want 1): %v", n, err)
+	}
 	exec, err := g.Instantiate()
 	if err != nil {
 		t.Fatal(err)
@@ -240,16 +243,17 @@ func TestGraphReplay(t *testing.T) {
 		if err := s.Memset8(y.Ptr, 0xFF, 2*rows*dim); err != nil {
 			t.Fatal(err)
 		}
+		if rep == 0 {
+			// The poison must be in place before the replay.
+			pre := download16(t, s, y.Ptr, rows*dim)
+			if pre[0] != 0xFFFF || pre[len(pre)-1] != 0xFFFF {
+				t.Fatalf("poison not applied: %04x", pre[:4])
+			}
+		}
 		if err := exec.Launch(s); err != nil {
 			t.Fatal(err)
 		}
-		got := make([]uint16, rows*dim)
-		if err := s.CopyDtoH(u16b(got), y.Ptr); err != nil {
-			t.Fatal(err)
-		}
-		if err := s.Synchronize(); err != nil {
-			t.Fatal(err)
-		}
+		got := download16(t, s, y.Ptr, rows*dim)
 		want := make([]uint16, rows*dim)
 		cpuref.RMSNorm(want, in, w, rows, dim, 1e-6)
 		bad := 0
@@ -269,6 +273,23 @@ func TestGraphReplay(t *testing.T) {
 			t.Fatalf("replay %d: %d outputs differ by more than one bf16 ulp (%d still poisoned); got[:4]=%04x want[:4]=%04x", rep, bad, poison, got[:4], want[:4])
 		}
 	}
+}
+
+// download16 copies n uint16 values back from the device.
+func download16(t *testing.T, s *cuda.Stream, p cuda.DevicePtr, n int) []uint16 {
+	t.Helper()
+	b := make([]byte, 2*n)
+	if err := s.CopyDtoH(b, p); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Synchronize(); err != nil {
+		t.Fatal(err)
+	}
+	v := make([]uint16, n)
+	for i := range v {
+		v[i] = uint16(b[2*i]) | uint16(b[2*i+1])<<8
+	}
+	return v
 }
 
 func u16b(v []uint16) []byte {

@@ -90,14 +90,14 @@ func BF16ToF32(s *Stream, out, in DevicePtr, n int64) error {
 }
 
 // QuantFP8F32 quantises the first width columns of fp32 x [rows, cols] in
-// blocks of blk (multiple of 32) to e4m3: codes q [rows, width] and e8m0
-// scales [rows, width/blk] (either may be 0) and/or simulated values sim
-// (layout of x; may be x itself).
+// blocks of blk (multiple of 32; the last block may be partial) to e4m3:
+// codes q [rows, width] and e8m0 scales [rows, ceil(width/blk)] (either may
+// be 0) and/or simulated values sim (layout of x; may be x itself).
 func QuantFP8F32(s *Stream, q, scales, sim, x DevicePtr, rows, cols, width, blk int) error {
-	if rows < 0 || blk <= 0 || blk%32 != 0 || width%blk != 0 || width > cols {
+	if rows < 0 || blk <= 0 || blk%32 != 0 || width <= 0 || width > cols {
 		return fmt.Errorf("cuda: quant_fp8_f32: bad shape rows=%d cols=%d width=%d blk=%d", rows, cols, width, blk)
 	}
-	warps := int64(rows) * int64(width/blk)
+	warps := int64(rows) * int64(ceilDiv(width, blk))
 	if warps == 0 {
 		return nil
 	}

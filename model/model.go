@@ -23,6 +23,10 @@ type Options struct {
 	Threads        int    // CPU backend workers when be is nil (0 = GOMAXPROCS)
 	TraceNonFinite bool   // check every sub-layer output; report *NonFiniteError
 	CacheBytes     int64  // KV cache capacity (0 = 1 GiB)
+	// Probe, if set, sees every traced sub-layer output (full component name,
+	// e.g. "layer 2 attn q") before the step goes on: two backends probed
+	// side by side name the first component where they diverge.
+	Probe func(component string, out backend.Tensor)
 }
 
 // DefaultCacheBytes is the cache capacity when Options.CacheBytes is 0.
@@ -339,8 +343,8 @@ func (m *Model) Forward(b *Batch) (*Output, error) {
 		return nil, err
 	}
 	var tr *tracer
-	if m.opts.TraceNonFinite {
-		tr = &tracer{be: m.be, batch: bt}
+	if m.opts.TraceNonFinite || m.opts.Probe != nil {
+		tr = &tracer{be: m.be, batch: bt, probe: m.opts.Probe, stats: m.opts.TraceNonFinite}
 	}
 	be, c := m.be, m.cfg
 	n := len(ids)

@@ -61,8 +61,8 @@ func (m *Model) ForwardMTP(items []MTPItem) (*Output, error) {
 		}
 	}
 	var tr *tracer
-	if m.opts.TraceNonFinite {
-		tr = &tracer{be: be, batch: bt}
+	if m.opts.TraceNonFinite || m.opts.Probe != nil {
+		tr = &tracer{be: be, batch: bt, probe: m.opts.Probe, stats: m.opts.TraceNonFinite}
 	}
 	n := len(ids)
 	p := m.mtp

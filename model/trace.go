@@ -40,6 +40,8 @@ func (e *NonFiniteError) Error() string {
 type tracer struct {
 	be    backend.Backend
 	batch *backend.Batch
+	probe func(component string, out backend.Tensor)
+	stats bool // look for non-finite values
 }
 
 func (t *tracer) locate(e *NonFiniteError, row int) {
@@ -56,6 +58,12 @@ func (t *tracer) check(layer int, prefix string) backend.CheckFunc {
 	}
 	return func(component string, out backend.Tensor, inputs ...backend.Tensor) error {
 		if out == nil {
+			return nil
+		}
+		if t.probe != nil {
+			t.probe(prefix+component, out)
+		}
+		if !t.stats || out.DType() != backend.F32 {
 			return nil
 		}
 		st := t.be.Stats(out)

@@ -86,6 +86,9 @@ func (l *Layer) Forward(be backend.Backend, f backend.Tensor, ids []int32, check
 	if err := check.Check("moe router weights", w, f); err != nil {
 		return nil, err
 	}
+	if err := check.Check("moe router ids", e); err != nil {
+		return nil, err
+	}
 	acc := be.Alloc(n, d, backend.F32)
 	if err := be.Experts(f, l.Experts, w, e, backend.ExpertsArgs{Limit: l.Limit, Trace: check != nil}, acc); err != nil {
 		return nil, fmt.Errorf("moe: %w", err)

@@ -1,6 +1,7 @@
 package gpu
 
 import (
+	"fmt"
 	"math"
 	"math/rand/v2"
 	"path/filepath"
@@ -113,9 +114,111 @@ func TestSmallModelEndToEnd(t *testing.T) {
 			if same != len(tc) {
 				t.Errorf("greedy tokens differ")
 			}
+			if same != len(tc) || worst > 5e-2 {
+				firstDivergence(t, w, g, opts, prompt, 64, tc)
+			}
 			if worst > 5e-2 {
 				t.Errorf("max relative logit difference %.3g > 5e-2", worst)
 			}
 		})
 	}
+}
+
+// probeRec records every traced component output of one forward step.
+type probeRec struct {
+	be    backend.Backend
+	names []string
+	vals  [][]float32
+}
+
+func (r *probeRec) probe(name string, out backend.Tensor) {
+	v := make([]float32, out.Rows()*out.Cols())
+	if out.DType() == backend.I32 {
+		ids := make([]int32, len(v))
+		if err := r.be.DownloadI32(out, ids); err != nil {
+			panic(fmt.Sprintf("probe %s: %v", name, err))
+		}
+		for i, id := range ids {
+			v[i] = float32(id)
+		}
+	} else if err := r.be.Download(out, v); err != nil {
+		panic(fmt.Sprintf("probe %s: %v", name, err))
+	}
+	r.names, r.vals = append(r.names, name), append(r.vals, v)
+}
+
+// firstDivergence replays the schedule on both backends with the CPU's tokens
+// forced and logs the first component whose output differs by more than 2e-2.
+func firstDivergence(t *testing.T, w *checkpoint.Weights, g *Backend, opts model.Options, prompt []int32, chunk int, toks []int32) {
+	t.Helper()
+	cr, gr := &probeRec{}, &probeRec{be: g}
+	co, gopt := opts, opts
+	co.Probe, gopt.Probe = cr.probe, gr.probe
+	mc, err := model.New(w, nil, co)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cr.be = mc.Backend()
+	mg, err := model.New(w, g, gopt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sc, sg := mc.Cache().NewSequence(), mg.Cache().NewSequence()
+	var steps [][]int32
+	for i := 0; i < len(prompt); i += chunk {
+		steps = append(steps, prompt[i:min(i+chunk, len(prompt))])
+	}
+	for _, tk := range toks {
+		steps = append(steps, []int32{tk})
+	}
+	for si, st := range steps {
+		cr.names, cr.vals, gr.names, gr.vals = nil, nil, nil, nil
+		if _, err := mc.Forward(&model.Batch{Items: []model.BatchItem{{Seq: sc, Tokens: st}}}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := mg.Forward(&model.Batch{Items: []model.BatchItem{{Seq: sg, Tokens: st}}}); err != nil {
+			t.Fatal(err)
+		}
+		if len(cr.names) != len(gr.names) {
+			t.Fatalf("step %d: %d probed components on the CPU, %d on the GPU", si, len(cr.names), len(gr.names))
+		}
+		for i, name := range cr.names {
+			a, b := cr.vals[i], gr.vals[i]
+			var num, den float64
+			for j := range a {
+				d := float64(b[j] - a[j])
+				num, den = num+d*d, den+float64(a[j])*float64(a[j])
+			}
+			rel := math.Sqrt(num / max(den, 1e-30))
+			if rel > 2e-2 || math.IsNaN(rel) {
+				// Few wholly different rows mean a discrete flip (a routing or
+				// top-k near-tie); all rows a little off mean arithmetic.
+				cols := len(a) / len(st)
+				bad, worst := 0, 0.0
+				for r := range len(st) {
+					var n2, d2 float64
+					for j := r * cols; j < (r+1)*cols; j++ {
+						d := float64(b[j] - a[j])
+						n2, d2 = n2+d*d, d2+float64(a[j])*float64(a[j])
+					}
+					rr := math.Sqrt(n2 / max(d2, 1e-30))
+					worst = max(worst, rr)
+					if rr > 2e-2 {
+						bad++
+					}
+				}
+				t.Errorf("first divergence: step %d (%d tokens at position %d), component %q, rel %.3g (%d values); %d of %d rows off by > 2e-2, worst row %.3g; previous component %q",
+					si, len(st), sc.Len()-len(st), name, rel, len(a), bad, len(st), worst, prev(cr.names, i))
+				return
+			}
+		}
+	}
+	t.Log("no component diverges by more than 2e-2 when the CPU's tokens are forced")
+}
+
+func prev(names []string, i int) string {
+	if i == 0 {
+		return ""
+	}
+	return names[i-1]
 }

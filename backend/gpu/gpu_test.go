@@ -282,7 +282,7 @@ func TestLinears(t *testing.T) {
 		t.Run(mode.String(), func(t *testing.T) {
 			p := newPair(t, mode)
 			for _, f := range formats {
-				for _, sh := range []struct{ m, out, in int }{{1, 256, 256}, {9, 1024, 512}, {130, 384, 1024}} {
+				for _, sh := range []struct{ m, out, in int }{{1, 256, 256}, {9, 1024, 512}, {130, 384, 1024}, {5, 256, 192}} {
 					cl := randLinear(p.rng, f, sh.out, sh.in)
 					cw, err := p.c.PrepareLinear(cl)
 					must(t, err)

@@ -2,6 +2,11 @@
 // OpenAI-compatible) server: it sends --requests streaming chat completions with
 // --concurrency in flight and prints requests/s, output tokens/s and the TTFT and
 // TPOT percentiles.
+//
+// `bench stack [flags]` instead runs the real layer stack of a preset (small,
+// flash, pro) with random weights on the CPU or GPU backend: one prefill chunk
+// per sequence and batched decode steps, checking that all logits are finite
+// and printing tokens/s (stack.go).
 package main
 
 import (
@@ -35,6 +40,13 @@ type sample struct {
 }
 
 func main() {
+	if len(os.Args) > 1 && os.Args[1] == "stack" {
+		if err := runStack(os.Args[2:], os.Stdout, os.Stderr); err != nil {
+			fmt.Fprintln(os.Stderr, "bench stack:", err)
+			os.Exit(1)
+		}
+		return
+	}
 	if err := run(os.Args[1:], os.Stdout); err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)
 		os.Exit(1)

@@ -94,13 +94,14 @@ extern "C" __global__ void quant_fp8_f32(
 	int rows, int cols, int width, int blk)
 {
 	const int lane = threadIdx.x & 31;
-	const int nb = width / blk;
+	const int nb = (width + blk - 1) / blk;
 	const long long gw = (blockIdx.x * (long long)blockDim.x + threadIdx.x) >> 5;
 	if (gw >= (long long)rows * nb) return;
 	const int r = (int)(gw / nb), b = (int)(gw % nb);
+	const int bl = min(blk, width - b * blk); // the last block may be partial
 	const float* xs = x + (size_t)r * cols + (size_t)b * blk;
 	float amax = 0.0f;
-	for (int i = lane; i < blk; i += 32) {
+	for (int i = lane; i < bl; i += 32) {
 		float a = fabsf(xs[i]);
 		if (a > amax || a != a) amax = a;
 	}
@@ -111,7 +112,7 @@ extern "C" __global__ void quant_fp8_f32(
 	// A NaN or Inf in the block makes every value NaN, as on the CPU (there the
 	// scale becomes 2^128 = Inf and q*s = 0*Inf or Inf/Inf).
 	if (!(amax <= 3.0e38f)) {
-		for (int i = lane; i < blk; i += 32) {
+		for (int i = lane; i < bl; i += 32) {
 			if (q) q[(size_t)r * width + (size_t)b * blk + i] = 0x7f;
 			if (sim) sim[(size_t)r * cols + (size_t)b * blk + i] = __uint_as_float(0x7fc00000u);
 		}
@@ -126,7 +127,7 @@ extern "C" __global__ void quant_fp8_f32(
 	if ((bits & 0x7fffff) != 0) e++;
 	e = max(-127, min(127, e));
 	const float s = __uint_as_float((u32)(e + 127) << 23);
-	for (int i = lane; i < blk; i += 32) {
+	for (int i = lane; i < bl; i += 32) {
 		float v = fminf(fmaxf(xs[i] / s, -448.0f), 448.0f);
 		u32 c = f32_to_e4m3(v);
 		if (q) q[(size_t)r * width + (size_t)b * blk + i] = (u8)c;

@@ -1,0 +1,368 @@
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"math"
+	"math/rand/v2"
+	"runtime"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/megamoe/megamoe/backend"
+	"github.com/megamoe/megamoe/backend/cpu"
+	"github.com/megamoe/megamoe/backend/gpu"
+	"github.com/megamoe/megamoe/checkpoint"
+	"github.com/megamoe/megamoe/kvcache"
+	"github.com/megamoe/megamoe/model"
+)
+
+// stackFlags are the options of `bench stack`.
+type stackFlags struct {
+	preset, format, device, numerics string
+	layers, prefill, decode, batch   int
+	threads                          int
+	seed                             uint64
+	mtp, trace                       bool
+	reserveGiB                       float64
+	// corrupt, if set (tests), edits the weights before the model is built.
+	corrupt func(*checkpoint.Weights)
+}
+
+func parseStack(args []string, stderr io.Writer) (*stackFlags, error) {
+	var f stackFlags
+	fs := flag.NewFlagSet("bench stack", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.StringVar(&f.preset, "preset", "flash", "architecture: small | flash | pro")
+	fs.IntVar(&f.layers, "layers", 0, "main layers to build (0 = as many as fit in free GPU memory; all on the small preset)")
+	fs.StringVar(&f.format, "format", checkpoint.GenOfficial, "official | nvfp4 (routed experts)")
+	fs.StringVar(&f.device, "device", "cuda", "cpu | cuda")
+	fs.IntVar(&f.prefill, "prefill", 512, "prefill tokens per sequence (one chunk)")
+	fs.IntVar(&f.decode, "decode", 16, "decode steps")
+	fs.IntVar(&f.batch, "batch", 1, "sequences")
+	fs.Uint64Var(&f.seed, "seed", 1, "weight and token seed")
+	fs.StringVar(&f.numerics, "numerics", "faithful", "faithful | exact")
+	fs.IntVar(&f.threads, "threads", 0, "CPU backend workers (0 = GOMAXPROCS)")
+	fs.BoolVar(&f.mtp, "mtp", false, "also build (and upload) the MTP block")
+	fs.BoolVar(&f.trace, "trace-nonfinite", false, "check every sub-layer for NaN/Inf from the start (otherwise only on a rerun after a failure)")
+	fs.Float64Var(&f.reserveGiB, "reserve-gib", 8, "GPU memory kept free for activations when --layers is 0")
+	if err := fs.Parse(args); err != nil {
+		return nil, err
+	}
+	if fs.NArg() > 0 {
+		return nil, fmt.Errorf("unexpected arguments %q", fs.Args())
+	}
+	switch {
+	case f.layers < 0:
+		return nil, errors.New("--layers must be >= 0")
+	case f.prefill < 1 || f.batch < 1 || f.decode < 0:
+		return nil, errors.New("--prefill and --batch must be >= 1, --decode >= 0")
+	case f.threads < 0 || f.reserveGiB < 0:
+		return nil, errors.New("--threads and --reserve-gib must be >= 0")
+	}
+	if f.format != checkpoint.GenOfficial && f.format != checkpoint.GenNVFP4 {
+		return nil, fmt.Errorf("--format %q, want %s or %s", f.format, checkpoint.GenOfficial, checkpoint.GenNVFP4)
+	}
+	if f.device != "cpu" && f.device != "cuda" {
+		return nil, fmt.Errorf("--device %q, want cpu or cuda", f.device)
+	}
+	if _, ok := backend.ParseNumerics(f.numerics); !ok {
+		return nil, fmt.Errorf("--numerics %q, want faithful or exact", f.numerics)
+	}
+	return &f, nil
+}
+
+// runStack builds a random-weight model of a preset on a backend, runs one
+// prefill chunk per sequence and batched decode steps, checks that every
+// logits row is finite and prints the throughput.
+func runStack(args []string, stdout, stderr io.Writer) error {
+	f, err := parseStack(args, stderr)
+	if err != nil {
+		return err
+	}
+	return stack(f, stdout, stderr)
+}
+
+func stack(f *stackFlags, stdout, stderr io.Writer) error {
+	full, err := checkpoint.PresetConfig(f.preset)
+	if err != nil {
+		return fmt.Errorf("--preset: %w", err)
+	}
+	formats := checkpoint.OfficialFormats
+	if f.format == checkpoint.GenNVFP4 {
+		formats = checkpoint.NVFP4Formats
+	}
+
+	be, closeBE, err := openBackend(f)
+	if err != nil {
+		return err
+	}
+	layers := f.layers
+	if layers == 0 {
+		if layers, err = autoLayers(f, full, formats, be); err != nil {
+			closeBE()
+			return err
+		}
+	}
+	c, err := checkpoint.CutLayers(full, layers, f.mtp)
+	if err != nil {
+		closeBE()
+		return fmt.Errorf("--layers %d: %w", layers, err)
+	}
+
+	t0 := time.Now()
+	w, err := checkpoint.RandomWeights(c, f.format, f.seed)
+	if err != nil {
+		closeBE()
+		return err
+	}
+	gen := time.Since(t0)
+	if f.corrupt != nil {
+		f.corrupt(w)
+	}
+	runtime.GC() // report live bytes, not the generator's garbage
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	weightBytes := checkpoint.TotalBytes(checkpoint.Tensors(c, formats))
+	cacheBytes := cacheFor(c, f)
+
+	build := func(be backend.Backend, trace bool) (*model.Model, error) {
+		return model.New(w, be, model.Options{Numerics: f.numerics, Threads: f.threads, TraceNonFinite: trace, CacheBytes: cacheBytes})
+	}
+	t1 := time.Now()
+	m, err := build(be, f.trace)
+	if err != nil {
+		closeBE()
+		return fmt.Errorf("load: %w", err)
+	}
+	load := time.Since(t1)
+
+	fmt.Fprintf(stdout, "preset %s  layers %d/%d  mtp %v  format %s  device %s  numerics %s\n",
+		f.preset, c.Layers, full.Layers, c.MTPLayers > 0, f.format, be.Name(), f.numerics)
+	fmt.Fprintf(stdout, "weights %s (checkpoint bytes)  host heap %s  kv cache %s\n",
+		gib(weightBytes), gib(int64(ms.HeapAlloc)), gib(cacheBytes))
+	if g, ok := be.(*gpu.Backend); ok {
+		st := g.Context().Pool().Stats()
+		free, total, err := g.Context().MemInfo()
+		if err == nil {
+			fmt.Fprintf(stdout, "device in use %s  free %s of %s\n", gib(st.InUse), gib(int64(free)), gib(int64(total)))
+		}
+	}
+	fmt.Fprintf(stdout, "generate %v  load %v\n", gen.Round(time.Millisecond), load.Round(time.Millisecond))
+
+	r, err := runPlan(m, f)
+	if err != nil && !f.trace && errors.As(err, new(*nonFinite)) {
+		// Rerun the identical plan with the tracer to name the component.
+		fmt.Fprintf(stderr, "bench stack: %v; rerunning with the non-finite tracer\n", err)
+		closeBE()
+		first := err
+		if be, closeBE, err = openBackend(f); err != nil {
+			return fmt.Errorf("%v; traced rerun: %w", first, err)
+		}
+		if m, err = build(be, true); err != nil {
+			closeBE()
+			return fmt.Errorf("%v; traced rerun: load: %w", first, err)
+		}
+		_, err = runPlan(m, f)
+		if err == nil {
+			err = fmt.Errorf("%v; none on the traced rerun", first)
+		}
+	}
+	closeBE()
+	if err != nil {
+		return err
+	}
+	r.print(stdout, f)
+	return nil
+}
+
+func openBackend(f *stackFlags) (backend.Backend, func(), error) {
+	if f.device == "cpu" {
+		return cpu.New(cpu.Options{Threads: f.threads}), func() {}, nil
+	}
+	g, err := gpu.New(gpu.Options{})
+	if err != nil {
+		return nil, nil, fmt.Errorf("--device cuda: %w", err)
+	}
+	return g, func() { g.Close() }, nil
+}
+
+// cacheFor sizes the KV cache for batch sequences of prefill+decode tokens
+// (plus one sequence of slack).
+func cacheFor(c *checkpoint.Config, f *stackFlags) int64 {
+	layout, err := kvcache.LayoutFromConfig(c, kvcache.DefaultBlockTokens, 4)
+	if err != nil {
+		return 0 // model.New reports the same error
+	}
+	per := kvcache.NewManager(layout, 0).BytesFor(f.prefill + f.decode)
+	return int64(f.batch+1) * per
+}
+
+// autoLayers is the number of main layers whose weights fit in the free GPU
+// memory next to the embedding, head, MTP block, KV cache and a reserve.
+func autoLayers(f *stackFlags, full *checkpoint.Config, formats checkpoint.FormatFunc, be backend.Backend) (int, error) {
+	g, ok := be.(*gpu.Backend)
+	if !ok {
+		if f.preset == "small" {
+			return full.Layers, nil
+		}
+		return 0, fmt.Errorf("--layers 0 needs --device cuda (free memory) or the small preset; give --layers N")
+	}
+	free, _, err := g.Context().MemInfo()
+	if err != nil {
+		return 0, fmt.Errorf("--layers 0: %w", err)
+	}
+	perLayer := make([]int64, full.Layers)
+	var fixed int64
+	for _, s := range checkpoint.Tensors(full, formats) {
+		if rest, ok := strings.CutPrefix(s.Name, "layers."); ok {
+			i, _ := strconv.Atoi(rest[:strings.IndexByte(rest, '.')])
+			perLayer[i] += s.Bytes()
+		} else if f.mtp || !strings.HasPrefix(s.Name, "mtp.") {
+			fixed += s.Bytes()
+		}
+	}
+	budget := float64(free) - f.reserveGiB*(1<<30)
+	n := 0
+	for ; n < full.Layers; n++ {
+		c, err := checkpoint.CutLayers(full, n+1, f.mtp)
+		if err != nil {
+			return 0, err
+		}
+		var w int64
+		for _, b := range perLayer[:n+1] {
+			w += b
+		}
+		// Pool size classes add up to 25% on odd sizes (a few % in practice);
+		// the KV store may take its capacity twice (slots and blocks).
+		if 1.03*float64(fixed+w)+2*float64(cacheFor(c, f)) > budget {
+			break
+		}
+	}
+	if n == 0 {
+		return 0, fmt.Errorf("--layers 0: not even one layer fits in %s free (reserve %.0f GiB)", gib(int64(free)), f.reserveGiB)
+	}
+	return n, nil
+}
+
+// nonFinite is a non-finite logit found by runPlan.
+type nonFinite struct {
+	phase     string // "prefill" or "decode step N"
+	seq, idx  int
+	value     float32
+	positions int
+}
+
+func (e *nonFinite) Error() string {
+	return fmt.Sprintf("%s: sequence %d (after %d positions): logit %d is %g", e.phase, e.seq, e.positions, e.idx, e.value)
+}
+
+func checkFinite(phase string, seq, positions int, row []float32) error {
+	for i, v := range row {
+		if math.IsNaN(float64(v)) || math.IsInf(float64(v), 0) {
+			return &nonFinite{phase: phase, seq: seq, idx: i, value: v, positions: positions}
+		}
+	}
+	return nil
+}
+
+type stackResult struct {
+	prefill time.Duration
+	steps   []time.Duration
+	tokens  []int32 // last decoded token per sequence
+}
+
+// runPlan prefills batch sequences of random tokens (one Forward each) and
+// runs the decode steps with all sequences in one batch, feeding back the
+// argmax token. The same flags always give the same plan.
+func runPlan(m *model.Model, f *stackFlags) (*stackResult, error) {
+	c := m.Config()
+	rng := rand.New(rand.NewPCG(f.seed, 0x737461636b))
+	seqs := make([]*kvcache.Sequence, f.batch)
+	for i := range seqs {
+		seqs[i] = m.Cache().NewSequence()
+		defer m.FreeSequence(seqs[i])
+	}
+	r := &stackResult{tokens: make([]int32, f.batch)}
+	t0 := time.Now()
+	for i, s := range seqs {
+		toks := make([]int32, f.prefill)
+		for k := range toks {
+			toks[k] = int32(rng.IntN(c.Vocab))
+		}
+		out, err := m.Forward(&model.Batch{Items: []model.BatchItem{{Seq: s, Tokens: toks}}})
+		if err != nil {
+			return nil, fmt.Errorf("prefill sequence %d: %w", i, err)
+		}
+		last := out.Last(0)
+		if err := checkFinite("prefill", i, s.Len(), last); err != nil {
+			return nil, err
+		}
+		r.tokens[i] = argmax(last)
+	}
+	r.prefill = time.Since(t0)
+	for step := range f.decode {
+		b := &model.Batch{}
+		for i, s := range seqs {
+			b.Items = append(b.Items, model.BatchItem{Seq: s, Tokens: []int32{r.tokens[i]}})
+		}
+		t := time.Now()
+		out, err := m.Forward(b)
+		if err != nil {
+			return nil, fmt.Errorf("decode step %d: %w", step, err)
+		}
+		r.steps = append(r.steps, time.Since(t))
+		for i, s := range seqs {
+			last := out.Last(i)
+			if err := checkFinite(fmt.Sprintf("decode step %d", step), i, s.Len(), last); err != nil {
+				return nil, err
+			}
+			r.tokens[i] = argmax(last)
+		}
+	}
+	return r, nil
+}
+
+func argmax(v []float32) int32 {
+	best := 0
+	for i, x := range v {
+		if x > v[best] {
+			best = i
+		}
+	}
+	return int32(best)
+}
+
+func (r *stackResult) print(out io.Writer, f *stackFlags) {
+	n := f.batch * f.prefill
+	fmt.Fprintf(out, "prefill %d tokens (%d × %d) in %v: %.1f tok/s\n",
+		n, f.batch, f.prefill, r.prefill.Round(time.Millisecond), float64(n)/max(r.prefill.Seconds(), 1e-9))
+	if len(r.steps) == 0 {
+		fmt.Fprintln(out, "decode 0 steps")
+	} else {
+		var total time.Duration
+		for _, d := range r.steps {
+			total += d
+		}
+		s := slices.Clone(r.steps)
+		slices.Sort(s)
+		fmt.Fprintf(out, "decode %d steps × batch %d in %v: %.1f tok/s  step median %.2f ms  min %.2f ms  max %.2f ms\n",
+			len(s), f.batch, total.Round(time.Millisecond), float64(len(s)*f.batch)/max(total.Seconds(), 1e-9),
+			ms(s[len(s)/2]), ms(s[0]), ms(s[len(s)-1]))
+	}
+	fmt.Fprintf(out, "finite: every logits row of %d prefills and %d decode steps\n", f.batch, len(r.steps))
+}
+
+func ms(d time.Duration) float64 { return d.Seconds() * 1000 }
+
+// gib formats a byte count in GiB, or MiB below 1 GiB.
+func gib(b int64) string {
+	if b < 1<<30 {
+		return fmt.Sprintf("%.1f MiB", float64(b)/(1<<20))
+	}
+	return fmt.Sprintf("%.2f GiB", float64(b)/(1<<30))
+}

@@ -1,0 +1,97 @@
+package main
+
+import (
+	"bytes"
+	"errors"
+	"io"
+	"regexp"
+	"strings"
+	"testing"
+
+	"github.com/megamoe/megamoe/checkpoint"
+	"github.com/megamoe/megamoe/model"
+)
+
+// TestStackSmallCPU runs the whole small stack with random weights on the CPU
+// backend (prefill and batched decode, finite logits) in both formats.
+func TestStackSmallCPU(t *testing.T) {
+	for _, format := range []string{"official", "nvfp4"} {
+		var out bytes.Buffer
+		args := []string{"--preset", "small", "--device", "cpu", "--format", format, "--prefill", "20", "--decode", "3", "--batch", "2", "--mtp"}
+		if err := runStack(args, &out, io.Discard); err != nil {
+			t.Fatalf("%s: %v", format, err)
+		}
+		for _, re := range []string{
+			`(?m)^preset small  layers 6/6  mtp true  format ` + format + `  device cpu  numerics faithful$`,
+			`(?m)^weights [0-9.]+ MiB \(checkpoint bytes\)  host heap .*  kv cache [0-9.]+ MiB$`,
+			`(?m)^generate \S+  load \S+$`,
+			`(?m)^prefill 40 tokens \(2 × 20\) in \S+: [0-9.]+ tok/s$`,
+			`(?m)^decode 3 steps × batch 2 in \S+: [0-9.]+ tok/s  step median [0-9.]+ ms  min [0-9.]+ ms  max [0-9.]+ ms$`,
+			`(?m)^finite: every logits row of 2 prefills and 3 decode steps$`,
+		} {
+			if !regexp.MustCompile(re).MatchString(out.String()) {
+				t.Errorf("%s: output lacks %s:\n%s", format, re, out.String())
+			}
+		}
+	}
+}
+
+// TestStackLayers: --layers cuts the stack; 0 on the CPU means all layers of
+// the small preset only.
+func TestStackLayers(t *testing.T) {
+	var out bytes.Buffer
+	if err := runStack([]string{"--preset", "small", "--device", "cpu", "--layers", "3", "--prefill", "5", "--decode", "1"}, &out, io.Discard); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(out.String(), "layers 3/6  mtp false") {
+		t.Errorf("output:\n%s", out.String())
+	}
+}
+
+// TestStackNonFinite: a NaN norm weight fails the run with the step and
+// sequence, and the traced rerun names the component.
+func TestStackNonFinite(t *testing.T) {
+	f, err := parseStack([]string{"--preset", "small", "--device", "cpu", "--prefill", "4", "--decode", "1"}, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.corrupt = func(w *checkpoint.Weights) {
+		d := w.Layers[2].FFNNorm.Data
+		for i := 0; i < len(d); i += 2 {
+			d[i], d[i+1] = 0xc0, 0x7f // bf16 NaN
+		}
+	}
+	var stderr bytes.Buffer
+	err = stack(f, io.Discard, &stderr)
+	var nf *model.NonFiniteError
+	if !errors.As(err, &nf) || nf.Layer != 2 {
+		t.Fatalf("got %v, want a traced non-finite error in layer 2", err)
+	}
+	if !strings.Contains(stderr.String(), "prefill: sequence 0") {
+		t.Errorf("stderr lacks the untraced failure: %q", stderr.String())
+	}
+	t.Log(err)
+}
+
+func TestStackBadFlags(t *testing.T) {
+	for _, args := range [][]string{
+		{"--preset", "huge", "--device", "cpu"},
+		{"--format", "int3", "--device", "cpu"},
+		{"--device", "tpu"},
+		{"--prefill", "0", "--device", "cpu"},
+		{"--batch", "0", "--device", "cpu"},
+		{"--decode", "-1", "--device", "cpu"},
+		{"--layers", "-1", "--device", "cpu"},
+		{"--layers", "7", "--preset", "small", "--device", "cpu"},
+		{"--numerics", "sloppy", "--device", "cpu"},
+		{"--nope"},
+		{"--device", "cpu", "extra"},
+		// Full-size presets on the CPU need an explicit layer count (and
+		// fail before allocating anything).
+		{"--preset", "flash", "--device", "cpu"},
+	} {
+		if err := runStack(args, io.Discard, io.Discard); err == nil {
+			t.Errorf("%v accepted", args)
+		}
+	}
+}

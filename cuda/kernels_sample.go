@@ -1,0 +1,77 @@
+package cuda
+
+import (
+	"fmt"
+	"math"
+)
+
+// Launchers of kernels/sample.cu: token sampling on the device, one block of
+// 1024 threads per row of fp32 logits [rows, vocab] (ld = vocab). The rules
+// are engine/sampler.go's choose given the same uniform; cpuref.SampleDraw is
+// the bit-exact twin and documents them.
+
+const (
+	sampleThreads = 1024
+	// SampleMaxVocab bounds the vocabulary: masses are u64 fixed point with
+	// 2^40 per unit of probability, so vocab·2^40 must stay below 2^64.
+	SampleMaxVocab = 1 << 23
+)
+
+func sampleShape(name string, rows, vocab int) error {
+	if rows < 0 || rows > 1<<31-1 || vocab <= 0 || vocab > SampleMaxVocab {
+		return fmt.Errorf("cuda: %s: bad shape rows=%d vocab=%d (vocab in [1, %d])", name, rows, vocab, SampleMaxVocab)
+	}
+	return nil
+}
+
+// SampleArgmax writes ids[r] (int32 [rows]) = the argmax of logits row r:
+// NaN counts as -inf, ties go to the lowest id, an all -inf/NaN row gives 0.
+func SampleArgmax(s *Stream, ids, logits DevicePtr, rows, vocab int) error {
+	if err := sampleShape("sample_argmax", rows, vocab); err != nil {
+		return err
+	}
+	if rows == 0 {
+		return nil
+	}
+	if ids == 0 || logits == 0 {
+		return fmt.Errorf("cuda: sample_argmax: nil ids or logits")
+	}
+	a := new(Args).Ptr(ids).Ptr(logits).I32(vocab)
+	return launch(s, "sample", "sample_argmax", Dim3{uint32(rows), 1, 1}, Dim3{sampleThreads, 1, 1}, 0, a)
+}
+
+// SampleDraw writes ids[r] (int32 [rows]) = one token of logits row r drawn
+// with the per-row device arrays temp (f32; <= 0 greedy), topK (i32; <= 0 or
+// >= vocab off), topP (f32; <= 0 or >= 1 off), minP (f32; <= 0 off) and the
+// uniform u (f32 in [0, 1), from the sequence's RNG: see Uniform32).
+func SampleDraw(s *Stream, ids, logits, temp, topK, topP, minP, u DevicePtr, rows, vocab int) error {
+	if err := sampleShape("sample_draw", rows, vocab); err != nil {
+		return err
+	}
+	if rows == 0 {
+		return nil
+	}
+	for _, p := range []struct {
+		name string
+		ptr  DevicePtr
+	}{{"ids", ids}, {"logits", logits}, {"temp", temp}, {"top_k", topK}, {"top_p", topP}, {"min_p", minP}, {"u", u}} {
+		if p.ptr == 0 {
+			return fmt.Errorf("cuda: sample_draw: nil %s", p.name)
+		}
+	}
+	a := new(Args).Ptr(ids).Ptr(logits).I32(vocab).Ptr(temp).Ptr(topK).Ptr(topP).Ptr(minP).Ptr(u)
+	return launch(s, "sample", "sample_draw", Dim3{uint32(rows), 1, 1}, Dim3{sampleThreads, 1, 1}, 0, a)
+}
+
+// Uniform32 narrows a uniform float64 in [0, 1) (rand.Rand.Float64) to the
+// float32 SampleDraw takes, keeping it below 1 (float32 rounding can reach 1).
+func Uniform32(u float64) float32 {
+	f := float32(u)
+	if !(f >= 0) {
+		return 0
+	}
+	if f >= 1 {
+		return math.Nextafter32(1, 0)
+	}
+	return f
+}

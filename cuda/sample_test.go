@@ -1,0 +1,224 @@
+package cuda_test
+
+import (
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"testing"
+	"unsafe"
+
+	"github.com/megamoe/megamoe/cuda"
+	"github.com/megamoe/megamoe/cuda/cpuref"
+)
+
+// sampleLogits makes rows of logits with NaN, -inf and exact ties sprinkled in
+// (and some rows with a shared maximum).
+func sampleLogits(rng *rand.Rand, rows, vocab int) []float32 {
+	x := make([]float32, rows*vocab)
+	for r := 0; r < rows; r++ {
+		row := x[r*vocab : (r+1)*vocab]
+		scale := 1 + 3*rng.Float64()
+		for i := range row {
+			row[i] = float32(rng.NormFloat64() * scale)
+			switch rng.IntN(300) {
+			case 0:
+				row[i] = float32(math.NaN())
+			case 1:
+				row[i] = float32(math.Inf(-1))
+			case 2, 3:
+				if i > 0 {
+					row[i] = row[rng.IntN(i)]
+				}
+			}
+		}
+		switch r % 8 {
+		case 3: // tied maximum
+			a, b := rng.IntN(vocab), rng.IntN(vocab)
+			row[a], row[b] = 40, 40
+		case 5: // all NaN / -inf
+			if vocab <= 1000 {
+				for i := range row {
+					row[i] = float32(math.Inf(-1))
+					if i%3 == 0 {
+						row[i] = float32(math.NaN())
+					}
+				}
+			}
+		}
+	}
+	return x
+}
+
+func sliceBytes[T int32 | float32](v []T) []byte {
+	if len(v) == 0 {
+		return nil
+	}
+	return unsafe.Slice((*byte)(unsafe.Pointer(&v[0])), 4*len(v))
+}
+
+// devBufs uploads host slices and frees them at cleanup.
+type devBufs struct {
+	t   *testing.T
+	ctx *cuda.Context
+	s   *cuda.Stream
+}
+
+func (d devBufs) up(b []byte) cuda.DevicePtr {
+	d.t.Helper()
+	buf, err := d.ctx.Alloc(max(len(b), 4))
+	if err != nil {
+		d.t.Fatal(err)
+	}
+	d.t.Cleanup(buf.Free)
+	if len(b) > 0 {
+		if err := d.s.CopyHtoD(buf.Ptr, b); err != nil {
+			d.t.Fatal(err)
+		}
+	}
+	return buf.Ptr
+}
+
+// poisonedIDs allocates rows int32 set to -7.
+func (d devBufs) poisonedIDs(rows int) cuda.DevicePtr {
+	d.t.Helper()
+	p := d.up(make([]byte, 4*rows))
+	if err := d.s.Memset32(p, uint32(0xfffffff9), rows); err != nil { // -7
+		d.t.Fatal(err)
+	}
+	return p
+}
+
+func (d devBufs) ids(p cuda.DevicePtr, rows int) []int32 {
+	d.t.Helper()
+	out := make([]int32, rows)
+	if err := d.s.CopyDtoH(sliceBytes(out), p); err != nil {
+		d.t.Fatal(err)
+	}
+	if err := d.s.Synchronize(); err != nil {
+		d.t.Fatal(err)
+	}
+	return out
+}
+
+func TestSampleArgmaxVsCPU(t *testing.T) {
+	ctx, s := gpu(t)
+	d := devBufs{t, ctx, s}
+	rng := rand.New(rand.NewPCG(rand.Uint64(), 3))
+	for _, vocab := range []int{1, 1000, 129280} {
+		for _, rows := range []int{1, 7, 64} {
+			t.Run(fmt.Sprintf("rows%d_vocab%d", rows, vocab), func(t *testing.T) {
+				x := sampleLogits(rng, rows, vocab)
+				ids := d.poisonedIDs(rows)
+				if err := cuda.SampleArgmax(s, ids, d.up(sliceBytes(x)), rows, vocab); err != nil {
+					t.Fatal(err)
+				}
+				got, want := d.ids(ids, rows), cpuref.SampleArgmax(x, rows, vocab)
+				for r := range got {
+					if got[r] != want[r] {
+						t.Errorf("row %d: got %d, want %d", r, got[r], want[r])
+					}
+				}
+			})
+		}
+	}
+}
+
+// TestSampleDrawVsCPU runs every (temp, top_k, top_p, min_p) of the grid,
+// spread over the rows of each shape, against the twin. The twin is exact
+// (integer masses); a mismatch is tolerated only where the twin's margin to a
+// threshold is below 1e-5 (reported), which covers a last-bit difference of
+// the double exp between CUDA and Go.
+func TestSampleDrawVsCPU(t *testing.T) {
+	ctx, s := gpu(t)
+	d := devBufs{t, ctx, s}
+	rng := rand.New(rand.NewPCG(rand.Uint64(), 4))
+	temps := []float32{0.3, 1, 2}
+	topKs := []int32{0, 1, 50, 4096}
+	topPs := []float32{0, 0.5, 0.95}
+	minPs := []float32{0, 0.05}
+	type combo struct {
+		T      float32
+		k      int32
+		tp, mp float32
+	}
+	var grid []combo
+	for _, T := range temps {
+		for _, k := range topKs {
+			for _, tp := range topPs {
+				for _, mp := range minPs {
+					grid = append(grid, combo{T, k, tp, mp})
+				}
+			}
+		}
+	}
+	next := 0
+	for _, vocab := range []int{1000, 129280} {
+		for _, rows := range []int{1, 7, 64} {
+			for rep := 0; rep < 2; rep++ {
+				t.Run(fmt.Sprintf("rows%d_vocab%d_%d", rows, vocab, rep), func(t *testing.T) {
+					x := sampleLogits(rng, rows, vocab)
+					temp, topP, minP, u := make([]float32, rows), make([]float32, rows), make([]float32, rows), make([]float32, rows)
+					topK := make([]int32, rows)
+					for r := 0; r < rows; r++ {
+						c := grid[next%len(grid)]
+						next++
+						temp[r], topK[r], topP[r], minP[r] = c.T, c.k, c.tp, c.mp
+						u[r] = cuda.Uniform32(rng.Float64())
+						if r%16 == 9 {
+							temp[r] = 0 // greedy rows in the mix
+						}
+					}
+					ids := d.poisonedIDs(rows)
+					err := cuda.SampleDraw(s, ids, d.up(sliceBytes(x)), d.up(sliceBytes(temp)), d.up(sliceBytes(topK)),
+						d.up(sliceBytes(topP)), d.up(sliceBytes(minP)), d.up(sliceBytes(u)), rows, vocab)
+					if err != nil {
+						t.Fatal(err)
+					}
+					got := d.ids(ids, rows)
+					want, margin := cpuref.SampleDrawMargin(x, rows, vocab, temp, topK, topP, minP, u)
+					skipped := 0
+					for r := range got {
+						if got[r] == want[r] {
+							continue
+						}
+						if margin[r] < 1e-5 {
+							skipped++
+							continue
+						}
+						t.Errorf("row %d (T=%v k=%d top_p=%v min_p=%v u=%v): got %d, want %d (margin %.3g)",
+							r, temp[r], topK[r], topP[r], minP[r], u[r], got[r], want[r], margin[r])
+					}
+					if skipped > 0 {
+						t.Logf("%d of %d rows differ within 1e-5 of a threshold (tolerated)", skipped, rows)
+					}
+				})
+			}
+		}
+	}
+}
+
+func TestSampleLaunchErrors(t *testing.T) {
+	ctx, s := gpu(t)
+	d := devBufs{t, ctx, s}
+	p := d.up(make([]byte, 64))
+	if err := cuda.SampleArgmax(s, p, p, 1, 0); err == nil {
+		t.Error("vocab 0 accepted")
+	}
+	if err := cuda.SampleDraw(s, p, p, p, p, p, 0, p, 1, 10); err == nil {
+		t.Error("nil min_p accepted")
+	}
+	if err := cuda.SampleDraw(s, p, p, p, p, p, p, p, 0, 10); err != nil {
+		t.Errorf("rows 0: %v", err)
+	}
+}
+
+func TestUniform32(t *testing.T) {
+	for _, tc := range []struct {
+		in   float64
+		want float32
+	}{{0, 0}, {0.5, 0.5}, {math.Nextafter(1, 0), math.Nextafter32(1, 0)}, {math.NaN(), 0}} {
+		if got := cuda.Uniform32(tc.in); got != tc.want || got >= 1 {
+			t.Errorf("Uniform32(%v) = %v, want %v", tc.in, got, tc.want)
+		}
+	}
+}
