@@ -226,6 +226,9 @@ func (l *Layer) Forward(be backend.Backend, st backend.KVStore, a backend.Tensor
 			TopK: ix.TopK, Ratio: l.Ratio, Trace: check != nil}, b, sel); err != nil {
 			return nil, fmt.Errorf("attn indexer: %w", err)
 		}
+		if err := check.Check("indexer top-k", sel); err != nil {
+			return nil, err
+		}
 	}
 	if l.Comp != nil {
 		if err := step("compressor", nil, l.compress(be, st, a, l.Comp, backend.CompressKV, b)); err != nil {

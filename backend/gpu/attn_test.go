@@ -9,26 +9,6 @@ import (
 	"github.com/megamoe/megamoe/rope"
 )
 
-// kvTwin is a KV store on both backends.
-type kvTwin struct{ c, g backend.KVStore }
-
-// stepBatch builds a batch of sequences (slot i, blocks 4i..4i+3) with the
-// given starts and row counts.
-func stepBatch(starts, rows []int) *backend.Batch {
-	bt := &backend.Batch{}
-	r0 := 0
-	for i := range starts {
-		blocks := []int32{int32(4 * i), int32(4*i + 1), int32(4*i + 2), int32(4*i + 3)}
-		bt.Seqs = append(bt.Seqs, backend.SeqInfo{Slot: i, Blocks: blocks, Start: starts[i], Row0: r0, Rows: rows[i]})
-		for k := range rows[i] {
-			bt.Pos = append(bt.Pos, int32(starts[i]+k))
-			bt.Seq = append(bt.Seq, int32(i))
-		}
-		r0 += rows[i]
-	}
-	return bt
-}
-
 // TestKVStoreSteps runs compressor, indexer, sparse attention and window
 // writes over a multi-step schedule (prefill chunks, then decode) on layers of
 // ratio 0, 4 (with indexer) and 128, comparing every output with the CPU.

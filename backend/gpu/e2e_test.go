@@ -5,11 +5,15 @@ import (
 	"math"
 	"math/rand/v2"
 	"path/filepath"
+	"slices"
+	"strings"
 	"testing"
 
 	"github.com/megamoe/megamoe/backend"
 	"github.com/megamoe/megamoe/checkpoint"
 	"github.com/megamoe/megamoe/model"
+	"github.com/megamoe/megamoe/models"
+	"github.com/megamoe/megamoe/tokenizer"
 )
 
 var _ backend.Backend = (*Backend)(nil)
@@ -53,10 +57,106 @@ func argmax(v []float32) int32 {
 	return int32(best)
 }
 
-// TestSmallModelEndToEnd runs the small checkpoint (SWA, CSA, HCA layers, hash
-// and routed MoE) on the GPU and on the CPU: a 300-token prompt in chunks of
-// 64 (compressed entries of ratio 4 and 128 exist), then 32 greedy decode
-// steps. The greedy tokens must be equal and the logits close.
+// forced runs prompt in chunks, then feeds toks one by one (teacher forcing);
+// it returns the logits of every prefill row and of every forced step.
+func forced(t *testing.T, m *model.Model, prompt []int32, chunk int, toks []int32) [][]float32 {
+	t.Helper()
+	s := m.Cache().NewSequence()
+	defer m.FreeSequence(s)
+	var logits [][]float32
+	for i := 0; i < len(prompt); i += chunk {
+		o, err := m.Forward(&model.Batch{Items: []model.BatchItem{{Seq: s, Tokens: prompt[i:min(i+chunk, len(prompt))], AllLogits: true}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		logits = append(logits, o.Rows(0)...)
+	}
+	for _, tk := range toks {
+		o, err := m.Forward(&model.Batch{Items: []model.BatchItem{{Seq: s, Tokens: []int32{tk}}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		logits = append(logits, o.Last(0))
+	}
+	return logits
+}
+
+// rowRel is the relative L2 error of got against want.
+func rowRel(want, got []float32) float64 {
+	var n2, d2 float64
+	for j := range want {
+		d := float64(got[j] - want[j])
+		n2, d2 = n2+d*d, d2+float64(want[j])*float64(want[j])
+	}
+	return math.Sqrt(n2 / max(d2, 1e-30))
+}
+
+// TestRegressionPromptsOnGPU decodes the CI regression prompts (chat and
+// completion, as api's golden test) greedily on the embedded small model on
+// both backends: the tokens must be equal.
+func TestRegressionPromptsOnGPU(t *testing.T) {
+	g, err := New(Options{})
+	if err != nil {
+		t.Skipf("no GPU: %v", err)
+	}
+	defer g.Close()
+	dir, err := models.ExtractSmall()
+	if err != nil {
+		t.Fatal(err)
+	}
+	tok, err := tokenizer.LoadFile(filepath.Join(dir, "tokenizer.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, st, err := checkpoint.Load(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	opts := model.Options{CacheBytes: 64 << 20}
+	mc, err := model.New(w, nil, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mg, err := model.New(w, g, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	texts := []string{"The quick brown fox", "func main() {\n\tfmt.Println(", "1 2 3 4 5 6 7 8 9 10 11 12",
+		strings.Repeat("The engine reads the checkpoint, binds every tensor and runs the forward pass. ", 6)}
+	for _, c := range [][]tokenizer.Message{
+		{{Role: "user", Content: "Hello"}},
+		{{Role: "system", Content: "You are a helpful assistant."}, {Role: "user", Content: "What is 2+2?"}},
+		{{Role: "user", Content: "你好，世界。こんにちは"}},
+	} {
+		text, err := tokenizer.EncodeChat(c, nil, tokenizer.ChatOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		texts = append(texts, text)
+	}
+	for _, text := range texts {
+		var prompt []int32
+		for _, id := range tok.Encode(text) {
+			prompt = append(prompt, int32(id))
+		}
+		tc, _ := greedy(t, mc, prompt, 64, 12)
+		tg, _ := greedy(t, mg, prompt, 64, 12)
+		t.Logf("%q (%d tokens): cpu %v gpu %v", text[:min(len(text), 24)], len(prompt), tc, tg)
+		if !slices.Equal(tc, tg) {
+			t.Errorf("%q: greedy tokens differ: cpu %v gpu %v", text[:min(len(text), 24)], tc, tg)
+		}
+	}
+}
+
+// TestSmallModelEndToEnd runs generated small checkpoints (SWA, CSA, HCA
+// layers, hash and routed MoE; official and NVFP4) on a 300-token random
+// prompt in chunks of 64, then 32 decode steps teacher-forced with the CPU's
+// greedy tokens, and bounds the GPU's logits error row by row. On random
+// weights the logits are flat, so free-running greedy decoding diverges at
+// the first near-tie; the bounds are from the faithful arithmetic (bf16
+// storage points and FP8 re-quantisation flip where the summation orders of
+// the two backends differ), see docs/numerics.md.
 func TestSmallModelEndToEnd(t *testing.T) {
 	for _, format := range []string{checkpoint.GenOfficial, checkpoint.GenNVFP4} {
 		t.Run(format, func(t *testing.T) {
@@ -89,40 +189,39 @@ func TestSmallModelEndToEnd(t *testing.T) {
 				prompt[i] = int32(r.IntN(w.Config.Vocab))
 			}
 			tc, lc := greedy(t, mc, prompt, 64, 32)
-			tg, lg := greedy(t, mg, prompt, 64, 32)
-			worst := 0.0
+			lg := forced(t, mg, prompt, 64, tc)
+			rels := make([]float64, len(lc))
+			agree := 0
 			for i := range lc {
-				var num, den float64
-				for j := range lc[i] {
-					if math.IsNaN(float64(lg[i][j])) || math.IsInf(float64(lg[i][j]), 0) {
+				for _, v := range lg[i] {
+					if math.IsNaN(float64(v)) || math.IsInf(float64(v), 0) {
 						t.Fatalf("non-finite GPU logit at row %d", i)
 					}
-					num = max(num, math.Abs(float64(lg[i][j]-lc[i][j])))
-					den = max(den, math.Abs(float64(lc[i][j])))
 				}
-				worst = max(worst, num/den)
-			}
-			same := 0
-			for i := range tc {
-				if tc[i] == tg[i] {
-					same++
+				rels[i] = rowRel(lc[i], lg[i])
+				if argmax(lc[i]) == argmax(lg[i]) {
+					agree++
 				}
 			}
-			t.Logf("%s: greedy tokens equal %d/%d; max relative logit difference %.3g over %d rows", format, same, len(tc), worst, len(lc))
-			t.Logf("cpu %v", tc)
-			t.Logf("gpu %v", tg)
-			if same != len(tc) {
-				t.Errorf("greedy tokens differ")
-			}
-			if same != len(tc) || worst > 5e-2 {
+			sorted := slices.Clone(rels)
+			slices.Sort(sorted)
+			med, p90, worst := sorted[len(sorted)/2], sorted[len(sorted)*9/10], sorted[len(sorted)-1]
+			t.Logf("%s: %d rows: logits rel error median %.3g, p90 %.3g, max %.3g (row %d); argmax agrees on %d/%d rows",
+				format, len(lc), med, p90, worst, slices.Index(rels, worst), agree, len(lc))
+			if med > medianLogitBound || worst > maxLogitBound || float64(agree) < 0.9*float64(len(lc)) {
+				t.Errorf("logits: median %.3g (bound %.0e), max %.3g (bound %.0e), argmax agreement %d/%d (bound 90%%)",
+					med, medianLogitBound, worst, maxLogitBound, agree, len(lc))
 				firstDivergence(t, w, g, opts, prompt, 64, tc)
-			}
-			if worst > 5e-2 {
-				t.Errorf("max relative logit difference %.3g > 5e-2", worst)
 			}
 		})
 	}
 }
+
+// Documented bounds (docs/numerics.md) for the teacher-forced logits error.
+const (
+	medianLogitBound = 5e-2
+	maxLogitBound    = 2.5e-1
+)
 
 // probeRec records every traced component output of one forward step.
 type probeRec struct {
@@ -184,17 +283,30 @@ func firstDivergence(t *testing.T, w *checkpoint.Weights, g *Backend, opts model
 		}
 		for i, name := range cr.names {
 			a, b := cr.vals[i], gr.vals[i]
+			if strings.HasSuffix(name, " ids") || strings.HasSuffix(name, "top-k") {
+				diff := 0
+				for j := range a {
+					if a[j] != b[j] {
+						diff++
+					}
+				}
+				if diff > 0 {
+					t.Logf("step %d %q: %d of %d ids differ", si, name, diff, len(a))
+				}
+				continue
+			}
 			var num, den float64
 			for j := range a {
 				d := float64(b[j] - a[j])
 				num, den = num+d*d, den+float64(a[j])*float64(a[j])
 			}
 			rel := math.Sqrt(num / max(den, 1e-30))
-			if rel > 2e-2 || math.IsNaN(rel) {
+			if rel > 2e-2 || math.IsNaN(rel) || worstRow(a, b, len(st)) > 5e-2 {
 				// Few wholly different rows mean a discrete flip (a routing or
 				// top-k near-tie); all rows a little off mean arithmetic.
 				cols := len(a) / len(st)
 				bad, worst := 0, 0.0
+				var badRows []int
 				for r := range len(st) {
 					var n2, d2 float64
 					for j := r * cols; j < (r+1)*cols; j++ {
@@ -205,10 +317,26 @@ func firstDivergence(t *testing.T, w *checkpoint.Weights, g *Backend, opts model
 					worst = max(worst, rr)
 					if rr > 2e-2 {
 						bad++
+						if len(badRows) < 8 {
+							badRows = append(badRows, r)
+						}
 					}
 				}
 				t.Errorf("first divergence: step %d (%d tokens at position %d), component %q, rel %.3g (%d values); %d of %d rows off by > 2e-2, worst row %.3g; previous component %q",
 					si, len(st), sc.Len()-len(st), name, rel, len(a), bad, len(st), worst, prev(cr.names, i))
+				t.Logf("rows off: %v", badRows)
+				// The routing of those rows, when a router ran before.
+				for k := i - 1; k >= 0; k-- {
+					if strings.HasSuffix(cr.names[k], "moe router ids") || strings.HasSuffix(cr.names[k], "moe router weights") {
+						kc := len(cr.vals[k]) / len(st)
+						for _, r := range badRows {
+							t.Logf("%s row %d: cpu %v gpu %v", cr.names[k], r, cr.vals[k][r*kc:(r+1)*kc], gr.vals[k][r*kc:(r+1)*kc])
+						}
+					}
+					if strings.HasSuffix(cr.names[k], "moe router weights") {
+						break
+					}
+				}
 				return
 			}
 		}
@@ -221,4 +349,19 @@ func prev(names []string, i int) string {
 		return ""
 	}
 	return names[i-1]
+}
+
+// worstRow is the largest relative L2 error of one row.
+func worstRow(a, b []float32, rows int) float64 {
+	cols := len(a) / rows
+	worst := 0.0
+	for r := range rows {
+		var n2, d2 float64
+		for j := r * cols; j < (r+1)*cols; j++ {
+			d := float64(b[j] - a[j])
+			n2, d2 = n2+d*d, d2+float64(a[j])*float64(a[j])
+		}
+		worst = max(worst, math.Sqrt(n2/max(d2, 1e-30)))
+	}
+	return worst
 }

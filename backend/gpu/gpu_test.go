@@ -15,14 +15,7 @@ import (
 	"github.com/megamoe/megamoe/safetensors"
 )
 
-// pair runs an op on the CPU reference and on the GPU with the same inputs.
-type pair struct {
-	t   *testing.T
-	c   *cpu.Backend
-	g   *Backend
-	rng *rand.Rand
-}
-
+// newPair pairs a fresh GPU backend (skipping without one) with the CPU reference.
 func newPair(t *testing.T, mode backend.Numerics) *pair {
 	t.Helper()
 	g, err := New(Options{})
@@ -39,76 +32,13 @@ func newPair(t *testing.T, mode backend.Numerics) *pair {
 	g.SetNumerics(mode)
 	seed := rand.Uint64()
 	t.Logf("seed %d, numerics %v", seed, mode)
-	return &pair{t: t, c: c, g: g, rng: rand.New(rand.NewPCG(seed, 1))}
+	return newPairOn(t, c, g, seed)
 }
 
-type twin struct {
-	c, g backend.Tensor
-	host []float32
-}
-
-// rand makes bf16-representable normal values times scale on both backends.
-func (p *pair) rand(rows, cols int, scale float64) twin {
-	v := make([]float32, rows*cols)
-	for i := range v {
-		v[i] = num.RoundBF16(float32(p.rng.NormFloat64() * scale))
-	}
-	return p.from(rows, cols, v)
-}
-
-func (p *pair) from(rows, cols int, v []float32) twin {
-	ct := cpu.NewTensor(rows, cols, append([]float32(nil), v...))
-	gt := p.g.Alloc(rows, cols, backend.F32)
-	if err := p.g.Upload(gt, v); err != nil {
-		p.t.Fatal(err)
-	}
-	return twin{c: ct, g: gt, host: v}
-}
-
-// out allocates an output pair; the GPU side is poisoned (NaN).
-func (p *pair) out(rows, cols int) twin {
-	gt := p.g.Alloc(rows, cols, backend.F32)
-	if err := p.g.Poison(gt); err != nil {
-		p.t.Fatal(err)
-	}
-	return twin{c: cpu.NewTensor(rows, cols, make([]float32, rows*cols)), g: gt}
-}
-
-// check compares the GPU result with the CPU's: relative L2 error ≤ lim and
-// no non-finite value where the CPU has none.
-func (p *pair) check(name string, o twin, lim float64) {
-	p.t.Helper()
-	want := o.c.(*cpu.Tensor).F
-	got := make([]float32, len(want))
-	if err := p.g.Download(o.g, got); err != nil {
-		p.t.Fatalf("%s: %v", name, err)
-	}
-	var num2, den2, maxAbs float64
-	bad := 0
-	for i := range want {
-		w, g := float64(want[i]), float64(got[i])
-		if math.IsNaN(g) || math.IsInf(g, 0) {
-			if !(math.IsNaN(w) || math.IsInf(w, 0)) {
-				bad++
-			}
-			continue
-		}
-		d := g - w
-		num2 += d * d
-		den2 += w * w
-		maxAbs = max(maxAbs, math.Abs(d))
-	}
-	rel := math.Sqrt(num2 / max(den2, 1e-30))
-	p.t.Logf("%-40s n=%-8d rel=%.2e max=%.3g nonfinite=%d lim=%.0e", name, len(want), rel, maxAbs, bad, lim)
-	if bad > 0 || rel > lim {
-		p.t.Errorf("%s: rel %.3e (limit %.0e), %d non-finite outputs", name, rel, lim, bad)
-	}
-}
-
-func must(t *testing.T, err error) {
+func must(t Reporter, err error) {
 	t.Helper()
 	if err != nil {
-		t.Fatal(err)
+		t.Fatalf("%v", err)
 	}
 }
 
@@ -227,53 +157,6 @@ func TestEmbedAndRope(t *testing.T) {
 			}
 		})
 	}
-}
-
-// randLinear makes a random weight of the given format (codes chosen finite).
-func randLinear(rng *rand.Rand, f checkpoint.Format, out, in int) *checkpoint.Linear {
-	l := &checkpoint.Linear{Name: fmt.Sprintf("w_%v_%dx%d", f, out, in), Format: f, Out: out, In: in}
-	n := out * in
-	bytes := func(k int, gen func() byte) []byte {
-		b := make([]byte, k)
-		for i := range b {
-			b[i] = gen()
-		}
-		return b
-	}
-	e4m3 := func() byte {
-		for {
-			b := byte(rng.IntN(256))
-			if b&0x7f != 0x7f {
-				return b
-			}
-		}
-	}
-	switch f {
-	case checkpoint.FormatBF16:
-		d := make([]byte, 2*n)
-		for i := 0; i < n; i++ {
-			binary.LittleEndian.PutUint16(d[2*i:], uint16(num.BF16FromF32(float32(rng.NormFloat64()*0.05))))
-		}
-		l.Weight = safetensors.Tensor{DType: safetensors.BF16, Shape: []int{out, in}, Data: d}
-	case checkpoint.FormatF32:
-		d := make([]byte, 4*n)
-		for i := 0; i < n; i++ {
-			binary.LittleEndian.PutUint32(d[4*i:], math.Float32bits(float32(rng.NormFloat64()*0.05)))
-		}
-		l.Weight = safetensors.Tensor{DType: safetensors.F32, Shape: []int{out, in}, Data: d}
-	case checkpoint.FormatFP8Block:
-		sc := (in + 127) / 128
-		l.Weight = safetensors.Tensor{DType: safetensors.F8E4M3, Shape: []int{out, in}, Data: bytes(n, e4m3)}
-		l.Scale = safetensors.Tensor{DType: safetensors.F8E8M0, Shape: []int{(out + 127) / 128, sc}, Data: bytes((out+127)/128*sc, func() byte { return byte(118 + rng.IntN(4)) })}
-	case checkpoint.FormatMXFP4:
-		l.Weight = safetensors.Tensor{DType: safetensors.I8, Shape: []int{out, in / 2}, Data: bytes(n/2, func() byte { return byte(rng.IntN(256)) })}
-		l.Scale = safetensors.Tensor{DType: safetensors.F8E8M0, Shape: []int{out, in / 32}, Data: bytes(out*in/32, func() byte { return byte(121 + rng.IntN(4)) })}
-	case checkpoint.FormatNVFP4:
-		l.Weight = safetensors.Tensor{DType: safetensors.U8, Shape: []int{out, in / 2}, Data: bytes(n/2, func() byte { return byte(rng.IntN(256)) })}
-		l.Scale = safetensors.Tensor{DType: safetensors.F8E4M3, Shape: []int{out, in / 16}, Data: bytes(out*in/16, func() byte { return byte(0x30 + rng.IntN(0x10)) })}
-		l.Scale2 = 0.01
-	}
-	return l
 }
 
 func TestLinears(t *testing.T) {

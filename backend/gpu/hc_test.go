@@ -6,20 +6,10 @@ import (
 	"testing"
 
 	"github.com/megamoe/megamoe/backend"
-	"github.com/megamoe/megamoe/backend/cpu"
 	"github.com/megamoe/megamoe/num"
 )
 
 var hcModes = []backend.Numerics{backend.Faithful, backend.Exact}
-
-// hcRand returns n normal values times scale (not bf16-rounded: parameters are fp32).
-func hcRand(p *pair, n int, scale float64) []float32 {
-	v := make([]float32, n)
-	for i := range v {
-		v[i] = float32(p.rng.NormFloat64() * scale)
-	}
-	return v
-}
 
 func TestHeadNorm(t *testing.T) {
 	for _, mode := range hcModes {
@@ -76,21 +66,6 @@ func TestHadamardFP4(t *testing.T) {
 			}
 		})
 	}
-}
-
-// hcParams makes random hc parameters for both backends: fn scaled so the
-// projections are O(1), and a strongly asymmetric comb base (catches Cᵀ vs C).
-func (p *pair) hcParams(mix, n, d int, scale []float32) (backend.HC, backend.HC) {
-	fn := hcRand(p, mix*n*d, 1/math.Sqrt(float64(n*d)))
-	base := hcRand(p, mix, 0.5)
-	if mix > n {
-		for j := range n {
-			base[2*n+j*n+(j+1)%n] += 3
-		}
-	}
-	g, err := p.g.NewHC(mix, n*d, fn, base, scale)
-	must(p.t, err)
-	return cpu.NewHC(mix, n*d, fn, base, scale), g
 }
 
 func TestHcPreHead(t *testing.T) {

@@ -1,7 +1,6 @@
 package gpu
 
 import (
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"math"
@@ -11,45 +10,7 @@ import (
 	"github.com/megamoe/megamoe/backend"
 	"github.com/megamoe/megamoe/backend/cpu"
 	"github.com/megamoe/megamoe/checkpoint"
-	"github.com/megamoe/megamoe/safetensors"
 )
-
-// ids makes an I32 pair from host values.
-func (p *pair) ids(rows, cols int, v []int32) twin {
-	ct := p.c.Alloc(rows, cols, backend.I32).(*cpu.Tensor)
-	copy(ct.I, v)
-	gt := p.g.Alloc(rows, cols, backend.I32)
-	must(p.t, p.g.UploadI32(gt, v))
-	return twin{c: ct, g: gt}
-}
-
-func (p *pair) outI32(rows, cols int) twin {
-	gt := p.g.Alloc(rows, cols, backend.I32)
-	must(p.t, p.g.Poison(gt))
-	return twin{c: p.c.Alloc(rows, cols, backend.I32), g: gt}
-}
-
-// checkIDs requires identical ids.
-func (p *pair) checkIDs(name string, o twin) {
-	p.t.Helper()
-	want := o.c.(*cpu.Tensor).I
-	got := make([]int32, len(want))
-	must(p.t, p.g.DownloadI32(o.g, got))
-	for i := range want {
-		if got[i] != want[i] {
-			p.t.Errorf("%s: id %d = %d, want %d", name, i, got[i], want[i])
-			return
-		}
-	}
-}
-
-func i64Table(v []int64, rows, cols int) safetensors.Tensor {
-	d := make([]byte, 8*len(v))
-	for i, x := range v {
-		binary.LittleEndian.PutUint64(d[8*i:], uint64(x))
-	}
-	return safetensors.Tensor{Name: "tid2eid", DType: safetensors.I64, Shape: []int{rows, cols}, Data: d}
-}
 
 func TestRouter(t *testing.T) {
 	for _, mode := range []backend.Numerics{backend.Faithful, backend.Exact} {
@@ -121,38 +82,6 @@ func TestRouter(t *testing.T) {
 			}
 		})
 	}
-}
-
-func randExperts(p *pair, f checkpoint.Format, E, dim, inter int) []checkpoint.Expert {
-	ex := make([]checkpoint.Expert, E)
-	for i := range ex {
-		ex[i] = checkpoint.Expert{W1: *randLinear(p.rng, f, inter, dim), W2: *randLinear(p.rng, f, dim, inter), W3: *randLinear(p.rng, f, inter, dim)}
-		if f == checkpoint.FormatNVFP4 {
-			ex[i].W1.Scale2, ex[i].W2.Scale2, ex[i].W3.Scale2 = 0.01*float32(1+i%3), 0.02, 0.005*float32(1+i%5)
-		}
-	}
-	return ex
-}
-
-// routing picks K distinct experts per row: expert 0 never, expert 1 only in
-// row 0 slot 0 (a single-pair expert), the rest at random.
-func routing(p *pair, n, E, K int) ([]int32, []float32) {
-	ids := make([]int32, n*K)
-	w := make([]float32, n*K)
-	for r := range n {
-		used := map[int32]bool{}
-		for k := range K {
-			e := int32(1)
-			if r != 0 || k != 0 {
-				for e = int32(2 + p.rng.IntN(E-2)); used[e]; e = int32(2 + p.rng.IntN(E-2)) {
-				}
-			}
-			used[e] = true
-			ids[r*K+k] = e
-			w[r*K+k] = float32(0.1 + p.rng.Float64())
-		}
-	}
-	return ids, w
 }
 
 func TestExperts(t *testing.T) {

@@ -5,7 +5,10 @@
 //	gpucheck [--model flash,pro] [--reps 20]
 //	    runs every kernel at the real DeepSeek-V4 Flash/Pro dimensions against
 //	    its CPU twin and prints component, shape, cosine, relative error, max
-//	    abs error, non-finite count and time.
+//	    abs error, non-finite count and time; then (--ops, default on) runs
+//	    every backend op of backend/gpu against backend/cpu at the same
+//	    dimensions on fresh random inputs (faithful numerics; --exact adds
+//	    exact), one row per comparison.
 //
 // The exit status is non-zero if anything fails or misses its threshold.
 package main
@@ -30,13 +33,23 @@ func main() {
 	models := flag.String("model", "flash,pro", "models whose dimensions to check")
 	reps := flag.Int("reps", 20, "timed launches per case (median reported)")
 	ordinal := flag.Int("device", 0, "CUDA device ordinal")
-	filter := flag.String("only", "", "run only components containing this string")
+	filter := flag.String("only", "", "run only components (kernel cases and op groups) containing this string")
+	ops := flag.Bool("ops", true, "after the kernel cases, compare every backend op GPU vs CPU")
+	exact := flag.Bool("exact", false, "with --ops: also run the ops in exact numerics")
+	seed := flag.Uint64("seed", 0, "random seed (0 = from the clock)")
+	verbose := flag.Bool("v", false, "print the op comparisons' log lines")
 	flag.Parse()
+	if *seed == 0 {
+		*seed = uint64(time.Now().UnixNano())
+	}
 	var err error
 	if *compileOnly {
 		err = compileAll(strings.Split(*archs, ","), *dump)
 	} else {
-		err = checkAll(*ordinal, strings.Split(*models, ","), *reps, *filter)
+		err = checkAll(*ordinal, strings.Split(*models, ","), *reps, *filter, *seed)
+		if *ops {
+			err = errors.Join(err, checkOps(*ordinal, strings.Split(*models, ","), *exact, *filter, *seed, *verbose))
+		}
 	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "gpucheck:", err)
@@ -96,7 +109,7 @@ func firstLine(s string) string {
 	return s
 }
 
-func checkAll(ordinal int, models []string, reps int, filter string) error {
+func checkAll(ordinal int, models []string, reps int, filter string, seed uint64) error {
 	drv, err := cuda.Load()
 	if err != nil {
 		return err
@@ -144,7 +157,7 @@ func checkAll(ordinal int, models []string, reps int, filter string) error {
 		fmt.Printf("  %-14s %3d regs, %d local bytes, %d static smem\n", k[1], regs, local, smem)
 	}
 
-	env := &kcheck.Env{Ctx: ctx, S: s, Reps: reps, Seed: uint64(time.Now().UnixNano())}
+	env := &kcheck.Env{Ctx: ctx, S: s, Reps: reps, Seed: seed}
 	var rows []string
 	failed := 0
 	for _, name := range models {

@@ -1,0 +1,110 @@
+package gpu
+
+import (
+	"math"
+	"math/rand/v2"
+	"strings"
+	"testing"
+
+	"github.com/megamoe/megamoe/backend"
+	"github.com/megamoe/megamoe/backend/cpu"
+	"github.com/megamoe/megamoe/rope"
+)
+
+// tinyDims keep every CheckOps group to milliseconds on the CPU side.
+func tinyDims() OpDims {
+	return OpDims{Name: "tiny", Dim: 256, Heads: 4, HeadDim: 128, RopeDim: 64, QLora: 128, OGroups: 2, OLora: 128,
+		HcMult: 4, Sinkhorn: 20, Window: 16, IndexHeads: 4, IndexHeadDim: 64, IndexTopK: 12,
+		Experts: 32, TopK: 3, Inter: 128, ExpertSample: 8, Vocab: 1000,
+		SwigluLimit: 10, RouteScale: 1.5, NormEps: 1e-6, HcEps: 1e-6, RopeTheta: 10000, CompressTheta: 160000,
+		YaRN:   &rope.YaRN{Factor: 16, OriginalLen: 65536, BetaFast: 32, BetaSlow: 1},
+		Tokens: []int{1, 5, 67}, BigTokens: []int{1, 9}, HeadRows: []int{1, 3},
+		Prefill: 300, Prefill2: 37, DecodeSteps: 3, HashRows: 50}
+}
+
+func TestCheckOpsTiny(t *testing.T) {
+	for _, mode := range []backend.Numerics{backend.Faithful, backend.Exact} {
+		t.Run(mode.String(), func(t *testing.T) {
+			p := newPair(t, mode) // skips without a GPU
+			seed := rand.Uint64()
+			t.Logf("seed %d", seed)
+			rows := CheckOps(p.g.(*Backend), tinyDims(), mode, seed, "", t)
+			if len(rows) < 50 {
+				t.Errorf("only %d rows", len(rows))
+			}
+			for _, r := range rows {
+				t.Log(FormatRow(r))
+				if !r.Pass {
+					t.Errorf("failed: %s", FormatRow(r))
+				}
+			}
+		})
+	}
+}
+
+// cpuDevice stands in for the GPU so the CheckOps plumbing runs everywhere.
+type cpuDevice struct{ *cpu.Backend }
+
+func (d cpuDevice) Poison(t backend.Tensor) error {
+	ct := t.(*cpu.Tensor)
+	for i := range ct.F {
+		ct.F[i] = float32(math.NaN())
+	}
+	for i := range ct.I {
+		ct.I[i] = -7
+	}
+	return nil
+}
+
+func (d cpuDevice) UploadI32(t backend.Tensor, v []int32) error {
+	copy(t.(*cpu.Tensor).I, v)
+	return nil
+}
+
+func (d cpuDevice) NewVec(v []float32) (backend.Vec, error) { return cpu.NewVec(v), nil }
+
+func (d cpuDevice) NewMat(r, c int, v []float32) (backend.Mat, error) {
+	return cpu.NewMat(r, c, v), nil
+}
+
+func (d cpuDevice) NewHC(mix, width int, fn, base, scale []float32) (backend.HC, error) {
+	return cpu.NewHC(mix, width, fn, base, scale), nil
+}
+
+func (d cpuDevice) Sync() error { return nil }
+
+// TestCheckOpsCPU runs CheckOps' plumbing with the CPU on both sides: every
+// row must match exactly and no group may abort.
+func TestCheckOpsCPU(t *testing.T) {
+	for _, mode := range []backend.Numerics{backend.Faithful, backend.Exact} {
+		rows := checkOps(cpuDevice{cpu.New(cpu.Options{})}, tinyDims(), mode, 1, "", t)
+		for _, r := range rows {
+			t.Log(FormatRow(r))
+		}
+		groups := map[string]bool{}
+		for _, r := range rows {
+			if !r.Pass || r.Rel != 0 || r.Cos < 1-1e-12 {
+				t.Errorf("%s", FormatRow(r))
+			}
+			groups[strings.Fields(r.Name)[2]] = true
+		}
+		if len(rows) < 50 || len(groups) < 15 {
+			t.Errorf("%v: %d rows over ops %v", mode, len(rows), groups)
+		}
+	}
+}
+
+func TestPresetDims(t *testing.T) {
+	for _, c := range []struct {
+		d                         OpDims
+		dim, heads, experts, topK int
+	}{{FlashDims(), 4096, 64, 256, 512}, {ProDims(), 7168, 128, 384, 1024}} {
+		d := c.d
+		if d.Dim != c.dim || d.Heads != c.heads || d.Experts != c.experts || d.IndexTopK != c.topK || d.YaRN == nil {
+			t.Errorf("%s: %+v", d.Name, d)
+		}
+		if d.Heads*d.HeadDim%d.OGroups != 0 || d.HeadDim-d.RopeDim <= 0 || d.ExpertSample < d.TopK+2 {
+			t.Errorf("%s: inconsistent dims %+v", d.Name, d)
+		}
+	}
+}
