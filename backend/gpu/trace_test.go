@@ -34,14 +34,7 @@ func TestTraceNonFiniteOnGPU(t *testing.T) {
 			sc[len(sc)-1] = 0xff                       // e8m0 NaN
 			l.Scale.Data = sc
 			opts := model.Options{CacheBytes: 16 << 20, TraceNonFinite: true}
-			mc, err := model.New(w, nil, opts)
-			if err != nil {
-				t.Fatal(err)
-			}
-			mg, err := model.New(w, g, opts)
-			if err != nil {
-				t.Fatal(err)
-			}
+			mc, mg := twinModels(t, w, g, opts)
 			prompt := []int32{5, 17, 3, 99, 42, 7, 250, 11, 64, 8}
 			run := func(m *model.Model) *model.NonFiniteError {
 				s := m.Cache().NewSequence()
