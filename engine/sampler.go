@@ -163,7 +163,7 @@ func (s *Sampler) processed(logits []float32) []float32 {
 // Only the candidates that can survive the filters are sorted (a full sort of a
 // 129k vocabulary per token would dominate a decode step on the CPU).
 func (s *Sampler) choose(x []float32) int32 {
-	best := argmax(x)
+	best := Argmax(x)
 	if s.p.Temperature == 0 || math.IsInf(float64(x[best]), 0) {
 		// Greedy; or nothing is possible (argmax then picks id 0); or a +inf
 		// logit, which takes all the mass.
@@ -273,7 +273,9 @@ func (s *Sampler) choose(x []float32) int32 {
 	return idx[n-1]
 }
 
-func argmax(x []float32) int32 {
+// Argmax is the greedy choice: the largest logit, ties to the lower id, NaN
+// skipped (an all-NaN row gives 0).
+func Argmax(x []float32) int32 {
 	best := 0
 	for i, v := range x {
 		if v > x[best] || (x[best] != x[best] && v == v) {

@@ -12,6 +12,7 @@ import (
 
 	"github.com/megamoe/megamoe/backend"
 	"github.com/megamoe/megamoe/checkpoint"
+	"github.com/megamoe/megamoe/engine"
 	"github.com/megamoe/megamoe/kvcache"
 	"github.com/megamoe/megamoe/model"
 	"github.com/megamoe/megamoe/models"
@@ -28,7 +29,7 @@ func greedy(t *testing.T, m *model.Model, prompt []int32, chunk, n int) ([]int32
 	defer m.FreeSequence(s)
 	logits := prefill(t, m, s, prompt, chunk)
 	var toks []int32
-	next := argmax(logits[len(logits)-1])
+	next := engine.Argmax(logits[len(logits)-1])
 	for range n {
 		toks = append(toks, next)
 		o, err := m.Forward(&model.Batch{Items: []model.BatchItem{{Seq: s, Tokens: []int32{next}}}})
@@ -37,19 +38,9 @@ func greedy(t *testing.T, m *model.Model, prompt []int32, chunk, n int) ([]int32
 		}
 		l := o.Last(0)
 		logits = append(logits, l)
-		next = argmax(l)
+		next = engine.Argmax(l)
 	}
 	return toks, logits
-}
-
-func argmax(v []float32) int32 {
-	best := 0
-	for i, x := range v {
-		if x > v[best] {
-			best = i
-		}
-	}
-	return int32(best)
 }
 
 // prefill runs prompt in chunks on s and returns every row's logits.
@@ -111,13 +102,8 @@ func TestRegressionPromptsOnGPU(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	w, st, err := checkpoint.Load(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
 	opts := model.Options{CacheBytes: 64 << 20}
-	mc, mg := twinModels(t, w, g, opts)
+	w, mc, mg := loadTwin(t, dir, g, opts)
 	texts := []string{"The quick brown fox", "func main() {\n\tfmt.Println(", "1 2 3 4 5 6 7 8 9 10 11 12",
 		strings.Repeat("The engine reads the checkpoint, binds every tensor and runs the forward pass. ", 6)}
 	for _, c := range [][]tokenizer.Message{
@@ -168,13 +154,8 @@ func TestSmallModelEndToEnd(t *testing.T) {
 			if err := checkpoint.Generate(dir, checkpoint.GenSpec{Format: format, Seed: 1}); err != nil {
 				t.Fatal(err)
 			}
-			w, st, err := checkpoint.Load(dir)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer st.Close()
 			opts := model.Options{CacheBytes: 64 << 20}
-			mc, mg := twinModels(t, w, g, opts)
+			w, mc, mg := loadTwin(t, dir, g, opts)
 			r := rand.New(rand.NewPCG(3, 4))
 			prompt := make([]int32, 300)
 			for i := range prompt {
@@ -204,7 +185,7 @@ func (p *errProfile) add(ref, got [][]float32) {
 			r = math.Inf(1) // non-finite logits fail every bound
 		}
 		p.rels = append(p.rels, r)
-		if argmax(ref[i]) == argmax(got[i]) {
+		if engine.Argmax(ref[i]) == engine.Argmax(got[i]) {
 			p.agree++
 		}
 	}
@@ -397,6 +378,19 @@ func worstRow(a, b []float32, rows int) float64 {
 		worst = max(worst, math.Sqrt(n2/max(d2, 1e-30)))
 	}
 	return worst
+}
+
+// loadTwin loads the checkpoint in dir (closed at the end of the test) and
+// builds it on both backends.
+func loadTwin(t *testing.T, dir string, g *Backend, opts model.Options) (*checkpoint.Weights, *model.Model, *model.Model) {
+	t.Helper()
+	w, st, err := checkpoint.Load(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	mc, mg := twinModels(t, w, g, opts)
+	return w, mc, mg
 }
 
 // twinModels builds w on the CPU reference and on the GPU.

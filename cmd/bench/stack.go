@@ -17,6 +17,7 @@ import (
 	"github.com/megamoe/megamoe/backend/cpu"
 	"github.com/megamoe/megamoe/backend/gpu"
 	"github.com/megamoe/megamoe/checkpoint"
+	"github.com/megamoe/megamoe/engine"
 	"github.com/megamoe/megamoe/kvcache"
 	"github.com/megamoe/megamoe/model"
 )
@@ -302,7 +303,7 @@ func runPlan(m *model.Model, f *stackFlags) (*stackResult, error) {
 		if err := checkFinite("prefill", i, s.Len(), last); err != nil {
 			return nil, err
 		}
-		r.tokens[i] = argmax(last)
+		r.tokens[i] = engine.Argmax(last)
 	}
 	r.prefill = time.Since(t0)
 	for step := range f.decode {
@@ -321,20 +322,10 @@ func runPlan(m *model.Model, f *stackFlags) (*stackResult, error) {
 			if err := checkFinite(fmt.Sprintf("decode step %d", step), i, s.Len(), last); err != nil {
 				return nil, err
 			}
-			r.tokens[i] = argmax(last)
+			r.tokens[i] = engine.Argmax(last)
 		}
 	}
 	return r, nil
-}
-
-func argmax(v []float32) int32 {
-	best := 0
-	for i, x := range v {
-		if x > v[best] {
-			best = i
-		}
-	}
-	return int32(best)
 }
 
 func (r *stackResult) print(out io.Writer, f *stackFlags) {

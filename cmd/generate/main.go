@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"github.com/megamoe/megamoe/backend"
 	"github.com/megamoe/megamoe/backend/gpu"
+	"github.com/megamoe/megamoe/engine"
 	"io"
 	"math"
 	"os"
@@ -53,16 +54,6 @@ func parseTokens(s string) ([]int32, error) {
 		return nil, errors.New("--tokens: no token ids")
 	}
 	return out, nil
-}
-
-func argmax(v []float32) int32 {
-	best := 0
-	for i, x := range v {
-		if x > v[best] || (v[best] != v[best] && x == x) {
-			best = i
-		}
-	}
-	return int32(best)
 }
 
 func run(args []string, stdout, stderr io.Writer) error {
@@ -148,7 +139,7 @@ func run(args []string, stdout, stderr io.Writer) error {
 	t2 := time.Now()
 	var gen []int32
 	for range f.steps {
-		next := argmax(rows[len(rows)-1])
+		next := engine.Argmax(rows[len(rows)-1])
 		gen = append(gen, next)
 		out, err := m.Forward(&model.Batch{Items: []model.BatchItem{{Seq: seq, Tokens: []int32{next}}}})
 		if err != nil {

@@ -184,15 +184,3 @@ func sampleRow(x []float32, T float32, k int32, tp, mp, u float32) (int32, float
 	return int32(best), margin
 }
 
-// Uniform32 narrows a uniform float64 in [0, 1) to float32, kept below 1 (as
-// cuda.Uniform32).
-func Uniform32(u float64) float32 {
-	f := float32(u)
-	if !(f >= 0) {
-		return 0
-	}
-	if f >= 1 {
-		return math.Nextafter32(1, 0)
-	}
-	return f
-}

@@ -5,6 +5,7 @@ import (
 	"math/rand/v2"
 	"testing"
 
+	"github.com/megamoe/megamoe/cuda"
 	"github.com/megamoe/megamoe/cuda/cpuref"
 	"github.com/megamoe/megamoe/engine"
 )
@@ -89,7 +90,7 @@ func TestSampleDrawMatchesEngine(t *testing.T) {
 							seed := rng.Uint64()
 							ep := engine.SamplingParams{Temperature: float64(T), TopK: int(k), TopP: float64(tp), MinP: float64(mp), Seed: &seed}
 							want := engine.NewSampler(ep, nil).Sample(x).ID
-							u := cpuref.Uniform32(rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)).Float64())
+							u := cuda.Uniform32(rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)).Float64())
 							ids, margin := cpuref.SampleDrawMargin(x, 1, vocab, []float32{T}, []int32{k}, []float32{tp}, []float32{mp}, []float32{u})
 							rows++
 							if ids[0] == want {
