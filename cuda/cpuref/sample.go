@@ -183,4 +183,3 @@ func sampleRow(x []float32, T float32, k int32, tp, mp, u float32) (int32, float
 	}
 	return int32(best), margin
 }
-
