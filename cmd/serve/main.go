@@ -140,9 +140,13 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 	srvErr := make(chan error, 1)
 	go func() { srvErr <- srv.Serve(ln) }()
 
+	// Shutdown runs these hooks after it has closed the listener, so the drain
+	// message never precedes the moment new connections are refused.
+	srv.RegisterOnShutdown(func() {
+		log.Info("shutting down: draining in-flight requests", "timeout", o.shutdownTimeout)
+	})
 	select {
 	case <-ctx.Done():
-		log.Info("shutting down: draining in-flight requests", "timeout", o.shutdownTimeout)
 	case err = <-srvErr:
 	}
 	// Shutdown closes the listener at once, so new connections are refused, and
