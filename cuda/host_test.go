@@ -80,8 +80,8 @@ func TestLauncherShapeChecks(t *testing.T) {
 	for name, err := range map[string]error{
 		"rmsnorm odd":  RMSNorm(nil, 0, 0, 0, 1, 7, 1e-6),
 		"quant cols":   QuantFP8Act(nil, 0, 0, 0, 1, 100),
-		"linear k":     LinearFP8(nil, 0, 0, 0, 0, 0, 1, 8, 100),
-		"linear n":     LinearFP8(nil, 0, 0, 0, 0, 0, 1, 7, 128),
+		"linear k":     LinearFP8(nil, 0, 0, 0, 0, 0, 1, 8, 100, 0),
+		"linear n":     LinearFP8(nil, 0, 0, 0, 0, 0, 1, 7, 128, 0),
 		"moe k":        MoEFP4(nil, 0, 0, 0, 0, 0, 0, 0, MoEShape{Experts: 8, Rows: 1, N: 8, K: 64}, 0),
 		"moe nvfp4 gs": MoEFP4(nil, 0, 0, 0, 0, 0, 0, 0, MoEShape{Experts: 8, Rows: 1, N: 8, K: 128, Format: NVFP4}, 0),
 		"swiglu ld":    SwiGLU(nil, 0, 0, 0, 2, 0, 1, 4, 10),
@@ -90,7 +90,32 @@ func TestLauncherShapeChecks(t *testing.T) {
 			t.Errorf("%s: accepted", name)
 		}
 	}
-	if err := LinearFP8(nil, 0, 0, 0, 0, 0, 0, 8, 128); err != nil {
+	if err := LinearFP8(nil, 0, 0, 0, 0, 0, 0, 8, 128, 0); err != nil {
 		t.Errorf("m = 0 must be a no-op: %v", err)
+	}
+}
+
+// TestSplitK: every split covers a non-empty run of K blocks and together
+// they cover all; decode shapes split, prefill shapes and big grids do not.
+func TestSplitK(t *testing.T) {
+	for _, c := range []struct {
+		tiles, nkb int
+		split      bool
+	}{{8, 32, true}, {1, 1, false}, {2, 8, true}, {131, 64, true}, {132, 64, false}, {4096, 64, false}, {7, 56, true}} {
+		sp, per := splitK(c.tiles, c.nkb)
+		if sp < 1 || per < 1 || sp*per < c.nkb || (sp-1)*per >= c.nkb {
+			t.Errorf("splitK(%d, %d) = %d x %d blocks: not an exact cover", c.tiles, c.nkb, sp, per)
+		}
+		if (sp > 1) != c.split {
+			t.Errorf("splitK(%d, %d) = %d splits, want split %v", c.tiles, c.nkb, sp, c.split)
+		}
+	}
+	if LinearFP8ScratchBytes(1, 1024, 4096) == 0 || LinearFP8ScratchBytes(4096, 1024, 4096) != 0 {
+		t.Error("linear_fp8 split: want scratch at m=1 and none at m=4096")
+	}
+	dec := MoEShape{Experts: 256, Rows: 6, N: 4096, K: 4096}
+	pre := MoEShape{Experts: 256, Rows: 4096 * 6, N: 4096, K: 4096}
+	if MoEScratchBytes(dec) <= moeTileBytes(dec) || MoEScratchBytes(pre) != moeTileBytes(pre) {
+		t.Error("moe split: want partials at decode and none at prefill")
 	}
 }

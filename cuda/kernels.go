@@ -84,22 +84,75 @@ const (
 	moeSmem    = 2 * (64*144 + 128*80 + 128*8*4)
 )
 
+// splitK picks how many K slices a GEMM of tiles CTAs over nkb K blocks of
+// 128 runs in: enough CTAs for about three per SM (132 on an H200; the count
+// only steers speed) when the tiles alone are far fewer. It returns the
+// slices and the K blocks per slice (1, nkb: no split).
+func splitK(tiles, nkb int) (splits, per int) {
+	const target = 3 * 132
+	if tiles >= target/3 || nkb < 2 {
+		return 1, nkb
+	}
+	splits = min(nkb, ceilDiv(target, tiles))
+	per = ceilDiv(nkb, splits)
+	return ceilDiv(nkb, per), per
+}
+
+func linearSplit(m, n, k int) (splits, per int) {
+	if m > 64 {
+		return 1, k / 128
+	}
+	return splitK(ceilDiv(n, 128), k/128)
+}
+
+// LinearFP8ScratchBytes is the scratch LinearFP8 uses for split K at this
+// shape (0: it runs unsplit).
+func LinearFP8ScratchBytes(m, n, k int) int {
+	if m <= 0 || k%128 != 0 {
+		return 0
+	}
+	if sp, _ := linearSplit(m, n, k); sp > 1 {
+		return 4 * sp * m * n
+	}
+	return 0
+}
+
 // LinearFP8 computes y = x · Wᵀ with FP8 block scaling (spec §3.4):
 // xq e4m3 [m, k], xs e8m0 [m, k/128], w e4m3 [n, k], ws e8m0 [ceil(n/128), k/128],
-// y bf16 [m, n]. k % 128 == 0, n % 8 == 0.
-func LinearFP8(s *Stream, y, xq, xs, w, ws DevicePtr, m, n, k int) error {
+// y bf16 [m, n]. k % 128 == 0, n % 8 == 0. With scratch of
+// LinearFP8ScratchBytes (decode shapes) K is split over more CTAs; scratch 0
+// runs unsplit.
+func LinearFP8(s *Stream, y, xq, xs, w, ws DevicePtr, m, n, k int, scratch DevicePtr) error {
 	if m < 0 || n <= 0 || k <= 0 || k%128 != 0 || n%8 != 0 {
 		return fmt.Errorf("cuda: linear_fp8: bad shape m=%d n=%d k=%d (k %% 128 == 0, n %% 8 == 0)", m, n, k)
 	}
 	if m == 0 {
 		return nil
 	}
-	a := new(Args).Ptr(y).Ptr(xq).Ptr(xs).Ptr(w).Ptr(ws).I32(m).I32(n).I32(k)
 	if ceilDiv(m, 64) > 65535 {
 		return fmt.Errorf("cuda: linear_fp8: m=%d exceeds the grid limit", m)
 	}
-	grid := Dim3{uint32(ceilDiv(n, 128)), uint32(ceilDiv(m, 64)), 1}
-	return launch(s, "linear_fp8", "linear_fp8", grid, Dim3{128, 1, 1}, linearSmem, a)
+	splits, per := linearSplit(m, n, k)
+	if scratch == 0 {
+		splits, per = 1, k/128
+	}
+	var part DevicePtr
+	if splits > 1 {
+		part = scratch
+	}
+	a := new(Args).Ptr(y).Ptr(xq).Ptr(xs).Ptr(w).Ptr(ws).I32(m).I32(n).I32(k).Ptr(part).I32(per)
+	grid := Dim3{uint32(ceilDiv(n, 128)), uint32(ceilDiv(m, 64)), uint32(splits)}
+	if err := launch(s, "linear_fp8", "linear_fp8", grid, Dim3{128, 1, 1}, linearSmem, a); err != nil || splits == 1 {
+		return err
+	}
+	return fp8Reduce(s, y, part, splits, m, n, 0, 0)
+}
+
+// fp8Reduce sums split-K partials into bf16 rows (bounds/E: MoE offsets).
+func fp8Reduce(s *Stream, y, part DevicePtr, splits, rows, n int, bounds DevicePtr, e int) error {
+	a := new(Args).Ptr(y).Ptr(part).I32(splits).I32(rows).I32(n).Ptr(bounds).I32(e)
+	grid := Dim3{uint32(min(ceilDiv(rows*n, 256), 4*132*8)), 1, 1}
+	return launch(s, "linear_fp8", "linear_fp8_reduce", grid, Dim3{256, 1, 1}, 0, a)
 }
 
 // FP4Format selects the expert weight scaling.
@@ -131,16 +184,33 @@ const moeBM = 64
 
 func moeMaxTiles(experts, rows int) int { return ceilDiv(rows, moeBM) + min(experts, rows) }
 
-// MoEScratchBytes is the scratch size MoEFP4 needs (tile list), fixed by
-// (experts, rows) so that it can live in a CUDA graph.
-func MoEScratchBytes(experts, rows int) int { return 16 + 16*moeMaxTiles(experts, rows) }
+// moeSplit is the K split of a grouped GEMM: the CTA count is bounded by the
+// tile list (rows/64 + active experts), and decode-sized lists split K
+// over about six CTAs per SM (each is latency-bound on its weight stream).
+func moeSplit(sh MoEShape) (splits, per int) {
+	tiles := moeMaxTiles(sh.Experts, sh.Rows) * ceilDiv(sh.N, 128)
+	return splitK(tiles/2, sh.K/128)
+}
+
+func moeTileBytes(sh MoEShape) int { return (16 + 16*moeMaxTiles(sh.Experts, sh.Rows) + 255) &^ 255 }
+
+// MoEScratchBytes is the scratch size MoEFP4 needs (tile list, split-K
+// partials), fixed by the shape so that it can live in a CUDA graph.
+func MoEScratchBytes(sh MoEShape) int {
+	b := moeTileBytes(sh)
+	if sp, _ := moeSplit(sh); sp > 1 && sh.Rows > 0 {
+		b += 4 * sp * sh.Rows * sh.N
+	}
+	return b
+}
 
 // MoEFP4 runs the grouped expert GEMM: for every expert e and row m in
 // [offsets[e], offsets[e+1]), y[m, :] = bf16(G_e · xq[m, :] · W_eᵀ) with
 // FP8 activations (xq e4m3 [Rows, K], xs e8m0 [Rows, K/128]) and FP4 weights
 // w [E][N][K/2] (element 2i in the low nibble) with wscale e8m0 [E][N][K/32]
 // (MXFP4) or e4m3 [E][N][K/16] plus gscale fp32 [E] (NVFP4). offsets is int32
-// [E+1] on the device. Rows outside every range are not written.
+// [E+1] on the device. Rows outside every range are not written. scratch
+// holds MoEScratchBytes(sh).
 func MoEFP4(s *Stream, y, xq, xs, offsets, w, wscale, gscale DevicePtr, sh MoEShape, scratch DevicePtr) error {
 	if sh.Experts <= 0 || sh.Rows < 0 || sh.N <= 0 || sh.K <= 0 || sh.K%128 != 0 || sh.N%8 != 0 {
 		return fmt.Errorf("cuda: moe_fp4_gemm: bad shape %+v (K %% 128 == 0, N %% 8 == 0)", sh)
@@ -163,9 +233,18 @@ func MoEFP4(s *Stream, y, xq, xs, offsets, w, wscale, gscale DevicePtr, sh MoESh
 	if sh.Format == NVFP4 {
 		nv = 1
 	}
-	b := new(Args).Ptr(y).Ptr(xq).Ptr(xs).Ptr(scratch).Ptr(w).Ptr(wscale).Ptr(gscale).I32(nv).I32(sh.N).I32(sh.K)
-	grid := Dim3{uint32(ceilDiv(sh.N, 128)), uint32(maxTiles), 1}
-	return launch(s, "moe_fp4", "moe_fp4_gemm", grid, Dim3{128, 1, 1}, moeSmem, b)
+	splits, per := moeSplit(sh)
+	var part DevicePtr
+	if splits > 1 {
+		part = scratch.Add(moeTileBytes(sh))
+	}
+	b := new(Args).Ptr(y).Ptr(xq).Ptr(xs).Ptr(scratch).Ptr(w).Ptr(wscale).Ptr(gscale).I32(nv).I32(sh.N).I32(sh.K).
+		Ptr(part).I32(per).I32(sh.Rows)
+	grid := Dim3{uint32(ceilDiv(sh.N, 128)), uint32(maxTiles), uint32(splits)}
+	if err := launch(s, "moe_fp4", "moe_fp4_gemm", grid, Dim3{128, 1, 1}, moeSmem, b); err != nil || splits == 1 {
+		return err
+	}
+	return fp8Reduce(s, y, part, splits, sh.Rows, sh.N, offsets, sh.Experts)
 }
 
 // SwiGLU computes out[r, i] = bf16(silu(min(g, limit)) · clamp(u, ±limit) · weights[r])

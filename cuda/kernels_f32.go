@@ -171,6 +171,11 @@ func LinearF32Kernel(s *Stream, y, x, w, ws DevicePtr, sh LinearShape, rnd bool)
 	}
 	a := new(Args).Ptr(y).Ptr(x).Ptr(w).Ptr(ws).I32(int(sh.Format)).F32(sh.Scale2).I32(sh.SCols).
 		I32(sh.M).I32(sh.N).I32(sh.K).I32(sh.R).I32(sh.LdX).I32(b2i(rnd))
+	if sh.M <= 8 && sh.K%8 == 0 && sh.LdX%4 == 0 && x%16 == 0 && w%16 == 0 {
+		// Decode: a warp per output row streams the weights (the tiled
+		// kernel would run ceil(N/64) CTAs over the whole of K).
+		return launch(s, "linear_f32", "gemv_f32", Dim3{uint32(ceilDiv(sh.N, 8)), 1, 1}, Dim3{256, 1, 1}, 0, a)
+	}
 	grid := Dim3{uint32(ceilDiv(sh.R, 64)), uint32(ceilDiv(sh.M, 64)), uint32(sh.N / sh.R)}
 	return launch(s, "linear_f32", "linear_f32", grid, Dim3{256, 1, 1}, 0, a)
 }

@@ -53,28 +53,59 @@ func MoEGather(s *Stream, xg, x, perm, offsets DevicePtr, experts, k, d, rows in
 
 // MoESwiGLU: h [rows, inter] = bf16(w·silu-gate(g)·u) from the bf16 GEMM outputs
 // g, u [rows, inter], routing weight weights[perm[m]], clamp limit (<= 0: none).
-// gf, uf (optional, both or neither) receive g and u widened to fp32.
-func MoESwiGLU(s *Stream, h, g, u, perm, offsets DevicePtr, experts int, weights DevicePtr, rows, inter int, limit float32, gf, uf DevicePtr) error {
+// gf, uf (optional, both or neither) receive g and u widened to fp32. exact:
+// g and u are fp32 and h is not rounded.
+func MoESwiGLU(s *Stream, h, g, u, perm, offsets DevicePtr, experts int, weights DevicePtr, rows, inter int, limit float32, gf, uf DevicePtr, exact bool) error {
 	if rows < 0 || experts <= 0 || inter <= 0 || (gf == 0) != (uf == 0) {
 		return fmt.Errorf("cuda: moe_swiglu: bad arguments rows=%d inter=%d", rows, inter)
 	}
 	if rows == 0 {
 		return nil
 	}
-	a := new(Args).Ptr(h).Ptr(g).Ptr(u).Ptr(perm).Ptr(offsets).I32(experts).Ptr(weights).I32(inter).F32(limit).Ptr(gf).Ptr(uf)
+	a := new(Args).Ptr(h).Ptr(g).Ptr(u).Ptr(perm).Ptr(offsets).I32(experts).Ptr(weights).I32(inter).F32(limit).Ptr(gf).Ptr(uf).I32(b2i(exact))
 	grid := Dim3{uint32(rows), uint32(min(ceilDiv(inter, 256), 64)), 1}
 	return launch(s, "moe_route", "moe_swiglu", grid, Dim3{256, 1, 1}, 0, a)
 }
 
 // MoECombine: acc [rows, d] = Σ over the k slots of each row, in ascending
-// expert id, of the bf16 expert outputs y [*, d] at inv[r*k+slot].
-func MoECombine(s *Stream, acc, y, ids, inv DevicePtr, rows, k, d int) error {
+// expert id, of the expert outputs y [*, d] (bf16; exact: fp32) at inv[r*k+slot].
+func MoECombine(s *Stream, acc, y, ids, inv DevicePtr, rows, k, d int, exact bool) error {
 	if rows < 0 || k <= 0 || k > 32 || d <= 0 {
 		return fmt.Errorf("cuda: moe_combine: bad shape rows=%d k=%d d=%d (k <= 32)", rows, k, d)
 	}
 	if rows == 0 {
 		return nil
 	}
-	a := new(Args).Ptr(acc).Ptr(y).Ptr(ids).Ptr(inv).I32(k).I32(d)
+	a := new(Args).Ptr(acc).Ptr(y).Ptr(ids).Ptr(inv).I32(k).I32(d).I32(b2i(exact))
 	return launch(s, "moe_route", "moe_combine", Dim3{uint32(rows), 1, 1}, Dim3{256, 1, 1}, 0, a)
+}
+
+// MoELinearF32 is the exact-mode grouped expert linear: for every expert e and
+// row m in [offsets[e], offsets[e+1]), y[m, :] = x[m, :] · W_eᵀ in fp32 with
+// the FP4 weights of MoEFP4 (w [E][N][K/2], wscale [E][N][K/blk], gscale fp32
+// [E] for NVFP4) dequantised exactly on chip. rows bounds offsets[E].
+func MoELinearF32(s *Stream, y, x, offsets, w, wscale, gscale DevicePtr, sh MoEShape) error {
+	if sh.Experts <= 0 || sh.Experts > 65535 || sh.Rows < 0 || sh.N <= 0 || sh.K <= 0 || sh.K%32 != 0 {
+		return fmt.Errorf("cuda: moe_linear_f32: bad shape %+v (K %% 32 == 0)", sh)
+	}
+	if sh.Rows == 0 {
+		return nil
+	}
+	fmtID, blk := WeightMXFP4, 32
+	if sh.Format == NVFP4 {
+		if gscale == 0 {
+			return fmt.Errorf("cuda: moe_linear_f32: NVFP4 needs gscale")
+		}
+		fmtID, blk = WeightNVFP4, 16
+	} else {
+		gscale = 0
+	}
+	if ceilDiv(sh.Rows, 64) > 65535 || ceilDiv(sh.N, 64) > 65535 {
+		return fmt.Errorf("cuda: moe_linear_f32: shape %+v exceeds the grid", sh)
+	}
+	sCols := sh.K / blk
+	a := new(Args).Ptr(y).Ptr(x).Ptr(offsets).Ptr(w).Ptr(wscale).Ptr(gscale).I32(int(fmtID)).
+		I64(int64(sh.N * sh.K / 2)).I64(int64(sh.N * sCols)).I32(sCols).I32(sh.N).I32(sh.K)
+	grid := Dim3{uint32(ceilDiv(sh.N, 64)), uint32(ceilDiv(sh.Rows, 64)), uint32(sh.Experts)}
+	return launch(s, "linear_f32", "moe_linear_f32", grid, Dim3{256, 1, 1}, 0, a)
 }

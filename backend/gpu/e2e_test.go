@@ -104,26 +104,11 @@ func TestRegressionPromptsOnGPU(t *testing.T) {
 	}
 	opts := model.Options{CacheBytes: 64 << 20}
 	w, mc, mg := loadTwin(t, dir, g, opts)
-	texts := []string{"The quick brown fox", "func main() {\n\tfmt.Println(", "1 2 3 4 5 6 7 8 9 10 11 12",
-		strings.Repeat("The engine reads the checkpoint, binds every tensor and runs the forward pass. ", 6)}
-	for _, c := range [][]tokenizer.Message{
-		{{Role: "user", Content: "Hello"}},
-		{{Role: "system", Content: "You are a helpful assistant."}, {Role: "user", Content: "What is 2+2?"}},
-		{{Role: "user", Content: "你好，世界。こんにちは"}},
-	} {
-		text, err := tokenizer.EncodeChat(c, nil, tokenizer.ChatOptions{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		texts = append(texts, text)
-	}
+	texts := regressionTexts(t)
 	mb := perturbedModel(t, w, opts)
 	var gp, bp errProfile
 	for _, text := range texts {
-		var prompt []int32
-		for _, id := range tok.Encode(text) {
-			prompt = append(prompt, int32(id))
-		}
+		prompt := encode(tok, text)
 		tc, lc := greedy(t, mc, prompt, 64, 12)
 		tg, _ := greedy(t, mg, prompt, 64, 12)
 		t.Logf("%q (%d tokens): free-running greedy cpu %v gpu %v", text[:min(len(text), 24)], len(prompt), tc, tg)
@@ -169,6 +154,89 @@ func TestSmallModelEndToEnd(t *testing.T) {
 				firstDivergence(t, w, g, opts, prompt, 64, tc)
 			}
 		})
+	}
+}
+
+// regressionTexts are the CI regression prompts (api's golden test): plain
+// completions and chat-encoded conversations.
+func regressionTexts(t *testing.T) []string {
+	t.Helper()
+	texts := []string{"The quick brown fox", "func main() {\n\tfmt.Println(", "1 2 3 4 5 6 7 8 9 10 11 12",
+		strings.Repeat("The engine reads the checkpoint, binds every tensor and runs the forward pass. ", 6)}
+	for _, c := range [][]tokenizer.Message{
+		{{Role: "user", Content: "Hello"}},
+		{{Role: "system", Content: "You are a helpful assistant."}, {Role: "user", Content: "What is 2+2?"}},
+		{{Role: "user", Content: "你好，世界。こんにちは"}},
+	} {
+		text, err := tokenizer.EncodeChat(c, nil, tokenizer.ChatOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		texts = append(texts, text)
+	}
+	return texts
+}
+
+func encode(tok *tokenizer.Tokenizer, text string) []int32 {
+	var ids []int32
+	for _, id := range tok.Encode(text) {
+		ids = append(ids, int32(id))
+	}
+	return ids
+}
+
+// TestGreedyExact is the strict end-to-end check: in exact numerics (fp32, no
+// simulated rounding) the logits are smooth in summation-order noise (the
+// CPU's own 1e-6 perturbation moves them by ~8e-7), so the GPU's free-running
+// greedy tokens must equal the CPU's on every regression prompt of the small
+// model and on the generated official and NVFP4 checkpoints, with every
+// logits row within 1e-3 (median 1e-4) of the CPU's.
+func TestGreedyExact(t *testing.T) {
+	g, err := New(Options{})
+	if err != nil {
+		t.Skipf("no GPU: %v", err)
+	}
+	defer g.Close()
+	opts := model.Options{CacheBytes: 64 << 20, Numerics: "exact"}
+	run := func(name string, mc, mg *model.Model, prompt []int32, n int) {
+		t.Helper()
+		tc, lc := greedy(t, mc, prompt, 64, n)
+		tg, lg := greedy(t, mg, prompt, 64, n)
+		var p errProfile
+		p.add(lc, lg)
+		med, _, worst := p.quantiles()
+		t.Logf("%s (%d prompt tokens): greedy cpu %v gpu %v; logits rel median %.3g max %.3g", name, len(prompt), tc, tg, med, worst)
+		if !slices.Equal(tc, tg) {
+			t.Errorf("%s: greedy tokens differ: cpu %v gpu %v", name, tc, tg)
+		}
+		if med > 1e-4 || worst > 1e-3 {
+			t.Errorf("%s: logits rel median %.3g max %.3g, want <= 1e-4 and 1e-3", name, med, worst)
+		}
+	}
+	dir, err := models.ExtractSmall()
+	if err != nil {
+		t.Fatal(err)
+	}
+	tok, err := tokenizer.LoadFile(filepath.Join(dir, "tokenizer.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, mc, mg := loadTwin(t, dir, g, opts)
+	for _, text := range regressionTexts(t) {
+		run(fmt.Sprintf("%q", text[:min(len(text), 24)]), mc, mg, encode(tok, text), 12)
+	}
+	for _, format := range []string{checkpoint.GenOfficial, checkpoint.GenNVFP4} {
+		dir := filepath.Join(t.TempDir(), format)
+		if err := checkpoint.Generate(dir, checkpoint.GenSpec{Format: format, Seed: 1}); err != nil {
+			t.Fatal(err)
+		}
+		w, mc, mg := loadTwin(t, dir, g, opts)
+		r := rand.New(rand.NewPCG(3, 4))
+		prompt := make([]int32, 300)
+		for i := range prompt {
+			prompt[i] = int32(r.IntN(w.Config.Vocab))
+		}
+		run(format+" random prompt", mc, mg, prompt, 32)
 	}
 }
 

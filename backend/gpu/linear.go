@@ -76,18 +76,24 @@ func (b *Backend) Linear(x backend.Tensor, w backend.Linear, out backend.Tensor)
 // linearFP8 quantises x to e4m3 codes and runs the tensor-core FP8 GEMM.
 func (b *Backend) linearFP8(xt *Tensor, l *linear, ot *Tensor) error {
 	m, k, n := xt.rows, l.in, l.out
-	tmp, err := b.scratch(m*k + m*(k/128) + 2*m*n + 64)
+	yBytes := (2*m*n + 255) &^ 255
+	split := cuda.LinearFP8ScratchBytes(m, n, k)
+	tmp, err := b.scratch(m*k + m*(k/128) + yBytes + split + 512)
 	if err != nil {
 		return err
 	}
 	defer tmp.Free()
 	q := tmp.Ptr
 	qs := q.Add(m * k)
-	y := qs.Add((m*(k/128) + 15) &^ 15)
+	y := qs.Add((m*(k/128) + 255) &^ 255)
+	var part cuda.DevicePtr
+	if split > 0 {
+		part = y.Add(yBytes)
+	}
 	if err := cuda.QuantFP8F32(b.s, q, qs, 0, xt.ptr, m, k, k, 128); err != nil {
 		return err
 	}
-	if err := cuda.LinearFP8(b.s, y, q, qs, l.w.Ptr, l.scale.Ptr, m, n, k); err != nil {
+	if err := cuda.LinearFP8(b.s, y, q, qs, l.w.Ptr, l.scale.Ptr, m, n, k, part); err != nil {
 		return fmt.Errorf("linear %s: %w", l.name, err)
 	}
 	return cuda.BF16ToF32(b.s, ot.ptr, y, int64(m*n))

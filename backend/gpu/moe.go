@@ -189,20 +189,19 @@ func (b *Backend) Router(f backend.Tensor, gate backend.Linear, a backend.Router
 	return cuda.RouterTopK(b.s, logits, n, E, K, bias, table, tok, a.Scale, wt.ptr, it.ptr)
 }
 
-// Experts implements backend.Backend (spec §6.2–§6.3), faithful numerics only:
-// the (row, slot) pairs are sorted into expert order on the device, the
-// gathered rows FP8-quantised, w1/w3 run as grouped FP4 GEMMs (bf16 out), the
-// weighted SwiGLU is rounded to bf16 and re-quantised for w2, and every row
-// sums its bf16 expert outputs in ascending expert id (fp32, as the CPU).
+// Experts implements backend.Backend (spec §6.2–§6.3). Faithful: the (row,
+// slot) pairs are sorted into expert order on the device, the gathered rows
+// FP8-quantised, w1/w3 run as grouped FP4 GEMMs (bf16 out), the weighted
+// SwiGLU is rounded to bf16 and re-quantised for w2, and every row sums its
+// bf16 expert outputs in ascending expert id (fp32, as the CPU). Exact: the
+// same steps in fp32 with the weights dequantised exactly (MoELinearF32),
+// no activation quantisation and no rounding.
 // Expert ids outside [0, E) are reported only with a.Trace (the check needs a
 // download); otherwise such pairs contribute nothing.
 func (b *Backend) Experts(f backend.Tensor, e backend.Experts, weights, ids backend.Tensor, a backend.ExpertsArgs, acc backend.Tensor) error {
 	ex, ok := e.(*experts)
 	if !ok || ex == nil {
 		return fmt.Errorf("experts: %T", e)
-	}
-	if !b.faithful() {
-		return fmt.Errorf("gpu experts: exact numerics not supported")
 	}
 	ft, err := f32(f, -1, ex.dim, "experts input")
 	if err != nil {
@@ -226,6 +225,7 @@ func (b *Backend) Experts(f backend.Tensor, e backend.Experts, weights, ids back
 		return nil
 	}
 	E, d, I, nk := ex.count, ex.dim, ex.inter, n*K
+	exact := !b.faithful()
 	var bufs []*cuda.Buffer
 	defer func() {
 		for _, buf := range bufs {
@@ -233,7 +233,7 @@ func (b *Backend) Experts(f backend.Tensor, e backend.Experts, weights, ids back
 		}
 	}()
 	alloc := func(bytes int) cuda.DevicePtr {
-		if err != nil {
+		if err != nil || bytes == 0 {
 			return 0
 		}
 		var buf *cuda.Buffer
@@ -243,13 +243,25 @@ func (b *Backend) Experts(f backend.Tensor, e backend.Experts, weights, ids back
 		}
 		return 0
 	}
+	// Faithful: bf16 GEMM outputs (gb, ub, yb) beside fp32 copies for the
+	// tracer (gf, uf, yf). Exact: the GEMMs write fp32 straight into gf, uf, yf.
+	eb := 2 // bytes per GEMM output element
+	if exact {
+		eb = 0
+	}
 	counts, offsets, perm, inv := alloc(4*E), alloc(4*(E+1)), alloc(4*nk), alloc(4*nk)
-	xg, xq, xs := alloc(4*nk*d), alloc(nk*d), alloc(nk*d/128)
-	gb, ub, h := alloc(2*nk*I), alloc(2*nk*I), alloc(4*nk*I)
-	hq, hs, yb := alloc(nk*I), alloc(nk*I/128), alloc(2*nk*d)
-	tiles := alloc(cuda.MoEScratchBytes(E, nk))
-	var gf, uf, yf cuda.DevicePtr
-	if a.Trace {
+	xg, h := alloc(4*nk*d), alloc(4*nk*I)
+	gb, ub, yb := alloc(eb*nk*I), alloc(eb*nk*I), alloc(eb*nk*d)
+	var xq, xs, hq, hs, tiles, gf, uf, yf cuda.DevicePtr
+	if !exact {
+		xq, xs, hq, hs = alloc(nk*d), alloc(nk*d/128), alloc(nk*I), alloc(nk*I/128)
+		var sb int // one scratch serves the three projections
+		for _, p := range []*proj{&ex.w1, &ex.w2, &ex.w3} {
+			sb = max(sb, cuda.MoEScratchBytes(cuda.MoEShape{Experts: E, Rows: nk, N: p.n, K: p.k, Format: ex.format}))
+		}
+		tiles = alloc(sb)
+	}
+	if a.Trace || exact {
 		gf, uf, yf = alloc(4*nk*I), alloc(4*nk*I), alloc(4*nk*d)
 	}
 	if err != nil {
@@ -261,20 +273,37 @@ func (b *Backend) Experts(f backend.Tensor, e backend.Experts, weights, ids back
 		if p.gscale != nil {
 			gs = p.gscale.Ptr
 		}
+		if exact {
+			return cuda.MoELinearF32(b.s, y, q, offsets, p.w.Ptr, p.scale.Ptr, gs, sh)
+		}
 		return cuda.MoEFP4(b.s, y, q, s, offsets, p.w.Ptr, p.scale.Ptr, gs, sh, tiles)
 	}
 	steps := []func() error{
 		func() error { return b.s.Memset8(inv, 0xFF, 4*nk) },
 		func() error { return cuda.MoEPermute(b.s, it.ptr, nk, E, counts, offsets, perm, inv) },
 		func() error { return cuda.MoEGather(b.s, xg, ft.ptr, perm, offsets, E, K, d, nk) },
-		func() error { return cuda.QuantFP8F32(b.s, xq, xs, 0, xg, nk, d, d, 128) },
-		func() error { return gemm(gb, xq, xs, &ex.w1) },
-		func() error { return gemm(ub, xq, xs, &ex.w3) },
-		func() error {
-			return cuda.MoESwiGLU(b.s, h, gb, ub, perm, offsets, E, wt.ptr, nk, I, a.Limit, gf, uf)
-		},
-		func() error { return cuda.QuantFP8F32(b.s, hq, hs, 0, h, nk, I, I, 128) },
-		func() error { return gemm(yb, hq, hs, &ex.w2) },
+	}
+	if exact {
+		steps = append(steps,
+			func() error { return gemm(gf, xg, 0, &ex.w1) },
+			func() error { return gemm(uf, xg, 0, &ex.w3) },
+			func() error {
+				return cuda.MoESwiGLU(b.s, h, gf, uf, perm, offsets, E, wt.ptr, nk, I, a.Limit, 0, 0, true)
+			},
+			func() error { return gemm(yf, h, 0, &ex.w2) })
+	} else {
+		steps = append(steps,
+			func() error { return cuda.QuantFP8F32(b.s, xq, xs, 0, xg, nk, d, d, 128) },
+			func() error { return gemm(gb, xq, xs, &ex.w1) },
+			func() error { return gemm(ub, xq, xs, &ex.w3) },
+			func() error {
+				return cuda.MoESwiGLU(b.s, h, gb, ub, perm, offsets, E, wt.ptr, nk, I, a.Limit, gf, uf, false)
+			},
+			func() error { return cuda.QuantFP8F32(b.s, hq, hs, 0, h, nk, I, I, 128) },
+			func() error { return gemm(yb, hq, hs, &ex.w2) })
+		if a.Trace {
+			steps = append(steps, func() error { return cuda.BF16ToF32(b.s, yf, yb, int64(nk*d)) })
+		}
 	}
 	for _, step := range steps {
 		if err := step(); err != nil {
@@ -282,14 +311,15 @@ func (b *Backend) Experts(f backend.Tensor, e backend.Experts, weights, ids back
 		}
 	}
 	if a.Trace {
-		if err := cuda.BF16ToF32(b.s, yf, yb, int64(nk*d)); err != nil {
-			return fmt.Errorf("experts: %w", err)
-		}
 		if err := b.traceExperts(E, K, nk, d, I, offsets, perm, xg, gf, uf, h, yf); err != nil {
 			return err
 		}
 	}
-	if err := cuda.MoECombine(b.s, at.ptr, yb, it.ptr, inv, n, K, d); err != nil {
+	y := yb
+	if exact {
+		y = yf
+	}
+	if err := cuda.MoECombine(b.s, at.ptr, y, it.ptr, inv, n, K, d, exact); err != nil {
 		return fmt.Errorf("experts: %w", err)
 	}
 	return nil

@@ -65,7 +65,7 @@ type Abort struct{ Msg string }
 // CheckOps runs every backend op at dims d on fresh random inputs, GPU (b)
 // against a CPU reference, and returns one row per comparison. Op groups
 // whose name does not contain only (case-insensitive) are skipped. b's
-// numerics are set to mode. Experts run in faithful mode only.
+// numerics are set to mode.
 func CheckOps(b *Backend, d OpDims, mode backend.Numerics, seed uint64, only string, r Reporter) []Row {
 	return checkOps(b, d, mode, seed, only, r)
 }
@@ -76,9 +76,6 @@ func checkOps(b device, d OpDims, mode backend.Numerics, seed uint64, only strin
 	tab := &embedTable{}
 	for i, g := range opGroups {
 		if only != "" && !strings.Contains(g.name, strings.ToLower(only)) {
-			continue
-		}
-		if g.faithfulOnly && mode != backend.Faithful {
 			continue
 		}
 		// A fresh CPU backend per group: its dense-weight budget is per backend.
@@ -123,9 +120,8 @@ func runGroup(f func()) (msg string) {
 }
 
 type opGroup struct {
-	name         string
-	faithfulOnly bool
-	run          func(p *pair, d OpDims, tab *embedTable)
+	name string
+	run  func(p *pair, d OpDims, tab *embedTable)
 }
 
 var opGroups = []opGroup{
@@ -140,7 +136,7 @@ var opGroups = []opGroup{
 	{name: "hadamard_fp4", run: checkHadamard},
 	{name: "kv_path compress indexer_topk sparse_attention write_window", run: checkKVPath},
 	{name: "router", run: checkRouter},
-	{name: "experts", faithfulOnly: true, run: checkExperts},
+	{name: "experts", run: checkExperts},
 	{name: "swiglu combine add_streams scale", run: checkElementwise},
 	{name: "embed", run: checkEmbed},
 	{name: "head_linear_f32", run: checkHead},

@@ -7,6 +7,11 @@
 // flash, pro) with random weights on the CPU or GPU backend: one prefill chunk
 // per sequence and batched decode steps, checking that all logits are finite
 // and printing tokens/s (stack.go).
+//
+// `bench kernels [flags]` times our GEMM kernels (FP8 dense, FP4 grouped MoE)
+// at the Flash and Pro shapes and 1 to 4096 tokens next to the measured copy
+// bandwidth, each case also checked against its CPU twin (kernels.go);
+// scripts/bench-device.sh adds torch's numbers and writes the report.
 package main
 
 import (
@@ -40,6 +45,13 @@ type sample struct {
 }
 
 func main() {
+	if len(os.Args) > 1 && os.Args[1] == "kernels" {
+		if err := runKernels(os.Args[2:], os.Stdout, os.Stderr); err != nil {
+			fmt.Fprintln(os.Stderr, "bench kernels:", err)
+			os.Exit(1)
+		}
+		return
+	}
 	if len(os.Args) > 1 && os.Args[1] == "stack" {
 		if err := runStack(os.Args[2:], os.Stdout, os.Stderr); err != nil {
 			fmt.Fprintln(os.Stderr, "bench stack:", err)

@@ -28,7 +28,7 @@ type stackFlags struct {
 	layers, prefill, decode, batch   int
 	threads                          int
 	seed                             uint64
-	mtp, trace                       bool
+	mtp, trace, profile              bool
 	reserveGiB                       float64
 	// corrupt, if set (tests), edits the weights before the model is built.
 	corrupt func(*checkpoint.Weights)
@@ -50,6 +50,7 @@ func parseStack(args []string, stderr io.Writer) (*stackFlags, error) {
 	fs.IntVar(&f.threads, "threads", 0, "CPU backend workers (0 = GOMAXPROCS)")
 	fs.BoolVar(&f.mtp, "mtp", false, "also build (and upload) the MTP block")
 	fs.BoolVar(&f.trace, "trace-nonfinite", false, "check every sub-layer for NaN/Inf from the start (otherwise only on a rerun after a failure)")
+	fs.BoolVar(&f.profile, "profile", false, "time every backend op (synchronised) and print the prefill and decode breakdowns")
 	fs.Float64Var(&f.reserveGiB, "reserve-gib", 8, "GPU memory kept free for activations when --layers is 0")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
@@ -131,7 +132,19 @@ func stack(f *stackFlags, stdout, stderr io.Writer) error {
 	weightBytes := checkpoint.TotalBytes(checkpoint.Tensors(c, formats))
 	cacheBytes := cacheFor(c, f)
 
+	var prof *timedBackend
+	if f.profile {
+		sync := func() error { return nil }
+		if g, ok := be.(*gpu.Backend); ok {
+			sync = g.Sync
+		}
+		prof = newTimed(be, sync)
+	}
 	build := func(be backend.Backend, trace bool) (*model.Model, error) {
+		if prof != nil {
+			prof.Backend = be
+			be = prof
+		}
 		return model.New(w, be, model.Options{Numerics: f.numerics, Threads: f.threads, TraceNonFinite: trace, CacheBytes: cacheBytes})
 	}
 	t1 := time.Now()
@@ -155,7 +168,7 @@ func stack(f *stackFlags, stdout, stderr io.Writer) error {
 	}
 	fmt.Fprintf(stdout, "generate %v  load %v\n", gen.Round(time.Millisecond), load.Round(time.Millisecond))
 
-	r, err := runPlan(m, f)
+	r, err := runPlan(m, f, prof)
 	if err != nil && !f.trace && errors.As(err, new(*nonFinite)) {
 		// Rerun the identical plan with the tracer to name the component.
 		fmt.Fprintf(stderr, "bench stack: %v; rerunning with the non-finite tracer\n", err)
@@ -168,7 +181,7 @@ func stack(f *stackFlags, stdout, stderr io.Writer) error {
 			closeBE()
 			return fmt.Errorf("%v; traced rerun: load: %w", first, err)
 		}
-		_, err = runPlan(m, f)
+		_, err = runPlan(m, f, nil)
 		if err == nil {
 			err = fmt.Errorf("%v; none on the traced rerun", first)
 		}
@@ -177,7 +190,13 @@ func stack(f *stackFlags, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
+	if prof != nil && prof.err != nil {
+		return fmt.Errorf("profile: %w", prof.err)
+	}
 	r.print(stdout, f)
+	if prof != nil {
+		fmt.Fprintln(stdout, r.profiles)
+	}
 	return nil
 }
 
@@ -275,12 +294,15 @@ type stackResult struct {
 	prefill time.Duration
 	steps   []time.Duration
 	tokens  []int32 // last decoded token per sequence
+	// profiles holds the per-op breakdowns (--profile).
+	profiles string
 }
 
 // runPlan prefills batch sequences of random tokens (one Forward each) and
 // runs the decode steps with all sequences in one batch, feeding back the
-// argmax token. The same flags always give the same plan.
-func runPlan(m *model.Model, f *stackFlags) (*stackResult, error) {
+// argmax token. The same flags always give the same plan. With prof, the
+// prefill and the decode steps each get an op breakdown.
+func runPlan(m *model.Model, f *stackFlags, prof *timedBackend) (*stackResult, error) {
 	c := m.Config()
 	rng := rand.New(rand.NewPCG(f.seed, 0x737461636b))
 	seqs := make([]*kvcache.Sequence, f.batch)
@@ -306,6 +328,11 @@ func runPlan(m *model.Model, f *stackFlags) (*stackResult, error) {
 		r.tokens[i] = engine.Argmax(last)
 	}
 	r.prefill = time.Since(t0)
+	var pb strings.Builder
+	if prof != nil {
+		prof.print(&pb, "prefill", f.batch, r.prefill)
+		prof.reset()
+	}
 	for step := range f.decode {
 		b := &model.Batch{}
 		for i, s := range seqs {
@@ -325,6 +352,14 @@ func runPlan(m *model.Model, f *stackFlags) (*stackResult, error) {
 			r.tokens[i] = engine.Argmax(last)
 		}
 	}
+	if prof != nil && f.decode > 0 {
+		var wall time.Duration
+		for _, d := range r.steps {
+			wall += d
+		}
+		prof.print(&pb, fmt.Sprintf("decode (batch %d)", f.batch), f.decode, wall)
+	}
+	r.profiles = pb.String()
 	return r, nil
 }
 

@@ -95,3 +95,25 @@ func TestStackBadFlags(t *testing.T) {
 		}
 	}
 }
+
+// TestStackProfile: --profile prints a prefill and a decode breakdown whose
+// rows name the ops the small model runs, with per-step call counts that
+// follow from its 6 layers (every layer runs experts once per step).
+func TestStackProfile(t *testing.T) {
+	var out bytes.Buffer
+	args := []string{"--preset", "small", "--device", "cpu", "--prefill", "16", "--decode", "2", "--profile"}
+	if err := runStack(args, &out, io.Discard); err != nil {
+		t.Fatal(err)
+	}
+	for _, re := range []string{
+		`(?m)^profile prefill: 1 steps, [0-9.]+ ms/step wall \(profiled\), ops [0-9.]+ ms/step, host and transfers -?[0-9.]+ ms/step$`,
+		`(?m)^profile decode \(batch 1\): 2 steps, `,
+		`(?m)^  experts +[0-9.]+ ms/step +[0-9.]+% +6\.0 calls/step$`,
+		`(?m)^  linear attn\.wq_b 768x128 +[0-9.]+ ms/step`,
+		`(?m)^  sparse_attention +[0-9.]+ ms/step +[0-9.]+% +6\.0 calls/step$`,
+	} {
+		if !regexp.MustCompile(re).MatchString(out.String()) {
+			t.Errorf("output lacks %s:\n%s", re, out.String())
+		}
+	}
+}

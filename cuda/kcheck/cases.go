@@ -153,8 +153,13 @@ func LinearCase(m, n, k, checkRows int) Case {
 		dxq, dxs, dw, dws := b.upload(xq), b.upload(xs), b.upload(w), b.upload(ws)
 		dy := b.alloc(2 * m * n)
 		b.poison(dy, 2*m*n)
+		var scratch cuda.DevicePtr // split K at decode shapes
+		if sb := cuda.LinearFP8ScratchBytes(m, n, k); sb > 0 {
+			scratch = b.alloc(sb)
+			b.poison(scratch, sb)
+		}
 		if b.err == nil {
-			r.Err = cuda.LinearFP8(env.S, dy, dxq, dxs, dw, dws, m, n, k)
+			r.Err = cuda.LinearFP8(env.S, dy, dxq, dxs, dw, dws, m, n, k, scratch)
 		}
 		got := make([]uint16, m*n)
 		b.download(u16Bytes(got), dy)
@@ -174,7 +179,7 @@ func LinearCase(m, n, k, checkRows int) Case {
 					r.NonFinite++ // poison left: unwritten
 				}
 			}
-			r.TimeUs, r.Err = timeIt(env, func() error { return cuda.LinearFP8(env.S, dy, dxq, dxs, dw, dws, m, n, k) })
+			r.TimeUs, r.Err = timeIt(env, func() error { return cuda.LinearFP8(env.S, dy, dxq, dxs, dw, dws, m, n, k, scratch) })
 			r.GBs = float64(m*k + n*k + 2*m*n)
 			r.TFLOPs = 2 * float64(m) * float64(n) * float64(k)
 		}
@@ -273,10 +278,11 @@ func MoECase(experts, mTotal, n, k int, format cuda.FP4Format, route Routing, ch
 		if format == cuda.NVFP4 {
 			dgs = b.upload(f32Bytes(gs))
 		}
-		scratch := b.alloc(cuda.MoEScratchBytes(experts, mTotal))
+		sh := cuda.MoEShape{Experts: experts, Rows: mTotal, N: n, K: k, Format: format}
+		scratch := b.alloc(cuda.MoEScratchBytes(sh))
+		b.poison(scratch, cuda.MoEScratchBytes(sh))
 		dy := b.alloc(2 * mTotal * n)
 		b.poison(dy, 2*mTotal*n)
-		sh := cuda.MoEShape{Experts: experts, Rows: mTotal, N: n, K: k, Format: format}
 		run := func() error { return cuda.MoEFP4(env.S, dy, dxq, dxs, doff, dw, dws, dgs, sh, scratch) }
 		if b.err == nil {
 			r.Err = run()

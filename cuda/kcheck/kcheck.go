@@ -291,3 +291,7 @@ func quantize(x []uint16, rows, cols int) (q, s []byte) {
 }
 
 func shapeStr(format string, a ...any) string { return fmt.Sprintf(format, a...) }
+
+// Time is the median time in microseconds of env.Reps runs of f (after one
+// warm-up), from CUDA events on env.S.
+func Time(env *Env, f func() error) (float64, error) { return timeIt(env, f) }

@@ -10,6 +10,9 @@
 // sm_89+: m16n8k32 e4m3 MMA straight from the fp8 bytes.
 // sm_80:  e4m3 -> f16 (exact, value * 2^-8) and m16n8k16 f16 MMA; the 2^16 is
 //         folded into the promotion factor.
+// Split K (decode: few rows, few column tiles): with part != 0, CTA z covers
+// K blocks [z*kbPer, (z+1)*kbPer) and stores its fp32 sums to part[z][M][N];
+// linear_fp8_reduce adds the splits in order and rounds once to bf16.
 #include "common.cuh"
 
 #define BM 64
@@ -24,14 +27,16 @@ DEV u32 lds32(const u8* p) { return *reinterpret_cast<const u32*>(p); }
 
 extern "C" __global__ void __launch_bounds__(128) linear_fp8(
 	u16* __restrict__ y, const u8* __restrict__ xq, const u8* __restrict__ xs,
-	const u8* __restrict__ w, const u8* __restrict__ ws, int M, int N, int K)
+	const u8* __restrict__ w, const u8* __restrict__ ws, int M, int N, int K,
+	float* __restrict__ part, int kbPer)
 {
 	extern __shared__ __align__(16) u8 smem[];
 	const int tid = threadIdx.x, lane = tid & 31, wid = tid >> 5;
 	const int g = lane >> 2, c = lane & 3;
 	const int wm = wid & 1, wn = wid >> 1;
 	const int n0 = blockIdx.x * BN, m0 = blockIdx.y * BM;
-	const int nkb = K / BK;
+	const int kb0 = part ? blockIdx.z * kbPer : 0;
+	const int kb1 = part ? min(kb0 + kbPer, K / BK) : K / BK;
 
 	auto load_stage = [&](int stage, int kb) {
 		u8* As = smem + stage * STAGE_BYTES;
@@ -60,15 +65,15 @@ extern "C" __global__ void __launch_bounds__(128) linear_fp8(
 #pragma unroll
 			for (int k = 0; k < 4; k++) acc[i][j][k] = 0.f;
 
-	load_stage(0, 0);
+	load_stage(0, kb0);
 	cp_async_commit();
-	for (int kb = 0; kb < nkb; kb++) {
-		if (kb + 1 < nkb) load_stage((kb + 1) & 1, kb + 1);
+	for (int kb = kb0; kb < kb1; kb++) {
+		if (kb + 1 < kb1) load_stage((kb + 1 - kb0) & 1, kb + 1);
 		cp_async_commit();
 		cp_async_wait<1>();
 		__syncthreads();
 
-		const u8* As = smem + (kb & 1) * STAGE_BYTES;
+		const u8* As = smem + ((kb - kb0) & 1) * STAGE_BYTES;
 		const u8* Bs = As + A_STAGE;
 		float part[2][8][4];
 #pragma unroll
@@ -145,8 +150,34 @@ extern "C" __global__ void __launch_bounds__(128) linear_fp8(
 		for (int nt = 0; nt < 8; nt++) {
 			int col = n0 + wn * 64 + nt * 8 + 2 * c;
 			if (col >= N) continue;
+			if (part) {
+				float* pz = part + (size_t)blockIdx.z * M * N;
+				if (r0 < M) *reinterpret_cast<float2*>(pz + (size_t)r0 * N + col) = make_float2(acc[mt][nt][0], acc[mt][nt][1]);
+				if (r1 < M) *reinterpret_cast<float2*>(pz + (size_t)r1 * N + col) = make_float2(acc[mt][nt][2], acc[mt][nt][3]);
+				continue;
+			}
 			if (r0 < M) *reinterpret_cast<u32*>(y + (size_t)r0 * N + col) = pack_bf16x2(acc[mt][nt][0], acc[mt][nt][1]);
 			if (r1 < M) *reinterpret_cast<u32*>(y + (size_t)r1 * N + col) = pack_bf16x2(acc[mt][nt][2], acc[mt][nt][3]);
 		}
+	}
+}
+
+// y[r, n] = bf16(sum_z part[z][r][n]) in z order, for rows r in [r0, r1) of a
+// [rows, N] output (rows outside are left alone: MoE rows no expert owns).
+// bounds (optional) holds r0 at [0] and r1 at [E] (the MoE offsets).
+extern "C" __global__ void linear_fp8_reduce(
+	u16* __restrict__ y, const float* __restrict__ part, int splits, int rows, int N,
+	const int* __restrict__ bounds, int E)
+{
+	int r0 = 0, r1 = rows;
+	if (bounds) {
+		r0 = min(max(bounds[0], 0), rows);
+		r1 = min(max(bounds[E], r0), rows);
+	}
+	const size_t plane = (size_t)rows * N;
+	for (size_t i = (size_t)r0 * N + blockIdx.x * blockDim.x + threadIdx.x; i < (size_t)r1 * N; i += (size_t)gridDim.x * blockDim.x) {
+		float a = 0.f;
+		for (int z = 0; z < splits; z++) a += part[z * plane + i];
+		y[i] = (u16)f32_to_bf16(a);
 	}
 }

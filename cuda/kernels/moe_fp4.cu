@@ -12,6 +12,10 @@
 // exits at once past the list, so empty experts cost nothing and rows outside
 // every range are never written.
 //
+// Split K (decode): with part != 0, CTA z covers K blocks [z*kbPer,
+// (z+1)*kbPer) and stores fp32 sums (times G_e) to part[z][Mtot][N];
+// linear_fp8_reduce adds the splits in order over the owned rows.
+//
 // Unpacking: fp4 * scale has at most 2+4 significant bits, so it is exact in
 // bf16; e4m3 activations are exact in bf16 too. The MMA is m16n8k16 bf16 with
 // fp32 accumulation, promoted per 128-K block by the activation scale.
@@ -82,7 +86,7 @@ DEV u32 fp4x2_to_bf16x2(u32 byte, float s) {
 extern "C" __global__ void __launch_bounds__(128) moe_fp4_gemm(
 	u16* __restrict__ y, const u8* __restrict__ xq, const u8* __restrict__ xs,
 	const int* __restrict__ scratch, const u8* __restrict__ w, const u8* __restrict__ wscale,
-	const float* __restrict__ gscale, int nvfp4, int N, int K)
+	const float* __restrict__ gscale, int nvfp4, int N, int K, float* __restrict__ part, int kbPer, int Mtot)
 {
 	const int t = blockIdx.y;
 	if (t >= scratch[0]) return;
@@ -94,7 +98,8 @@ extern "C" __global__ void __launch_bounds__(128) moe_fp4_gemm(
 	const int g = lane >> 2, c = lane & 3;
 	const int wm = wid & 1, wn = wid >> 1;
 	const int n0 = blockIdx.x * BN;
-	const int nkb = K / BK;
+	const int kb0 = part ? blockIdx.z * kbPer : 0;
+	const int kb1 = part ? min(kb0 + kbPer, K / BK) : K / BK;
 	const int groupsPerRow = nvfp4 ? K / 16 : K / 32;
 	const u8* we = w + (size_t)e * N * (K / 2);
 	const u8* se = wscale + (size_t)e * N * groupsPerRow;
@@ -138,15 +143,15 @@ extern "C" __global__ void __launch_bounds__(128) moe_fp4_gemm(
 #pragma unroll
 			for (int k = 0; k < 4; k++) acc[i][j][k] = 0.f;
 
-	load_stage(0, 0);
+	load_stage(0, kb0);
 	cp_async_commit();
-	for (int kb = 0; kb < nkb; kb++) {
-		if (kb + 1 < nkb) load_stage((kb + 1) & 1, kb + 1);
+	for (int kb = kb0; kb < kb1; kb++) {
+		if (kb + 1 < kb1) load_stage((kb + 1 - kb0) & 1, kb + 1);
 		cp_async_commit();
 		cp_async_wait<1>();
 		__syncthreads();
 
-		const u8* As = smem + (kb & 1) * STAGE_BYTES;
+		const u8* As = smem + ((kb - kb0) & 1) * STAGE_BYTES;
 		const u8* Bs = As + A_STAGE;
 		const float* Ss = reinterpret_cast<const float*>(Bs + B_STAGE);
 		float part[2][8][4];
@@ -209,6 +214,12 @@ extern "C" __global__ void __launch_bounds__(128) moe_fp4_gemm(
 		for (int nt = 0; nt < 8; nt++) {
 			int col = n0 + wn * 64 + nt * 8 + 2 * c;
 			if (col >= N) continue;
+			if (part) {
+				float* pz = part + (size_t)blockIdx.z * Mtot * N;
+				if (r0 < mEnd) *reinterpret_cast<float2*>(pz + (size_t)r0 * N + col) = make_float2(acc[mt][nt][0] * G, acc[mt][nt][1] * G);
+				if (r1 < mEnd) *reinterpret_cast<float2*>(pz + (size_t)r1 * N + col) = make_float2(acc[mt][nt][2] * G, acc[mt][nt][3] * G);
+				continue;
+			}
 			if (r0 < mEnd) *reinterpret_cast<u32*>(y + (size_t)r0 * N + col) = pack_bf16x2(acc[mt][nt][0] * G, acc[mt][nt][1] * G);
 			if (r1 < mEnd) *reinterpret_cast<u32*>(y + (size_t)r1 * N + col) = pack_bf16x2(acc[mt][nt][2] * G, acc[mt][nt][3] * G);
 		}

@@ -106,34 +106,37 @@ extern "C" __global__ void moe_gather(
 }
 
 // h[m, j] = bf16(w * (g * sigmoid(g) * u)) with the CPU's clamp (limit <= 0:
-// none) and w = weights[perm[m]]; g, u bf16 [Mtot, I]. Also widens g and u
-// into gf, uf (fp32, may be 0) for the NaN tracer.
+// none) and w = weights[perm[m]]; g, u bf16 [Mtot, I] (exact: fp32 in, h not
+// rounded). Also widens g and u into gf, uf (fp32, may be 0) for the NaN tracer.
 extern "C" __global__ void moe_swiglu(
-	float* __restrict__ h, const u16* __restrict__ g, const u16* __restrict__ u,
+	float* __restrict__ h, const void* __restrict__ g, const void* __restrict__ u,
 	const int* __restrict__ perm, const int* __restrict__ offsets, int E,
-	const float* __restrict__ weights, int I, float limit, float* __restrict__ gf, float* __restrict__ uf)
+	const float* __restrict__ weights, int I, float limit, float* __restrict__ gf, float* __restrict__ uf, int exact)
 {
 	const int m = blockIdx.x;
 	if (m >= offsets[E]) return;
 	const float w = weights[perm[m]];
 	for (int j = blockIdx.y * blockDim.x + threadIdx.x; j < I; j += gridDim.y * blockDim.x) {
 		const size_t o = (size_t)m * I + j;
-		float gv = bf16_to_f32(g[o]), uv = bf16_to_f32(u[o]);
+		float gv = exact ? ((const float*)g)[o] : bf16_to_f32(((const u16*)g)[o]);
+		float uv = exact ? ((const float*)u)[o] : bf16_to_f32(((const u16*)u)[o]);
 		if (gf) { gf[o] = gv; uf[o] = uv; }
 		if (limit > 0.0f) {
 			uv = fminf(fmaxf(uv, -limit), limit);
 			gv = fminf(gv, limit);
 		}
 		const float sig = (float)(1.0 / (1.0 + exp(-(double)gv)));
-		h[o] = bf16_to_f32(f32_to_bf16(w * (gv * sig * uv)));
+		const float v = w * (gv * sig * uv);
+		h[o] = exact ? v : bf16_to_f32(f32_to_bf16(v));
 	}
 }
 
 // acc[r, :] = Σ_k y[inv[r*K+k], :] over k in ascending expert id (stable),
-// fp32 adds in that order; skipped pairs (inv < 0) add nothing. One block per row.
+// fp32 adds in that order; skipped pairs (inv < 0) add nothing; y bf16 (exact:
+// fp32). One block per row.
 extern "C" __global__ void moe_combine(
-	float* __restrict__ acc, const u16* __restrict__ y, const int* __restrict__ ids,
-	const int* __restrict__ inv, int K, int d)
+	float* __restrict__ acc, const void* __restrict__ y, const int* __restrict__ ids,
+	const int* __restrict__ inv, int K, int d, int exact)
 {
 	__shared__ int order[32];
 	const int r = blockIdx.x;
@@ -151,7 +154,9 @@ extern "C" __global__ void moe_combine(
 		float a = 0.0f;
 		for (int k = 0; k < K; k++) {
 			const int p = order[k];
-			if (p >= 0) a += bf16_to_f32(y[(size_t)p * d + i]);
+			if (p < 0) continue;
+			const size_t o = (size_t)p * d + i;
+			a += exact ? ((const float*)y)[o] : bf16_to_f32(((const u16*)y)[o]);
 		}
 		acc[(size_t)r * d + i] = a;
 	}

@@ -1,0 +1,206 @@
+package main
+
+import (
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/megamoe/megamoe/cuda"
+	"github.com/megamoe/megamoe/cuda/kcheck"
+)
+
+// denseShapes are the FP8 linears of each model (name, N, K) as
+// scripts/torch_baseline.py times them: attention projections and the shared
+// expert (gate|up fused, down).
+var denseShapes = map[string][]struct {
+	name string
+	n, k int
+}{
+	"flash": {{"wq_a", 1024, 4096}, {"wq_b", 32768, 1024}, {"wkv", 512, 4096}, {"wo_b", 4096, 8192}, {"shared_w13", 4096, 4096}, {"shared_w2", 4096, 2048}},
+	"pro":   {{"wq_a", 1536, 7168}, {"wq_b", 65536, 1536}, {"wkv", 512, 7168}, {"wo_b", 7168, 16384}, {"shared_w13", 6144, 7168}, {"shared_w2", 7168, 3072}},
+}
+
+// kernelRecord is one JSON line of `bench kernels --json`.
+type kernelRecord struct {
+	Kind   string  `json:"kind"` // "ours" or "copy"
+	Model  string  `json:"model,omitempty"`
+	Op     string  `json:"op,omitempty"`    // linear_fp8 | moe_fp4
+	Shape  string  `json:"shape"`           // shape name (wq_a, expert_w13 mxfp4, ...)
+	Tokens int     `json:"m,omitempty"`     // tokens (MoE: before top-k)
+	N      int     `json:"n,omitempty"`     //
+	K      int     `json:"k,omitempty"`     //
+	Us     float64 `json:"us"`              // median kernel time
+	GBs    float64 `json:"gbs"`             // bytes actually moved / time
+	TFLOPs float64 `json:"tflops"`          //
+	Pass   bool    `json:"pass"`            // the sampled rows matched the CPU twin
+	Err    string  `json:"error,omitempty"` //
+}
+
+// runKernels times our GEMM kernels at the real shapes and token counts (each
+// run also checks sampled rows against the CPU twin) next to the device's
+// copy bandwidth; --json writes the records scripts/perf_report.py reads.
+func runKernels(args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("bench kernels", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	models := fs.String("model", "flash,pro", "models whose shapes to time")
+	tokens := fs.String("tokens", "1,8,64,512,4096", "token counts")
+	reps := fs.Int("reps", 20, "timed launches per case (median)")
+	only := fs.String("only", "", "run only shapes whose op or name contains this")
+	jsonPath := fs.String("json", "", "also write one JSON record per line to this file")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	var toks []int
+	for _, s := range strings.Split(*tokens, ",") {
+		t, err := strconv.Atoi(strings.TrimSpace(s))
+		if err != nil || t < 1 || t > 65536 {
+			return fmt.Errorf("--tokens: %q is not a count in [1, 65536]", s)
+		}
+		toks = append(toks, t)
+	}
+	if *reps < 1 {
+		return errors.New("--reps must be >= 1")
+	}
+	var ms []kcheck.Model
+	for _, name := range strings.Split(*models, ",") {
+		switch name {
+		case "flash":
+			ms = append(ms, kcheck.Flash)
+		case "pro":
+			ms = append(ms, kcheck.Pro)
+		default:
+			return fmt.Errorf("--model %q, want flash and/or pro", name)
+		}
+	}
+	drv, err := cuda.Load()
+	if err != nil {
+		return err
+	}
+	dev, err := drv.Device(0)
+	if err != nil {
+		return err
+	}
+	ctx, err := dev.NewContext()
+	if err != nil {
+		return err
+	}
+	defer ctx.Close()
+	s, err := ctx.NewStream()
+	if err != nil {
+		return err
+	}
+	defer s.Close()
+	for _, name := range cuda.KernelSources() {
+		if _, err := ctx.Module(name); err != nil {
+			return err
+		}
+	}
+	var out io.Writer = io.Discard
+	if *jsonPath != "" {
+		f, err := os.Create(*jsonPath)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		out = f
+	}
+	enc := json.NewEncoder(out)
+	fmt.Fprintf(stdout, "device: %s, %d SMs, driver CUDA %d.%d, %s\n", dev.Name, dev.SMs, drv.Version()/1000, drv.Version()%1000/10, time.Now().UTC().Format(time.RFC3339))
+	gbs, err := copyBandwidth(ctx, s, *reps)
+	if err != nil {
+		return fmt.Errorf("copy bandwidth: %w", err)
+	}
+	fmt.Fprintf(stdout, "device-to-device copy: %.0f GB/s (1 GiB, read + write)\n", gbs)
+	if err := enc.Encode(kernelRecord{Kind: "copy", Shape: "1 GiB d2d", GBs: gbs, Pass: true}); err != nil {
+		return err
+	}
+	env := &kcheck.Env{Ctx: ctx, S: s, Reps: *reps, Seed: uint64(time.Now().UnixNano())}
+	failed := 0
+	for _, m := range ms {
+		type job struct {
+			op, shape string
+			t, n, k   int
+			c         kcheck.Case
+		}
+		var jobs []job
+		for _, d := range denseShapes[m.Name] {
+			for _, t := range toks {
+				jobs = append(jobs, job{"linear_fp8", d.name, t, d.n, d.k, kcheck.LinearCase(t, d.n, d.k, 8)})
+			}
+		}
+		for _, f := range []cuda.FP4Format{cuda.MXFP4, cuda.NVFP4} {
+			for _, t := range toks {
+				rows := t * m.K
+				jobs = append(jobs,
+					job{"moe_fp4", "expert_w13 " + f.String(), t, 2 * m.Inter, m.D, kcheck.MoECase(m.Experts, rows, 2*m.Inter, m.D, f, kcheck.RouteUniform, 8)},
+					job{"moe_fp4", "expert_w2 " + f.String(), t, m.D, m.Inter, kcheck.MoECase(m.Experts, rows, m.D, m.Inter, f, kcheck.RouteUniform, 8)})
+			}
+		}
+		sort.SliceStable(jobs, func(i, j int) bool { return jobs[i].op < jobs[j].op })
+		for _, j := range jobs {
+			if *only != "" && !strings.Contains(j.op+" "+j.shape, *only) {
+				continue
+			}
+			r := kcheck.Run(env, j.c)
+			rec := kernelRecord{Kind: "ours", Model: m.Name, Op: j.op, Shape: j.shape, Tokens: j.t, N: j.n, K: j.k,
+				Us: r.TimeUs, GBs: r.GBs, TFLOPs: r.TFLOPs, Pass: r.Pass}
+			if r.Err != nil {
+				rec.Err = r.Err.Error()
+			}
+			if !r.Pass {
+				failed++
+			}
+			fmt.Fprintf(stdout, "%-5s %-10s %-18s tokens %5d  n %6d k %6d  %9.1f us %7.0f GB/s (%4.1f%% of copy) %6.1f TF/s  %s\n",
+				m.Name, j.op, j.shape, j.t, j.n, j.k, r.TimeUs, r.GBs, 100*r.GBs/gbs, r.TFLOPs, passStr(r))
+			if err := enc.Encode(rec); err != nil {
+				return err
+			}
+		}
+	}
+	if failed > 0 {
+		return fmt.Errorf("%d kernel cases failed their check against the CPU twin", failed)
+	}
+	return nil
+}
+
+func passStr(r kcheck.Result) string {
+	if r.Pass {
+		return "PASS"
+	}
+	if r.Err != nil {
+		return "FAIL " + r.Err.Error()
+	}
+	return fmt.Sprintf("FAIL rel=%.2e nonfinite=%d mismatch=%d", r.RelErr, r.NonFinite, r.Mismatch)
+}
+
+// copyBandwidth is the median device-to-device copy rate of 1 GiB, counting
+// the read and the write.
+func copyBandwidth(ctx *cuda.Context, s *cuda.Stream, reps int) (float64, error) {
+	const n = 1 << 30
+	src, err := ctx.Alloc(n)
+	if err != nil {
+		return 0, err
+	}
+	defer src.Free()
+	dst, err := ctx.Alloc(n)
+	if err != nil {
+		return 0, err
+	}
+	defer dst.Free()
+	if err := s.Memset8(src.Ptr, 0x5a, n); err != nil {
+		return 0, err
+	}
+	env := &kcheck.Env{Ctx: ctx, S: s, Reps: reps}
+	us, err := kcheck.Time(env, func() error { return s.CopyDtoD(dst.Ptr, src.Ptr, n) })
+	if err != nil {
+		return 0, err
+	}
+	return 2 * n / us / 1e3, nil
+}
