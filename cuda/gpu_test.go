@@ -173,7 +173,7 @@ func TestErrorsNameCallAndCode(t *testing.T) {
 
 func TestKernelResources(t *testing.T) {
 	ctx, _ := gpu(t)
-	for _, k := range [][2]string{{"linear_fp8", "linear_fp8"}, {"moe_fp4", "moe_fp4_gemm"}, {"rmsnorm", "rmsnorm_bf16"}} {
+	for _, k := range [][2]string{{"linear_fp8", "linear_fp8"}, {"moe_fp4", "moe_fp4_gemm"}, {"moe_fp4_dec", "moe_fp4_dec"}, {"rmsnorm", "rmsnorm_bf16"}} {
 		f, err := ctx.Kernel(k[0], k[1])
 		if err != nil {
 			t.Fatal(err)

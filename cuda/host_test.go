@@ -96,7 +96,8 @@ func TestLauncherShapeChecks(t *testing.T) {
 }
 
 // TestSplitK: every split covers a non-empty run of K blocks and together
-// they cover all; decode shapes split, prefill shapes and big grids do not.
+// they cover all; decode shapes split, prefill shapes and big grids do not;
+// decode-shaped MoE lists take moe_fp4_dec.
 func TestSplitK(t *testing.T) {
 	for _, c := range []struct {
 		tiles, nkb int
@@ -113,9 +114,30 @@ func TestSplitK(t *testing.T) {
 	if LinearFP8ScratchBytes(1, 1024, 4096) == 0 || LinearFP8ScratchBytes(4096, 1024, 4096) != 0 {
 		t.Error("linear_fp8 split: want scratch at m=1 and none at m=4096")
 	}
-	dec := MoEShape{Experts: 256, Rows: 6, N: 4096, K: 4096}
-	pre := MoEShape{Experts: 256, Rows: 4096 * 6, N: 4096, K: 4096}
-	if MoEScratchBytes(dec) <= moeTileBytes(dec) || MoEScratchBytes(pre) != moeTileBytes(pre) {
-		t.Error("moe split: want partials at decode and none at prefill")
+	for _, c := range []struct {
+		m, n, k    int
+		dec, split bool
+	}{{1, 1024, 4096, true, true}, {16, 65536, 1536, true, false}, {1, 32768, 1024, true, true}, {17, 1024, 4096, false, true}, {65, 1024, 4096, false, false}, {8, 512, 128, true, false}} {
+		p := planLinear(c.m, c.n, c.k)
+		if p.dec != c.dec || (p.splits > 1) != c.split || p.splits*p.per < c.k/128 || (p.splits-1)*p.per >= c.k/128 {
+			t.Errorf("planLinear(%d, %d, %d) = %+v, want decode kernel %v, split %v", c.m, c.n, c.k, p, c.dec, c.split)
+		}
+	}
+	for _, c := range []struct {
+		sh         MoEShape
+		dec, split bool
+	}{
+		{MoEShape{Experts: 256, Rows: 6, N: 4096, K: 4096}, true, true},       // decode, batch 1
+		{MoEShape{Experts: 256, Rows: 64 * 6, N: 4096, K: 4096}, true, false}, // 64 tokens
+		{MoEShape{Experts: 256, Rows: 4096 * 6, N: 4096, K: 4096}, false, false},
+		{MoEShape{Experts: 8, Rows: 600, N: 256, K: 256}, false, true},
+	} {
+		p := planMoE(c.sh)
+		if p.dec != c.dec || (p.splits > 1) != c.split || p.splits*p.per < c.sh.K/128 || (p.splits-1)*p.per >= c.sh.K/128 {
+			t.Errorf("planMoE(%+v) = %+v, want decode kernel %v, split %v", c.sh, p, c.dec, c.split)
+		}
+		if want := p.tileBytes(); (MoEScratchBytes(c.sh) > want) != c.split {
+			t.Errorf("MoEScratchBytes(%+v) = %d with tile list %d, split %v", c.sh, MoEScratchBytes(c.sh), want, c.split)
+		}
 	}
 }

@@ -98,21 +98,42 @@ func splitK(tiles, nkb int) (splits, per int) {
 	return ceilDiv(nkb, per), per
 }
 
-func linearSplit(m, n, k int) (splits, per int) {
-	if m > 64 {
-		return 1, k / 128
+// linearPlan is the launch of one FP8 linear: up to 16 rows take
+// linear_fp8_dec (64 outputs x 8 tokens per CTA, K split to about 8 CTAs
+// per SM), up to 64 the tiled kernel with split K, beyond that the tiled
+// kernel alone.
+type linearPlan struct {
+	dec         bool
+	splits, per int
+}
+
+func planLinear(m, n, k int) linearPlan {
+	nkb := k / 128
+	switch {
+	case m <= 16:
+		p := linearPlan{dec: true, splits: 1, per: nkb}
+		const target = 8 * 132
+		if ctas := ceilDiv(n, 64) * ceilDiv(m, 8); ctas < target && nkb > 1 {
+			sp := min(nkb, ceilDiv(target, ctas))
+			p.per = ceilDiv(nkb, sp)
+			p.splits = ceilDiv(nkb, p.per)
+		}
+		return p
+	case m <= 64:
+		sp, per := splitK(ceilDiv(n, 128), nkb)
+		return linearPlan{splits: sp, per: per}
 	}
-	return splitK(ceilDiv(n, 128), k/128)
+	return linearPlan{splits: 1, per: nkb}
 }
 
 // LinearFP8ScratchBytes is the scratch LinearFP8 uses for split K at this
 // shape (0: it runs unsplit).
 func LinearFP8ScratchBytes(m, n, k int) int {
-	if m <= 0 || k%128 != 0 {
+	if m <= 0 || k <= 0 || k%128 != 0 {
 		return 0
 	}
-	if sp, _ := linearSplit(m, n, k); sp > 1 {
-		return 4 * sp * m * n
+	if p := planLinear(m, n, k); p.splits > 1 {
+		return 4 * p.splits * m * n
 	}
 	return 0
 }
@@ -132,20 +153,27 @@ func LinearFP8(s *Stream, y, xq, xs, w, ws DevicePtr, m, n, k int, scratch Devic
 	if ceilDiv(m, 64) > 65535 {
 		return fmt.Errorf("cuda: linear_fp8: m=%d exceeds the grid limit", m)
 	}
-	splits, per := linearSplit(m, n, k)
+	p := planLinear(m, n, k)
 	if scratch == 0 {
-		splits, per = 1, k/128
+		p.splits, p.per = 1, k/128
 	}
 	var part DevicePtr
-	if splits > 1 {
+	if p.splits > 1 {
 		part = scratch
 	}
-	a := new(Args).Ptr(y).Ptr(xq).Ptr(xs).Ptr(w).Ptr(ws).I32(m).I32(n).I32(k).Ptr(part).I32(per)
-	grid := Dim3{uint32(ceilDiv(n, 128)), uint32(ceilDiv(m, 64)), uint32(splits)}
-	if err := launch(s, "linear_fp8", "linear_fp8", grid, Dim3{128, 1, 1}, linearSmem, a); err != nil || splits == 1 {
+	a := new(Args).Ptr(y).Ptr(xq).Ptr(xs).Ptr(w).Ptr(ws).I32(m).I32(n).I32(k).Ptr(part).I32(p.per)
+	var err error
+	if p.dec {
+		grid := Dim3{uint32(ceilDiv(n, 64)), uint32(ceilDiv(m, 8)), uint32(p.splits)}
+		err = launch(s, "linear_fp8", "linear_fp8_dec", grid, Dim3{128, 1, 1}, 0, a)
+	} else {
+		grid := Dim3{uint32(ceilDiv(n, 128)), uint32(ceilDiv(m, 64)), uint32(p.splits)}
+		err = launch(s, "linear_fp8", "linear_fp8", grid, Dim3{128, 1, 1}, linearSmem, a)
+	}
+	if err != nil || p.splits == 1 {
 		return err
 	}
-	return fp8Reduce(s, y, part, splits, m, n, 0, 0)
+	return fp8Reduce(s, y, part, p.splits, m, n, 0, 0)
 }
 
 // fp8Reduce sums split-K partials into bf16 rows (bounds/E: MoE offsets).
@@ -180,26 +208,48 @@ type MoEShape struct {
 	Format  FP4Format //
 }
 
-const moeBM = 64
-
-func moeMaxTiles(experts, rows int) int { return ceilDiv(rows, moeBM) + min(experts, rows) }
-
-// moeSplit is the K split of a grouped GEMM: the CTA count is bounded by the
-// tile list (rows/64 + active experts), and decode-sized lists split K
-// over about six CTAs per SM (each is latency-bound on its weight stream).
-func moeSplit(sh MoEShape) (splits, per int) {
-	tiles := moeMaxTiles(sh.Experts, sh.Rows) * ceilDiv(sh.N, 128)
-	return splitK(tiles/2, sh.K/128)
+// moePlan is the launch of one grouped GEMM, fixed by the shape (so that its
+// scratch size is too): decode-shaped lists (at most 8 rows per active
+// expert on average) run moe_fp4_dec over 8-row tiles, 64 output columns per
+// CTA; larger ones moe_fp4_gemm over 64-row tiles, 128 columns per CTA. K is
+// split when the CTAs are too few to keep the weight stream in flight.
+type moePlan struct {
+	dec                  bool
+	bm, maxTiles, colsPC int
+	splits, per          int
 }
 
-func moeTileBytes(sh MoEShape) int { return (16 + 16*moeMaxTiles(sh.Experts, sh.Rows) + 255) &^ 255 }
+func planMoE(sh MoEShape) moePlan {
+	p := moePlan{bm: 64, colsPC: 128}
+	if sh.Rows <= 8*min(sh.Experts, sh.Rows) {
+		p.dec, p.bm, p.colsPC = true, 8, 64
+	}
+	p.maxTiles = ceilDiv(sh.Rows, p.bm) + min(sh.Experts, sh.Rows)
+	ctas, nkb := p.maxTiles*ceilDiv(sh.N, p.colsPC), sh.K/128
+	if p.dec {
+		// About 32 warps per SM (8 CTAs of 4) on the 132 SMs of an H200.
+		const target = 8 * 132
+		p.splits, p.per = 1, nkb
+		if ctas < target && nkb > 1 {
+			sp := min(nkb, ceilDiv(target, ctas))
+			p.per = ceilDiv(nkb, sp)
+			p.splits = ceilDiv(nkb, p.per)
+		}
+	} else {
+		p.splits, p.per = splitK(ctas/2, nkb)
+	}
+	return p
+}
+
+func (p moePlan) tileBytes() int { return (16 + 16*p.maxTiles + 255) &^ 255 }
 
 // MoEScratchBytes is the scratch size MoEFP4 needs (tile list, split-K
 // partials), fixed by the shape so that it can live in a CUDA graph.
 func MoEScratchBytes(sh MoEShape) int {
-	b := moeTileBytes(sh)
-	if sp, _ := moeSplit(sh); sp > 1 && sh.Rows > 0 {
-		b += 4 * sp * sh.Rows * sh.N
+	p := planMoE(sh)
+	b := p.tileBytes()
+	if p.splits > 1 && sh.Rows > 0 {
+		b += 4 * p.splits * sh.Rows * sh.N
 	}
 	return b
 }
@@ -221,11 +271,11 @@ func MoEFP4(s *Stream, y, xq, xs, offsets, w, wscale, gscale DevicePtr, sh MoESh
 	if sh.Rows == 0 {
 		return nil
 	}
-	maxTiles := moeMaxTiles(sh.Experts, sh.Rows)
-	if maxTiles > 65535 || sh.Experts > 1<<20 {
+	p := planMoE(sh)
+	if p.maxTiles > 65535 || sh.Experts > 1<<20 {
 		return fmt.Errorf("cuda: moe_fp4_gemm: %d rows exceed the grid limit", sh.Rows)
 	}
-	a := new(Args).Ptr(offsets).I32(sh.Experts).I32(sh.Rows).Ptr(scratch).I32(maxTiles)
+	a := new(Args).Ptr(offsets).I32(sh.Experts).I32(sh.Rows).Ptr(scratch).I32(p.maxTiles).I32(p.bm)
 	if err := launch(s, "moe_fp4", "moe_tile_map", Dim3{1, 1, 1}, Dim3{1024, 1, 1}, 0, a); err != nil {
 		return err
 	}
@@ -233,18 +283,23 @@ func MoEFP4(s *Stream, y, xq, xs, offsets, w, wscale, gscale DevicePtr, sh MoESh
 	if sh.Format == NVFP4 {
 		nv = 1
 	}
-	splits, per := moeSplit(sh)
 	var part DevicePtr
-	if splits > 1 {
-		part = scratch.Add(moeTileBytes(sh))
+	if p.splits > 1 {
+		part = scratch.Add(p.tileBytes())
 	}
 	b := new(Args).Ptr(y).Ptr(xq).Ptr(xs).Ptr(scratch).Ptr(w).Ptr(wscale).Ptr(gscale).I32(nv).I32(sh.N).I32(sh.K).
-		Ptr(part).I32(per).I32(sh.Rows)
-	grid := Dim3{uint32(ceilDiv(sh.N, 128)), uint32(maxTiles), uint32(splits)}
-	if err := launch(s, "moe_fp4", "moe_fp4_gemm", grid, Dim3{128, 1, 1}, moeSmem, b); err != nil || splits == 1 {
+		Ptr(part).I32(p.per).I32(sh.Rows)
+	grid := Dim3{uint32(ceilDiv(sh.N, p.colsPC)), uint32(p.maxTiles), uint32(p.splits)}
+	var err error
+	if p.dec {
+		err = launch(s, "moe_fp4_dec", "moe_fp4_dec", grid, Dim3{128, 1, 1}, 0, b)
+	} else {
+		err = launch(s, "moe_fp4", "moe_fp4_gemm", grid, Dim3{128, 1, 1}, moeSmem, b)
+	}
+	if err != nil || p.splits == 1 {
 		return err
 	}
-	return fp8Reduce(s, y, part, splits, sh.Rows, sh.N, offsets, sh.Experts)
+	return fp8Reduce(s, y, part, p.splits, sh.Rows, sh.N, offsets, sh.Experts)
 }
 
 // SwiGLU computes out[r, i] = bf16(silu(min(g, limit)) · clamp(u, ±limit) · weights[r])

@@ -17,7 +17,7 @@ func TestRouter(t *testing.T) {
 		t.Run(mode.String(), func(t *testing.T) {
 			p := newPair(t, mode)
 			const dim, vocab = 256, 50
-			for _, c := range []struct{ E, K int }{{8, 2}, {64, 6}} {
+			for _, c := range []struct{ E, K int }{{8, 2}, {64, 6}, {256, 6}, {384, 6}} {
 				gl := randLinear(p.rng, checkpoint.FormatBF16, c.E, dim)
 				cg, err := p.c.PrepareLinear(gl)
 				must(t, err)
@@ -28,6 +28,9 @@ func TestRouter(t *testing.T) {
 				bias := make([]float32, c.E)
 				for i := range bias {
 					bias[i] = float32(p.rng.IntN(3)) * 0.25
+				}
+				if c.E == 8 {
+					bias[3] = float32(math.NaN()) // ranks after every number
 				}
 				gb, err := p.g.NewVec(bias)
 				must(t, err)

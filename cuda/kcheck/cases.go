@@ -395,6 +395,7 @@ func SmallCases() []Case {
 		RMSNormCase(1, 256), RMSNormCase(7, 4096), RMSNormCase(3, 7168),
 		QuantCase(1, 128), QuantCase(5, 512), QuantCase(33, 4096),
 		LinearCase(1, 256, 512, 0), LinearCase(8, 136, 384, 0), LinearCase(70, 384, 1024, 0), LinearCase(130, 256, 256, 0),
+		LinearCase(16, 200, 256, 0), LinearCase(40, 256, 1024, 0), // decode kernel, 2 token tiles; tiled + split K
 		SwiGLUCase(1, 256, true), SwiGLUCase(9, 2048, true), SwiGLUCase(4, 3072, false),
 	}
 	for _, f := range []cuda.FP4Format{cuda.MXFP4, cuda.NVFP4} {
@@ -403,6 +404,8 @@ func SmallCases() []Case {
 			MoECase(256, 8, 256, 512, f, RouteUniform, 0),
 			MoECase(384, 512, 128, 256, f, RouteSkewed, 0),
 			MoECase(48, 512, 256, 256, f, RouteGap, 0),
+			MoECase(256, 64, 256, 512, f, RouteGap, 0),     // decode kernel, unowned rows
+			MoECase(16, 100, 264, 384, f, RouteUniform, 0), // decode kernel, N % 64 != 0
 			MoECase(256, 4096, 128, 256, f, RouteUniform, 256),
 		)
 	}

@@ -181,3 +181,87 @@ extern "C" __global__ void linear_fp8_reduce(
 		y[i] = (u16)f32_to_bf16(a);
 	}
 }
+
+// Decode-shaped FP8 linear (M <= 16): the same function as linear_fp8 with
+// the weights as the MMA's A operand (16 output rows per warp, 64 per CTA)
+// and 8 tokens per CTA row as B, both streamed from global memory straight
+// into registers (no shared memory; a register double buffer keeps the next
+// 128-K block in flight). Inside a 128-K block the weight scale is one value
+// per warp, so the physical order of K inside the block is free: thread c
+// holds bytes [32c, 32c+32) of the block, 8 of them per k32 MMA, in A and B
+// alike. Split K as linear_fp8 (part, kbPer).
+extern "C" __global__ void __launch_bounds__(128) linear_fp8_dec(
+	u16* __restrict__ y, const u8* __restrict__ xq, const u8* __restrict__ xs,
+	const u8* __restrict__ w, const u8* __restrict__ ws, int M, int N, int K,
+	float* __restrict__ part, int kbPer)
+{
+	const int lane = threadIdx.x & 31, wid = threadIdx.x >> 5;
+	const int g = lane >> 2, c = lane & 3;
+	const int o0 = blockIdx.x * 64 + wid * 16;
+	const int oA = o0 + g, oB = oA + 8;
+	const bool okA = oA < N, okB = oB < N;
+	const int m0 = blockIdx.y * 8;
+	const int tokB = m0 + g;
+	const bool okT = tokB < M;
+	const int nkb = K / BK;
+	const int kb0 = part ? blockIdx.z * kbPer : 0;
+	const int kb1 = part ? min(kb0 + kbPer, nkb) : nkb;
+	if (o0 >= N) return;
+	const uint4* wA = reinterpret_cast<const uint4*>(w + (size_t)(okA ? oA : 0) * K + 32 * c);
+	const uint4* wB = reinterpret_cast<const uint4*>(w + (size_t)(okB ? oB : 0) * K + 32 * c);
+	const uint4* xr = reinterpret_cast<const uint4*>(xq + (size_t)(okT ? tokB : 0) * K + 32 * c);
+	const u8* wsr = ws + (size_t)(o0 / 128) * nkb;
+	const int t0 = m0 + 2 * c, t1 = t0 + 1;
+	const uint4 zero = make_uint4(0u, 0u, 0u, 0u);
+	uint4 nA[2], nB[2], nX[2];
+	auto fetch = [&](int kb) {
+#pragma unroll
+		for (int h = 0; h < 2; h++) {
+			nA[h] = okA ? wA[(size_t)kb * 8 + h] : zero;
+			nB[h] = okB ? wB[(size_t)kb * 8 + h] : zero;
+			nX[h] = okT ? xr[(size_t)kb * 8 + h] : zero;
+		}
+	};
+	float acc[4] = {0.f, 0.f, 0.f, 0.f};
+	if (kb0 < kb1) fetch(kb0);
+	for (int kb = kb0; kb < kb1; kb++) {
+		const uint4 cA[2] = {nA[0], nA[1]}, cB[2] = {nB[0], nB[1]}, cX[2] = {nX[0], nX[1]};
+		if (kb + 1 < kb1) fetch(kb + 1);
+		float blk[4] = {0.f, 0.f, 0.f, 0.f};
+#pragma unroll
+		for (int j = 0; j < 4; j++) {
+			const uint4 &va = cA[j >> 1], &vb = cB[j >> 1], &vx = cX[j >> 1];
+			const bool hi = j & 1;
+			const u32 a[4] = {hi ? va.z : va.x, hi ? vb.z : vb.x, hi ? va.w : va.y, hi ? vb.w : vb.y};
+			const u32 b[2] = {hi ? vx.z : vx.x, hi ? vx.w : vx.y};
+#ifdef MM_HAVE_FP8_MMA
+			mma_e4m3_16832(blk, a, b);
+#else
+			float t[4] = {0.f, 0.f, 0.f, 0.f};
+#pragma unroll
+			for (int q = 0; q < 2; q++) {
+				u32 af[4] = {e4m3x2_to_f16x2_scaled(a[2 * q] & 0xffffu), e4m3x2_to_f16x2_scaled(a[2 * q + 1] & 0xffffu),
+					e4m3x2_to_f16x2_scaled(a[2 * q] >> 16), e4m3x2_to_f16x2_scaled(a[2 * q + 1] >> 16)};
+				u32 bf[2] = {e4m3x2_to_f16x2_scaled(b[q] & 0xffffu), e4m3x2_to_f16x2_scaled(b[q] >> 16)};
+				mma_f16_16816(t, af, bf);
+			}
+#pragma unroll
+			for (int i = 0; i < 4; i++) blk[i] = fmaf(t[i], 65536.0f, blk[i]);
+#endif
+		}
+		const float wsc = e8m0_to_f32(wsr[kb]);
+		const float x0 = t0 < M ? e8m0_to_f32(xs[(size_t)t0 * nkb + kb]) * wsc : 0.f;
+		const float x1 = t1 < M ? e8m0_to_f32(xs[(size_t)t1 * nkb + kb]) * wsc : 0.f;
+		acc[0] = fmaf(blk[0], x0, acc[0]);
+		acc[1] = fmaf(blk[1], x1, acc[1]);
+		acc[2] = fmaf(blk[2], x0, acc[2]);
+		acc[3] = fmaf(blk[3], x1, acc[3]);
+	}
+	const int os[4] = {oA, oA, oB, oB}, ts[4] = {t0, t1, t0, t1};
+#pragma unroll
+	for (int i = 0; i < 4; i++) {
+		if (os[i] >= N || ts[i] >= M) continue;
+		if (part) part[((size_t)blockIdx.z * M + ts[i]) * N + os[i]] = acc[i];
+		else y[(size_t)ts[i] * N + os[i]] = (u16)f32_to_bf16(acc[i]);
+	}
+}

@@ -7,8 +7,8 @@
 // xq: e4m3 [Mtot, K]; xs: e8m0 [Mtot, K/128]; w: [E][N][K/2] (element 2i in
 // the low nibble); wscale: [E][N][K/32] e8m0 or [E][N][K/16] e4m3; y: bf16 [Mtot, N].
 //
-// moe_tile_map turns the offsets into a list of 64-row tiles (experts with no
-// rows produce none); moe_fp4_gemm runs one CTA per (tile, 128 columns) and
+// moe_tile_map turns the offsets into a list of bm-row tiles (64 here, 8 for
+// moe_fp4_dec; experts with no rows produce none); moe_fp4_gemm runs one CTA per (tile, 128 columns) and
 // exits at once past the list, so empty experts cost nothing and rows outside
 // every range are never written.
 //
@@ -33,7 +33,7 @@
 
 // Tile list layout: int count at [0]; int4 tiles {expert, row_begin, row_end, 0} from byte 16.
 extern "C" __global__ void __launch_bounds__(1024) moe_tile_map(
-	const int* __restrict__ offsets, int E, int Mtot, int* __restrict__ scratch, int maxTiles)
+	const int* __restrict__ offsets, int E, int Mtot, int* __restrict__ scratch, int maxTiles, int bm)
 {
 	__shared__ int warpSums[32];
 	const int tid = threadIdx.x, lane = tid & 31, wid = tid >> 5;
@@ -42,7 +42,7 @@ extern "C" __global__ void __launch_bounds__(1024) moe_tile_map(
 	int local = 0;
 	for (int e = e0; e < min(e0 + per, E); e++) {
 		int b = min(max(offsets[e], 0), Mtot), en = min(max(offsets[e + 1], b), Mtot);
-		local += (en - b + BM - 1) / BM;
+		local += (en - b + bm - 1) / bm;
 	}
 	// Block-wide exclusive scan of local.
 	int inc = local;
@@ -67,8 +67,8 @@ extern "C" __global__ void __launch_bounds__(1024) moe_tile_map(
 	int4* tiles = reinterpret_cast<int4*>(scratch + 4);
 	for (int e = e0; e < min(e0 + per, E); e++) {
 		int b = min(max(offsets[e], 0), Mtot), en = min(max(offsets[e + 1], b), Mtot);
-		for (int r = b; r < en; r += BM) {
-			if (base < maxTiles) tiles[base] = make_int4(e, r, min(r + BM, en), 0);
+		for (int r = b; r < en; r += bm) {
+			if (base < maxTiles) tiles[base] = make_int4(e, r, min(r + bm, en), 0);
 			base++;
 		}
 	}

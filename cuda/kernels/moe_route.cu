@@ -4,45 +4,59 @@
 // the per-row combine in ascending expert id.
 #include "common.cuh"
 
-// One thread per row. logits [rows, E] are replaced by s = sqrt(softplus(z))
-// (double inside, rounded to fp32 like the CPU). bias != 0: top-k of s + bias,
-// descending, ties -> lower index, NaN last (the CPU's insertion top-k).
-// bias == 0: ids come from table[tok[r]] (validated by the host).
+// a (index ia) ranks before b (index ib): larger first, ties to the lower
+// index, NaN after every number (the CPU's insertion top-k gives this order).
+DEV bool ranks_before(float a, int ia, float b, int ib) {
+	const bool an = a != a, bn = b != b;
+	if (an != bn) return bn;
+	if (!an && a != b) return a > b;
+	return ia < ib;
+}
+
+// One warp per row. logits [rows, E] are replaced by s = sqrt(softplus(z))
+// (double inside, rounded to fp32 like the CPU). bias != 0: top-k of s + bias
+// in that order, K rounds of a warp arg-best over the experts not yet taken
+// (E <= 32*32). bias == 0: ids come from table[tok[r]] (validated by the host).
 extern "C" __global__ void router_topk(
 	float* __restrict__ logits, int rows, int E, int K, const float* __restrict__ bias,
 	const int* __restrict__ table, const int* __restrict__ tok, float scale,
 	float* __restrict__ weights, int* __restrict__ ids)
 {
-	const int r = blockIdx.x * blockDim.x + threadIdx.x;
+	const int r = (blockIdx.x * blockDim.x + threadIdx.x) >> 5, lane = threadIdx.x & 31;
 	if (r >= rows) return;
 	float* s = logits + (size_t)r * E;
-	for (int e = 0; e < E; e++) {
+	for (int e = lane; e < E; e += 32) {
 		float z = s[e];
 		float sp = z > 20.0f ? z : (float)log1p(exp((double)z));
 		s[e] = (float)sqrt((double)sp);
 	}
+	__syncwarp();
 	int* idx = ids + (size_t)r * K;
 	if (bias) {
-		int n = 0;
-		for (int e = 0; e < E; e++) {
-			const float x = s[e] + bias[e];
-			if (n < K) {
-				idx[n++] = e;
-			} else {
-				const float y = s[idx[K - 1]] + bias[idx[K - 1]];
-				if (!(x == x && (y != y || x > y))) continue;
-				idx[K - 1] = e;
+		u32 taken = 0; // bit i: expert lane + 32 i is chosen
+		for (int k = 0; k < K; k++) {
+			float bv = 0.f;
+			int bi = -1;
+			for (int i = 0, e = lane; e < E; i++, e += 32) {
+				if (taken >> i & 1u) continue;
+				const float x = s[e] + bias[e];
+				if (bi < 0 || ranks_before(x, e, bv, bi)) { bv = x; bi = e; }
 			}
-			for (int j = n - 1; j > 0; j--) {
-				const float a = s[idx[j]] + bias[idx[j]], b = s[idx[j - 1]] + bias[idx[j - 1]];
-				if (!(a == a && (b != b || a > b))) break;
-				const int t = idx[j]; idx[j] = idx[j - 1]; idx[j - 1] = t;
+#pragma unroll
+			for (int o = 16; o > 0; o >>= 1) {
+				const float ov = __shfl_xor_sync(0xffffffffu, bv, o);
+				const int oi = __shfl_xor_sync(0xffffffffu, bi, o);
+				if (oi >= 0 && (bi < 0 || ranks_before(ov, oi, bv, bi))) { bv = ov; bi = oi; }
 			}
+			if (bi >= 0 && (bi & 31) == lane) taken |= 1u << (bi >> 5);
+			if (lane == 0) idx[k] = bi;
 		}
-	} else {
+	} else if (lane == 0) {
 		const int* row = table + (size_t)tok[r] * K;
 		for (int k = 0; k < K; k++) idx[k] = row[k];
 	}
+	__syncwarp();
+	if (lane != 0) return;
 	float sum = 0.0f;
 	for (int k = 0; k < K; k++) sum += s[idx[k]];
 	if (sum == sum) sum = fmaxf(sum, 1e-20f); // Go's max keeps NaN
