@@ -213,6 +213,11 @@ type RouterArgs struct {
 type ExpertsArgs struct {
 	Limit float32 // swiglu_limit (0 = no clamp)
 	Trace bool    // check every expert stage for non-finite values
+	// Expert parallel: the prepared experts are the global ids [Offset,
+	// Offset+Count); with Partial, pairs routed outside that range belong to
+	// another rank and add nothing here (otherwise they are an error).
+	Offset  int
+	Partial bool
 }
 
 // CheckFunc is the NaN tracer hook the model passes to the layer code: it checks

@@ -128,4 +128,5 @@ type Weights struct {
 	HcHead HC
 	Layers []Layer
 	MTP    []MTP // len == Config.MTPLayers
+	Part   *Part // this rank's slice of a sharded model; nil = the whole model
 }

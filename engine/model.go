@@ -1,14 +1,24 @@
 package engine
 
 import (
+	"github.com/megamoe/megamoe/checkpoint"
 	"github.com/megamoe/megamoe/kvcache"
 	"github.com/megamoe/megamoe/model"
 )
 
-// FromModel adapts a *model.Model to the engine's Model interface.
-func FromModel(m *model.Model) Model { return modelAdapter{m} }
+// Stepper is what FromModel adapts: a *model.Model, or a *model.Parallel
+// (one model split over ranks).
+type Stepper interface {
+	Forward(*model.Batch) (*model.Output, error)
+	FreeSequence(*kvcache.Sequence)
+	Cache() *kvcache.Manager
+	Config() *checkpoint.Config
+}
 
-type modelAdapter struct{ m *model.Model }
+// FromModel adapts a model to the engine's Model interface.
+func FromModel(m Stepper) Model { return modelAdapter{m} }
+
+type modelAdapter struct{ m Stepper }
 
 func (a modelAdapter) Forward(items []ForwardItem) ([][]float32, error) {
 	b := &model.Batch{Items: make([]model.BatchItem, len(items))}

@@ -15,6 +15,7 @@ import (
 	"github.com/megamoe/megamoe/checkpoint"
 	"github.com/megamoe/megamoe/kvcache"
 	"github.com/megamoe/megamoe/moe"
+	"github.com/megamoe/megamoe/parallel"
 )
 
 // Options configure a Model.
@@ -27,6 +28,10 @@ type Options struct {
 	// e.g. "layer 2 attn q") before the step goes on: two backends probed
 	// side by side name the first component where they diverge.
 	Probe func(component string, out backend.Tensor)
+	// Comm, for weights sharded by checkpoint.Shard, is this rank's end of
+	// the group: attention and routed-expert outputs are all-reduced and the
+	// head's vocabulary slices all-gathered (see Parallel).
+	Comm parallel.Comm
 }
 
 // DefaultCacheBytes is the cache capacity when Options.CacheBytes is 0.
@@ -62,8 +67,33 @@ type Model struct {
 	mtp    *mtpBlock
 	cache  *kvcache.Manager
 	store  backend.KVStore
-	mu     sync.Mutex // one forward at a time
+	part   *checkpoint.Part // nil: the whole model
+	mu     sync.Mutex       // one forward at a time
 }
+
+// checkPart requires sharded weights and a communicator to come together and
+// agree on the rank and the group size.
+func checkPart(p *checkpoint.Part, c parallel.Comm) error {
+	switch {
+	case p == nil && c != nil && c.Size() > 1:
+		return fmt.Errorf("model: a %d-rank communicator needs weights from checkpoint.Shard", c.Size())
+	case p != nil && p.Size > 1 && c == nil:
+		return fmt.Errorf("model: rank %d of %d weights need Options.Comm", p.Rank, p.Size)
+	case p != nil && c != nil && (c.Rank() != p.Rank || c.Size() != p.Size):
+		return fmt.Errorf("model: communicator rank %d of %d, weights rank %d of %d", c.Rank(), c.Size(), p.Rank, p.Size)
+	}
+	return nil
+}
+
+// localVocab is the number of head rows (vocabulary ids) this rank computes.
+func (m *Model) localVocab() int {
+	if m.part != nil {
+		return m.part.VocabHi - m.part.VocabLo
+	}
+	return m.cfg.Vocab
+}
+
+func (m *Model) allReduce(t backend.Tensor) error { return m.opts.Comm.AllReduceSum(m.be, t) }
 
 // New prepares w on be (a CPU backend when be is nil).
 func New(w *checkpoint.Weights, be backend.Backend, opts Options) (*Model, error) {
@@ -79,7 +109,10 @@ func New(w *checkpoint.Weights, be backend.Backend, opts Options) (*Model, error
 	}
 	be.SetNumerics(num)
 	c := w.Config
-	m := &Model{cfg: c, be: be, opts: opts, eps: float32(c.NormEps),
+	if err := checkPart(w.Part, opts.Comm); err != nil {
+		return nil, err
+	}
+	m := &Model{cfg: c, be: be, opts: opts, part: w.Part, eps: float32(c.NormEps),
 		hc: backend.HcArgs{Streams: c.HcMult, Sinkhorn: c.HcSinkhorn, Eps: float32(c.HcEps), NormEps: float32(c.NormEps)}}
 	var err error
 	if m.embed, err = be.PrepareEmbedding(w.Embed, c.Vocab, c.Dim); err != nil {
@@ -88,8 +121,8 @@ func New(w *checkpoint.Weights, be backend.Backend, opts Options) (*Model, error
 	if m.head, err = be.PrepareLinear(&w.Head); err != nil {
 		return nil, fmt.Errorf("model head: %w", err)
 	}
-	if m.head.Out() != c.Vocab || m.head.In() != c.Dim {
-		return nil, fmt.Errorf("model head: %dx%d, want %dx%d", m.head.Out(), m.head.In(), c.Vocab, c.Dim)
+	if vl := m.localVocab(); m.head.Out() != vl || m.head.In() != c.Dim {
+		return nil, fmt.Errorf("model head: %dx%d, want %dx%d", m.head.Out(), m.head.In(), vl, c.Dim)
 	}
 	if m.norm, err = be.PrepareVec("norm.weight", w.Norm, c.Dim); err != nil {
 		return nil, fmt.Errorf("model: %w", err)
@@ -150,8 +183,11 @@ func (m *Model) prepBlock(l *checkpoint.Layer) (*block, error) {
 	if b.attn, err = attention.Prepare(be, c, l); err != nil {
 		return nil, err
 	}
-	if b.ffn, err = moe.Prepare(be, c, l); err != nil {
+	if b.ffn, err = moe.Prepare(be, c, l, m.part); err != nil {
 		return nil, err
+	}
+	if m.part != nil && m.part.Size > 1 {
+		b.ffn.Reduce = m.allReduce
 	}
 	return b, nil
 }
@@ -251,6 +287,12 @@ func (m *Model) runBlock(b *block, x backend.Tensor, ids []int32, bt *backend.Ba
 	o, err := b.attn.Forward(be, m.store, an, bt, check)
 	if err != nil {
 		return nil, fmt.Errorf("%s%w", prefix, tr.wrapOp(err, b.index, prefix+"attn "))
+	}
+	if m.part != nil && m.part.Size > 1 {
+		// This rank's heads gave a partial wo_b product (model.py's RowParallel).
+		if err := m.allReduce(o); err != nil {
+			return nil, fmt.Errorf("%sattn all-reduce: %w", prefix, err)
+		}
 	}
 	if err := be.HcPost(o, x, mix, m.hc, x); err != nil {
 		return nil, fmt.Errorf("%shc_post attn: %w", prefix, err)
@@ -423,20 +465,39 @@ func (m *Model) logits(x backend.Tensor, rows []int, hc backend.HC, norm backend
 	if err := be.RMSNorm(y, norm, m.eps, yn); err != nil {
 		return nil, fmt.Errorf("%snorm: %w", prefix, err)
 	}
-	lg := be.Alloc(k, c.Vocab, backend.F32)
+	lg := be.Alloc(k, m.localVocab(), backend.F32)
 	if err := be.LinearF32(yn, m.head, lg); err != nil {
 		return nil, fmt.Errorf("%shead: %w", prefix, err)
 	}
+
 	if tr != nil {
 		// Rows of the gathered tensors are not batch rows: map them back.
 		if st := be.Stats(lg); st.FirstBad >= 0 {
 			e := &NonFiniteError{Layer: -1, Component: prefix + "head logits", Stats: st, Inputs: []backend.Stats{be.Stats(yn)}}
-			tr.locate(e, rows[st.FirstBad/c.Vocab])
+			tr.locate(e, rows[st.FirstBad/m.localVocab()])
 			return nil, e
 		}
 	}
 	flat := make([]float32, k*c.Vocab)
-	if err := be.Download(lg, flat); err != nil {
+	if m.part != nil && m.part.Size > 1 {
+		// Vocabulary slices, rank-major after the all-gather: interleave them
+		// into rows on the host, where the logits go anyway.
+		n, vl := m.part.Size, m.localVocab()
+		all := be.Alloc(n*k, vl, backend.F32)
+		defer be.Free(all)
+		if err := m.opts.Comm.AllGatherRows(be, lg, all); err != nil {
+			return nil, fmt.Errorf("%shead all-gather: %w", prefix, err)
+		}
+		g := make([]float32, n*k*vl)
+		if err := be.Download(all, g); err != nil {
+			return nil, err
+		}
+		for r := range n {
+			for i := range k {
+				copy(flat[i*c.Vocab+r*vl:i*c.Vocab+(r+1)*vl], g[(r*k+i)*vl:(r*k+i+1)*vl])
+			}
+		}
+	} else if err := be.Download(lg, flat); err != nil {
 		return nil, err
 	}
 	for _, t := range []backend.Tensor{xs, y, yn, lg} {

@@ -22,10 +22,16 @@ type Layer struct {
 	Tid2Eid       backend.IDTable // non-nil on hash layers
 	Experts       backend.Experts
 	SW1, SW2, SW3 backend.Linear
+	// Expert parallel (nil Reduce: all experts are here): Experts holds the
+	// global ids [ExpertLo, ExpertLo+Count) and Reduce sums the routed outputs
+	// over the ranks before the shared expert is added (model.py's all_reduce).
+	ExpertLo int
+	Reduce   func(backend.Tensor) error
 }
 
-// Prepare binds the MoE weights of layer l.
-func Prepare(be backend.Backend, c *checkpoint.Config, l *checkpoint.Layer) (*Layer, error) {
+// Prepare binds the MoE weights of layer l; part (nil: whole model) names the
+// routed experts this rank holds.
+func Prepare(be backend.Backend, c *checkpoint.Config, l *checkpoint.Layer, part *checkpoint.Part) (*Layer, error) {
 	m := &l.FFN
 	pre := fmt.Sprintf("layer %d ffn", l.Index)
 	out := &Layer{Index: l.Index, TopK: c.TopK, Scale: float32(c.RouteScale), Limit: float32(c.SwigluLimit)}
@@ -43,8 +49,12 @@ func Prepare(be backend.Backend, c *checkpoint.Config, l *checkpoint.Layer) (*La
 	} else if out.Bias, err = be.PrepareVec(pre+" gate.bias", m.Bias, c.Experts); err != nil {
 		return nil, err
 	}
-	if len(m.Experts) != c.Experts {
-		return nil, fmt.Errorf("%s: %d experts, want %d", pre, len(m.Experts), c.Experts)
+	want := c.Experts
+	if part != nil {
+		want, out.ExpertLo = part.ExpertHi-part.ExpertLo, part.ExpertLo
+	}
+	if len(m.Experts) != want {
+		return nil, fmt.Errorf("%s: %d experts, want %d", pre, len(m.Experts), want)
 	}
 	if out.Experts, err = be.PrepareExperts(pre, m.Experts, c.Dim, c.MoEInter); err != nil {
 		return nil, err
@@ -90,8 +100,14 @@ func (l *Layer) Forward(be backend.Backend, f backend.Tensor, ids []int32, check
 		return nil, err
 	}
 	acc := be.Alloc(n, d, backend.F32)
-	if err := be.Experts(f, l.Experts, w, e, backend.ExpertsArgs{Limit: l.Limit, Trace: check != nil}, acc); err != nil {
+	ea := backend.ExpertsArgs{Limit: l.Limit, Trace: check != nil, Offset: l.ExpertLo, Partial: l.Reduce != nil}
+	if err := be.Experts(f, l.Experts, w, e, ea, acc); err != nil {
 		return nil, fmt.Errorf("moe: %w", err)
+	}
+	if l.Reduce != nil {
+		if err := l.Reduce(acc); err != nil {
+			return nil, fmt.Errorf("moe all-reduce: %w", err)
+		}
 	}
 	if err := check.Check("moe routed experts", acc, f); err != nil {
 		return nil, err

@@ -55,7 +55,7 @@ func TestMoEVsFloat64(t *testing.T) {
 	be := cpu.New(cpu.Options{Threads: 2})
 	be.SetNumerics(backend.Exact)
 	for _, li := range []int{0, 2} { // hash layer, score layer
-		l, err := Prepare(be, c, &w.Layers[li])
+		l, err := Prepare(be, c, &w.Layers[li], nil)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -150,10 +150,14 @@ func (b *Backend) Experts(f backend.Tensor, e backend.Experts, weights, ids back
 	E := len(ex.w1)
 	rows := make([][]int, E) // (row·K + slot) per expert
 	for i, id := range it.I {
-		if id < 0 || int(id) >= E {
-			return fmt.Errorf("experts: expert id %d of %d", id, E)
+		e := int(id) - a.Offset
+		if e < 0 || e >= E {
+			if a.Partial {
+				continue // another rank's expert
+			}
+			return fmt.Errorf("experts: expert id %d outside [%d, %d)", id, a.Offset, a.Offset+E)
 		}
-		rows[id] = append(rows[id], i)
+		rows[e] = append(rows[e], i)
 	}
 	d, I := ex.dim, ex.inter
 	outs := make([]float32, n*K*d)

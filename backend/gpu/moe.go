@@ -226,6 +226,13 @@ func (b *Backend) Experts(f backend.Tensor, e backend.Experts, weights, ids back
 	}
 	E, d, I, nk := ex.count, ex.dim, ex.inter, n*K
 	exact := !b.faithful()
+	lids, idBuf, err := b.localIDs(it.ptr, nk, E, a)
+	if err != nil {
+		return err
+	}
+	if idBuf != nil {
+		defer idBuf.Free()
+	}
 	var bufs []*cuda.Buffer
 	defer func() {
 		for _, buf := range bufs {
@@ -280,7 +287,7 @@ func (b *Backend) Experts(f backend.Tensor, e backend.Experts, weights, ids back
 	}
 	steps := []func() error{
 		func() error { return b.s.Memset8(inv, 0xFF, 4*nk) },
-		func() error { return cuda.MoEPermute(b.s, it.ptr, nk, E, counts, offsets, perm, inv) },
+		func() error { return cuda.MoEPermute(b.s, lids, nk, E, counts, offsets, perm, inv) },
 		func() error { return cuda.MoEGather(b.s, xg, ft.ptr, perm, offsets, E, K, d, nk) },
 	}
 	if exact {
@@ -311,7 +318,7 @@ func (b *Backend) Experts(f backend.Tensor, e backend.Experts, weights, ids back
 		}
 	}
 	if a.Trace {
-		if err := b.traceExperts(E, K, nk, d, I, offsets, perm, xg, gf, uf, h, yf); err != nil {
+		if err := b.traceExperts(E, K, nk, d, I, offsets, perm, xg, gf, uf, h, yf, a.Partial); err != nil {
 			return err
 		}
 	}
@@ -319,7 +326,7 @@ func (b *Backend) Experts(f backend.Tensor, e backend.Experts, weights, ids back
 	if exact {
 		y = yf
 	}
-	if err := cuda.MoECombine(b.s, at.ptr, y, it.ptr, inv, n, K, d, exact); err != nil {
+	if err := cuda.MoECombine(b.s, at.ptr, y, lids, inv, n, K, d, exact); err != nil {
 		return fmt.Errorf("experts: %w", err)
 	}
 	return nil
@@ -327,7 +334,7 @@ func (b *Backend) Experts(f backend.Tensor, e backend.Experts, weights, ids back
 
 // traceExperts downloads the stage buffers and reports the first non-finite
 // stage in the CPU's order (expert ascending; w1, w3, swiglu, w2).
-func (b *Backend) traceExperts(E, K, nk, d, I int, offsets, perm, xg, gf, uf, h, yf cuda.DevicePtr) error {
+func (b *Backend) traceExperts(E, K, nk, d, I int, offsets, perm, xg, gf, uf, h, yf cuda.DevicePtr, partial bool) error {
 	off := make([]int32, E+1)
 	pm := make([]int32, nk)
 	x, g, u, hh, y := make([]float32, nk*d), make([]float32, nk*I), make([]float32, nk*I), make([]float32, nk*I), make([]float32, nk*d)
@@ -342,7 +349,7 @@ func (b *Backend) traceExperts(E, K, nk, d, I int, offsets, perm, xg, gf, uf, h,
 	if err := b.s.Synchronize(); err != nil {
 		return fmt.Errorf("experts trace: %w", err)
 	}
-	if int(off[E]) != nk {
+	if int(off[E]) != nk && !partial {
 		return fmt.Errorf("experts: %d of %d expert ids outside [0, %d)", nk-int(off[E]), nk, E)
 	}
 	for e := range E {
@@ -363,4 +370,37 @@ func (b *Backend) traceExperts(E, K, nk, d, I int, offsets, perm, xg, gf, uf, h,
 		}
 	}
 	return nil
+}
+
+// localIDs maps global expert ids to this backend's [0, E) for expert
+// parallel (ExpertsArgs.Offset/Partial): another rank's ids become -1, which
+// the permutation skips. It runs on the host (one small download and upload
+// per MoE layer), the v1 path until the permute kernels take the offset.
+// Without an offset or Partial it returns ids itself.
+func (b *Backend) localIDs(ids cuda.DevicePtr, nk, E int, a backend.ExpertsArgs) (cuda.DevicePtr, *cuda.Buffer, error) {
+	if a.Offset == 0 && !a.Partial {
+		return ids, nil, nil
+	}
+	v := make([]int32, nk)
+	if err := b.s.CopyDtoH(i32Bytes(v), ids); err != nil {
+		return 0, nil, fmt.Errorf("experts ids: %w", err)
+	}
+	if err := b.s.Synchronize(); err != nil {
+		return 0, nil, fmt.Errorf("experts ids: %w", err)
+	}
+	for i, id := range v {
+		e := int(id) - a.Offset
+		if e < 0 || e >= E {
+			if !a.Partial {
+				return 0, nil, fmt.Errorf("experts: expert id %d outside [%d, %d)", id, a.Offset, a.Offset+E)
+			}
+			e = -1
+		}
+		v[i] = int32(e)
+	}
+	buf, err := b.upload(i32Bytes(v))
+	if err != nil {
+		return 0, nil, fmt.Errorf("experts ids: %w", err)
+	}
+	return buf.Ptr, buf, nil
 }

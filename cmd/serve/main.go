@@ -6,8 +6,6 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"github.com/megamoe/megamoe/backend"
-	"github.com/megamoe/megamoe/backend/gpu"
 	"io"
 	"log/slog"
 	"net"
@@ -15,6 +13,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"syscall"
 	"time"
@@ -22,6 +21,9 @@ import (
 	"github.com/gin-gonic/gin"
 
 	"github.com/megamoe/megamoe/api"
+	"github.com/megamoe/megamoe/backend"
+	"github.com/megamoe/megamoe/backend/cpu"
+	"github.com/megamoe/megamoe/backend/gpu"
 	"github.com/megamoe/megamoe/checkpoint"
 	"github.com/megamoe/megamoe/engine"
 	"github.com/megamoe/megamoe/model"
@@ -31,7 +33,7 @@ import (
 
 type options struct {
 	model, servedName, host, apiKey, device, numerics string
-	port, maxNumSeqs, maxModelLen, threads            int
+	port, maxNumSeqs, maxModelLen, threads, tp        int
 	kvCacheMemory                                     int64
 	shutdownTimeout                                   time.Duration
 }
@@ -61,6 +63,7 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	fs.StringVar(&o.device, "device", "auto", "cpu | cuda | auto")
 	fs.StringVar(&o.numerics, "numerics", "faithful", "faithful | exact")
 	fs.IntVar(&o.threads, "threads", 0, "CPU worker threads (0 = GOMAXPROCS)")
+	fs.IntVar(&o.tp, "tensor-parallel", 1, "ranks to split the model over (attention heads, head vocabulary, experts): GPUs 0..N-1 with --device cuda, else CPU workers")
 	fs.DurationVar(&o.shutdownTimeout, "shutdown-timeout", time.Minute, "on SIGTERM/SIGINT, how long in-flight requests may take to finish")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
@@ -79,6 +82,8 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 		return nil, errors.New("--kv-cache-memory must be > 0")
 	case o.threads < 0:
 		return nil, errors.New("--threads must be >= 0")
+	case o.tp < 1 || o.tp > 64:
+		return nil, errors.New("--tensor-parallel must be in [1, 64]")
 	case o.shutdownTimeout <= 0:
 		return nil, errors.New("--shutdown-timeout must be > 0")
 	}
@@ -191,11 +196,7 @@ func load(dir string, o *options, log *slog.Logger, bar *progress) (_ *checkpoin
 		size += int64(len(t.Data))
 	}
 	bar.stage("preparing " + formatBytes(size) + " of weights")
-	be, err := pickBackend(o.device, log)
-	if err != nil {
-		return nil, nil, nil, err
-	}
-	m, err := model.New(w, be, model.Options{Numerics: o.numerics, Threads: o.threads, CacheBytes: o.kvCacheMemory})
+	m, err := buildModel(w, o, log)
 	if err != nil {
 		return nil, nil, nil, err
 	}
@@ -223,6 +224,44 @@ func formatBytes(n int64) string {
 		exp++
 	}
 	return fmt.Sprintf("%.1f %ciB", float64(n)/float64(div), "KMGT"[exp])
+}
+
+// buildModel prepares w on the chosen backend, or split over --tensor-parallel
+// ranks (one GPU each with --device cuda; CPU backends otherwise).
+func buildModel(w *checkpoint.Weights, o *options, log *slog.Logger) (engine.Stepper, error) {
+	opts := model.Options{Numerics: o.numerics, Threads: o.threads, CacheBytes: o.kvCacheMemory}
+	if o.tp == 1 {
+		be, err := pickBackend(o.device, log)
+		if err != nil {
+			return nil, err
+		}
+		return model.New(w, be, opts)
+	}
+	bes := make([]backend.Backend, o.tp)
+	if o.device == "cuda" {
+		for r := range bes {
+			g, err := gpu.New(gpu.Options{Device: r})
+			if err != nil {
+				return nil, fmt.Errorf("--tensor-parallel %d: GPU %d: %w", o.tp, r, err)
+			}
+			bes[r] = g
+		}
+		log.Info("serving on GPUs", "ranks", o.tp)
+	} else {
+		threads := o.threads
+		if threads == 0 {
+			threads = runtime.GOMAXPROCS(0)
+		}
+		for r := range bes {
+			bes[r] = cpu.New(cpu.Options{Threads: max(1, threads/o.tp)})
+		}
+		log.Info("serving on the CPU split over ranks", "ranks", o.tp)
+	}
+	p, err := model.NewParallel(w, bes, opts)
+	if err != nil {
+		return nil, fmt.Errorf("--tensor-parallel %d: %w", o.tp, err)
+	}
+	return p, nil
 }
 
 // pickBackend returns the GPU backend for --device cuda (an error without a

@@ -26,6 +26,8 @@ func TestParseFlags(t *testing.T) {
 		{[]string{"--shutdown-timeout", "0s"}, "--shutdown-timeout"},
 		{[]string{"--shutdown-timeout", "5s"}, ""},
 		{[]string{"extra"}, "unexpected arguments"},
+		{[]string{"--tensor-parallel", "2"}, ""},
+		{[]string{"--tensor-parallel", "0"}, "--tensor-parallel"},
 	} {
 		o, err := parseFlags(tc.args, io.Discard)
 		switch {

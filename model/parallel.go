@@ -1,0 +1,149 @@
+package model
+
+import (
+	"errors"
+	"fmt"
+	"sync"
+
+	"github.com/megamoe/megamoe/backend"
+	"github.com/megamoe/megamoe/checkpoint"
+	"github.com/megamoe/megamoe/kvcache"
+	"github.com/megamoe/megamoe/parallel"
+)
+
+// Parallel is one model split over ranks by checkpoint.Shard (tensor-parallel
+// attention heads and head vocabulary, expert-parallel routed experts), each
+// rank a Model on its own backend. Every step runs on all ranks at once, one
+// goroutine per rank, in lockstep through the group's collectives. The caller
+// sees rank 0's cache manager; the other ranks mirror each of its sequences
+// (same lengths, so the same capacity decisions).
+type Parallel struct {
+	cfg    *checkpoint.Config // the whole model's
+	ranks  []*Model
+	group  *parallel.Local
+	mu     sync.Mutex
+	mirror map[*kvcache.Sequence][]*kvcache.Sequence // rank 0 sequence -> ranks 1..n-1
+	broken error                                     // ranks disagreed on a step's outcome
+}
+
+// NewParallel shards w over len(backends) ranks and prepares rank r on
+// backends[r] (a CPU backend when nil), exchanging through host memory.
+func NewParallel(w *checkpoint.Weights, backends []backend.Backend, opts Options) (*Parallel, error) {
+	if w == nil || w.Config == nil {
+		return nil, errors.New("model: nil weights")
+	}
+	n := len(backends)
+	if opts.Comm != nil {
+		return nil, errors.New("model: NewParallel makes its own communicators; leave Options.Comm nil")
+	}
+	group, comms, err := parallel.NewLocal(n)
+	if err != nil {
+		return nil, fmt.Errorf("model: %w", err)
+	}
+	p := &Parallel{cfg: w.Config, group: group, mirror: map[*kvcache.Sequence][]*kvcache.Sequence{}}
+	for r, be := range backends {
+		shard, err := checkpoint.Shard(w, r, n)
+		if err != nil {
+			return nil, fmt.Errorf("model: %w", err)
+		}
+		o := opts
+		o.Comm = comms[r]
+		m, err := New(shard, be, o)
+		if err != nil {
+			return nil, fmt.Errorf("model rank %d of %d: %w", r, n, err)
+		}
+		p.ranks = append(p.ranks, m)
+	}
+	return p, nil
+}
+
+// Config returns the whole model's architecture.
+func (p *Parallel) Config() *checkpoint.Config { return p.cfg }
+
+// Ranks is the number of ranks.
+func (p *Parallel) Ranks() int { return len(p.ranks) }
+
+// Rank returns rank r's model (for inspection and tests).
+func (p *Parallel) Rank(r int) *Model { return p.ranks[r] }
+
+// Cache returns rank 0's KV cache manager: sequences are created there.
+func (p *Parallel) Cache() *kvcache.Manager { return p.ranks[0].Cache() }
+
+// FreeSequence releases s and its mirrors.
+func (p *Parallel) FreeSequence(s *kvcache.Sequence) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for r, ms := range p.mirror[s] {
+		p.ranks[r+1].FreeSequence(ms)
+	}
+	delete(p.mirror, s)
+	p.ranks[0].FreeSequence(s)
+}
+
+// Forward runs one step on every rank and returns rank 0's output (the
+// logits are complete on every rank after the head's all-gather).
+func (p *Parallel) Forward(b *Batch) (*Output, error) {
+	if b == nil {
+		return nil, errors.New("model: nil batch")
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.broken != nil {
+		return nil, p.broken
+	}
+	batches := make([]*Batch, len(p.ranks))
+	batches[0] = b
+	for r := 1; r < len(p.ranks); r++ {
+		batches[r] = &Batch{Items: make([]BatchItem, len(b.Items))}
+	}
+	for i, it := range b.Items {
+		ms, ok := p.mirror[it.Seq]
+		if !ok && it.Seq != nil {
+			for r := 1; r < len(p.ranks); r++ {
+				ms = append(ms, p.ranks[r].Cache().NewSequence())
+			}
+			p.mirror[it.Seq] = ms
+		}
+		for r := 1; r < len(p.ranks); r++ {
+			mi := it
+			if it.Seq != nil {
+				mi.Seq = ms[r-1]
+			}
+			batches[r].Items[i] = mi
+		}
+	}
+	outs := make([]*Output, len(p.ranks))
+	errs := make([]error, len(p.ranks))
+	var wg sync.WaitGroup
+	for r, m := range p.ranks {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			outs[r], errs[r] = m.Forward(batches[r])
+			if errs[r] != nil {
+				m.opts.Comm.Abort(fmt.Errorf("rank %d: %w", r, errs[r]))
+			}
+		}()
+	}
+	wg.Wait()
+	failed := 0
+	var first error
+	for r, err := range errs {
+		if err != nil {
+			failed++
+			if first == nil || errors.Is(first, parallel.ErrAborted) {
+				first = fmt.Errorf("rank %d: %w", r, err)
+			}
+		}
+	}
+	switch {
+	case failed == 0:
+		return outs[0], nil
+	case failed == len(p.ranks):
+		// Every rank stopped before advancing its sequences: still in step.
+		p.group.Reset()
+		return nil, first
+	}
+	p.broken = fmt.Errorf("model: ranks out of step after a failed forward (%d of %d failed): %w", failed, len(p.ranks), first)
+	return nil, p.broken
+}
