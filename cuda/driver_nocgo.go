@@ -7,3 +7,5 @@ package cuda
 func openDriver() (driverAPI, error) { return nil, ErrNoCGO }
 
 func openNVRTC() (nvrtcAPI, error) { return nil, ErrNoCGO }
+
+func openNCCL() (ncclAPI, error) { return nil, ErrNoCGO }

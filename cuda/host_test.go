@@ -3,6 +3,8 @@ package cuda
 import (
 	"errors"
 	"math"
+	"os"
+	"strings"
 	"testing"
 	"unsafe"
 )
@@ -139,5 +141,24 @@ func TestSplitK(t *testing.T) {
 		if want := p.tileBytes(); (MoEScratchBytes(c.sh) > want) != c.split {
 			t.Errorf("MoEScratchBytes(%+v) = %d with tile list %d, split %v", c.sh, MoEScratchBytes(c.sh), want, c.split)
 		}
+	}
+}
+
+// TestLoadNCCL: without the library the loader says so (no crash); with it
+// the version is read and NVLink multicast is off unless set explicitly.
+func TestLoadNCCL(t *testing.T) {
+	t.Setenv("NCCL_NVLS_ENABLE", "")
+	n, err := LoadNCCL()
+	if err != nil {
+		if !strings.Contains(err.Error(), "NCCL") && !errors.Is(err, ErrNoCGO) {
+			t.Errorf("error %q does not name NCCL", err)
+		}
+		return
+	}
+	if n.Version <= 0 || n.Path() == "" {
+		t.Errorf("NCCL %q version %d", n.Path(), n.Version)
+	}
+	if v := os.Getenv("NCCL_NVLS_ENABLE"); v != "0" {
+		t.Errorf("NCCL_NVLS_ENABLE = %q after LoadNCCL, want 0", v)
 	}
 }

@@ -20,7 +20,7 @@ import (
 type Parallel struct {
 	cfg    *checkpoint.Config // the whole model's
 	ranks  []*Model
-	group  *parallel.Local
+	group  *parallel.Local // nil with caller-made communicators
 	mu     sync.Mutex
 	mirror map[*kvcache.Sequence][]*kvcache.Sequence // rank 0 sequence -> ranks 1..n-1
 	broken error                                     // ranks disagreed on a step's outcome
@@ -32,15 +32,33 @@ func NewParallel(w *checkpoint.Weights, backends []backend.Backend, opts Options
 	if w == nil || w.Config == nil {
 		return nil, errors.New("model: nil weights")
 	}
-	n := len(backends)
-	if opts.Comm != nil {
-		return nil, errors.New("model: NewParallel makes its own communicators; leave Options.Comm nil")
-	}
-	group, comms, err := parallel.NewLocal(n)
+	group, comms, err := parallel.NewLocal(len(backends))
 	if err != nil {
 		return nil, fmt.Errorf("model: %w", err)
 	}
-	p := &Parallel{cfg: w.Config, group: group, mirror: map[*kvcache.Sequence][]*kvcache.Sequence{}}
+	p, err := NewParallelComms(w, backends, comms, opts)
+	if err != nil {
+		return nil, err
+	}
+	p.group = group
+	return p, nil
+}
+
+// NewParallelComms is NewParallel over caller-made communicators (comms[r]
+// for rank r, e.g. NCCL between GPUs). After a failed step they cannot be
+// reset, so the model refuses further steps.
+func NewParallelComms(w *checkpoint.Weights, backends []backend.Backend, comms []parallel.Comm, opts Options) (*Parallel, error) {
+	if w == nil || w.Config == nil {
+		return nil, errors.New("model: nil weights")
+	}
+	n := len(backends)
+	if opts.Comm != nil {
+		return nil, errors.New("model: a parallel model takes its communicators per rank; leave Options.Comm nil")
+	}
+	if len(comms) != n || n == 0 {
+		return nil, fmt.Errorf("model: %d communicators for %d backends", len(comms), n)
+	}
+	p := &Parallel{cfg: w.Config, mirror: map[*kvcache.Sequence][]*kvcache.Sequence{}}
 	for r, be := range backends {
 		shard, err := checkpoint.Shard(w, r, n)
 		if err != nil {
@@ -139,7 +157,7 @@ func (p *Parallel) Forward(b *Batch) (*Output, error) {
 	switch {
 	case failed == 0:
 		return outs[0], nil
-	case failed == len(p.ranks):
+	case failed == len(p.ranks) && p.group != nil:
 		// Every rank stopped before advancing its sequences: still in step.
 		p.group.Reset()
 		return nil, first

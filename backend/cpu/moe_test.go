@@ -131,3 +131,53 @@ func TestLazyEqualsDense(t *testing.T) {
 		t.Errorf("row 129: %g want %g", got, want)
 	}
 }
+
+// TestExpertsPartial: the experts split in two halves (Offset, Partial) add
+// up to the whole set's output; without Partial a pair routed outside the
+// local range is an error.
+func TestExpertsPartial(t *testing.T) {
+	rg := rnd(11)
+	const E, K, n, dim, inter = 4, 2, 5, 8, 4
+	ex := make([]checkpoint.Expert, E)
+	for e := range ex {
+		ex[e] = checkpoint.Expert{
+			W1: *bf16Linear("w1", inter, dim, randVec(rg, inter*dim, 1, true)),
+			W2: *bf16Linear("w2", dim, inter, randVec(rg, dim*inter, 1, true)),
+			W3: *bf16Linear("w3", inter, dim, randVec(rg, inter*dim, 1, true)),
+		}
+	}
+	b := New(Options{Threads: 2})
+	b.SetNumerics(backend.Exact)
+	x := NewTensor(n, dim, randVec(rg, n*dim, 1, true))
+	ids := &Tensor{rows: n, cols: K, dt: backend.I32, I: []int32{0, 3, 1, 2, 2, 3, 0, 1, 3, 2}}
+	w := NewTensor(n, K, randVec(rg, n*K, 1, false))
+	run := func(lo, hi int, partial bool) ([]float32, error) {
+		pe, err := b.PrepareExperts("moe", ex[lo:hi], dim, inter)
+		if err != nil {
+			t.Fatal(err)
+		}
+		acc := b.Alloc(n, dim, backend.F32).(*Tensor)
+		err = b.Experts(x, pe, w, ids, backend.ExpertsArgs{Offset: lo, Partial: partial}, acc)
+		return acc.F, err
+	}
+	whole, err := run(0, E, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lo, err := run(0, 2, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	hi, err := run(2, 4, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range whole {
+		if d := math.Abs(float64(whole[i] - (lo[i] + hi[i]))); d > 1e-5*(1+math.Abs(float64(whole[i]))) {
+			t.Fatalf("[%d]: whole %g, halves %g + %g", i, whole[i], lo[i], hi[i])
+		}
+	}
+	if _, err := run(2, 4, false); err == nil {
+		t.Error("ids outside [2, 4) accepted without Partial")
+	}
+}

@@ -165,3 +165,43 @@ func testExperts(t *testing.T, mode backend.Numerics) {
 		t.Error("experts with the wrong inter accepted")
 	}
 }
+
+// TestExpertsPartial: expert parallel on one GPU — the experts split in two
+// halves (ExpertsArgs.Offset, Partial) and summed give the CPU's whole-set
+// output, in both numerics; without Partial an id outside the half fails.
+func TestExpertsPartial(t *testing.T) {
+	for _, mode := range []backend.Numerics{backend.Faithful, backend.Exact} {
+		p := newPair(t, mode)
+		const E, K, n, dim, inter = 8, 2, 12, 256, 128
+		ex := randExperts(p, checkpoint.FormatMXFP4, E, dim, inter)
+		ce, err := p.c.PrepareExperts("moe", ex, dim, inter)
+		must(t, err)
+		idv, wv := routing(p, n, E, K)
+		ids, w := p.ids(n, K, idv), p.from(n, K, wv)
+		x := p.rand(n, dim, 1)
+		want := p.out(n, dim)
+		must(t, p.c.Experts(x.c, ce, w.c, ids.c, backend.ExpertsArgs{}, want.c))
+		sum := make([]float32, n*dim)
+		for _, half := range [][2]int{{0, E / 2}, {E / 2, E}} {
+			ge, err := p.g.PrepareExperts("moe", ex[half[0]:half[1]], dim, inter)
+			must(t, err)
+			acc := p.out(n, dim)
+			must(t, p.g.Experts(x.g, ge, w.g, ids.g, backend.ExpertsArgs{Offset: half[0], Partial: true}, acc.g))
+			part := make([]float32, n*dim)
+			must(t, p.g.Download(acc.g, part))
+			for i := range sum {
+				sum[i] += part[i]
+			}
+			if half[0] > 0 {
+				if err := p.g.Experts(x.g, ge, w.g, ids.g, backend.ExpertsArgs{Offset: half[0]}, acc.g); err == nil {
+					t.Errorf("%v: ids outside [%d, %d) accepted without Partial", mode, half[0], half[1])
+				}
+			}
+		}
+		ref := make([]float32, n*dim)
+		must(t, p.c.Download(want.c, ref))
+		if rel := rowRel(ref, sum); rel > 2e-2 || (mode == backend.Exact && rel > 1e-5) {
+			t.Errorf("%v: halves vs whole rel %.3g", mode, rel)
+		}
+	}
+}

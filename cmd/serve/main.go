@@ -239,14 +239,24 @@ func buildModel(w *checkpoint.Weights, o *options, log *slog.Logger) (engine.Ste
 	}
 	bes := make([]backend.Backend, o.tp)
 	if o.device == "cuda" {
+		gs := make([]*gpu.Backend, o.tp)
 		for r := range bes {
 			g, err := gpu.New(gpu.Options{Device: r})
 			if err != nil {
 				return nil, fmt.Errorf("--tensor-parallel %d: GPU %d: %w", o.tp, r, err)
 			}
-			bes[r] = g
+			gs[r], bes[r] = g, g
 		}
-		log.Info("serving on GPUs", "ranks", o.tp)
+		comms, _, err := gpu.NewNCCLComms(gs)
+		if err == nil {
+			log.Info("serving on GPUs over NCCL", "ranks", o.tp)
+			p, err := model.NewParallelComms(w, bes, comms, opts)
+			if err != nil {
+				return nil, fmt.Errorf("--tensor-parallel %d: %w", o.tp, err)
+			}
+			return p, nil
+		}
+		log.Info("NCCL unavailable, exchanging through host memory", "ranks", o.tp, "reason", err)
 	} else {
 		threads := o.threads
 		if threads == 0 {
