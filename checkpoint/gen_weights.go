@@ -31,13 +31,23 @@ const (
 type GenSpec struct {
 	Format string // GenOfficial (default) or GenNVFP4
 	Seed   uint64
-	Preset string // "small" (default)
+	Preset string // "small" (default) or "small-tp"
 	// Config, if set, replaces the preset architecture (its Vocab, BOS and EOS
 	// are overwritten with the generated tokenizer's).
 	Config *Config
 	// MaxShardBytes bounds the data of one shard; 0 picks a third of the total
 	// so that there are always several shards.
 	MaxShardBytes int64
+}
+
+// SmallTPConfig is the "small-tp" preset: SmallConfig with 4 heads in 4
+// output groups of rank 128, so that it splits over 2 and 4 ranks with whole
+// FP8 scale blocks (checkpoint.Shard); the "small" preset's 3 groups of 64
+// do not split.
+func SmallTPConfig() *Config {
+	c := SmallConfig()
+	c.Heads, c.OGroups, c.OLoraRank = 4, 4, 128
+	return c
 }
 
 // SmallConfig is the "small" preset: every feature of DeepSeek-V4 at toy size.

@@ -38,8 +38,10 @@ func generate(dir string, spec GenSpec) error {
 		c = &cc
 	case spec.Preset == "" || spec.Preset == "small":
 		c = SmallConfig()
+	case spec.Preset == "small-tp":
+		c = SmallTPConfig()
 	default:
-		return fmt.Errorf("unknown preset %q (want small)", spec.Preset)
+		return fmt.Errorf("unknown preset %q (want small or small-tp)", spec.Preset)
 	}
 
 	tokJSON, err := tokenizer.TrainBPE(corpus, SmallVocab, tokenizer.DeepSeekV4SpecialTokens())

@@ -31,12 +31,14 @@ func PresetConfig(name string) (*Config, error) {
 	switch name {
 	case "small":
 		return SmallConfig(), nil
+	case "small-tp":
+		return SmallTPConfig(), nil
 	case "flash":
 		data = flashConfigJSON
 	case "pro":
 		data = proConfigJSON
 	default:
-		return nil, fmt.Errorf("unknown preset %q (want small, flash or pro)", name)
+		return nil, fmt.Errorf("unknown preset %q (want small, small-tp, flash or pro)", name)
 	}
 	c, err := ParseConfig(data)
 	if err != nil {

@@ -11,19 +11,10 @@ import (
 	"github.com/megamoe/megamoe/safetensors"
 )
 
-// shardConfig is the small preset with 4 heads in 4 output groups of rank
-// 128, so that 2 and 4 ranks cut every FP8 linear on its scale blocks.
-func shardConfig() Config {
-	c := *SmallConfig()
-	c.Heads, c.OGroups, c.OLoraRank = 4, 4, 128
-	return c
-}
-
 func loadShardModel(t *testing.T) *Weights {
 	t.Helper()
 	dir := t.TempDir()
-	cfg := shardConfig()
-	if err := Generate(dir, GenSpec{Format: GenOfficial, Seed: 1, Config: &cfg}); err != nil {
+	if err := Generate(dir, GenSpec{Format: GenOfficial, Seed: 1, Preset: "small-tp"}); err != nil {
 		t.Fatal(err)
 	}
 	w, st, err := Load(dir)

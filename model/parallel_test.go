@@ -19,10 +19,8 @@ import (
 // scale blocks (the embedded small model's 3 groups of 64 do not).
 func tpCheckpoint(t *testing.T, format string) *checkpoint.Weights {
 	t.Helper()
-	c := checkpoint.SmallConfig()
-	c.Heads, c.OGroups, c.OLoraRank = 4, 4, 128
 	dir := filepath.Join(t.TempDir(), format)
-	if err := checkpoint.Generate(dir, checkpoint.GenSpec{Format: format, Seed: 5, Config: c}); err != nil {
+	if err := checkpoint.Generate(dir, checkpoint.GenSpec{Format: format, Seed: 5, Preset: "small-tp"}); err != nil {
 		t.Fatal(err)
 	}
 	w, st, err := checkpoint.Load(dir)

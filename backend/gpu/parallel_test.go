@@ -61,10 +61,8 @@ func TestParallelOnGPU(t *testing.T) {
 		t.Skipf("no GPU: %v", err)
 	}
 	defer g0.Close()
-	c := checkpoint.SmallConfig()
-	c.Heads, c.OGroups, c.OLoraRank = 4, 4, 128
 	dir := filepath.Join(t.TempDir(), "tp")
-	if err := checkpoint.Generate(dir, checkpoint.GenSpec{Seed: 5, Config: c}); err != nil {
+	if err := checkpoint.Generate(dir, checkpoint.GenSpec{Seed: 5, Preset: "small-tp"}); err != nil {
 		t.Fatal(err)
 	}
 	w, st, err := checkpoint.Load(dir)

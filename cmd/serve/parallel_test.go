@@ -19,10 +19,8 @@ import (
 // groups do not split is refused with the reason.
 func TestBuildModelTensorParallel(t *testing.T) {
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	c := checkpoint.SmallConfig()
-	c.Heads, c.OGroups, c.OLoraRank = 4, 4, 128
 	dir := filepath.Join(t.TempDir(), "tp")
-	if err := checkpoint.Generate(dir, checkpoint.GenSpec{Seed: 2, Config: c}); err != nil {
+	if err := checkpoint.Generate(dir, checkpoint.GenSpec{Seed: 2, Preset: "small-tp"}); err != nil {
 		t.Fatal(err)
 	}
 	w, st, err := checkpoint.Load(dir)

@@ -137,3 +137,25 @@ DEV void mma_e4m3_16832(float* d, const u32* a, const u32* b) {
 		: "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
 }
 #endif
+
+// d += A(16x32 e4m3) * B(32x8 e4m3), fp32, any sm_80+: the FP8 MMA where
+// there is one, else two f16 k16 MMAs on the exact 2^-8-scaled values (the
+// same 4 bytes per register map to logical k {2c, 2c+1} and {8+2c, 9+2c} in
+// A and B alike, so the dot product is unchanged).
+DEV void mma_k32(float* d, const u32* a, const u32* b) {
+#ifdef MM_HAVE_FP8_MMA
+	mma_e4m3_16832(d, a, b);
+#else
+	float t[4] = {0.f, 0.f, 0.f, 0.f};
+#pragma unroll
+	for (int h = 0; h < 2; h++) {
+		u32 wa0 = a[2 * h], wa1 = a[2 * h + 1], wb = b[h];
+		u32 af[4] = {e4m3x2_to_f16x2_scaled(wa0 & 0xffffu), e4m3x2_to_f16x2_scaled(wa1 & 0xffffu),
+			e4m3x2_to_f16x2_scaled(wa0 >> 16), e4m3x2_to_f16x2_scaled(wa1 >> 16)};
+		u32 bf[2] = {e4m3x2_to_f16x2_scaled(wb & 0xffffu), e4m3x2_to_f16x2_scaled(wb >> 16)};
+		mma_f16_16816(t, af, bf);
+	}
+#pragma unroll
+	for (int i = 0; i < 4; i++) d[i] = fmaf(t[i], 65536.0f, d[i]);
+#endif
+}

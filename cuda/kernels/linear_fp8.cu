@@ -234,20 +234,7 @@ extern "C" __global__ void __launch_bounds__(128) linear_fp8_dec(
 			const bool hi = j & 1;
 			const u32 a[4] = {hi ? va.z : va.x, hi ? vb.z : vb.x, hi ? va.w : va.y, hi ? vb.w : vb.y};
 			const u32 b[2] = {hi ? vx.z : vx.x, hi ? vx.w : vx.y};
-#ifdef MM_HAVE_FP8_MMA
-			mma_e4m3_16832(blk, a, b);
-#else
-			float t[4] = {0.f, 0.f, 0.f, 0.f};
-#pragma unroll
-			for (int q = 0; q < 2; q++) {
-				u32 af[4] = {e4m3x2_to_f16x2_scaled(a[2 * q] & 0xffffu), e4m3x2_to_f16x2_scaled(a[2 * q + 1] & 0xffffu),
-					e4m3x2_to_f16x2_scaled(a[2 * q] >> 16), e4m3x2_to_f16x2_scaled(a[2 * q + 1] >> 16)};
-				u32 bf[2] = {e4m3x2_to_f16x2_scaled(b[q] & 0xffffu), e4m3x2_to_f16x2_scaled(b[q] >> 16)};
-				mma_f16_16816(t, af, bf);
-			}
-#pragma unroll
-			for (int i = 0; i < 4; i++) blk[i] = fmaf(t[i], 65536.0f, blk[i]);
-#endif
+			mma_k32(blk, a, b);
 		}
 		const float wsc = e8m0_to_f32(wsr[kb]);
 		const float x0 = t0 < M ? e8m0_to_f32(xs[(size_t)t0 * nkb + kb]) * wsc : 0.f;

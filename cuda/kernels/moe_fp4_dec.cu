@@ -30,25 +30,6 @@ DEV u32 e2m1x4_to_e4m3x4(u32 v) {
 	return mag | ((x & 0x00080008u) << 4) | (x & 0x80008000u);
 }
 
-// d += A(16x32 e4m3) * B(32x8 e4m3), fp32, any sm_80+.
-DEV void mma_k32(float* d, const u32* a, const u32* b) {
-#ifdef MM_HAVE_FP8_MMA
-	mma_e4m3_16832(d, a, b);
-#else
-	float t[4] = {0.f, 0.f, 0.f, 0.f};
-#pragma unroll
-	for (int h = 0; h < 2; h++) {
-		u32 wa0 = a[2 * h], wa1 = a[2 * h + 1], wb = b[h];
-		u32 af[4] = {e4m3x2_to_f16x2_scaled(wa0 & 0xffffu), e4m3x2_to_f16x2_scaled(wa1 & 0xffffu),
-			e4m3x2_to_f16x2_scaled(wa0 >> 16), e4m3x2_to_f16x2_scaled(wa1 >> 16)};
-		u32 bf[2] = {e4m3x2_to_f16x2_scaled(wb & 0xffffu), e4m3x2_to_f16x2_scaled(wb >> 16)};
-		mma_f16_16816(t, af, bf);
-	}
-#pragma unroll
-	for (int i = 0; i < 4; i++) d[i] = fmaf(t[i], 65536.0f, d[i]);
-#endif
-}
-
 extern "C" __global__ void __launch_bounds__(128) moe_fp4_dec(
 	u16* __restrict__ y, const u8* __restrict__ xq, const u8* __restrict__ xs,
 	const int* __restrict__ scratch, const u8* __restrict__ w, const u8* __restrict__ wscale,
