@@ -29,6 +29,7 @@ type stackFlags struct {
 	threads                          int
 	seed                             uint64
 	mtp, trace, profile              bool
+	tp                               int
 	reserveGiB                       float64
 	// corrupt, if set (tests), edits the weights before the model is built.
 	corrupt func(*checkpoint.Weights)
@@ -51,6 +52,7 @@ func parseStack(args []string, stderr io.Writer) (*stackFlags, error) {
 	fs.BoolVar(&f.mtp, "mtp", false, "also build (and upload) the MTP block")
 	fs.BoolVar(&f.trace, "trace-nonfinite", false, "check every sub-layer for NaN/Inf from the start (otherwise only on a rerun after a failure)")
 	fs.BoolVar(&f.profile, "profile", false, "time every backend op (synchronised) and print the prefill and decode breakdowns")
+	fs.IntVar(&f.tp, "tensor-parallel", 1, "ranks (GPUs 0..N-1 over NCCL with --device cuda, else CPU backends); needs --layers unless --preset small or small-tp")
 	fs.Float64Var(&f.reserveGiB, "reserve-gib", 8, "GPU memory kept free for activations when --layers is 0")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
@@ -65,6 +67,12 @@ func parseStack(args []string, stderr io.Writer) (*stackFlags, error) {
 		return nil, errors.New("--prefill and --batch must be >= 1, --decode >= 0")
 	case f.threads < 0 || f.reserveGiB < 0:
 		return nil, errors.New("--threads and --reserve-gib must be >= 0")
+	case f.tp < 1 || f.tp > 64:
+		return nil, errors.New("--tensor-parallel must be in [1, 64]")
+	case f.tp > 1 && f.layers == 0 && !strings.HasPrefix(f.preset, "small"):
+		return nil, errors.New("--tensor-parallel > 1 needs --layers N")
+	case f.tp > 1 && (f.profile || f.trace):
+		return nil, errors.New("--profile and --trace-nonfinite run on one rank only")
 	}
 	if f.format != checkpoint.GenOfficial && f.format != checkpoint.GenNVFP4 {
 		return nil, fmt.Errorf("--format %q, want %s or %s", f.format, checkpoint.GenOfficial, checkpoint.GenNVFP4)
@@ -94,10 +102,10 @@ func stack(f *stackFlags, stdout, stderr io.Writer) error {
 	if err != nil {
 		return fmt.Errorf("--preset: %w", err)
 	}
-	formats := checkpoint.OfficialFormats
-	if f.format == checkpoint.GenNVFP4 {
-		formats = checkpoint.NVFP4Formats
+	if f.tp > 1 {
+		return stackParallel(f, full, stdout)
 	}
+	formats := formatsOf(f.format)
 
 	be, closeBE, err := openBackend(f)
 	if err != nil {
@@ -302,7 +310,7 @@ type stackResult struct {
 // runs the decode steps with all sequences in one batch, feeding back the
 // argmax token. The same flags always give the same plan. With prof, the
 // prefill and the decode steps each get an op breakdown.
-func runPlan(m *model.Model, f *stackFlags, prof *timedBackend) (*stackResult, error) {
+func runPlan(m engine.Stepper, f *stackFlags, prof *timedBackend) (*stackResult, error) {
 	c := m.Config()
 	rng := rand.New(rand.NewPCG(f.seed, 0x737461636b))
 	seqs := make([]*kvcache.Sequence, f.batch)

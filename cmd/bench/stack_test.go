@@ -89,6 +89,10 @@ func TestStackBadFlags(t *testing.T) {
 		// Full-size presets on the CPU need an explicit layer count (and
 		// fail before allocating anything).
 		{"--preset", "flash", "--device", "cpu"},
+		{"--tensor-parallel", "0", "--device", "cpu"},
+		{"--tensor-parallel", "2", "--preset", "flash", "--device", "cpu"},
+		{"--tensor-parallel", "2", "--preset", "small-tp", "--device", "cpu", "--profile"},
+		{"--tensor-parallel", "3", "--preset", "small-tp", "--device", "cpu"}, // 4 heads
 	} {
 		if err := runStack(args, io.Discard, io.Discard); err == nil {
 			t.Errorf("%v accepted", args)
@@ -111,6 +115,27 @@ func TestStackProfile(t *testing.T) {
 		`(?m)^  experts +[0-9.]+ ms/step +[0-9.]+% +6\.0 calls/step$`,
 		`(?m)^  linear attn\.wq_b 768x128 +[0-9.]+ ms/step`,
 		`(?m)^  sparse_attention +[0-9.]+ ms/step +[0-9.]+% +6\.0 calls/step$`,
+	} {
+		if !regexp.MustCompile(re).MatchString(out.String()) {
+			t.Errorf("output lacks %s:\n%s", re, out.String())
+		}
+	}
+}
+
+// TestStackParallel: --tensor-parallel 2 runs the small-tp stack split over
+// two CPU ranks and reports the collectives: per forward, one all-reduce
+// after each layer's attention and one after its routed experts (6 layers:
+// 12), and one all-gather of the head.
+func TestStackParallel(t *testing.T) {
+	var out bytes.Buffer
+	args := []string{"--preset", "small-tp", "--device", "cpu", "--tensor-parallel", "2", "--prefill", "12", "--decode", "3", "--batch", "2"}
+	if err := runStack(args, &out, io.Discard); err != nil {
+		t.Fatal(err)
+	}
+	for _, re := range []string{
+		`(?m)^preset small-tp  layers 6/6  format official  device cpu  numerics faithful  tensor-parallel 2$`,
+		`(?m)^finite: every logits row of 2 prefills and 3 decode steps$`,
+		`(?m)^collectives on rank 0: 60 all-reduce [0-9.]+ ms, 5 all-gather [0-9.]+ ms in 5 forwards \([0-9.]+ ms per forward\)$`,
 	} {
 		if !regexp.MustCompile(re).MatchString(out.String()) {
 			t.Errorf("output lacks %s:\n%s", re, out.String())
