@@ -91,7 +91,7 @@ func collect(t *testing.T, st *Stream) ([]int32, FinishReason) {
 	}
 }
 
-func runEngine(t *testing.T, m *toyModel, cfg Config, reqs []*Request) ([][]int32, *Engine) {
+func runEngine(t *testing.T, m Model, cfg Config, reqs []*Request) ([][]int32, *Engine) {
 	e, err := New(m, cfg)
 	if err != nil {
 		t.Fatal(err)
