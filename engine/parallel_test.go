@@ -28,7 +28,6 @@ func TestParallelModelInEngine(t *testing.T) {
 	var reqs []*Request
 	for i := range 4 {
 		p := make([]int32, 246+i*3) // KV blocks hold 256 tokens: decode crosses into a second
-
 		for j := range p {
 			p[j] = int32((i*131 + j*17) % w.Config.Vocab)
 		}
