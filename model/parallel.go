@@ -3,6 +3,7 @@ package model
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 
 	"github.com/megamoe/megamoe/backend"
@@ -104,30 +105,66 @@ func (p *Parallel) Forward(b *Batch) (*Output, error) {
 	if b == nil {
 		return nil, errors.New("model: nil batch")
 	}
+	return p.onRanks(len(b.Items), func(i int) *kvcache.Sequence { return b.Items[i].Seq },
+		func(r int, m *Model, seqs []*kvcache.Sequence) (*Output, error) {
+			if r == 0 {
+				return m.Forward(b)
+			}
+			rb := &Batch{Items: slices.Clone(b.Items)}
+			for i := range rb.Items {
+				rb.Items[i].Seq = seqs[i]
+			}
+			return m.Forward(rb)
+		})
+}
+
+// HasMTP reports whether the model has an MTP block.
+func (p *Parallel) HasMTP() bool { return p.ranks[0].HasMTP() }
+
+// ForwardMTP runs the MTP block on every rank (Model.ForwardMTP); the hidden
+// streams of rank 0's Forward serve every rank (they are identical).
+func (p *Parallel) ForwardMTP(items []MTPItem) (*Output, error) {
+	return p.onRanks(len(items), func(i int) *kvcache.Sequence { return items[i].Seq },
+		func(r int, m *Model, seqs []*kvcache.Sequence) (*Output, error) {
+			if r == 0 {
+				return m.ForwardMTP(items)
+			}
+			ri := slices.Clone(items)
+			for i := range ri {
+				ri[i].Seq = seqs[i]
+			}
+			return m.ForwardMTP(ri)
+		})
+}
+
+// onRanks runs step on every rank at once with rank r's mirrors of the n
+// items' sequences (seq(i) on rank 0), and sorts out the outcome: all ranks
+// succeeded (rank 0's output), all failed before advancing (the group is
+// reset), or some failed (the model is broken: the ranks are out of step).
+func (p *Parallel) onRanks(n int, seq func(i int) *kvcache.Sequence, step func(r int, m *Model, seqs []*kvcache.Sequence) (*Output, error)) (*Output, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.broken != nil {
 		return nil, p.broken
 	}
-	batches := make([]*Batch, len(p.ranks))
-	batches[0] = b
+	mirrors := make([][]*kvcache.Sequence, len(p.ranks)) // [rank][item]
 	for r := 1; r < len(p.ranks); r++ {
-		batches[r] = &Batch{Items: make([]BatchItem, len(b.Items))}
+		mirrors[r] = make([]*kvcache.Sequence, n)
 	}
-	for i, it := range b.Items {
-		ms, ok := p.mirror[it.Seq]
-		if !ok && it.Seq != nil {
+	for i := range n {
+		s := seq(i)
+		if s == nil {
+			continue // the rank models report the missing sequence
+		}
+		ms, ok := p.mirror[s]
+		if !ok {
 			for r := 1; r < len(p.ranks); r++ {
 				ms = append(ms, p.ranks[r].Cache().NewSequence())
 			}
-			p.mirror[it.Seq] = ms
+			p.mirror[s] = ms
 		}
 		for r := 1; r < len(p.ranks); r++ {
-			mi := it
-			if it.Seq != nil {
-				mi.Seq = ms[r-1]
-			}
-			batches[r].Items[i] = mi
+			mirrors[r][i] = ms[r-1]
 		}
 	}
 	outs := make([]*Output, len(p.ranks))
@@ -137,7 +174,7 @@ func (p *Parallel) Forward(b *Batch) (*Output, error) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			outs[r], errs[r] = m.Forward(batches[r])
+			outs[r], errs[r] = step(r, m, mirrors[r])
 			if errs[r] != nil {
 				m.opts.Comm.Abort(fmt.Errorf("rank %d: %w", r, errs[r]))
 			}

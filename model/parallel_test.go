@@ -185,3 +185,43 @@ func TestParallelErrors(t *testing.T) {
 		t.Errorf("%d logits, want %d", len(o.Last(0)), w.Config.Vocab)
 	}
 }
+
+// TestParallelMTP: the MTP block split over 2 ranks gives the single-rank
+// next-next-token logits (exact numerics), fed with rank 0's hidden streams.
+func TestParallelMTP(t *testing.T) {
+	w := tpCheckpoint(t, checkpoint.GenOfficial)
+	opts := Options{Numerics: "exact", CacheBytes: 16 << 20}
+	single, err := New(w, nil, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := NewParallel(w, make([]backend.Backend, 2), opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !p.HasMTP() {
+		t.Fatal("no MTP block")
+	}
+	toks := []int32{9, 8, 7, 300, 301, 5, 77, 12, 13, 900, 4, 2}
+	hd := w.Config.HcDim()
+	mtp := func(m interface {
+		stepper
+		ForwardMTP([]MTPItem) (*Output, error)
+	}) [][]float32 {
+		s := m.Cache().NewSequence()
+		defer m.FreeSequence(s)
+		o, err := m.Forward(&Batch{Items: []BatchItem{{Seq: s, Tokens: toks, Hidden: true}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		r, err := m.ForwardMTP([]MTPItem{{Seq: s, Hidden: o.Hidden[0][:(len(toks)-1)*hd], Next: toks[1:], AllLogits: true}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r.Rows(0)
+	}
+	want, got := mtp(single), mtp(p)
+	if d, at := maxRelDiff(want, got); d > 1e-5 {
+		t.Errorf("mtp logits: 2 ranks differ by %.3g at row %d", d, at)
+	}
+}
