@@ -79,28 +79,14 @@ func runKernels(args []string, stdout, stderr io.Writer) error {
 			return fmt.Errorf("--model %q, want flash and/or pro", name)
 		}
 	}
-	drv, err := cuda.Load()
+	ses, err := cuda.OpenSession(0)
 	if err != nil {
 		return err
 	}
-	dev, err := drv.Device(0)
-	if err != nil {
+	defer ses.Close()
+	drv, dev, ctx, s := ses.Driver, ses.Device, ses.Ctx, ses.S
+	if err := ctx.LoadModules(); err != nil {
 		return err
-	}
-	ctx, err := dev.NewContext()
-	if err != nil {
-		return err
-	}
-	defer ctx.Close()
-	s, err := ctx.NewStream()
-	if err != nil {
-		return err
-	}
-	defer s.Close()
-	for _, name := range cuda.KernelSources() {
-		if _, err := ctx.Module(name); err != nil {
-			return err
-		}
 	}
 	var out io.Writer = io.Discard
 	if *jsonPath != "" {

@@ -110,24 +110,12 @@ func firstLine(s string) string {
 }
 
 func checkAll(ordinal int, models []string, reps int, filter string, seed uint64) error {
-	drv, err := cuda.Load()
+	ses, err := cuda.OpenSession(ordinal)
 	if err != nil {
 		return err
 	}
-	dev, err := drv.Device(ordinal)
-	if err != nil {
-		return err
-	}
-	ctx, err := dev.NewContext()
-	if err != nil {
-		return err
-	}
-	defer ctx.Close()
-	s, err := ctx.NewStream()
-	if err != nil {
-		return err
-	}
-	defer s.Close()
+	defer ses.Close()
+	drv, dev, ctx, s := ses.Driver, ses.Device, ses.Ctx, ses.S
 	free, total, err := ctx.MemInfo()
 	if err != nil {
 		return err
@@ -138,10 +126,8 @@ func checkAll(ordinal int, models []string, reps int, filter string, seed uint64
 
 	// Compile (or load from cache) every module up front so times exclude it.
 	t0 := time.Now()
-	for _, name := range cuda.KernelSources() {
-		if _, err := ctx.Module(name); err != nil {
-			return err
-		}
+	if err := ctx.LoadModules(); err != nil {
+		return err
 	}
 	fmt.Printf("modules ready in %.2fs\n", time.Since(t0).Seconds())
 	for _, k := range [][2]string{{"rmsnorm", "rmsnorm_bf16"}, {"quant", "quant_fp8_act"}, {"linear_fp8", "linear_fp8"},
