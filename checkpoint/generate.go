@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 
+	"github.com/megamoe/megamoe/safetensors"
 	"github.com/megamoe/megamoe/tokenizer"
 )
 
@@ -24,6 +25,15 @@ func Generate(dir string, spec GenSpec) error {
 		return fmt.Errorf("generate %s: %w", dir, err)
 	}
 	return nil
+}
+
+// GenerateLoad generates a checkpoint into dir and loads it (the caller
+// closes the returned store).
+func GenerateLoad(dir string, spec GenSpec) (*Weights, *safetensors.Checkpoint, error) {
+	if err := Generate(dir, spec); err != nil {
+		return nil, nil, err
+	}
+	return Load(dir)
 }
 
 func generate(dir string, spec GenSpec) error {

@@ -8,72 +8,7 @@ import (
 	"time"
 
 	"github.com/megamoe/megamoe/num"
-	"github.com/megamoe/megamoe/safetensors"
 )
-
-// weightTensors lists every tensor bound in w (linears as their weight and
-// scale tensors), and every linear.
-func weightTensors(w *Weights) ([]safetensors.Tensor, []*Linear) {
-	var ts []safetensors.Tensor
-	var ls []*Linear
-	lin := func(l *Linear) {
-		ls = append(ls, l)
-		ts = append(ts, l.Weight)
-		if l.Scale.Data != nil {
-			ts = append(ts, l.Scale)
-		}
-	}
-	hc := func(h HC) { ts = append(ts, h.Fn, h.Base, h.Scale) }
-	comp := func(c *Compressor) {
-		lin(&c.WKV)
-		lin(&c.WGate)
-		ts = append(ts, c.APE, c.Norm)
-	}
-	layer := func(l *Layer) {
-		hc(l.HcAttn)
-		hc(l.HcFFN)
-		ts = append(ts, l.AttnNorm, l.FFNNorm, l.Attn.Sink, l.Attn.QNorm, l.Attn.KVNorm)
-		a := &l.Attn
-		for _, x := range []*Linear{&a.WqA, &a.WqB, &a.WKV, &a.WoA, &a.WoB} {
-			lin(x)
-		}
-		if a.Compressor != nil {
-			comp(a.Compressor)
-		}
-		if a.Indexer != nil {
-			lin(&a.Indexer.WqB)
-			lin(&a.Indexer.WeightsProj)
-			comp(&a.Indexer.Compressor)
-		}
-		f := &l.FFN
-		lin(&f.Gate)
-		if f.Hash() {
-			ts = append(ts, f.Tid2Eid)
-		} else {
-			ts = append(ts, f.Bias)
-		}
-		for _, e := range append([]Expert{f.Shared}, f.Experts...) {
-			lin(&e.W1)
-			lin(&e.W2)
-			lin(&e.W3)
-		}
-	}
-	ts = append(ts, w.Embed, w.Norm)
-	hc(w.HcHead)
-	lin(&w.Head)
-	for i := range w.Layers {
-		layer(&w.Layers[i])
-	}
-	for i := range w.MTP {
-		m := &w.MTP[i]
-		layer(&m.Layer)
-		lin(&m.EProj)
-		lin(&m.HProj)
-		ts = append(ts, m.ENorm, m.HNorm, m.Norm)
-		hc(m.HcHead)
-	}
-	return ts, ls
-}
 
 // linearRMS dequantises l in row blocks (the Flash head is 0.5 G values) and
 // returns its rms.
@@ -154,7 +89,7 @@ func TestRandomWeights(t *testing.T) {
 			for _, s := range specs {
 				want[s.Name] = s
 			}
-			ts, ls := weightTensors(w)
+			ts, ls := w.Tensors(), w.Linears()
 			nScalars := 0
 			for _, l := range ls {
 				if l.Format == FormatNVFP4 {

@@ -16,11 +16,7 @@ import (
 // single-rank model's with a roomy cache (exact numerics), and every rank's
 // cache (the mirrors included) is empty afterwards.
 func TestParallelModelInEngine(t *testing.T) {
-	dir := filepath.Join(t.TempDir(), "tp")
-	if err := checkpoint.Generate(dir, checkpoint.GenSpec{Seed: 3, Preset: "small-tp"}); err != nil {
-		t.Fatal(err)
-	}
-	w, st, err := checkpoint.Load(dir)
+	w, st, err := checkpoint.GenerateLoad(filepath.Join(t.TempDir(), "tp"), checkpoint.GenSpec{Seed: 3, Preset: "small-tp"})
 	if err != nil {
 		t.Fatal(err)
 	}

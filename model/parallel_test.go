@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
-	"path/filepath"
 	"slices"
 	"testing"
 
@@ -18,17 +17,7 @@ import (
 // groups of rank 128, so that it splits over 2 and 4 ranks with whole FP8
 // scale blocks (the embedded small model's 3 groups of 64 do not).
 func tpCheckpoint(t *testing.T, format string) *checkpoint.Weights {
-	t.Helper()
-	dir := filepath.Join(t.TempDir(), format)
-	if err := checkpoint.Generate(dir, checkpoint.GenSpec{Format: format, Seed: 5, Preset: "small-tp"}); err != nil {
-		t.Fatal(err)
-	}
-	w, st, err := checkpoint.Load(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { st.Close() })
-	return w
+	return loadGenerated(t, checkpoint.GenSpec{Format: format, Seed: 5, Preset: "small-tp"})
 }
 
 // stepper is what the test drives: a Model or a Parallel.

@@ -10,12 +10,13 @@ import (
 
 // loadSmall generates and loads the "small" checkpoint preset in format f.
 func loadSmall(t testing.TB, f string) *checkpoint.Weights {
+	return loadGenerated(t, checkpoint.GenSpec{Format: f, Seed: 1})
+}
+
+// loadGenerated generates and loads a checkpoint for the test.
+func loadGenerated(t testing.TB, spec checkpoint.GenSpec) *checkpoint.Weights {
 	t.Helper()
-	dir := filepath.Join(t.TempDir(), f)
-	if err := checkpoint.Generate(dir, checkpoint.GenSpec{Format: f, Seed: 1}); err != nil {
-		t.Fatal(err)
-	}
-	w, st, err := checkpoint.Load(dir)
+	w, st, err := checkpoint.GenerateLoad(filepath.Join(t.TempDir(), spec.Format+spec.Preset), spec)
 	if err != nil {
 		t.Fatal(err)
 	}

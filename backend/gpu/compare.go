@@ -10,6 +10,7 @@ import (
 	"github.com/megamoe/megamoe/backend"
 	"github.com/megamoe/megamoe/backend/cpu"
 	"github.com/megamoe/megamoe/checkpoint"
+	"github.com/megamoe/megamoe/cuda/kcheck"
 	"github.com/megamoe/megamoe/num"
 	"github.com/megamoe/megamoe/safetensors"
 )
@@ -169,7 +170,7 @@ func (p *pair) check(name string, o twin, lim float64) {
 	if err := p.g.Download(o.g, got); err != nil {
 		p.t.Fatalf("%s: %v", name, err)
 	}
-	var num2, den2, gg2, dot, maxAbs float64
+	var st kcheck.ErrStats
 	bad := 0
 	for i := range want {
 		w, g := float64(want[i]), float64(got[i])
@@ -183,18 +184,9 @@ func (p *pair) check(name string, o twin, lim float64) {
 			bad++ // GPU finite where the CPU is not: also a mismatch
 			continue
 		}
-		d := g - w
-		num2 += d * d
-		den2 += w * w
-		gg2 += g * g
-		dot += g * w
-		maxAbs = max(maxAbs, math.Abs(d))
+		st.Add(w, g)
 	}
-	rel := math.Sqrt(num2 / max(den2, 1e-30))
-	cos := 1.0
-	if den2 > 0 || gg2 > 0 {
-		cos = dot / max(math.Sqrt(den2*gg2), 1e-300)
-	}
+	rel, cos, maxAbs := st.Rel(), st.Cos(), st.MaxAbs
 	r := Row{Name: p.prefix + name, N: len(want), Cos: cos, Rel: rel, MaxAbs: maxAbs, NonFinite: bad, Limit: lim, GPUMicros: p.takeDur()}
 	r.Pass = bad == 0 && rel <= lim
 	p.rows = append(p.rows, r)

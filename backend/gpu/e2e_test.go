@@ -12,6 +12,7 @@ import (
 
 	"github.com/megamoe/megamoe/backend"
 	"github.com/megamoe/megamoe/checkpoint"
+	"github.com/megamoe/megamoe/cuda/kcheck"
 	"github.com/megamoe/megamoe/engine"
 	"github.com/megamoe/megamoe/kvcache"
 	"github.com/megamoe/megamoe/model"
@@ -72,16 +73,6 @@ func forced(t *testing.T, m *model.Model, prompt []int32, chunk int, toks []int3
 		logits = append(logits, o.Last(0))
 	}
 	return logits
-}
-
-// rowRel is the relative L2 error of got against want.
-func rowRel(want, got []float32) float64 {
-	var n2, d2 float64
-	for j := range want {
-		d := float64(got[j] - want[j])
-		n2, d2 = n2+d*d, d2+float64(want[j])*float64(want[j])
-	}
-	return math.Sqrt(n2 / max(d2, 1e-30))
 }
 
 // TestRegressionPromptsOnGPU runs the CI regression prompts (chat and
@@ -248,7 +239,7 @@ type errProfile struct {
 
 func (p *errProfile) add(ref, got [][]float32) {
 	for i := range ref {
-		r := rowRel(ref[i], got[i])
+		r := kcheck.RelF32(ref[i], got[i])
 		if math.IsNaN(r) || math.IsInf(r, 0) {
 			r = math.Inf(1) // non-finite logits fail every bound
 		}
@@ -377,12 +368,7 @@ func firstDivergence(t *testing.T, w *checkpoint.Weights, g *Backend, opts model
 				}
 				continue
 			}
-			var num, den float64
-			for j := range a {
-				d := float64(b[j] - a[j])
-				num, den = num+d*d, den+float64(a[j])*float64(a[j])
-			}
-			rel := math.Sqrt(num / max(den, 1e-30))
+			rel := kcheck.RelF32(a, b)
 			if rel > 2e-2 || math.IsNaN(rel) || worstRow(a, b, len(st)) > 5e-2 {
 				// Few wholly different rows mean a discrete flip (a routing or
 				// top-k near-tie); all rows a little off mean arithmetic.
@@ -390,12 +376,7 @@ func firstDivergence(t *testing.T, w *checkpoint.Weights, g *Backend, opts model
 				bad, worst := 0, 0.0
 				var badRows []int
 				for r := range len(st) {
-					var n2, d2 float64
-					for j := r * cols; j < (r+1)*cols; j++ {
-						d := float64(b[j] - a[j])
-						n2, d2 = n2+d*d, d2+float64(a[j])*float64(a[j])
-					}
-					rr := math.Sqrt(n2 / max(d2, 1e-30))
+					rr := kcheck.RelF32(a[r*cols:(r+1)*cols], b[r*cols:(r+1)*cols])
 					worst = max(worst, rr)
 					if rr > 2e-2 {
 						bad++
@@ -438,12 +419,7 @@ func worstRow(a, b []float32, rows int) float64 {
 	cols := len(a) / rows
 	worst := 0.0
 	for r := range rows {
-		var n2, d2 float64
-		for j := r * cols; j < (r+1)*cols; j++ {
-			d := float64(b[j] - a[j])
-			n2, d2 = n2+d*d, d2+float64(a[j])*float64(a[j])
-		}
-		worst = max(worst, math.Sqrt(n2/max(d2, 1e-30)))
+		worst = max(worst, kcheck.RelF32(a[r*cols:(r+1)*cols], b[r*cols:(r+1)*cols]))
 	}
 	return worst
 }

@@ -10,6 +10,7 @@ import (
 	"github.com/megamoe/megamoe/backend"
 	"github.com/megamoe/megamoe/backend/cpu"
 	"github.com/megamoe/megamoe/checkpoint"
+	"github.com/megamoe/megamoe/cuda/kcheck"
 )
 
 func TestRouter(t *testing.T) {
@@ -200,7 +201,7 @@ func TestExpertsPartial(t *testing.T) {
 		}
 		ref := make([]float32, n*dim)
 		must(t, p.c.Download(want.c, ref))
-		if rel := rowRel(ref, sum); rel > 2e-2 || (mode == backend.Exact && rel > 1e-5) {
+		if rel := kcheck.RelF32(ref, sum); rel > 2e-2 || (mode == backend.Exact && rel > 1e-5) {
 			t.Errorf("%v: halves vs whole rel %.3g", mode, rel)
 		}
 	}

@@ -61,11 +61,7 @@ func TestParallelOnGPU(t *testing.T) {
 		t.Skipf("no GPU: %v", err)
 	}
 	defer g0.Close()
-	dir := filepath.Join(t.TempDir(), "tp")
-	if err := checkpoint.Generate(dir, checkpoint.GenSpec{Seed: 5, Preset: "small-tp"}); err != nil {
-		t.Fatal(err)
-	}
-	w, st, err := checkpoint.Load(dir)
+	w, st, err := checkpoint.GenerateLoad(filepath.Join(t.TempDir(), "tp"), checkpoint.GenSpec{Seed: 5, Preset: "small-tp"})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -19,11 +19,7 @@ import (
 // groups do not split is refused with the reason.
 func TestBuildModelTensorParallel(t *testing.T) {
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	dir := filepath.Join(t.TempDir(), "tp")
-	if err := checkpoint.Generate(dir, checkpoint.GenSpec{Seed: 2, Preset: "small-tp"}); err != nil {
-		t.Fatal(err)
-	}
-	w, st, err := checkpoint.Load(dir)
+	w, st, err := checkpoint.GenerateLoad(filepath.Join(t.TempDir(), "tp"), checkpoint.GenSpec{Seed: 2, Preset: "small-tp"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -49,7 +45,7 @@ func TestBuildModelTensorParallel(t *testing.T) {
 	if a, b := next(1), next(2); a != b {
 		t.Errorf("greedy token: 1 rank %d, 2 ranks %d", a, b)
 	}
-	dir, err = models.ExtractSmall()
+	dir, err := models.ExtractSmall()
 	if err != nil {
 		t.Fatal(err)
 	}

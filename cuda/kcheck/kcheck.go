@@ -191,7 +191,7 @@ func timeIt(env *Env, f func() error) (float64, error) {
 // compareBF16 compares GPU bf16 outputs with the twin (rounded to bf16) at
 // the given indices (all when idx is nil).
 func compareBF16(r *Result, got []uint16, ref []float64, idx []int) {
-	var dot, gg, rr, dd float64
+	var st ErrStats
 	check := func(i int) {
 		g := float64(cpuref.BF16ToF32(got[i]))
 		want := float64(cpuref.BF16ToF32(cpuref.F32ToBF16(float32(ref[i]))))
@@ -200,12 +200,7 @@ func compareBF16(r *Result, got []uint16, ref []float64, idx []int) {
 			r.NonFinite++
 			return
 		}
-		d := g - want
-		dot += g * want
-		gg += g * g
-		rr += want * want
-		dd += d * d
-		r.MaxAbs = math.Max(r.MaxAbs, math.Abs(d))
+		st.Add(want, g)
 	}
 	if idx == nil {
 		for i := range got {
@@ -216,8 +211,7 @@ func compareBF16(r *Result, got []uint16, ref []float64, idx []int) {
 			check(i)
 		}
 	}
-	r.Cos = dot / math.Sqrt(gg*rr+1e-300)
-	r.RelErr = math.Sqrt(dd / (rr + 1e-300))
+	r.Cos, r.RelErr, r.MaxAbs = st.Cos(), st.Rel(), st.MaxAbs
 }
 
 func finish(r Result, b *bufs) Result {
