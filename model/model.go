@@ -85,6 +85,9 @@ func checkPart(p *checkpoint.Part, c parallel.Comm) error {
 	return nil
 }
 
+// sharded reports whether this model is one rank of several.
+func (m *Model) sharded() bool { return m.part != nil && m.part.Size > 1 }
+
 // localVocab is the number of head rows (vocabulary ids) this rank computes.
 func (m *Model) localVocab() int {
 	if m.part != nil {
@@ -186,7 +189,7 @@ func (m *Model) prepBlock(l *checkpoint.Layer) (*block, error) {
 	if b.ffn, err = moe.Prepare(be, c, l, m.part); err != nil {
 		return nil, err
 	}
-	if m.part != nil && m.part.Size > 1 {
+	if m.sharded() {
 		b.ffn.Reduce = m.allReduce
 	}
 	return b, nil
@@ -288,7 +291,7 @@ func (m *Model) runBlock(b *block, x backend.Tensor, ids []int32, bt *backend.Ba
 	if err != nil {
 		return nil, fmt.Errorf("%s%w", prefix, tr.wrapOp(err, b.index, prefix+"attn "))
 	}
-	if m.part != nil && m.part.Size > 1 {
+	if m.sharded() {
 		// This rank's heads gave a partial wo_b product (model.py's RowParallel).
 		if err := m.allReduce(o); err != nil {
 			return nil, fmt.Errorf("%sattn all-reduce: %w", prefix, err)
@@ -469,7 +472,6 @@ func (m *Model) logits(x backend.Tensor, rows []int, hc backend.HC, norm backend
 	if err := be.LinearF32(yn, m.head, lg); err != nil {
 		return nil, fmt.Errorf("%shead: %w", prefix, err)
 	}
-
 	if tr != nil {
 		// Rows of the gathered tensors are not batch rows: map them back.
 		if st := be.Stats(lg); st.FirstBad >= 0 {
@@ -479,7 +481,7 @@ func (m *Model) logits(x backend.Tensor, rows []int, hc backend.HC, norm backend
 		}
 	}
 	flat := make([]float32, k*c.Vocab)
-	if m.part != nil && m.part.Size > 1 {
+	if m.sharded() {
 		// Vocabulary slices, rank-major after the all-gather: interleave them
 		// into rows on the host, where the logits go anyway.
 		n, vl := m.part.Size, m.localVocab()
