@@ -103,6 +103,8 @@ type driverAPI interface {
 	graphDestroy(c, g uintptr) int
 	graphNodes(c, g uintptr) (int, int)
 	graphExecDestroy(c, e uintptr) int
+	hasTensorMaps() bool
+	tensorMap2D(c uintptr, out *TensorMap, dtype int, addr DevicePtr, inner, outer, stride uint64, boxInner, boxOuter uint32, swizzle int) int
 }
 
 // nvrtcAPI is the subset of NVRTC we use.

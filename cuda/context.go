@@ -20,8 +20,9 @@ type Context struct {
 	nvrtc   *NVRTC
 	closed  bool
 
-	fnMu sync.Mutex
-	fns  map[string]*Function // "module.function" -> ready kernel
+	fnMu   sync.Mutex
+	fns    map[string]*Function // "module.function" -> ready kernel
+	choice KernelChoice
 }
 
 // NewContext retains the device's primary context.

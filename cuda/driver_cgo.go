@@ -70,6 +70,9 @@ typedef struct {
 	CUresult (*cuGraphDestroy)(CUgraph);
 	CUresult (*cuGraphExecDestroy)(CUgraphExec);
 	CUresult (*cuGraphGetNodes)(CUgraph, void*, size_t*);
+	// Optional (driver 12.0+): NULL disables the TMA kernels.
+	CUresult (*cuTensorMapEncodeTiled)(void*, int, unsigned int, void*, const unsigned long long*,
+		const unsigned long long*, const unsigned int*, const unsigned int*, int, int, int, int);
 } mm_driver;
 
 typedef struct {
@@ -146,6 +149,7 @@ static void mm_driver_bind(mm_driver* d, char* miss, size_t n) {
 	SYM(d, cuGraphDestroy, "cuGraphDestroy");
 	SYM(d, cuGraphExecDestroy, "cuGraphExecDestroy");
 	SYM(d, cuGraphGetNodes, "cuGraphGetNodes");
+	d->cuTensorMapEncodeTiled = dlsym(d->h, "cuTensorMapEncodeTiled");
 }
 
 static void mm_nvrtc_bind(mm_nvrtc* d, char* miss, size_t n) {
@@ -205,6 +209,19 @@ static CUresult w_endCapture(mm_driver* d, H c, H s, H* g) { CTX(d, c); CUgraph 
 static CUresult w_graphInstantiate(mm_driver* d, H c, H* e, H g) { CTX(d, c); CUgraphExec x = 0; CUresult r = d->cuGraphInstantiateWithFlags(&x, (CUgraph)g, 0); *e = (H)x; return r; }
 static CUresult w_graphLaunch(mm_driver* d, H c, H e, H s) { CTX(d, c); return d->cuGraphLaunch((CUgraphExec)e, (CUstream)s); }
 static CUresult w_graphDestroy(mm_driver* d, H c, H g) { CTX(d, c); return d->cuGraphDestroy((CUgraph)g); }
+// w_tensorMap2D encodes a rank-2 tiled tensor map (no context needed);
+// 1 (CUDA_ERROR_INVALID_VALUE) without the entry point.
+static CUresult w_tensorMap2D(mm_driver* d, H c, void* out, int dtype, CUdeviceptr addr,
+		unsigned long long inner, unsigned long long outer, unsigned long long stride,
+		unsigned int boxInner, unsigned int boxOuter, int swizzle) {
+	if (!d->cuTensorMapEncodeTiled) return (CUresult)1;
+	CTX(d, c); // the driver checks for a current context on this thread
+	unsigned long long dims[2] = {inner, outer}, strides[1] = {stride};
+	unsigned int box[2] = {boxInner, boxOuter}, es[2] = {1, 1};
+	// interleave none, L2 promotion 256B, out-of-bounds elements read as zero.
+	return d->cuTensorMapEncodeTiled(out, dtype, 2, (void*)addr, dims, strides, box, es, 0, swizzle, 3, 0);
+}
+
 static CUresult w_graphNodes(mm_driver* d, H c, H g, size_t* n) { CTX(d, c); *n = 0; return d->cuGraphGetNodes((CUgraph)g, NULL, n); }
 static CUresult w_graphExecDestroy(mm_driver* d, H c, H e) { CTX(d, c); return d->cuGraphExecDestroy((CUgraphExec)e); }
 
@@ -592,6 +609,13 @@ func (v *cgoNVRTC) compile(src, name string, headers, includeNames, opts []strin
 		return nil, log, "nvrtcGetCUBIN", int(r)
 	}
 	return C.GoBytes(buf, C.int(size)), log, "", 0
+}
+
+func (g *cgoDriver) hasTensorMaps() bool { return g.d.cuTensorMapEncodeTiled != nil }
+
+func (g *cgoDriver) tensorMap2D(c uintptr, out *TensorMap, dtype int, addr DevicePtr, inner, outer, stride uint64, boxInner, boxOuter uint32, swizzle int) int {
+	return int(C.w_tensorMap2D(g.d, h(c), unsafe.Pointer(&out[0]), C.int(dtype), C.CUdeviceptr(addr),
+		C.ulonglong(inner), C.ulonglong(outer), C.ulonglong(stride), C.uint(boxInner), C.uint(boxOuter), C.int(swizzle)))
 }
 
 func (g *cgoDriver) graphNodes(c, gr uintptr) (int, int) {

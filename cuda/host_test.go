@@ -113,13 +113,13 @@ func TestSplitK(t *testing.T) {
 			t.Errorf("splitK(%d, %d) = %d splits, want split %v", c.tiles, c.nkb, sp, c.split)
 		}
 	}
-	if LinearFP8ScratchBytes(1, 1024, 4096) == 0 || LinearFP8ScratchBytes(4096, 1024, 4096) != 0 {
-		t.Error("linear_fp8 split: want scratch at m=1 and none at m=4096")
+	if LinearFP8ScratchBytes(1, 1024, 4096) != 0 || LinearFP8ScratchBytes(17, 1024, 4096) == 0 || LinearFP8ScratchBytes(4096, 1024, 4096) != 0 {
+		t.Error("linear_fp8 split: want scratch at m=17 only (decode reduces in the kernel)")
 	}
 	for _, c := range []struct {
 		m, n, k    int
 		dec, split bool
-	}{{1, 1024, 4096, true, true}, {16, 65536, 1536, true, false}, {1, 32768, 1024, true, true}, {17, 1024, 4096, false, true}, {65, 1024, 4096, false, false}, {8, 512, 128, true, false}} {
+	}{{1, 1024, 4096, true, false}, {16, 65536, 1536, true, false}, {1, 32768, 1024, true, false}, {17, 1024, 4096, false, true}, {65, 1024, 4096, false, false}, {8, 512, 128, true, false}, {1, 1 << 20, 8192, false, false}} {
 		p := planLinear(c.m, c.n, c.k)
 		if p.dec != c.dec || (p.splits > 1) != c.split || p.splits*p.per < c.k/128 || (p.splits-1)*p.per >= c.k/128 {
 			t.Errorf("planLinear(%d, %d, %d) = %+v, want decode kernel %v, split %v", c.m, c.n, c.k, p, c.dec, c.split)
@@ -127,19 +127,78 @@ func TestSplitK(t *testing.T) {
 	}
 	for _, c := range []struct {
 		sh         MoEShape
-		dec, split bool
+		dec, split bool // on the tiled mma.sync path where not decode-shaped
+		bm         int  // wgmma token tile
 	}{
-		{MoEShape{Experts: 256, Rows: 6, N: 4096, K: 4096}, true, true},       // decode, batch 1
-		{MoEShape{Experts: 256, Rows: 64 * 6, N: 4096, K: 4096}, true, false}, // 64 tokens
-		{MoEShape{Experts: 256, Rows: 4096 * 6, N: 4096, K: 4096}, false, false},
-		{MoEShape{Experts: 8, Rows: 600, N: 256, K: 256}, false, true},
+		{MoEShape{Experts: 256, Rows: 6, N: 4096, K: 4096}, true, true, 0},           // decode, batch 1
+		{MoEShape{Experts: 256, Rows: 64 * 6, N: 4096, K: 4096}, true, false, 0},     // 64 tokens
+		{MoEShape{Experts: 256, Rows: 512 * 6, N: 4096, K: 4096}, true, false, 0},    // 12 rows per expert
+		{MoEShape{Experts: 256, Rows: 1024 * 6, N: 4096, K: 4096}, false, false, 32}, // 24 rows per expert
+		{MoEShape{Experts: 256, Rows: 4096 * 6, N: 4096, K: 4096}, false, false, 128},
+		{MoEShape{Experts: 8, Rows: 600, N: 256, K: 256}, false, true, 128},
+		{MoEShape{Experts: 48, Rows: 1500, N: 256, K: 256}, false, true, 32},
+		{MoEShape{Experts: 16, Rows: 300, N: 256, K: 256}, false, true, 32}, // 19 rows per expert
 	} {
-		p := planMoE(c.sh)
-		if p.dec != c.dec || (p.splits > 1) != c.split || p.splits*p.per < c.sh.K/128 || (p.splits-1)*p.per >= c.sh.K/128 {
-			t.Errorf("planMoE(%+v) = %+v, want decode kernel %v, split %v", c.sh, p, c.dec, c.split)
+		paths := moePaths(c.sh)
+		if (paths[0] == PathDec) != c.dec {
+			t.Errorf("moePaths(%+v) = %v, want decode %v", c.sh, paths, c.dec)
 		}
-		if want := p.tileBytes(); (MoEScratchBytes(c.sh) > want) != c.split {
-			t.Errorf("MoEScratchBytes(%+v) = %d with tile list %d, split %v", c.sh, MoEScratchBytes(c.sh), want, c.split)
+		p := planMoE(c.sh, paths[0])
+		if (p.splits > 1) != c.split || p.splits*p.per < c.sh.K/128 || (p.splits-1)*p.per >= c.sh.K/128 {
+			t.Errorf("planMoE(%+v, %s) = %+v, want split %v", c.sh, paths[0], p, c.split)
+		}
+		sb := MoEScratchBytes(c.sh)
+		for _, path := range paths {
+			if need := planMoE(c.sh, path).scratchBytes(c.sh); sb < need {
+				t.Errorf("MoEScratchBytes(%+v) = %d, path %s needs %d", c.sh, sb, path, need)
+			}
+		}
+		if c.dec {
+			continue
+		}
+		wg := planMoE(c.sh, PathWG)
+		if wg.bm != c.bm || wg.splits != 1 || wg.maxTiles < ceilDiv(c.sh.Rows, wg.bm) {
+			t.Errorf("planMoE(%+v, wg) = %+v, want bm %d unsplit", c.sh, wg, c.bm)
+		}
+		if sb < wg.tileBytes()+2*c.sh.Rows*c.sh.K {
+			t.Errorf("MoEScratchBytes(%+v) = %d lacks the bf16 activations", c.sh, sb)
+		}
+		if smem := moeWGSmem(wg.bm); smem > 227*1024 {
+			t.Errorf("moe_fp4_wg%d needs %d bytes of shared memory", wg.bm, smem)
+		}
+	}
+}
+
+// TestPlanLinearDec: decode shapes run linear_fp8_dec in one wave of warps
+// where the K slices allow it, each slice at least 2 blocks, the CTA's warps
+// an exact multiple of its slices.
+func TestPlanLinearDec(t *testing.T) {
+	for _, c := range []struct {
+		m, n, k      int
+		slices, ctas int
+	}{
+		{1, 1024, 4096, 16, 64},   // wq_a
+		{1, 32768, 1024, 1, 256},  // wq_b
+		{1, 512, 4096, 16, 32},    // wkv
+		{8, 4096, 8192, 8, 256},   // wo_b
+		{16, 4096, 4096, 8, 256},  // shared_w13
+		{1, 4096, 2048, 8, 256},   //
+		{16, 7168, 16384, 4, 224}, // Pro wo_b
+		{1, 8, 128, 1, 1},         // one K block, half a row group
+		{3, 65528, 256, 1, 512},   // odd row groups
+	} {
+		p := planLinear(c.m, c.n, c.k)
+		warps, groups := decGeometry(p.slices)
+		ctas := ceilDiv(ceilDiv(c.n, 16), groups)
+		if !p.dec || p.splits != 1 || p.slices != c.slices || ctas != c.ctas {
+			t.Errorf("planLinear(%d, %d, %d) = %+v, %d CTAs, want dec with %d slices, %d CTAs", c.m, c.n, c.k, p, ctas, c.slices, c.ctas)
+		}
+		nkb := c.k / 128
+		if warps%p.slices != 0 || warps > 16 || (p.slices > 1 && (2*p.slices > nkb || ctas*warps > decWarpsPerSM*decSMs)) {
+			t.Errorf("planLinear(%d, %d, %d): %d slices of %d blocks in %d CTAs of %d warps", c.m, c.n, c.k, p.slices, nkb, ctas, warps)
+		}
+		if LinearFP8ScratchBytes(c.m, c.n, c.k) != 0 {
+			t.Errorf("LinearFP8ScratchBytes(%d, %d, %d) != 0 for the decode kernel", c.m, c.n, c.k)
 		}
 	}
 }

@@ -99,26 +99,41 @@ func splitK(tiles, nkb int) (splits, per int) {
 }
 
 // linearPlan is the launch of one FP8 linear: up to 16 rows take
-// linear_fp8_dec (64 outputs x 8 tokens per CTA, K split to about 8 CTAs
-// per SM), up to 64 the tiled kernel with split K, beyond that the tiled
-// kernel alone.
+// linear_fp8_dec in one launch (16 outputs x all rows per warp, K split over
+// the warps of a CTA, no scratch), up to 64 the tiled kernel with split K,
+// beyond that the tiled kernel alone.
 type linearPlan struct {
 	dec         bool
 	splits, per int
+	slices      int // dec: K slices per row group, one warp each
+}
+
+// decWarpsPerSM is how many linear_fp8_dec warps one SM holds (128
+// registers a thread); decSMs the SM count (H200) it plans one wave for.
+const (
+	decMaxRows    = 16 // two 8-token tiles
+	decWarpsPerSM = 16
+	decSMs        = 132
+)
+
+// decGeometry is the linear_fp8_dec CTA for S K slices: 8 warps (16 for 16
+// slices), S per row group, and its row groups of 16 outputs.
+func decGeometry(slices int) (warps, groups int) {
+	warps = max(8, slices)
+	return warps, warps / slices
 }
 
 func planLinear(m, n, k int) linearPlan {
 	nkb := k / 128
 	switch {
-	case m <= 16:
-		p := linearPlan{dec: true, splits: 1, per: nkb}
-		const target = 8 * 132
-		if ctas := ceilDiv(n, 64) * ceilDiv(m, 8); ctas < target && nkb > 1 {
-			sp := min(nkb, ceilDiv(target, ctas))
-			p.per = ceilDiv(nkb, sp)
-			p.splits = ceilDiv(nkb, p.per)
+	case m <= decMaxRows && n*k < 1<<32: // the kernel's byte offsets are 32-bit
+		// Double the K slices while each keeps at least 2 blocks (one register
+		// buffer each) and all warps still fit in one wave.
+		groups, s := ceilDiv(n, 16), 1
+		for s < 16 && 4*s <= nkb && groups*2*s <= decWarpsPerSM*decSMs {
+			s *= 2
 		}
-		return p
+		return linearPlan{dec: true, splits: 1, per: nkb, slices: s}
 	case m <= 64:
 		sp, per := splitK(ceilDiv(n, 128), nkb)
 		return linearPlan{splits: sp, per: per}
@@ -132,8 +147,13 @@ func LinearFP8ScratchBytes(m, n, k int) int {
 	if m <= 0 || k <= 0 || k%128 != 0 {
 		return 0
 	}
-	if p := planLinear(m, n, k); p.splits > 1 {
-		return 4 * p.splits * m * n
+	// Beyond the decode kernel's rows either tiled path may run (KernelChoice).
+	sp := planLinear(m, n, k).splits
+	if m > decMaxRows {
+		sp = max(sp, planLinearWG(m, n, k).splits)
+	}
+	if sp > 1 {
+		return 4 * sp * m * n
 	}
 	return 0
 }
@@ -154,6 +174,34 @@ func LinearFP8(s *Stream, y, xq, xs, w, ws DevicePtr, m, n, k int, scratch Devic
 		return fmt.Errorf("cuda: linear_fp8: m=%d exceeds the grid limit", m)
 	}
 	p := planLinear(m, n, k)
+	switch s.ctx.kernelChoice().Linear {
+	case PathWG:
+		if m <= decMaxRows {
+			scratch = 0 // sized for the decode kernel: none
+		}
+		return linearFP8WG(s, y, xq, xs, w, ws, m, n, k, scratch)
+	case PathTiled:
+		p.dec = false
+		if m <= decMaxRows {
+			scratch = 0
+		}
+	case PathDec:
+		if m <= decMaxRows {
+			p = planLinear(1, n, k)
+			break
+		}
+		fallthrough // the decode kernel takes at most decMaxRows rows
+	default:
+		if m >= wgMinRow && s.ctx.HasTMA() {
+			return linearFP8WG(s, y, xq, xs, w, ws, m, n, k, scratch)
+		}
+	}
+	if p.dec {
+		warps, groups := decGeometry(p.slices)
+		d := new(Args).Ptr(y).Ptr(xq).Ptr(xs).Ptr(w).Ptr(ws).I32(m).I32(n).I32(k).I32(p.slices)
+		grid := Dim3{uint32(ceilDiv(ceilDiv(n, 16), groups)), 1, 1}
+		return launch(s, "linear_fp8", "linear_fp8_dec", grid, Dim3{uint32(32 * warps), 1, 1}, 0, d)
+	}
 	if scratch == 0 {
 		p.splits, p.per = 1, k/128
 	}
@@ -162,14 +210,8 @@ func LinearFP8(s *Stream, y, xq, xs, w, ws DevicePtr, m, n, k int, scratch Devic
 		part = scratch
 	}
 	a := new(Args).Ptr(y).Ptr(xq).Ptr(xs).Ptr(w).Ptr(ws).I32(m).I32(n).I32(k).Ptr(part).I32(p.per)
-	var err error
-	if p.dec {
-		grid := Dim3{uint32(ceilDiv(n, 64)), uint32(ceilDiv(m, 8)), uint32(p.splits)}
-		err = launch(s, "linear_fp8", "linear_fp8_dec", grid, Dim3{128, 1, 1}, 0, a)
-	} else {
-		grid := Dim3{uint32(ceilDiv(n, 128)), uint32(ceilDiv(m, 64)), uint32(p.splits)}
-		err = launch(s, "linear_fp8", "linear_fp8", grid, Dim3{128, 1, 1}, linearSmem, a)
-	}
+	grid := Dim3{uint32(ceilDiv(n, 128)), uint32(ceilDiv(m, 64)), uint32(p.splits)}
+	err := launch(s, "linear_fp8", "linear_fp8", grid, Dim3{128, 1, 1}, linearSmem, a)
 	if err != nil || p.splits == 1 {
 		return err
 	}
@@ -208,25 +250,37 @@ type MoEShape struct {
 	Format  FP4Format //
 }
 
-// moePlan is the launch of one grouped GEMM, fixed by the shape (so that its
-// scratch size is too): decode-shaped lists (at most 8 rows per active
-// expert on average) run moe_fp4_dec over 8-row tiles, 64 output columns per
-// CTA; larger ones moe_fp4_gemm over 64-row tiles, 128 columns per CTA. K is
-// split when the CTAs are too few to keep the weight stream in flight.
+// moePlan is the launch of one grouped GEMM, fixed by the shape and the
+// path (so that its scratch size is too): decode-shaped lists (moeDecode)
+// run moe_fp4_dec over 8-row tiles, 64
+// output columns per CTA; larger ones moe_fp4_wg (sm_90a, tiles of bm rows
+// by the expected rows per expert) or moe_fp4_gemm (64-row tiles, 128
+// columns per CTA). K is split when the CTAs are too few to keep the weight
+// stream in flight (mma.sync paths).
 type moePlan struct {
-	dec                  bool
+	path                 Path
 	bm, maxTiles, colsPC int
 	splits, per          int
 }
 
-func planMoE(sh MoEShape) moePlan {
-	p := moePlan{bm: 64, colsPC: 128}
-	if sh.Rows <= 8*min(sh.Experts, sh.Rows) {
-		p.dec, p.bm, p.colsPC = true, 8, 64
+// moeDecode reports whether a tile list is decode-shaped: at most 16 rows
+// per expert on average. moe_fp4_dec re-reads an expert's weights per 8 rows,
+// yet up to 16 it beats moe_fp4_wg (H200, 2026-12-04: Flash w13 at 512
+// tokens, 12 rows per expert, 2.07 ms against 2.75 ms).
+func moeDecode(sh MoEShape) bool { return sh.Rows <= 16*min(sh.Experts, sh.Rows) }
+
+func planMoE(sh MoEShape, path Path) moePlan {
+	p := moePlan{path: path, bm: 64, colsPC: 128}
+	switch path {
+	case PathDec:
+		p.bm, p.colsPC = 8, 64
+	case PathWG:
+		p.bm = moeBlockM(sh)
 	}
 	p.maxTiles = ceilDiv(sh.Rows, p.bm) + min(sh.Experts, sh.Rows)
 	ctas, nkb := p.maxTiles*ceilDiv(sh.N, p.colsPC), sh.K/128
-	if p.dec {
+	switch path {
+	case PathDec:
 		// About 32 warps per SM (8 CTAs of 4) on the 132 SMs of an H200.
 		const target = 8 * 132
 		p.splits, p.per = 1, nkb
@@ -235,7 +289,9 @@ func planMoE(sh MoEShape) moePlan {
 			p.per = ceilDiv(nkb, sp)
 			p.splits = ceilDiv(nkb, p.per)
 		}
-	} else {
+	case PathWG:
+		p.splits, p.per = 1, nkb
+	default:
 		p.splits, p.per = splitK(ctas/2, nkb)
 	}
 	return p
@@ -243,15 +299,65 @@ func planMoE(sh MoEShape) moePlan {
 
 func (p moePlan) tileBytes() int { return (16 + 16*p.maxTiles + 255) &^ 255 }
 
-// MoEScratchBytes is the scratch size MoEFP4 needs (tile list, split-K
-// partials), fixed by the shape so that it can live in a CUDA graph.
-func MoEScratchBytes(sh MoEShape) int {
-	p := planMoE(sh)
+// scratchBytes is the tile list, then split-K partials (mma.sync paths) or
+// the bf16 activations the wgmma path reads with TMA.
+func (p moePlan) scratchBytes(sh MoEShape) int {
 	b := p.tileBytes()
-	if p.splits > 1 && sh.Rows > 0 {
+	switch {
+	case sh.Rows <= 0:
+	case p.path == PathWG:
+		b += 2 * sh.Rows * sh.K
+	case p.splits > 1:
 		b += 4 * p.splits * sh.Rows * sh.N
 	}
 	return b
+}
+
+// moePaths are the paths a shape may run: the decode kernel for decode-shaped
+// lists, else either tiled kernel.
+func moePaths(sh MoEShape) []Path {
+	if moeDecode(sh) {
+		return []Path{PathDec}
+	}
+	return []Path{PathTiled, PathWG}
+}
+
+// MoEScratchBytes is the scratch size MoEFP4 needs (tile list, split-K
+// partials or bf16 activations), fixed by the shape so that it can live in a
+// CUDA graph: the largest over the paths the shape may take.
+func MoEScratchBytes(sh MoEShape) int {
+	b := 0
+	for _, path := range moePaths(sh) {
+		b = max(b, planMoE(sh, path).scratchBytes(sh))
+	}
+	return b
+}
+
+// moePath picks the path of a launch: the forced one (KernelChoice) where
+// the scratch was sized for it (the decode kernel always), else the decode kernel for decode-shaped
+// lists and the wgmma kernel where the device has TMA.
+func (s *Stream) moePath(sh MoEShape) Path {
+	forced := s.ctx.kernelChoice().MoE
+	ok := moePaths(sh)
+	if forced != PathAuto {
+		for _, p := range ok {
+			if p == forced {
+				return p
+			}
+		}
+		if forced == PathDec {
+			// The decode kernel needs only the tile list, which every scratch holds.
+			return PathDec
+		}
+		// A tiled path for a decode-shaped list: its scratch has no room, so auto.
+	}
+	if ok[0] == PathDec {
+		return PathDec
+	}
+	if s.ctx.HasTMA() {
+		return PathWG
+	}
+	return PathTiled
 }
 
 // MoEFP4 runs the grouped expert GEMM: for every expert e and row m in
@@ -271,7 +377,8 @@ func MoEFP4(s *Stream, y, xq, xs, offsets, w, wscale, gscale DevicePtr, sh MoESh
 	if sh.Rows == 0 {
 		return nil
 	}
-	p := planMoE(sh)
+	path := s.moePath(sh)
+	p := planMoE(sh, path)
 	if p.maxTiles > 65535 || sh.Experts > 1<<20 {
 		return fmt.Errorf("cuda: moe_fp4_gemm: %d rows exceed the grid limit", sh.Rows)
 	}
@@ -283,6 +390,9 @@ func MoEFP4(s *Stream, y, xq, xs, offsets, w, wscale, gscale DevicePtr, sh MoESh
 	if sh.Format == NVFP4 {
 		nv = 1
 	}
+	if path == PathWG {
+		return moeFP4WG(s, y, xq, xs, w, wscale, gscale, nv, sh, p, scratch)
+	}
 	var part DevicePtr
 	if p.splits > 1 {
 		part = scratch.Add(p.tileBytes())
@@ -291,7 +401,7 @@ func MoEFP4(s *Stream, y, xq, xs, offsets, w, wscale, gscale DevicePtr, sh MoESh
 		Ptr(part).I32(p.per).I32(sh.Rows)
 	grid := Dim3{uint32(ceilDiv(sh.N, p.colsPC)), uint32(p.maxTiles), uint32(p.splits)}
 	var err error
-	if p.dec {
+	if path == PathDec {
 		err = launch(s, "moe_fp4_dec", "moe_fp4_dec", grid, Dim3{128, 1, 1}, 0, b)
 	} else {
 		err = launch(s, "moe_fp4", "moe_fp4_gemm", grid, Dim3{128, 1, 1}, moeSmem, b)

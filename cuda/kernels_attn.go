@@ -27,18 +27,19 @@ type CompressShape struct {
 	Eps                          float32
 }
 
-// CompressF32 pools the nent completed entries listed in ents [nent][2]
-// (sequence, entry) into dst [blocks][per][dc]; st{A,Z} is the pre-step state.
-func CompressF32(s *Stream, dst, A, Z, ape, stA, stZ, norm, rf32, rf64, seqs, blocks, ents DevicePtr, nent int, sh CompressShape, faithful bool) error {
-	if nent < 0 || sh.R <= 0 || sh.Dc <= 0 || sh.Dc%32 != 0 || (sh.C != 1 && sh.C != 2) || sh.Per <= 0 || sh.RopeDim > sh.Dc || (sh.Kind == 1 && sh.Dc&(sh.Dc-1) != 0) {
+// CompressF32 pools every entry the step's rows complete (the row at position
+// p completes entry (p+1)/r - 1 when (p+1) % r == 0) into dst
+// [blocks][per][dc]; st{A,Z} is the pre-step state.
+func CompressF32(s *Stream, dst, A, Z, ape, stA, stZ, norm, rf32, rf64, seqs, blocks, pos, seqOf DevicePtr, rows int, sh CompressShape, faithful bool) error {
+	if rows < 0 || sh.R <= 0 || sh.Dc <= 0 || sh.Dc%32 != 0 || (sh.C != 1 && sh.C != 2) || sh.Per <= 0 || sh.RopeDim > sh.Dc || (sh.Kind == 1 && sh.Dc&(sh.Dc-1) != 0) {
 		return fmt.Errorf("cuda: compress_f32: bad shape %+v", sh)
 	}
-	if nent == 0 {
+	if rows == 0 {
 		return nil
 	}
-	a := new(Args).Ptr(dst).Ptr(A).Ptr(Z).Ptr(ape).Ptr(stA).Ptr(stZ).Ptr(norm).Ptr(rf32).Ptr(rf64).Ptr(seqs).Ptr(blocks).Ptr(ents).
+	a := new(Args).Ptr(dst).Ptr(A).Ptr(Z).Ptr(ape).Ptr(stA).Ptr(stZ).Ptr(norm).Ptr(rf32).Ptr(rf64).Ptr(seqs).Ptr(blocks).Ptr(pos).Ptr(seqOf).
 		I32(sh.R).I32(sh.Dc).I32(sh.C).I32(sh.Per).I32(sh.RopeDim).F32(sh.Eps).I32(sh.Kind).I32(b2i(faithful))
-	return launch(s, "attn_f32", "compress_f32", Dim3{uint32(nent), 1, 1}, Dim3{256, 1, 1}, 4*sh.Dc, a)
+	return launch(s, "attn_f32", "compress_f32", Dim3{uint32(rows), 1, 1}, Dim3{256, 1, 1}, 4*sh.Dc, a)
 }
 
 // CompressStateF32 writes the post-step compressor state of nseq sequences
@@ -96,14 +97,34 @@ type AttnShape struct {
 
 // SparseAttnF32 runs sparse MQA with sink into out [rows][heads·d].
 func SparseAttnF32(s *Stream, out, q, kv, ring, ent, sel, sink, seqs, pos, seqOf, blocks DevicePtr, sh AttnShape, faithful bool) error {
-	if sh.Rows < 0 || sh.Heads <= 0 || sh.D <= 0 || sh.D%32 != 0 || sh.D > 1024 || sh.Window <= 0 || sh.Per <= 0 {
+	if sh.Rows < 0 || sh.Heads <= 0 || sh.D <= 0 || sh.D%32 != 0 || sh.D > 1024 || sh.Window <= 0 || sh.Per <= 0 || ceilDiv(sh.Heads, attnHeads) > 65535 {
 		return fmt.Errorf("cuda: sparse_attn_f32: bad shape %+v", sh)
 	}
-	n := sh.Rows * sh.Heads
-	if n == 0 {
+	if sh.Rows == 0 {
 		return nil
 	}
 	a := new(Args).Ptr(out).Ptr(q).Ptr(kv).Ptr(ring).Ptr(ent).Ptr(sel).I32(sh.SelCols).Ptr(sink).Ptr(seqs).Ptr(pos).Ptr(seqOf).Ptr(blocks).
 		I32(sh.Rows).I32(sh.Heads).I32(sh.D).I32(sh.Window).I32(sh.Ratio).I32(sh.Per).F32(sh.Scale).I32(b2i(faithful))
-	return launch(s, "attn_f32", "sparse_attn_f32", Dim3{uint32(ceilDiv(n, 4)), 1, 1}, Dim3{128, 1, 1}, 0, a)
+	groups := ceilDiv(sh.Heads, attnHeads)
+	smem := 4 * attnHeads * sh.D // the group's q rows
+	if attnSplit(sh.Rows, groups, s.ctx.dev) {
+		grid := Dim3{uint32(attnCluster * groups), uint32(sh.Rows), 1}
+		return launch(s, "attn_f32", "sparse_attn_split_f32", grid, Dim3{256, 1, 1}, smem, a)
+	}
+	return launch(s, "attn_f32", "sparse_attn_f32", Dim3{uint32(sh.Rows), uint32(groups), 1}, Dim3{256, 1, 1}, smem, a)
+}
+
+// Sparse attention geometry (kernels/attn_f32.cu AT_HG, AT_NC): one CTA per
+// (row, group of attnHeads heads), or a cluster of attnCluster CTAs that
+// split the row's keys.
+const (
+	attnHeads   = 8
+	attnCluster = 8
+)
+
+// attnSplit reports whether to split every row's keys over a cluster: only
+// on sm_90+ (clusters) and when the (row, group) CTAs alone leave most SMs
+// idle (decode at small batch; the choice only steers speed).
+func attnSplit(rows, groups int, dev *Device) bool {
+	return dev.Major >= 9 && rows*groups < dev.SMs && rows <= 65535 && attnCluster*groups <= 1<<31-1
 }

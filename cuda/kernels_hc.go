@@ -18,9 +18,52 @@ func HcPreF32(s *Stream, out, mix, x, fn, base DevicePtr, rows, n, d int, scale 
 	if rows == 0 {
 		return nil
 	}
+	if p, ok := planHcPre(rows, n, d, s.ctx.dev.SMs); ok {
+		a := new(Args).Ptr(out).Ptr(x).Ptr(fn).I32(rows).I32(d).I32(p.cols).I32(p.splits)
+		grid := Dim3{uint32(p.splits), uint32(ceilDiv(rows, p.rowsPer)), 1}
+		if err := launch(s, "hc_f32", fmt.Sprintf("hc_pre_part_f32_n%d", n), grid, Dim3{256, 1, 1}, 4*p.rowsPer*p.cols, a); err != nil {
+			return err
+		}
+		a = new(Args).Ptr(out).Ptr(mix).Ptr(x).Ptr(base).I32(d).F32(scale[0]).F32(scale[1]).F32(scale[2]).
+			I32(iters).F32(eps).F32(normEps).I32(b2i(rnd)).I32(p.splits)
+		return launch(s, "hc_f32", fmt.Sprintf("hc_pre_fin_f32_n%d", n), Dim3{uint32(rows), 1, 1}, Dim3{256, 1, 1}, 0, a)
+	}
 	a := new(Args).Ptr(out).Ptr(mix).Ptr(x).Ptr(fn).Ptr(base).I32(d).F32(scale[0]).F32(scale[1]).F32(scale[2]).
 		I32(iters).F32(eps).F32(normEps).I32(b2i(rnd))
 	return launch(s, "hc_f32", fmt.Sprintf("hc_pre_f32_n%d", n), Dim3{uint32(rows), 1, 1}, Dim3{256, 1, 1}, 0, a)
+}
+
+// hcPrePlan is the split launch of hc pre: splits column chunks of cols
+// (multiple of 4) of the flattened n·d width, rowsPer rows per CTA.
+type hcPrePlan struct{ splits, cols, rowsPer int }
+
+// planHcPre splits the n·d-long projections over about two CTAs per SM (the
+// count only steers speed), chunks of 128 to 1024 columns. The partials live
+// in out itself (splits float64 sums of squares, then splits·mix floats per
+// row), so the split needs them to fit in d floats; ok false: the fused
+// one-CTA-per-row kernel.
+func planHcPre(rows, n, d, sms int) (hcPrePlan, bool) {
+	mix := (2 + n) * n
+	p := hcPrePlan{rowsPer: 8}
+	if n > 4 {
+		p.rowsPer = 4
+	}
+	width := n * d
+	if d%4 != 0 || rows <= 0 {
+		return p, false
+	}
+	sms = max(sms, 1)
+	blocks := ceilDiv(rows, p.rowsPer)
+	const minCols, maxCols = 128, 1024
+	sp := ceilDiv(2*sms, blocks)
+	sp = min(sp, max(1, width/minCols), max(1, d/(mix+2)))
+	sp = max(sp, ceilDiv(width, maxCols))
+	p.cols = (ceilDiv(width, sp) + 3) &^ 3
+	p.splits = ceilDiv(width, p.cols)
+	if p.splits*(mix+2) > d || p.splits > 65535 || blocks > 65535 {
+		return p, false
+	}
+	return p, true
 }
 
 // HcHeadF32 is the final collapse: fn [n, n*d], base [n], one scale, no Sinkhorn.

@@ -18,6 +18,7 @@ type Pool struct {
 	inUse  int64
 	cached int64
 	allocs int64 // cuMemAlloc calls
+	keep   bool  // never trim on its own: graphs hold the addresses of cached blocks
 }
 
 // Buffer is a block of device memory owned by a pool.
@@ -50,6 +51,11 @@ func classSize(n int) int {
 // Alloc returns a buffer of at least n bytes from the context's pool.
 func (c *Context) Alloc(n int) (*Buffer, error) { return c.pool.Alloc(n) }
 
+// NewPool returns a second pool on the context, whose blocks no other pool
+// reuses (the scratch of recorded CUDA graphs): it keeps its cached blocks
+// when the device runs out of memory. Trim it before the context closes.
+func (c *Context) NewPool() *Pool { return &Pool{ctx: c, free: map[int][]DevicePtr{}, keep: true} }
+
 // Alloc returns a buffer of at least n bytes.
 func (p *Pool) Alloc(n int) (*Buffer, error) {
 	if n <= 0 {
@@ -67,7 +73,7 @@ func (p *Pool) Alloc(n int) (*Buffer, error) {
 	}
 	p.mu.Unlock()
 	ptr, r := p.ctx.drv.api.memAlloc(p.ctx.h, cls)
-	if r == errOutOfMemory {
+	if r == errOutOfMemory && !p.keep {
 		// Give the cache back and try once more.
 		if err := p.Trim(); err != nil {
 			return nil, err

@@ -28,8 +28,9 @@ func (b *Backend) WriteWindow(s backend.KVStore, layer int, kv backend.Tensor, b
 	return cuda.WriteWindowF32(b.s, k.layers[layer].win.Ptr, kt.ptr, db.Seqs, db.Seq, db.Rows, l.Window, l.HeadDim)
 }
 
-// Compress implements backend.Backend: one CTA per entry completed in this
-// step (reading the pre-step state), then the post-step state per sequence.
+// Compress implements backend.Backend: one CTA per row, those that complete
+// an entry pool it (reading the pre-step state), then the post-step state per
+// sequence.
 func (b *Backend) Compress(s backend.KVStore, A, Z backend.Tensor, a backend.CompressArgs, bt *backend.Batch) error {
 	k, err := b.store(s)
 	if err != nil {
@@ -69,29 +70,14 @@ func (b *Backend) Compress(s backend.KVStore, A, Z backend.Tensor, a backend.Com
 	if a.Kind == backend.CompressIndex {
 		st, dst, kind = kl.idx, kl.ik, 1
 	}
-	var ents []int32
-	for si, sq := range bt.Seqs {
-		for j := (sq.Start+r)/r - 1; (j+1)*r <= sq.Start+sq.Rows; j++ {
-			if (j+1)*r-1 >= sq.Start {
-				ents = append(ents, int32(si), int32(j))
-			}
-		}
-	}
 	db, err := b.deviceBatch(bt)
 	if err != nil {
 		return err
 	}
 	sh := cuda.CompressShape{R: r, Dc: dc, C: c, Per: kl.per, RopeDim: rt.dim, Kind: kind, Eps: a.NormEps}
-	if len(ents) > 0 {
-		eb, err := b.upload(i32Bytes(ents))
-		if err != nil {
-			return fmt.Errorf("compress layer %d: %w", a.Layer, err)
-		}
-		defer eb.Free()
-		if err := cuda.CompressF32(b.s, dst.Ptr, at.ptr, zt.ptr, ape.buf.Ptr, st.a.Ptr, st.z.Ptr, nw.buf.Ptr, rt.f32.Ptr, rt.f64.Ptr,
-			db.Seqs, db.Blocks, eb.Ptr, len(ents)/2, sh, b.faithful()); err != nil {
-			return fmt.Errorf("compress layer %d: %w", a.Layer, err)
-		}
+	if err := cuda.CompressF32(b.s, dst.Ptr, at.ptr, zt.ptr, ape.buf.Ptr, st.a.Ptr, st.z.Ptr, nw.buf.Ptr, rt.f32.Ptr, rt.f64.Ptr,
+		db.Seqs, db.Blocks, db.Pos, db.Seq, db.Rows, sh, b.faithful()); err != nil {
+		return fmt.Errorf("compress layer %d: %w", a.Layer, err)
 	}
 	return cuda.CompressStateF32(b.s, st.a.Ptr, st.z.Ptr, at.ptr, zt.ptr, ape.buf.Ptr, db.Seqs, db.NSeq, sh)
 }

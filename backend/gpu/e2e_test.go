@@ -77,8 +77,10 @@ func forced(t *testing.T, m *model.Model, prompt []int32, chunk int, toks []int3
 
 // TestRegressionPromptsOnGPU runs the CI regression prompts (chat and
 // completion, as api's golden test) on the embedded small model: the first
-// generated token must be equal, and the teacher-forced logits error of the
-// GPU must stay within the CPU's own sensitivity baseline.
+// generated token must be equal unless the CPU's two candidates are within
+// the GPU's own error on that row (faithful rounding is chaotic on random
+// weights, docs/numerics.md), and the teacher-forced logits error of the GPU
+// must stay within the CPU's own sensitivity baseline.
 func TestRegressionPromptsOnGPU(t *testing.T) {
 	g, err := New(Options{})
 	if err != nil {
@@ -101,10 +103,21 @@ func TestRegressionPromptsOnGPU(t *testing.T) {
 	for _, text := range texts {
 		prompt := encode(tok, text)
 		tc, lc := greedy(t, mc, prompt, 64, 12)
-		tg, _ := greedy(t, mg, prompt, 64, 12)
+		tg, lg := greedy(t, mg, prompt, 64, 12)
 		t.Logf("%q (%d tokens): free-running greedy cpu %v gpu %v", text[:min(len(text), 24)], len(prompt), tc, tg)
 		if tc[0] != tg[0] {
-			t.Errorf("%q: first generated token: cpu %d gpu %d", text[:min(len(text), 24)], tc[0], tg[0])
+			// Only a near-tie may flip: the CPU's margin between the two
+			// tokens within the GPU's own error on that row.
+			c, g := lc[len(prompt)-1], lg[len(prompt)-1]
+			var dmax float64
+			for i := range c {
+				dmax = max(dmax, math.Abs(float64(g[i])-float64(c[i])))
+			}
+			gap := float64(c[tc[0]]) - float64(c[tg[0]])
+			t.Logf("%q: first generated token cpu %d gpu %d: cpu margin %.3g, gpu row error %.3g", text[:min(len(text), 24)], tc[0], tg[0], gap, dmax)
+			if gap > 2*dmax {
+				t.Errorf("%q: first generated token: cpu %d gpu %d, margin %.3g beyond twice the row error %.3g", text[:min(len(text), 24)], tc[0], tg[0], gap, dmax)
+			}
 		}
 		gp.add(lc, forced(t, mg, prompt, 64, tc))
 		bp.add(lc, forced(t, mb, prompt, 64, tc))

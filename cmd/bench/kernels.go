@@ -32,6 +32,8 @@ type kernelRecord struct {
 	Kind   string  `json:"kind"` // "ours" or "copy"
 	Model  string  `json:"model,omitempty"`
 	Op     string  `json:"op,omitempty"`    // linear_fp8 | moe_fp4
+	Path   string  `json:"path,omitempty"`  // kernel path: dec, tiled, wg; the auto choice has Auto set
+	Auto   bool    `json:"auto,omitempty"`  // the path the launcher picks by itself
 	Shape  string  `json:"shape"`           // shape name (wq_a, expert_w13 mxfp4, ...)
 	Tokens int     `json:"m,omitempty"`     // tokens (MoE: before top-k)
 	N      int     `json:"n,omitempty"`     //
@@ -53,6 +55,7 @@ func runKernels(args []string, stdout, stderr io.Writer) error {
 	tokens := fs.String("tokens", "1,8,64,512,4096", "token counts")
 	reps := fs.Int("reps", 20, "timed launches per case (median)")
 	only := fs.String("only", "", "run only shapes whose op or name contains this")
+	allPaths := fs.Bool("paths", false, "time every kernel path that applies to a shape, not only the one picked")
 	jsonPath := fs.String("json", "", "also write one JSON record per line to this file")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -107,26 +110,33 @@ func runKernels(args []string, stdout, stderr io.Writer) error {
 	if err := enc.Encode(kernelRecord{Kind: "copy", Shape: "1 GiB d2d", GBs: gbs, Pass: true}); err != nil {
 		return err
 	}
-	env := &kcheck.Env{Ctx: ctx, S: s, Reps: *reps, Seed: uint64(time.Now().UnixNano())}
+	env := &kcheck.Env{Ctx: ctx, S: s, Reps: *reps, Seed: uint64(time.Now().UnixNano()), ShareWeights: true}
+	defer env.Close()
 	failed := 0
 	for _, m := range ms {
 		type job struct {
 			op, shape string
 			t, n, k   int
+			paths     []cuda.Path
 			c         kcheck.Case
 		}
 		var jobs []job
 		for _, d := range denseShapes[m.Name] {
 			for _, t := range toks {
-				jobs = append(jobs, job{"linear_fp8", d.name, t, d.n, d.k, kcheck.LinearCase(t, d.n, d.k, 8)})
+				jobs = append(jobs, job{"linear_fp8", d.name, t, d.n, d.k, ctx.LinearPaths(t, d.n, d.k), kcheck.LinearCase(t, d.n, d.k, 8)})
 			}
 		}
 		for _, f := range []cuda.FP4Format{cuda.MXFP4, cuda.NVFP4} {
 			for _, t := range toks {
 				rows := t * m.K
-				jobs = append(jobs,
-					job{"moe_fp4", "expert_w13 " + f.String(), t, 2 * m.Inter, m.D, kcheck.MoECase(m.Experts, rows, 2*m.Inter, m.D, f, kcheck.RouteUniform, 8)},
-					job{"moe_fp4", "expert_w2 " + f.String(), t, m.D, m.Inter, kcheck.MoECase(m.Experts, rows, m.D, m.Inter, f, kcheck.RouteUniform, 8)})
+				for _, p := range []struct {
+					name string
+					n, k int
+				}{{"expert_w13 ", 2 * m.Inter, m.D}, {"expert_w2 ", m.D, m.Inter}} {
+					sh := cuda.MoEShape{Experts: m.Experts, Rows: rows, N: p.n, K: p.k, Format: f}
+					jobs = append(jobs, job{"moe_fp4", p.name + f.String(), t, p.n, p.k, ctx.MoEPaths(sh),
+						kcheck.MoECase(m.Experts, rows, p.n, p.k, f, kcheck.RouteUniform, 8)})
+				}
 			}
 		}
 		sort.SliceStable(jobs, func(i, j int) bool { return jobs[i].op < jobs[j].op })
@@ -134,20 +144,32 @@ func runKernels(args []string, stdout, stderr io.Writer) error {
 			if *only != "" && !strings.Contains(j.op+" "+j.shape, *only) {
 				continue
 			}
-			r := kcheck.Run(env, j.c)
-			rec := kernelRecord{Kind: "ours", Model: m.Name, Op: j.op, Shape: j.shape, Tokens: j.t, N: j.n, K: j.k,
-				Us: r.TimeUs, GBs: r.GBs, TFLOPs: r.TFLOPs, Pass: r.Pass}
-			if r.Err != nil {
-				rec.Err = r.Err.Error()
+			paths := j.paths[:1]
+			if *allPaths {
+				paths = j.paths
 			}
-			if !r.Pass {
-				failed++
+			for i, path := range paths {
+				if err := ctx.SetKernelChoice(cuda.KernelChoice{Linear: path, MoE: path}); err != nil {
+					return err
+				}
+				r := kcheck.Run(env, j.c)
+				rec := kernelRecord{Kind: "ours", Model: m.Name, Op: j.op, Path: string(path), Auto: i == 0, Shape: j.shape, Tokens: j.t, N: j.n, K: j.k,
+					Us: r.TimeUs, GBs: r.GBs, TFLOPs: r.TFLOPs, Pass: r.Pass}
+				if r.Err != nil {
+					rec.Err = r.Err.Error()
+				}
+				if !r.Pass {
+					failed++
+				}
+				fmt.Fprintf(stdout, "%-5s %-10s %-5s %-18s tokens %5d  n %6d k %6d  %9.1f us %7.0f GB/s (%4.1f%% of copy) %6.1f TF/s  %s\n",
+					m.Name, j.op, path, j.shape, j.t, j.n, j.k, r.TimeUs, r.GBs, 100*r.GBs/gbs, r.TFLOPs, passStr(r))
+				if err := enc.Encode(rec); err != nil {
+					return err
+				}
 			}
-			fmt.Fprintf(stdout, "%-5s %-10s %-18s tokens %5d  n %6d k %6d  %9.1f us %7.0f GB/s (%4.1f%% of copy) %6.1f TF/s  %s\n",
-				m.Name, j.op, j.shape, j.t, j.n, j.k, r.TimeUs, r.GBs, 100*r.GBs/gbs, r.TFLOPs, passStr(r))
-			if err := enc.Encode(rec); err != nil {
-				return err
-			}
+		}
+		if err := ctx.SetKernelChoice(cuda.KernelChoice{}); err != nil {
+			return err
 		}
 	}
 	if failed > 0 {
@@ -184,6 +206,7 @@ func copyBandwidth(ctx *cuda.Context, s *cuda.Stream, reps int) (float64, error)
 		return 0, err
 	}
 	env := &kcheck.Env{Ctx: ctx, S: s, Reps: reps}
+	defer env.Close()
 	us, err := kcheck.Time(env, func() error { return s.CopyDtoD(dst.Ptr, src.Ptr, n) })
 	if err != nil {
 		return 0, err

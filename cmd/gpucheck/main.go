@@ -144,6 +144,7 @@ func checkAll(ordinal int, models []string, reps int, filter string, seed uint64
 	}
 
 	env := &kcheck.Env{Ctx: ctx, S: s, Reps: reps, Seed: seed}
+	defer env.Close()
 	var rows []string
 	failed := 0
 	for _, name := range models {

@@ -240,43 +240,43 @@ func MoECase(experts, mTotal, n, k int, format cuda.FP4Format, route Routing, ch
 			group, cf = 16, cpuref.NVFP4
 		}
 		xq, xs := quantizeParallel(randBF16(rng, mTotal, k), mTotal, k)
-		// Weights only for experts with rows; the others stay poisoned on the
-		// device (0xFF scales are NaN), which the kernel must never read.
 		perW, perS := n*k/2, n*k/group
-		w := make([]byte, experts*perW)
-		ws := make([]byte, experts*perS)
-		gs := make([]float32, experts)
-		for e := 0; e < experts; e++ {
-			if counts[e] == 0 {
-				continue
-			}
-			randomBytes(rng, w[e*perW:(e+1)*perW], func(x byte) byte { return x })
-			sc := ws[e*perS : (e+1)*perS]
-			if format == cuda.NVFP4 {
-				// Positive e4m3 scales in [2^-3, 2^3), global scale 2^-12..2^-8.
-				randomBytes(rng, sc, func(x byte) byte { return 0x20 + x%0x30 })
-				gs[e] = float32(math.Ldexp(1+rng.Float64(), -12+rng.IntN(4)))
-			} else {
-				randomBytes(rng, sc, func(x byte) byte { return 118 + x%8 })
-			}
-		}
 		b := &bufs{env: env}
 		defer b.free()
 		dxq, dxs, doff := b.upload(xq), b.upload(xs), b.upload(i32Bytes(off))
-		dw, dws := b.alloc(len(w)), b.alloc(len(ws))
-		b.poison(dw, len(w))
-		b.poison(dws, len(ws))
-		for e := 0; e < experts && b.err == nil; e++ {
-			if counts[e] > 0 {
-				b.err = env.S.CopyHtoD(dw.Add(e*perW), w[e*perW:(e+1)*perW])
+		var mw *moeWeights
+		if env.ShareWeights {
+			mw = env.sharedMoE(rng, experts, n, k, format, b)
+		} else {
+			// Weights only for experts with rows; the others stay poisoned on the
+			// device (0xFF scales are NaN), which the kernel must never read.
+			mw = newMoEWeights(rng, experts, n, k, format, func(e int) bool { return counts[e] > 0 })
+			mw.dw, mw.dws = b.buffer(len(mw.w)), b.buffer(len(mw.ws))
+			b.poison(mw.dw.Ptr, len(mw.w))
+			b.poison(mw.dws.Ptr, len(mw.ws))
+			for e := 0; e < experts && b.err == nil; e++ {
+				if counts[e] > 0 {
+					b.err = env.S.CopyHtoD(mw.dw.Ptr.Add(e*perW), mw.w[e*perW:(e+1)*perW])
+					if b.err == nil {
+						b.err = env.S.CopyHtoD(mw.dws.Ptr.Add(e*perS), mw.ws[e*perS:(e+1)*perS])
+					}
+				}
+			}
+			if format == cuda.NVFP4 {
+				mw.dgs = b.buffer(4 * experts)
 				if b.err == nil {
-					b.err = env.S.CopyHtoD(dws.Add(e*perS), ws[e*perS:(e+1)*perS])
+					b.err = env.S.CopyHtoD(mw.dgs.Ptr, f32Bytes(mw.gs))
 				}
 			}
 		}
+		if b.err != nil {
+			return finish(r, b)
+		}
+		w, ws, gs := mw.w, mw.ws, mw.gs
+		dw, dws := mw.dw.Ptr, mw.dws.Ptr
 		var dgs cuda.DevicePtr
-		if format == cuda.NVFP4 {
-			dgs = b.upload(f32Bytes(gs))
+		if mw.dgs != nil {
+			dgs = mw.dgs.Ptr
 		}
 		sh := cuda.MoEShape{Experts: experts, Rows: mTotal, N: n, K: k, Format: format}
 		scratch := b.alloc(cuda.MoEScratchBytes(sh))
@@ -335,6 +335,64 @@ func MoECase(experts, mTotal, n, k int, format cuda.FP4Format, route Routing, ch
 		r.TFLOPs = 2 * float64(owned) * float64(n) * float64(k)
 		return finish(r, b)
 	}}
+}
+
+// newMoEWeights draws random expert weights for the experts fill picks (the
+// rest stay zero on the host): FP4 codes of every value, MXFP4 scales near
+// 2^-6, NVFP4 scales in [2^-3, 2^3) with global scales 2^-12..2^-8.
+func newMoEWeights(rng *rand.Rand, experts, n, k int, format cuda.FP4Format, fill func(e int) bool) *moeWeights {
+	group := 32
+	if format == cuda.NVFP4 {
+		group = 16
+	}
+	perW, perS := n*k/2, n*k/group
+	mw := &moeWeights{w: make([]byte, experts*perW), ws: make([]byte, experts*perS), gs: make([]float32, experts)}
+	for e := 0; e < experts; e++ {
+		if !fill(e) {
+			continue
+		}
+		randomBytes(rng, mw.w[e*perW:(e+1)*perW], func(x byte) byte { return x })
+		sc := mw.ws[e*perS : (e+1)*perS]
+		if format == cuda.NVFP4 {
+			randomBytes(rng, sc, func(x byte) byte { return 0x20 + x%0x30 })
+			mw.gs[e] = float32(math.Ldexp(1+rng.Float64(), -12+rng.IntN(4)))
+		} else {
+			randomBytes(rng, sc, func(x byte) byte { return 118 + x%8 })
+		}
+	}
+	return mw
+}
+
+// sharedMoE returns the environment's weights for an expert shape, drawn and
+// uploaded on first use (every expert filled).
+func (e *Env) sharedMoE(rng *rand.Rand, experts, n, k int, format cuda.FP4Format, b *bufs) *moeWeights {
+	key := fmt.Sprintf("%d %d %d %s", experts, n, k, format)
+	if mw := e.weights[key]; mw != nil {
+		return mw
+	}
+	mw := newMoEWeights(rng, experts, n, k, format, func(int) bool { return true })
+	up := func(data []byte) *cuda.Buffer {
+		if b.err != nil {
+			return nil
+		}
+		buf, err := e.Ctx.Alloc(max(len(data), 1))
+		if err == nil {
+			err = e.S.CopyHtoD(buf.Ptr, data)
+		}
+		b.err = err
+		return buf
+	}
+	mw.dw, mw.dws = up(mw.w), up(mw.ws)
+	if format == cuda.NVFP4 {
+		mw.dgs = up(f32Bytes(mw.gs))
+	}
+	if b.err == nil {
+		if e.weights == nil {
+			e.weights = map[string]*moeWeights{}
+		}
+		e.weights[key] = mw
+	}
+	return mw
 }
 
 // SwiGLUCase checks swiglu_bf16 on a fused [rows, 2·inter] gate|up input.
@@ -396,6 +454,8 @@ func SmallCases() []Case {
 		QuantCase(1, 128), QuantCase(5, 512), QuantCase(33, 4096),
 		LinearCase(1, 256, 512, 0), LinearCase(8, 136, 384, 0), LinearCase(70, 384, 1024, 0), LinearCase(130, 256, 256, 0),
 		LinearCase(16, 200, 256, 0), LinearCase(40, 256, 1024, 0), // decode kernel, 2 token tiles; tiled + split K
+		// sm_90a wgmma kernel: row and column tails with split K, split K over 8, the stage ring wrapping.
+		LinearCase(300, 1032, 2048, 0), LinearCase(512, 512, 4096, 64), LinearCase(1100, 1280, 1024, 64),
 		SwiGLUCase(1, 256, true), SwiGLUCase(9, 2048, true), SwiGLUCase(4, 3072, false),
 	}
 	for _, f := range []cuda.FP4Format{cuda.MXFP4, cuda.NVFP4} {
@@ -407,6 +467,13 @@ func SmallCases() []Case {
 			MoECase(256, 64, 256, 512, f, RouteGap, 0),     // decode kernel, unowned rows
 			MoECase(16, 100, 264, 384, f, RouteUniform, 0), // decode kernel, N % 64 != 0
 			MoECase(256, 4096, 128, 256, f, RouteUniform, 256),
+			// Tiled paths at every wgmma token tile (16, 32, 64, 128 rows per
+			// expert on average): column tails, a skewed expert over many
+			// tiles, unowned rows, the stage ring wrapping.
+			MoECase(16, 200, 264, 384, f, RouteUniform, 0),
+			MoECase(8, 200, 256, 512, f, RouteSkewed, 0),
+			MoECase(4, 200, 384, 256, f, RouteGap, 0),
+			MoECase(4, 1000, 256, 640, f, RouteUniform, 128),
 		)
 	}
 	return cs

@@ -39,6 +39,43 @@ type Env struct {
 	Seed uint64 // inputs are fresh per case: Seed plus a per-case counter
 	mu   sync.Mutex
 	n    uint64
+	// flush is written before every timed launch: it evicts the inputs from
+	// the L2 (a decode step reads its weights cold) and keeps the stream busy
+	// while the launch is queued, so host launch latency stays out of the time.
+	flush *cuda.Buffer
+	// ShareWeights lets MoE cases of one expert shape reuse one set of
+	// random weights (every expert filled), generated and uploaded once:
+	// benchmarks time many token counts per shape. Without it every case
+	// draws its own and leaves the experts without rows poisoned.
+	ShareWeights bool
+	weights      map[string]*moeWeights
+}
+
+// moeWeights is one expert shape's weights, on the host and on the device.
+type moeWeights struct {
+	w, ws   []byte
+	gs      []float32
+	dw, dws *cuda.Buffer
+	dgs     *cuda.Buffer
+}
+
+// flushBytes is twice the H200's 60 MB L2.
+const flushBytes = 128 << 20
+
+// Close frees the environment's own buffers.
+func (e *Env) Close() {
+	if e.flush != nil {
+		e.flush.Free()
+		e.flush = nil
+	}
+	for k, mw := range e.weights {
+		for _, b := range []*cuda.Buffer{mw.dw, mw.dws, mw.dgs} {
+			if b != nil {
+				b.Free()
+			}
+		}
+		delete(e.weights, k)
+	}
 }
 
 func (e *Env) rng() *rand.Rand {
@@ -117,6 +154,20 @@ func (b *bufs) alloc(n int) cuda.DevicePtr {
 	return buf.Ptr
 }
 
+// buffer is alloc for callers that keep the Buffer.
+func (b *bufs) buffer(n int) *cuda.Buffer {
+	if b.err != nil {
+		return &cuda.Buffer{}
+	}
+	buf, err := b.env.Ctx.Alloc(max(n, 1))
+	if err != nil {
+		b.err = err
+		return &cuda.Buffer{}
+	}
+	b.list = append(b.list, buf)
+	return buf
+}
+
 func (b *bufs) upload(data []byte) cuda.DevicePtr {
 	p := b.alloc(len(data))
 	if b.err == nil {
@@ -146,7 +197,8 @@ func (b *bufs) free() {
 	}
 }
 
-// timeIt returns the median time in microseconds of reps runs of f.
+// timeIt returns the median time in microseconds of reps runs of f, each
+// after an L2 flush.
 func timeIt(env *Env, f func() error) (float64, error) {
 	if env.Reps <= 0 {
 		return 0, nil
@@ -164,8 +216,16 @@ func timeIt(env *Env, f func() error) (float64, error) {
 		return 0, err
 	}
 	defer end.Close()
+	if env.flush == nil {
+		if env.flush, err = env.Ctx.Alloc(flushBytes); err != nil {
+			return 0, err
+		}
+	}
 	ts := make([]float64, 0, env.Reps)
 	for i := 0; i < env.Reps; i++ {
+		if err := env.S.Memset8(env.flush.Ptr, byte(i), flushBytes); err != nil {
+			return 0, err
+		}
 		if err := start.Record(env.S); err != nil {
 			return 0, err
 		}

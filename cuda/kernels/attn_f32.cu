@@ -64,18 +64,23 @@ DEV double block_sum_d(double v, double* red) {
 	return t;
 }
 
-// One CTA per completed entry (ents: seq index, entry j): pool → bf16 → RMSNorm
-// → RoPE at j·r → FP8 (kind 0) or Hadamard+FP4 (kind 1) → store. smem: dc floats.
+// One CTA per row; the row at position p completes entry j = (p+1)/r - 1 of
+// its sequence when (p+1) % r == 0 (every entry completes at exactly one row),
+// the others exit: pool → bf16 → RMSNorm → RoPE at j·r → FP8 (kind 0) or
+// Hadamard+FP4 (kind 1) → store. smem: dc floats. Everything is read from the
+// device, so a recorded step replays for any positions.
 extern "C" __global__ void __launch_bounds__(256) compress_f32(
 	float* __restrict__ dst, const float* __restrict__ A, const float* __restrict__ Z, const float* __restrict__ ape,
 	const float* __restrict__ stA, const float* __restrict__ stZ, const float* __restrict__ norm,
 	const float* __restrict__ rf32, const double* __restrict__ rf64,
-	const int* __restrict__ seqs, const int* __restrict__ blocks, const int* __restrict__ ents,
+	const int* __restrict__ seqs, const int* __restrict__ blocks, const int* __restrict__ rowPos, const int* __restrict__ seqOf,
 	int r, int dc, int c, int per, int rd, float eps, int kind, int faithful)
 {
 	extern __shared__ float u[];
 	__shared__ double redd[32];
-	const int si = ents[2 * blockIdx.x], j = ents[2 * blockIdx.x + 1];
+	const int p = rowPos[blockIdx.x];
+	if ((p + 1) % r != 0) return;
+	const int si = seqOf[blockIdx.x], j = (p + 1) / r - 1;
 	const int slot = SQ(si, 0), start = SQ(si, 1), row0 = SQ(si, 2);
 	const int w = c * dc;
 	const size_t stN = (size_t)c * r * w;
@@ -378,20 +383,115 @@ extern "C" __global__ void __launch_bounds__(1024) indexer_topk_f32(
 	for (int i = tid; i < topk; i += nt) out[(size_t)row * topk + i] = i < k ? (int)(~(u32)(cand[i] & 0xffffffffu)) : -1;
 }
 
-// Sparse MQA with sink, one warp per (row, head): window keys (this step's kv
-// or the ring), padding, compressed entries; online softmax per 64 slots.
-#define ATT_MAXV 32
-extern "C" __global__ void __launch_bounds__(128) sparse_attn_f32(
-	float* __restrict__ out, const float* __restrict__ q, const float* __restrict__ kv, const float* __restrict__ ring,
-	const float* __restrict__ ent, const int* __restrict__ sel, int selCols, const float* __restrict__ sink,
-	const int* __restrict__ seqs, const int* __restrict__ pos, const int* __restrict__ seqOf, const int* __restrict__ blocks,
-	int rows, int H, int D, int W, int ratio, int per, float scale, int faithful)
+// Sparse MQA with sink (spec §5.6–5.7). One CTA of 8 warps takes one row and
+// AT_HG heads, which share every key (MQA): per 64-slot block, the scores of
+// 4 keys x 8 heads per warp pass (q in smem, a butterfly reduce-scatter
+// leaves score (key, head) on lane key*8+head), the online softmax of
+// backend/cpu per head (warp h), then P·V with every key row read once per
+// thread column. sparse_attn_f32 runs all keys; sparse_attn_split_f32
+// (sm_90) splits the blocks of a row over a cluster of AT_NC CTAs and
+// combines through distributed shared memory in rank order. Faithful mode
+// first exchanges per-CTA score maxima, so every CTA starts its online
+// softmax from the true running max of the blocks before it and rounds P to
+// bf16 at exactly the CPU's points; exact mode skips that (the result is the
+// same up to fp32 rounding). The combine rescales each CTA's (acc, l) by
+// exp(m_c - m) and adds the sink once.
+#define AT_HG 8
+#define AT_NC 8
+#define AT_THREADS 256
+
+DEV float4 f4zero() { return make_float4(0.0f, 0.0f, 0.0f, 0.0f); }
+DEV float dot4(float4 a, float4 b, float acc) {
+	acc = fmaf(a.x, b.x, acc);
+	acc = fmaf(a.y, b.y, acc);
+	acc = fmaf(a.z, b.z, acc);
+	return fmaf(a.w, b.w, acc);
+}
+
+// One butterfly step: lanes with bit O keep the upper O values, the others
+// the lower, each adding its partner's copy.
+template <int O>
+DEV void rs_step(float (&v)[32], int lane) {
+	const bool up = (lane & O) != 0;
+#pragma unroll
+	for (int i = 0; i < O; i++) {
+		const float send = up ? v[i] : v[i + O];
+		const float keep = up ? v[i + O] : v[i];
+		v[i] = keep + __shfl_xor_sync(0xffffffffu, send, O);
+	}
+}
+
+// v[i] summed over the warp, scattered: lane l returns the total of v[l].
+DEV float reduce_scatter32(float (&v)[32], int lane) {
+	rs_step<16>(v, lane);
+	rs_step<8>(v, lane);
+	rs_step<4>(v, lane);
+	rs_step<2>(v, lane);
+	rs_step<1>(v, lane);
+	return v[0];
+}
+
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+#define AT_CLUSTER 1
+DEV u32 cluster_rank() {
+	u32 r;
+	asm volatile("mov.u32 %0, %%cluster_ctarank;\n" : "=r"(r));
+	return r;
+}
+DEV void cluster_sync() {
+	asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;\n" ::: "memory");
+}
+// p (this CTA's shared memory) as the same variable of CTA rank in the cluster.
+DEV u32 dsmem(const void* p, u32 rank) {
+	u32 r;
+	asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n" : "=r"(r) : "r"(smem_addr(p)), "r"(rank));
+	return r;
+}
+DEV float ld_dsmem(u32 a) {
+	float v;
+	asm volatile("ld.shared::cluster.f32 %0, [%1];\n" : "=f"(v) : "r"(a) : "memory");
+	return v;
+}
+#endif
+
+// out[row, h0+4hs+i, 4c4..4c4+3] = rb(acc[i] / lf[4hs+i]) for the heads < H.
+DEV void attn_put(float* out, const float4 (&acc)[4], const float* lf, int row, int H, int h0, int D, int hs, int c4, int faithful) {
+#pragma unroll
+	for (int i = 0; i < 4; i++) {
+		const int h = hs * 4 + i;
+		if (h0 + h >= H) continue;
+		const float l = lf[h];
+		float4 o;
+		o.x = rbf(acc[i].x / l, faithful);
+		o.y = rbf(acc[i].y / l, faithful);
+		o.z = rbf(acc[i].z / l, faithful);
+		o.w = rbf(acc[i].w / l, faithful);
+		reinterpret_cast<float4*>(out + ((size_t)row * H + h0 + h) * D)[c4] = o;
+	}
+}
+
+struct AttnSmem {
+	const float* kp[64];    // key rows of the block (null: empty slot)
+	float sc[AT_HG][64];    // scores (NaN: no key)
+	float4 pw[64][2];       // bf16-rounded P per (key, head): heads 4i..4i+3 in pw[k][i]
+	u32 inv[64][2];         // byte per (key, head): P not added (the CPU skips it)
+	__align__(16) float al[AT_HG]; // read as float4 per head quad
+	float m[AT_HG], l[AT_HG], lf[AT_HG], mloc[AT_HG];
+	float f[AT_NC][AT_HG];  // combine factors
+};
+
+template <bool SPLIT>
+DEV void attn_body(float* __restrict__ out, const float* __restrict__ q, const float* __restrict__ kv,
+	const float* __restrict__ ring, const float* __restrict__ ent, const int* __restrict__ sel, int selCols,
+	const float* __restrict__ sink, const int* __restrict__ seqs, const int* __restrict__ pos,
+	const int* __restrict__ seqOf, const int* __restrict__ blocks, int H, int D, int W, int ratio, int per,
+	float scale, int faithful, int row, int g, int rank)
 {
-	__shared__ float scs[4][64];
-	const int lane = threadIdx.x & 31, wi = threadIdx.x >> 5;
-	const long long g = (long long)blockIdx.x * 4 + wi;
-	if (g >= (long long)rows * H) return;
-	const int row = (int)(g / H), h = (int)(g % H);
+	extern __shared__ float4 qs4[]; // [AT_HG][D/4]; the CTA's partial acc in the split combine
+	__shared__ AttnSmem sm;
+	const int tid = threadIdx.x, lane = tid & 31, w = tid >> 5;
+	const int D4 = D >> 2;
+	const int h0 = g * AT_HG;
 	const int si = seqOf[row];
 	const int slot = SQ(si, 0), start = SQ(si, 1), row0 = SQ(si, 2), nrows = SQ(si, 3);
 	const int blkOff = SQ(si, 4), nblk = SQ(si, 5);
@@ -404,65 +504,247 @@ extern "C" __global__ void __launch_bounds__(128) sparse_attn_f32(
 	if (ratio == 128) ncomp = (t + 1) / 128;
 	else if (ratio == 4) ncomp = selCols;
 	const int nkeys = winLen + ncomp;
-	const float* qh = q + (size_t)row * H * D + (size_t)h * D;
-	const int nv = D / 32;
-	float qv[ATT_MAXV], acc[ATT_MAXV];
-	for (int v = 0; v < nv; v++) { qv[v] = qh[lane + 32 * v]; acc[v] = 0.0f; }
-	float m = NEG_INF, l = 0.0f;
-	for (int b0 = 0; b0 < nkeys; b0 += 64) {
-		const int n = min(64, nkeys - b0);
-		float bm = NEG_INF;
-		for (int i = 0; i < n; i++) {
-			const int ki = b0 + i;
-			const float* kk = nullptr;
-			if (ki < nwin) {
-				const int p = p0 + ki;
-				kk = p >= start ? kv + (size_t)(row0 + p - start) * D : ring + ((size_t)slot * W + p % W) * D;
-			} else if (ki >= winLen) {
-				int j = ki - winLen;
-				if (ratio == 4) {
-					j = sel[(size_t)row * selCols + j];
-					if (j < 0 || j >= (t + 1) / 4) j = -1;
-				}
-				if (j >= 0 && j / per < nblk) kk = ent + ((size_t)blocks[blkOff + j / per] * per + j % per) * D;
-			}
-			float s = NEG_INF;
-			if (kk) {
-				float d = 0.0f;
-				for (int v = 0; v < nv; v++) d += qv[v] * kk[lane + 32 * v];
-				s = warp_sum(d) * scale;
-				bm = fmaxf(bm, s);
-			}
-			if (lane == 0) scs[wi][i] = kk ? s : __int_as_float(0x7fc00000); // NaN marks an empty slot
-		}
-		__syncwarp();
-		const float mn = fmaxf(m, bm);
-		if (mn == NEG_INF) { __syncwarp(); continue; }
-		const float alpha = exp32(m - mn);
-		l *= alpha;
-		for (int v = 0; v < nv; v++) acc[v] *= alpha;
-		for (int i = 0; i < n; i++) {
-			const float s = scs[wi][i];
-			if (s != s) continue;
-			const int ki = b0 + i;
-			const float* kk;
-			if (ki < nwin) {
-				const int p = p0 + ki;
-				kk = p >= start ? kv + (size_t)(row0 + p - start) * D : ring + ((size_t)slot * W + p % W) * D;
-			} else {
-				int j = ki - winLen;
-				if (ratio == 4) j = sel[(size_t)row * selCols + j];
-				kk = ent + ((size_t)blocks[blkOff + j / per] * per + j % per) * D;
-			}
-			float p = exp32(s - mn);
-			l += p;
-			p = rbf(p, faithful);
-			for (int v = 0; v < nv; v++) acc[v] += p * kk[lane + 32 * v];
-		}
-		m = mn;
-		__syncwarp();
+	const int nb = (nkeys + 63) >> 6;
+	int blo = 0, bhi = nb;
+	if (SPLIT) { blo = rank * nb / AT_NC; bhi = (rank + 1) * nb / AT_NC; }
+	for (int i = tid; i < AT_HG * D4; i += AT_THREADS) {
+		const int h = i / D4;
+		qs4[i] = h0 + h < H ? reinterpret_cast<const float4*>(q + ((size_t)row * H + h0 + h) * D)[i - h * D4] : f4zero();
 	}
-	l += exp32(sink[h] - m);
-	float* o = out + (size_t)row * H * D + (size_t)h * D;
-	for (int v = 0; v < nv; v++) o[lane + 32 * v] = rbf(acc[v] / l, faithful);
+	if (tid < AT_HG) { sm.m[tid] = NEG_INF; sm.l[tid] = 0.0f; sm.mloc[tid] = NEG_INF; }
+
+	// Key rows of block b into sm.kp (the CPU's index list).
+	auto keys = [&](int b0, int n) {
+		if (tid < 64) {
+			const float* kk = nullptr;
+			const int ki = b0 + tid;
+			if (tid < n) {
+				if (ki < nwin) {
+					const int p = p0 + ki;
+					kk = p >= start ? kv + (size_t)(row0 + p - start) * D : ring + ((size_t)slot * W + p % W) * D;
+				} else if (ki >= winLen) {
+					int j = ki - winLen;
+					if (ratio == 4) {
+						j = sel[(size_t)row * selCols + j];
+						if (j < 0 || j >= (t + 1) / 4) j = -1;
+					}
+					if (j >= 0 && j / per < nblk) kk = ent + ((size_t)blocks[blkOff + j / per] * per + j % per) * D;
+				}
+			}
+			sm.kp[tid] = kk;
+		}
+	};
+	// Scores of the block's n keys into sm.sc: warp w, keys 8w..8w+7.
+	auto scores = [&](int n) {
+#pragma unroll 1
+		for (int ps = 0; ps < 2; ps++) {
+			const int kb = w * 8 + ps * 4;
+			const float4* kr[4];
+#pragma unroll
+			for (int j = 0; j < 4; j++) kr[j] = kb + j < n ? reinterpret_cast<const float4*>(sm.kp[kb + j]) : nullptr;
+			float a[32];
+#pragma unroll
+			for (int i = 0; i < 32; i++) a[i] = 0.0f;
+			for (int c4 = lane; c4 < D4; c4 += 32) {
+				float4 kf[4];
+#pragma unroll
+				for (int j = 0; j < 4; j++) kf[j] = kr[j] ? kr[j][c4] : f4zero();
+#pragma unroll
+				for (int h = 0; h < AT_HG; h++) {
+					const float4 qf = qs4[h * D4 + c4];
+#pragma unroll
+					for (int j = 0; j < 4; j++) a[j * 8 + h] = dot4(qf, kf[j], a[j * 8 + h]);
+				}
+			}
+			const float s = reduce_scatter32(a, lane) * scale;
+			const int ki = kb + (lane >> 3);
+			sm.sc[lane & 7][ki] = ki < n && sm.kp[ki] ? s : __int_as_float(0x7fc00000);
+		}
+	};
+
+#ifdef AT_CLUSTER
+	if (SPLIT && faithful) {
+		// Pass 1: this CTA's score maxima, then the running max of the blocks before it.
+		for (int b = blo; b < bhi; b++) {
+			const int b0 = b * 64, n = min(64, nkeys - b0);
+			__syncthreads();
+			keys(b0, n);
+			__syncthreads();
+			scores(n);
+			__syncthreads();
+			if (w < AT_HG) {
+				const float bm = warp_max(fmaxf(NEG_INF, fmaxf(sm.sc[w][lane], sm.sc[w][lane + 32])));
+				if (lane == 0) sm.mloc[w] = fmaxf(sm.mloc[w], bm);
+			}
+		}
+		__syncthreads();
+		cluster_sync();
+		if (tid < AT_HG) {
+			float mp = NEG_INF;
+			for (int c = 0; c < rank; c++) mp = fmaxf(mp, ld_dsmem(dsmem(&sm.mloc[tid], c)));
+			sm.m[tid] = mp;
+		}
+	}
+#endif
+
+	// Pass 2: the CPU's online softmax over this CTA's blocks.
+	const int it0 = tid, it1 = tid + AT_THREADS; // items: (head quad hs, column c4)
+	const bool ok0 = it0 < 2 * D4, ok1 = it1 < 2 * D4;
+	const int hs0 = ok0 ? it0 / D4 : 0, c40 = ok0 ? it0 - hs0 * D4 : 0;
+	const int hs1 = ok1 ? it1 / D4 : 0, c41 = ok1 ? it1 - hs1 * D4 : 0;
+	float4 acc0[4], acc1[4];
+#pragma unroll
+	for (int i = 0; i < 4; i++) { acc0[i] = f4zero(); acc1[i] = f4zero(); }
+	for (int b = blo; b < bhi; b++) {
+		const int b0 = b * 64, n = min(64, nkeys - b0);
+		__syncthreads();
+		keys(b0, n);
+		__syncthreads();
+		scores(n);
+		__syncthreads();
+		if (w < AT_HG) { // head w: block max, rescale, P
+			const float s0 = sm.sc[w][lane], s1 = sm.sc[w][lane + 32];
+			const float bm = warp_max(fmaxf(NEG_INF, fmaxf(s0, s1)));
+			const float mo = sm.m[w];
+			const float mn = fmaxf(mo, bm);
+			u8* inv = reinterpret_cast<u8*>(&sm.inv[0][0]);
+			float* pw = reinterpret_cast<float*>(&sm.pw[0][0]);
+			if (mn == NEG_INF) { // nothing real yet: the CPU skips the block
+				pw[lane * 8 + w] = 0.0f; pw[(lane + 32) * 8 + w] = 0.0f;
+				inv[lane * 8 + w] = 1; inv[(lane + 32) * 8 + w] = 1;
+				if (lane == 0) sm.al[w] = 1.0f;
+			} else {
+				const float alpha = exp32(mo - mn);
+				const float e0 = s0 == s0 ? exp32(s0 - mn) : 0.0f;
+				const float e1 = s1 == s1 ? exp32(s1 - mn) : 0.0f;
+				const float ls = warp_sum(e0 + e1);
+				pw[lane * 8 + w] = rbf(e0, faithful); pw[(lane + 32) * 8 + w] = rbf(e1, faithful);
+				inv[lane * 8 + w] = s0 != s0; inv[(lane + 32) * 8 + w] = s1 != s1;
+				if (lane == 0) { sm.l[w] = sm.l[w] * alpha + ls; sm.m[w] = mn; sm.al[w] = alpha; }
+			}
+		}
+		__syncthreads();
+		{
+			const float4 a0 = reinterpret_cast<const float4*>(sm.al)[hs0];
+			const float4 a1 = reinterpret_cast<const float4*>(sm.al)[hs1];
+			const float sa0[4] = {a0.x, a0.y, a0.z, a0.w}, sa1[4] = {a1.x, a1.y, a1.z, a1.w};
+#pragma unroll
+			for (int i = 0; i < 4; i++) {
+				acc0[i].x *= sa0[i]; acc0[i].y *= sa0[i]; acc0[i].z *= sa0[i]; acc0[i].w *= sa0[i];
+				acc1[i].x *= sa1[i]; acc1[i].y *= sa1[i]; acc1[i].z *= sa1[i]; acc1[i].w *= sa1[i];
+			}
+		}
+#pragma unroll 4
+		for (int k = 0; k < n; k++) {
+			const float4* kr = reinterpret_cast<const float4*>(sm.kp[k]);
+			if (!kr) continue;
+			if (ok0) {
+				const float4 kf = kr[c40];
+				const float4 p4 = sm.pw[k][hs0];
+				const u32 iv = sm.inv[k][hs0];
+				const float pp[4] = {p4.x, p4.y, p4.z, p4.w};
+#pragma unroll
+				for (int i = 0; i < 4; i++) {
+					if (iv == 0u || !((iv >> (8 * i)) & 0xffu)) {
+						acc0[i].x = fmaf(pp[i], kf.x, acc0[i].x);
+						acc0[i].y = fmaf(pp[i], kf.y, acc0[i].y);
+						acc0[i].z = fmaf(pp[i], kf.z, acc0[i].z);
+						acc0[i].w = fmaf(pp[i], kf.w, acc0[i].w);
+					}
+				}
+			}
+			if (ok1) {
+				const float4 kf = kr[c41];
+				const float4 p4 = sm.pw[k][hs1];
+				const u32 iv = sm.inv[k][hs1];
+				const float pp[4] = {p4.x, p4.y, p4.z, p4.w};
+#pragma unroll
+				for (int i = 0; i < 4; i++) {
+					if (iv == 0u || !((iv >> (8 * i)) & 0xffu)) {
+						acc1[i].x = fmaf(pp[i], kf.x, acc1[i].x);
+						acc1[i].y = fmaf(pp[i], kf.y, acc1[i].y);
+						acc1[i].z = fmaf(pp[i], kf.z, acc1[i].z);
+						acc1[i].w = fmaf(pp[i], kf.w, acc1[i].w);
+					}
+				}
+			}
+		}
+	}
+	__syncthreads();
+	if (!SPLIT) {
+		if (tid < AT_HG) sm.lf[tid] = h0 + tid < H ? sm.l[tid] + exp32(sink[h0 + tid] - sm.m[tid]) : 1.0f;
+		__syncthreads();
+		if (ok0) attn_put(out, acc0, sm.lf, row, H, h0, D, hs0, c40, faithful);
+		if (ok1) attn_put(out, acc1, sm.lf, row, H, h0, D, hs1, c41, faithful);
+		return;
+	}
+#ifdef AT_CLUSTER
+	// Publish (m, l, acc); rank r then combines columns [r·D/NC, (r+1)·D/NC) of every head.
+	float* pa = reinterpret_cast<float*>(qs4); // [AT_HG][D]
+#pragma unroll
+	for (int i = 0; i < 4; i++) {
+		if (ok0) reinterpret_cast<float4*>(pa + (size_t)(hs0 * 4 + i) * D)[c40] = acc0[i];
+		if (ok1) reinterpret_cast<float4*>(pa + (size_t)(hs1 * 4 + i) * D)[c41] = acc1[i];
+	}
+	cluster_sync();
+	if (tid < AT_HG) {
+		float mc[AT_NC], mf = NEG_INF;
+#pragma unroll
+		for (int c = 0; c < AT_NC; c++) {
+			mc[c] = ld_dsmem(dsmem(&sm.m[tid], c));
+			mf = fmaxf(mf, mc[c]);
+		}
+		float lt = 0.0f;
+#pragma unroll
+		for (int c = 0; c < AT_NC; c++) {
+			const float f = mc[c] == NEG_INF ? 0.0f : exp32(mc[c] - mf);
+			sm.f[c][tid] = f;
+			lt += f * ld_dsmem(dsmem(&sm.l[tid], c));
+		}
+		sm.lf[tid] = h0 + tid < H ? lt + exp32(sink[h0 + tid] - mf) : 1.0f;
+	}
+	__syncthreads();
+	const int dsl = D / AT_NC;
+	for (int e = tid; e < AT_HG * dsl; e += AT_THREADS) {
+		const int h = e / dsl, dd = rank * dsl + (e - h * dsl);
+		if (h0 + h >= H) continue;
+		float s = 0.0f;
+#pragma unroll
+		for (int c = 0; c < AT_NC; c++) s += sm.f[c][h] * ld_dsmem(dsmem(pa + (size_t)h * D + dd, c));
+		out[((size_t)row * H + h0 + h) * D + dd] = rbf(s / sm.lf[h], faithful);
+	}
+	cluster_sync(); // keep this CTA's shared memory alive until every rank has read it
+#endif
+}
+
+extern "C" __global__ void __launch_bounds__(AT_THREADS) sparse_attn_f32(
+	float* __restrict__ out, const float* __restrict__ q, const float* __restrict__ kv, const float* __restrict__ ring,
+	const float* __restrict__ ent, const int* __restrict__ sel, int selCols, const float* __restrict__ sink,
+	const int* __restrict__ seqs, const int* __restrict__ pos, const int* __restrict__ seqOf, const int* __restrict__ blocks,
+	int rows, int H, int D, int W, int ratio, int per, float scale, int faithful)
+{
+	(void)rows;
+	attn_body<false>(out, q, kv, ring, ent, sel, selCols, sink, seqs, pos, seqOf, blocks, H, D, W, ratio, per, scale,
+		faithful, blockIdx.x, blockIdx.y, 0);
+}
+
+// Grid (AT_NC·groups, rows): the AT_NC consecutive CTAs along x of one
+// (row, head group) form a cluster. sm_90+ only (the launcher checks).
+#ifdef AT_CLUSTER
+extern "C" __global__ void __cluster_dims__(AT_NC, 1, 1) __launch_bounds__(AT_THREADS) sparse_attn_split_f32(
+#else
+extern "C" __global__ void __launch_bounds__(AT_THREADS) sparse_attn_split_f32(
+#endif
+	float* __restrict__ out, const float* __restrict__ q, const float* __restrict__ kv, const float* __restrict__ ring,
+	const float* __restrict__ ent, const int* __restrict__ sel, int selCols, const float* __restrict__ sink,
+	const int* __restrict__ seqs, const int* __restrict__ pos, const int* __restrict__ seqOf, const int* __restrict__ blocks,
+	int rows, int H, int D, int W, int ratio, int per, float scale, int faithful)
+{
+	(void)rows;
+#ifdef AT_CLUSTER
+	attn_body<true>(out, q, kv, ring, ent, sel, selCols, sink, seqs, pos, seqOf, blocks, H, D, W, ratio, per, scale,
+		faithful, blockIdx.y, blockIdx.x / AT_NC, (int)cluster_rank());
+#else
+	__trap();
+#endif
 }

@@ -104,6 +104,11 @@ DEV u32 smem_addr(const void* p) { return (u32)__cvta_generic_to_shared(p); }
 DEV void cp_async16(void* dst, const void* src, int src_bytes) {
 	asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_addr(dst)), "l"(src), "r"(src_bytes));
 }
+// cp.async of 4 or 8 bytes (scales); src_bytes 0 zero-fills.
+template <int B>
+DEV void cp_async_ca(void* dst, const void* src, int src_bytes) {
+	asm volatile("cp.async.ca.shared.global [%0], [%1], %2, %3;\n" ::"r"(smem_addr(dst)), "l"(src), "n"(B), "r"(src_bytes));
+}
 DEV void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
 template <int N>
 DEV void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N)); }

@@ -142,6 +142,211 @@ HC_KERNELS(2)
 HC_KERNELS(4)
 HC_KERNELS(8)
 
+// ---- hc pre, split over many CTAs (small batches and prefill alike) ----
+// hc_pre_part: CTA (s, b) takes rows [b*R, b*R+R) and columns [s*C, s*C+C)
+// of the flattened width: the MIX partial dots (fn row i on warp i % 8, so a
+// warp reduces its own dots) and the partial float64 sum of squares (warp r
+// for row r). The partials go to the row's own out buffer, used as scratch
+// (the launcher checks they fit in d floats): ss[S] doubles, then part[S][MIX].
+// hc_pre_fin (one CTA per row) sums them in split order, runs the scalar mHC
+// recipe and only then overwrites out, so no extra buffer is needed.
+template <int N>
+struct HcSplit {
+	static constexpr int MIX = (2 + N) * N;
+	static constexpr int R = N <= 4 ? 8 : 4;    // rows per CTA (fn loads shared)
+	static constexpr int RW = (MIX + 7) / 8;   // fn rows per warp
+};
+
+template <int N>
+DEV void hc_part_body(float* __restrict__ out, const float* __restrict__ x, const float* __restrict__ fn,
+	int rows, int d, int C, int S)
+{
+	constexpr int MIX = HcSplit<N>::MIX, R = HcSplit<N>::R, RW = HcSplit<N>::RW;
+	extern __shared__ float4 xs4[]; // [R][C/4]
+	const int s = blockIdx.x, r0 = blockIdx.y * R;
+	const int tid = threadIdx.x, lane = tid & 31, w = tid >> 5;
+	const int width = N * d;
+	const int c0 = s * C;
+	const int C4 = min(C, width - c0) >> 2; // columns of this chunk / 4
+	const int CS = C >> 2;                  // smem row stride (float4)
+	for (int idx = tid; idx < R * C4; idx += HC_THREADS) {
+		const int r = idx / C4, c4 = idx - r * C4;
+		float4 v = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+		if (r0 + r < rows) v = *reinterpret_cast<const float4*>(x + (size_t)(r0 + r) * width + c0 + 4 * c4);
+		xs4[r * CS + c4] = v;
+	}
+	__syncthreads();
+	if (w < R && r0 + w < rows) { // partial sum of squares of row r0+w
+		double ss = 0.0;
+		for (int c4 = lane; c4 < C4; c4 += 32) {
+			const float4 v = xs4[w * CS + c4];
+			ss += (double)v.x * (double)v.x;
+			ss += (double)v.y * (double)v.y;
+			ss += (double)v.z * (double)v.z;
+			ss += (double)v.w * (double)v.w;
+		}
+		ss = warp_sum_d(ss);
+		if (lane == 0) reinterpret_cast<double*>(out + (size_t)(r0 + w) * d)[s] = ss;
+	}
+	float acc[RW][R];
+#pragma unroll
+	for (int k = 0; k < RW; k++)
+#pragma unroll
+		for (int r = 0; r < R; r++) acc[k][r] = 0.0f;
+#pragma unroll 1 // (unrolling spills on some toolkits; R rows per load keep it busy)
+	for (int c4 = lane; c4 < C4; c4 += 32) {
+		float4 f[RW];
+#pragma unroll
+		for (int k = 0; k < RW; k++) {
+			const int i = w + 8 * k;
+			f[k] = i < MIX ? *reinterpret_cast<const float4*>(fn + (size_t)i * width + c0 + 4 * c4)
+				       : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+		}
+#pragma unroll
+		for (int r = 0; r < R; r++) {
+			const float4 v = xs4[r * CS + c4];
+#pragma unroll
+			for (int k = 0; k < RW; k++) {
+				float a = acc[k][r];
+				a = fmaf(f[k].x, v.x, a);
+				a = fmaf(f[k].y, v.y, a);
+				a = fmaf(f[k].z, v.z, a);
+				a = fmaf(f[k].w, v.w, a);
+				acc[k][r] = a;
+			}
+		}
+	}
+#pragma unroll
+	for (int k = 0; k < RW; k++) {
+		const int i = w + 8 * k;
+#pragma unroll
+		for (int r = 0; r < R; r++) {
+			const float t = warp_sum(acc[k][r]);
+			if (i < MIX && lane == 0 && r0 + r < rows) out[(size_t)(r0 + r) * d + 2 * S + s * MIX + i] = t;
+		}
+	}
+}
+
+// Sinkhorn of backend/cpu sinkhorn on N lanes of warp 0: lane j owns row j in
+// the row passes and column j in the column passes, each with the CPU's
+// sequential order, so the result is the one-thread result bit for bit.
+template <int N>
+DEV void sinkhorn_warp(float* c, int iters, float eps, int lane) {
+	if (lane < N) {
+		float* row = c + lane * N;
+		float mx = row[0];
+		for (int k = 1; k < N; k++) mx = gomax(mx, row[k]);
+		float s = 0.0f;
+		for (int k = 0; k < N; k++) {
+			row[k] = (float)exp((double)__fsub_rn(row[k], mx));
+			s = __fadd_rn(s, row[k]);
+		}
+		for (int k = 0; k < N; k++) row[k] = __fadd_rn(__fdiv_rn(row[k], s), eps);
+	}
+	__syncwarp();
+	for (int it = 0; it < iters; it++) {
+		if (it > 0) {
+			if (lane < N) {
+				float s = 0.0f;
+				for (int k = 0; k < N; k++) s = __fadd_rn(s, c[lane * N + k]);
+				s = __fadd_rn(s, eps);
+				for (int k = 0; k < N; k++) c[lane * N + k] = __fdiv_rn(c[lane * N + k], s);
+			}
+			__syncwarp();
+		}
+		if (lane < N) {
+			float s = 0.0f;
+			for (int j = 0; j < N; j++) s = __fadd_rn(s, c[j * N + lane]);
+			s = __fadd_rn(s, eps);
+			for (int j = 0; j < N; j++) c[j * N + lane] = __fdiv_rn(c[j * N + lane], s);
+		}
+		__syncwarp();
+	}
+}
+
+template <int N>
+DEV void hc_fin_body(float* __restrict__ out, float* __restrict__ mixo, const float* __restrict__ x,
+	const float* __restrict__ base, int d, float s0, float s1, float s2, int iters, float eps, float normEps,
+	int rnd, int S)
+{
+	constexpr int MIX = HcSplit<N>::MIX;
+	__shared__ float m[MIX];
+	__shared__ float c[N * N];
+	__shared__ float pre[N];
+	__shared__ double tot;
+	const int r = blockIdx.x, tid = threadIdx.x, lane = tid & 31, w = tid >> 5;
+	float* orow = out + (size_t)r * d;
+	if (tid < MIX) {
+		const float* pp = orow + 2 * S + tid;
+		float t = 0.0f;
+#pragma unroll 8
+		for (int s = 0; s < S; s++) t += pp[s * MIX];
+		m[tid] = t;
+	}
+	if (w == HC_THREADS / 32 - 1) { // MIX ≤ 80 < 224: the last warp is free
+		const double* ps = reinterpret_cast<const double*>(orow);
+		double t = 0.0;
+		for (int s = lane; s < S; s += 32) t += ps[s];
+		t = warp_sum_d(t);
+		if (lane == 0) tot = t;
+	}
+	__syncthreads(); // every partial read: out may be overwritten from here on
+	const int width = N * d;
+	const float ms = __fadd_rn((float)(tot / (double)width), normEps);
+	const float rr = (float)(1.0 / sqrt((double)ms));
+	float* mr = mixo + (size_t)r * (N + N * N);
+	if (tid < MIX) {
+		const float v = __fmul_rn(m[tid], rr);
+		if (tid < N) pre[tid] = __fadd_rn(sigmoid_d(__fadd_rn(__fmul_rn(v, s0), base[tid])), eps);
+		else if (tid < 2 * N) mr[tid - N] = 2.0f * sigmoid_d(__fadd_rn(__fmul_rn(v, s1), base[tid]));
+		else c[tid - 2 * N] = __fadd_rn(__fmul_rn(v, s2), base[tid]);
+	}
+	__syncthreads();
+	if (w == 0) {
+		sinkhorn_warp<N>(c, max(iters, 1), eps, lane);
+		for (int i = lane; i < N * N; i += 32) mr[N + i] = c[i];
+	}
+	float p[N];
+#pragma unroll
+	for (int j = 0; j < N; j++) p[j] = pre[j];
+	const float* xr = x + (size_t)r * width;
+	const int d4 = d >> 2;
+#pragma unroll(N >= 8 ? 1 : 2) // (n8 spills when unrolled)
+	for (int i = tid; i < d4; i += HC_THREADS) {
+		float4 v[N];
+#pragma unroll
+		for (int j = 0; j < N; j++) v[j] = *reinterpret_cast<const float4*>(xr + (size_t)j * d + 4 * i);
+		float o0 = 0.0f, o1 = 0.0f, o2 = 0.0f, o3 = 0.0f;
+#pragma unroll
+		for (int j = 0; j < N; j++) {
+			o0 = __fadd_rn(o0, __fmul_rn(p[j], v[j].x));
+			o1 = __fadd_rn(o1, __fmul_rn(p[j], v[j].y));
+			o2 = __fadd_rn(o2, __fmul_rn(p[j], v[j].z));
+			o3 = __fadd_rn(o3, __fmul_rn(p[j], v[j].w));
+		}
+		if (rnd) { o0 = rbf16(o0); o1 = rbf16(o1); o2 = rbf16(o2); o3 = rbf16(o3); }
+		*reinterpret_cast<float4*>(orow + 4 * i) = make_float4(o0, o1, o2, o3);
+	}
+}
+
+#define HC_SPLIT_KERNELS(N)                                                                                     \
+	extern "C" __global__ void __launch_bounds__(HC_THREADS) hc_pre_part_f32_n##N(                           \
+		float* out, const float* x, const float* fn, int rows, int d, int C, int S)                            \
+	{                                                                                                          \
+		hc_part_body<N>(out, x, fn, rows, d, C, S);                                                            \
+	}                                                                                                          \
+	extern "C" __global__ void __launch_bounds__(HC_THREADS) hc_pre_fin_f32_n##N(                            \
+		float* out, float* mix, const float* x, const float* base, int d, float s0, float s1, float s2,        \
+		int iters, float eps, float normEps, int rnd, int S)                                                   \
+	{                                                                                                          \
+		hc_fin_body<N>(out, mix, x, base, d, s0, s1, s2, iters, eps, normEps, rnd, S);                         \
+	}
+
+HC_SPLIT_KERNELS(1)
+HC_SPLIT_KERNELS(2)
+HC_SPLIT_KERNELS(4)
+HC_SPLIT_KERNELS(8)
+
 // Weightless per-head RMS norm in place, one warp per segment of hd values.
 // Faithful: acc += bf16(v*v) strictly in index order (shuffled to every lane),
 // then mean, mean+eps, rsqrt and the products each rounded to bf16. Exact:

@@ -183,72 +183,174 @@ extern "C" __global__ void linear_fp8_reduce(
 }
 
 // Decode-shaped FP8 linear (M <= 16): the same function as linear_fp8 with
-// the weights as the MMA's A operand (16 output rows per warp, 64 per CTA)
-// and 8 tokens per CTA row as B, both streamed from global memory straight
-// into registers (no shared memory; a register double buffer keeps the next
-// 128-K block in flight). Inside a 128-K block the weight scale is one value
-// per warp, so the physical order of K inside the block is free: thread c
-// holds bytes [32c, 32c+32) of the block, 8 of them per k32 MMA, in A and B
-// alike. Split K as linear_fp8 (part, kbPer).
-extern "C" __global__ void __launch_bounds__(128) linear_fp8_dec(
+// the weights as the MMA's A operand (16 output rows per warp) and the tokens
+// as B (one or two 8-token tiles per warp, so the weights are read once for
+// all rows), both streamed from global memory straight into registers: no
+// shared memory staging, two register buffers of one 128-K block each, so
+// while one block is consumed the next is in flight and a warp waiting on
+// its data still has two blocks outstanding.
+// A CTA of W = blockDim/32 warps holds W/S row groups of 16 outputs and splits
+// K into S contiguous slices over its warps; the slices are summed through
+// shared memory in slice order (deterministic), so one launch does all, with
+// no scratch and no reduce kernel.
+// Inside a 128-K block the weight scale is one value per warp, so the
+// physical order of K inside the block is free: thread c holds bytes
+// [16c, 16c+16) and [64+16c, 80+16c) of the block (each 16-byte load of the
+// warp then covers whole 32-byte sectors), 8 of them per k32 MMA, in A and B
+// alike.
+extern "C" __global__ void __launch_bounds__(512) linear_fp8_dec(
 	u16* __restrict__ y, const u8* __restrict__ xq, const u8* __restrict__ xs,
-	const u8* __restrict__ w, const u8* __restrict__ ws, int M, int N, int K,
-	float* __restrict__ part, int kbPer)
+	const u8* __restrict__ w, const u8* __restrict__ ws, int M, int N, int K, int S)
 {
+	__shared__ float red[16 * 2 * 128]; // [warp][tile][4][32] partial sums, 16 warps max
 	const int lane = threadIdx.x & 31, wid = threadIdx.x >> 5;
 	const int g = lane >> 2, c = lane & 3;
-	const int o0 = blockIdx.x * 64 + wid * 16;
+	const int R = (blockDim.x >> 5) / S, r = wid % R, s = wid / R;
+	const int nkb = K / BK, per = (nkb + S - 1) / S;
+	const int o0 = (blockIdx.x * R + r) * 16;
 	const int oA = o0 + g, oB = oA + 8;
 	const bool okA = oA < N, okB = oB < N;
-	const int m0 = blockIdx.y * 8;
-	const int tokB = m0 + g;
-	const bool okT = tokB < M;
-	const int nkb = K / BK;
-	const int kb0 = part ? blockIdx.z * kbPer : 0;
-	const int kb1 = part ? min(kb0 + kbPer, nkb) : nkb;
-	if (o0 >= N) return;
-	const uint4* wA = reinterpret_cast<const uint4*>(w + (size_t)(okA ? oA : 0) * K + 32 * c);
-	const uint4* wB = reinterpret_cast<const uint4*>(w + (size_t)(okB ? oB : 0) * K + 32 * c);
-	const uint4* xr = reinterpret_cast<const uint4*>(xq + (size_t)(okT ? tokB : 0) * K + 32 * c);
-	const u8* wsr = ws + (size_t)(o0 / 128) * nkb;
-	const int t0 = m0 + 2 * c, t1 = t0 + 1;
+	// An idle warp (rows past N) runs an empty K range but still meets the barrier.
+	const int kb0 = o0 < N ? min(s * per, nkb) : nkb;
+	const int kb1 = min(kb0 + per, nkb);
+	// Byte offsets of this lane's rows, 32-bit (the weights are under 4 GiB)
+	// to keep one 64-bit base per tensor in registers.
+	const u32 offA = (u32)(okA ? oA : 0) * (u32)K + 16u * c, offB = offA + 8u * (u32)K;
+	auto ld16 = [](const u8* base, u32 off) { return *reinterpret_cast<const uint4*>(base + off); };
+	const u8* wsr = ws + (size_t)(o0 < N ? o0 / 128 : 0) * nkb;
 	const uint4 zero = make_uint4(0u, 0u, 0u, 0u);
-	uint4 nA[2], nB[2], nX[2];
-	auto fetch = [&](int kb) {
+
+	// T token tiles of 8 (T = 1 for M <= 8, else 2); sizeof picks it at compile time.
+	auto run = [&](auto tag) {
+		constexpr int T = sizeof(tag);
+		u32 offX[T];
+		bool okT[T], ok0[T], ok1[T];
+		int t0[T];
 #pragma unroll
-		for (int h = 0; h < 2; h++) {
-			nA[h] = okA ? wA[(size_t)kb * 8 + h] : zero;
-			nB[h] = okB ? wB[(size_t)kb * 8 + h] : zero;
-			nX[h] = okT ? xr[(size_t)kb * 8 + h] : zero;
+		for (int t = 0; t < T; t++) {
+			const int tok = t * 8 + g;
+			okT[t] = tok < M;
+			offX[t] = (u32)(okT[t] ? tok : 0) * (u32)K + 16u * c;
+			t0[t] = t * 8 + 2 * c;
+			ok0[t] = t0[t] < M;
+			ok1[t] = t0[t] + 1 < M;
+		}
+		// Two buffers (index sizeof(tag) - 1, a constant so that they stay in
+		// registers): weight rows A/B and tokens, two 16-byte halves each.
+		uint4 bA[2][2], bB[2][2], bX[2][T][2];
+		// Weight blocks further ahead go to L2 only (no registers): a warp then
+		// has about 4 blocks of DRAM traffic in flight, and its register loads
+		// see L2 latency.
+		auto pf = [&](int kb) {
+			if (kb >= kb1) return;
+#pragma unroll
+			for (int h = 0; h < 2; h++) {
+				if (okA) asm volatile("prefetch.global.L2 [%0];" ::"l"(w + offA + 128u * kb + 64u * h));
+				if (okB) asm volatile("prefetch.global.L2 [%0];" ::"l"(w + offB + 128u * kb + 64u * h));
+			}
+		};
+		auto fetch = [&](auto buf, int kb) {
+			constexpr int b = sizeof(buf) - 1;
+			pf(kb + 4);
+#pragma unroll
+			for (int h = 0; h < 2; h++) {
+				bA[b][h] = okA ? ld16(w, offA + 128u * kb + 64u * h) : zero;
+				bB[b][h] = okB ? ld16(w, offB + 128u * kb + 64u * h) : zero;
+#pragma unroll
+				for (int t = 0; t < T; t++) bX[b][t][h] = okT[t] ? ld16(xq, offX[t] + 128u * kb + 64u * h) : zero;
+			}
+		};
+		float acc[T][4];
+#pragma unroll
+		for (int t = 0; t < T; t++)
+#pragma unroll
+			for (int i = 0; i < 4; i++) acc[t][i] = 0.f;
+		// Promote one K block: acc += (sum over the block) * act_scale * w_scale.
+		auto consume = [&](auto buf, int kb) {
+			constexpr int b = sizeof(buf) - 1;
+			float blk[T][4];
+#pragma unroll
+			for (int t = 0; t < T; t++)
+#pragma unroll
+				for (int i = 0; i < 4; i++) blk[t][i] = 0.f;
+			// Scale bytes: rows clamped into [0, M) so that the loads issue ahead
+			// of the MMAs (one tile; with two the registers are short).
+			const u32 sw = wsr[kb];
+			u32 sx[T][2];
+			if constexpr (T == 1) {
+				sx[0][0] = xs[(size_t)min(t0[0], M - 1) * nkb + kb];
+				sx[0][1] = xs[(size_t)min(t0[0] + 1, M - 1) * nkb + kb];
+			}
+#pragma unroll
+			for (int j = 0; j < 4; j++) {
+				const uint4 &va = bA[b][j >> 1], &vb = bB[b][j >> 1];
+				const bool hi = j & 1;
+				const u32 a[4] = {hi ? va.z : va.x, hi ? vb.z : vb.x, hi ? va.w : va.y, hi ? vb.w : vb.y};
+#pragma unroll
+				for (int t = 0; t < T; t++) {
+					const uint4& vx = bX[b][t][j >> 1];
+					const u32 bf[2] = {hi ? vx.z : vx.x, hi ? vx.w : vx.y};
+					mma_k32(blk[t], a, bf);
+				}
+			}
+			if constexpr (T > 1) {
+#pragma unroll
+				for (int t = 0; t < T; t++) {
+					sx[t][0] = ok0[t] ? xs[(size_t)t0[t] * nkb + kb] : 0u;
+					sx[t][1] = ok1[t] ? xs[(size_t)(t0[t] + 1) * nkb + kb] : 0u;
+				}
+			}
+			const float wsc = e8m0_to_f32(sw);
+#pragma unroll
+			for (int t = 0; t < T; t++) {
+				const float x0 = ok0[t] ? e8m0_to_f32(sx[t][0]) * wsc : 0.f;
+				const float x1 = ok1[t] ? e8m0_to_f32(sx[t][1]) * wsc : 0.f;
+				acc[t][0] = fmaf(blk[t][0], x0, acc[t][0]);
+				acc[t][1] = fmaf(blk[t][1], x1, acc[t][1]);
+				acc[t][2] = fmaf(blk[t][2], x0, acc[t][2]);
+				acc[t][3] = fmaf(blk[t][3], x1, acc[t][3]);
+			}
+		};
+		if (kb0 < kb1) fetch(char{}, kb0);
+		if (kb0 + 1 < kb1) fetch(short{}, kb0 + 1);
+		pf(kb0 + 2);
+		pf(kb0 + 3);
+		for (int kb = kb0; kb < kb1; kb += 2) {
+			consume(char{}, kb);
+			if (kb + 2 < kb1) fetch(char{}, kb + 2);
+			if (kb + 1 < kb1) {
+				consume(short{}, kb + 1);
+				if (kb + 3 < kb1) fetch(short{}, kb + 3);
+			}
+		}
+
+		// Slice s > 0 hands its sums to slice 0 of its row group, which adds
+		// them in slice order.
+		if (S > 1) {
+			if (s > 0) {
+#pragma unroll
+				for (int t = 0; t < T; t++)
+#pragma unroll
+					for (int i = 0; i < 4; i++) red[(wid * 2 + t) * 128 + i * 32 + lane] = acc[t][i];
+			}
+			__syncthreads();
+			if (s > 0) return;
+			for (int q = 1; q < S; q++) {
+				const int wq = q * R + r;
+#pragma unroll
+				for (int t = 0; t < T; t++)
+#pragma unroll
+					for (int i = 0; i < 4; i++) acc[t][i] += red[(wq * 2 + t) * 128 + i * 32 + lane];
+			}
+		}
+#pragma unroll
+		for (int t = 0; t < T; t++) {
+			const int os[4] = {oA, oA, oB, oB}, ts[4] = {t0[t], t0[t] + 1, t0[t], t0[t] + 1};
+#pragma unroll
+			for (int i = 0; i < 4; i++)
+				if (os[i] < N && ts[i] < M) y[(size_t)ts[i] * N + os[i]] = (u16)f32_to_bf16(acc[t][i]);
 		}
 	};
-	float acc[4] = {0.f, 0.f, 0.f, 0.f};
-	if (kb0 < kb1) fetch(kb0);
-	for (int kb = kb0; kb < kb1; kb++) {
-		const uint4 cA[2] = {nA[0], nA[1]}, cB[2] = {nB[0], nB[1]}, cX[2] = {nX[0], nX[1]};
-		if (kb + 1 < kb1) fetch(kb + 1);
-		float blk[4] = {0.f, 0.f, 0.f, 0.f};
-#pragma unroll
-		for (int j = 0; j < 4; j++) {
-			const uint4 &va = cA[j >> 1], &vb = cB[j >> 1], &vx = cX[j >> 1];
-			const bool hi = j & 1;
-			const u32 a[4] = {hi ? va.z : va.x, hi ? vb.z : vb.x, hi ? va.w : va.y, hi ? vb.w : vb.y};
-			const u32 b[2] = {hi ? vx.z : vx.x, hi ? vx.w : vx.y};
-			mma_k32(blk, a, b);
-		}
-		const float wsc = e8m0_to_f32(wsr[kb]);
-		const float x0 = t0 < M ? e8m0_to_f32(xs[(size_t)t0 * nkb + kb]) * wsc : 0.f;
-		const float x1 = t1 < M ? e8m0_to_f32(xs[(size_t)t1 * nkb + kb]) * wsc : 0.f;
-		acc[0] = fmaf(blk[0], x0, acc[0]);
-		acc[1] = fmaf(blk[1], x1, acc[1]);
-		acc[2] = fmaf(blk[2], x0, acc[2]);
-		acc[3] = fmaf(blk[3], x1, acc[3]);
-	}
-	const int os[4] = {oA, oA, oB, oB}, ts[4] = {t0, t1, t0, t1};
-#pragma unroll
-	for (int i = 0; i < 4; i++) {
-		if (os[i] >= N || ts[i] >= M) continue;
-		if (part) part[((size_t)blockIdx.z * M + ts[i]) * N + os[i]] = acc[i];
-		else y[(size_t)ts[i] * N + os[i]] = (u16)f32_to_bf16(acc[i]);
-	}
+	if (M <= 8) run(char{});
+	else run(short{});
 }

@@ -4,18 +4,34 @@
 // for reuse: the weights are the MMA's A operand (16 output columns per
 // warp), the tile's tokens its B operand (n = 8), so no row slots are wasted.
 //
-// The FP4 codes go straight from global memory to registers and become e4m3
-// bytes by a byte permute (e2m1 values are exact in e4m3); one m16n8k32 e4m3
-// MMA covers exactly one MXFP4 scale group, whose scale is applied to the
-// fresh product in fp32; NVFP4 (16-groups) runs two MMAs per 32 K with the
-// other group's lanes zeroed. Activation scales promote per 128 K. Logical K
-// inside an MMA is permuted identically in A and B (thread c holds physical
-// elements 8c..8c+7 of the group), so each thread loads whole 4-byte code
-// words. sm_80 (no FP8 MMA) takes two f16 k16 MMAs per k32.
+// Stream: a 4-stage cp.async ring of 16-byte copies (one 128-K block of
+// weights, activations and weight scales per stage: 3 blocks, 12 KB of
+// weights in flight per CTA, 9 CTAs per SM). Weights come back by ldmatrix
+// from a swizzled (conflict-free) layout: thread c gets word c of each
+// 16-byte row chunk, i.e. physical elements 8c..8c+7 of a 32-group.
+//
+// MMA: two chained f16 m16n8k16 per 32 K (sm_90 has no FP8 mma.sync; ptxas
+// lowers it to the same HMMAs plus FADDs). e2m1 -> e4m3 is exact as the
+// bits (s<<7)|(em<<2) = value * 2^-6 (even/odd nibbles, 7 integer ops per 8
+// codes), then e4m3 -> f16 by cvt for A and B alike (sm_80: a bit map,
+// * 2^-8). The powers of two are undone in G at the store. Element pairs (0,2),(4,6),
+// (1,3),(5,7) of a lane's 8 are used identically in A and B. One MMA pair
+// is one MXFP4 group; NVFP4 16-groups are lanes c<2 / c>=2, so B column
+// n = (token n>>1, half n&1) carries only that half (the other lanes read
+// a zero row): one MMA pair gives both group sums for 4 tokens (a second
+// pair for tokens 4..7). Weight scales apply in fp32 to each fresh group
+// product, activation scales per 128 K.
 //
 // Split K: with part != 0, CTA z covers K blocks [z*kbPer, (z+1)*kbPer) and
 // stores fp32 sums (times G_e) to part[z][Mtot][N] for linear_fp8_reduce.
 #include "common.cuh"
+
+#define DS 4                            // ring stages
+#define DW 4096                         // weights per stage: 64 rows x 64 bytes
+#define DXJ 288                         // activations per 32-K step: 9 rows (8 tokens + zero) x 32 bytes
+#define DX (4 * DXJ)                    //
+#define DSTAGE (DW + DX + 512)          // + scales: 64 rows x up to 8 bytes
+#define DZERO 256                       // zero row inside each 32-K step
 
 DEV u32 prmt(u32 a, u32 b, u32 sel) {
 	u32 d;
@@ -23,117 +39,253 @@ DEV u32 prmt(u32 a, u32 b, u32 sel) {
 	return d;
 }
 
-// Four e2m1 codes (16 bits, element i in nibble i) -> four e4m3 bytes.
-DEV u32 e2m1x4_to_e4m3x4(u32 v) {
-	const u32 mag = prmt(0x3C383000u, 0x4C484440u, v & 0x7777u);
-	const u32 x = prmt(v, 0u, 0x1100u); // bytes [v0, v0, v1, v1]
-	return mag | ((x & 0x00080008u) << 4) | (x & 0x80008000u);
+
+DEV void ldsm_x4(u32* d, u32 addr) {
+	asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+		: "=r"(d[0]), "=r"(d[1]), "=r"(d[2]), "=r"(d[3]) : "r"(addr) : "memory");
 }
 
-extern "C" __global__ void __launch_bounds__(128) moe_fp4_dec(
+// e4m3 byte of an e2m1 nibble scaled by 2^-6: (s << 7) | (em << 2) (0.5 is
+// the e4m3 subnormal 2^-7, the rest normals). Even nibbles (low half of each
+// byte) and odd ones, four at a time.
+DEV u32 q_even(u32 w) { return ((w << 2) & 0x1C1C1C1Cu) | ((w << 4) & 0x80808080u); }
+DEV u32 q_odd(u32 w) { return ((w >> 2) & 0x1C1C1C1Cu) | (w & 0x80808080u); }
+
+// Two e4m3 bytes (low 16 bits) -> f16x2 (low byte -> low half). sm_80 has no
+// FP8 convert: the bit map gives value * 2^-8, undone in G.
+DEV u32 e4m3x2_f16x2(u32 v) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
+	u32 d;
+	asm("{.reg .b16 t; cvt.u16.u32 t, %1; cvt.rn.f16x2.e4m3x2 %0, t;}" : "=r"(d) : "r"(v));
+	return d;
+#else
+	return e4m3x2_to_f16x2_scaled(v & 0xffffu);
+#endif
+}
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
+#define DEC_UNDO 64.0f // A * 2^-6
+#else
+#define DEC_UNDO 4194304.0f // A * 2^-6 * 2^-8, B * 2^-8
+#endif
+
+// Eight activation bytes -> the four f16x2 B words paired as (0,2),(4,6),(1,3),(5,7).
+DEV void b_words(uint2 x, u32* b) {
+	const u32 e = prmt(x.x, x.y, 0x6420u), o = prmt(x.x, x.y, 0x7531u);
+	b[0] = e4m3x2_f16x2(e);
+	b[1] = e4m3x2_f16x2(e >> 16);
+	b[2] = e4m3x2_f16x2(o);
+	b[3] = e4m3x2_f16x2(o >> 16);
+}
+
+// p += (row g word wa, row g+8 word wb) x (b): the 32 K of one chunk.
+DEV void mma_chunk(float* p, u32 wa, u32 wb, const u32* b) {
+	const u32 ea = q_even(wa), eb = q_even(wb), oa = q_odd(wa), ob = q_odd(wb);
+	const u32 a0[4] = {e4m3x2_f16x2(ea), e4m3x2_f16x2(eb), e4m3x2_f16x2(ea >> 16), e4m3x2_f16x2(eb >> 16)};
+	const u32 a1[4] = {e4m3x2_f16x2(oa), e4m3x2_f16x2(ob), e4m3x2_f16x2(oa >> 16), e4m3x2_f16x2(ob >> 16)};
+	const u32 b0[2] = {b[0], b[1]}, b1[2] = {b[2], b[3]};
+	mma_f16_16816(p, a0, b0);
+	mma_f16_16816(p, a1, b1);
+}
+
+// No byte of s is 0 or 255.
+DEV bool e8m0_plain(u32 s) {
+	const u32 z = (s - 0x01010101u) & ~s, f = (~s - 0x01010101u) & s;
+	return ((z | f) & 0x80808080u) == 0u;
+}
+
+DEV float nv_scale(u32 h16, int hi) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
+	const u32 f = e4m3x2_f16x2(h16);
+	float r;
+	if (hi) asm("{.reg .b16 l, h; mov.b32 {l, h}, %1; cvt.f32.f16 %0, h;}" : "=f"(r) : "r"(f));
+	else asm("{.reg .b16 l, h; mov.b32 {l, h}, %1; cvt.f32.f16 %0, l;}" : "=f"(r) : "r"(f));
+	return r;
+#else
+	return e4m3_to_f32((h16 >> (8 * hi)) & 0xffu);
+#endif
+}
+
+// sm_89+: 9 CTAs (36 warps, <= 56 registers, 9 x 23.5 KB smem) per SM, one
+// wave for the 1-token Flash w13 grid (1152 live CTAs on 132 SMs). sm_80 is
+// a fallback: no occupancy target, no spills.
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
+#define DEC_MIN_CTAS 9
+#else
+#define DEC_MIN_CTAS 1
+#endif
+
+extern "C" __global__ void __launch_bounds__(128, DEC_MIN_CTAS) moe_fp4_dec(
 	u16* __restrict__ y, const u8* __restrict__ xq, const u8* __restrict__ xs,
 	const int* __restrict__ scratch, const u8* __restrict__ w, const u8* __restrict__ wscale,
 	const float* __restrict__ gscale, int nvfp4, int N, int K, float* __restrict__ part, int kbPer, int Mtot)
 {
+	__shared__ __align__(128) u8 ring[DS * DSTAGE];
 	const int t = blockIdx.y;
-	if (t >= scratch[0]) return;
-	const int4 tile = reinterpret_cast<const int4*>(scratch + 4)[t];
+	const int cnt = scratch[0];
+	const int4 tile = reinterpret_cast<const int4*>(scratch + 4)[t]; // in bounds: t < maxTiles
+	if (t >= cnt) return;
 	const int e = tile.x, mBeg = tile.y, mEnd = tile.z;
-	const int lane = threadIdx.x & 31, wid = threadIdx.x >> 5;
+	const int tid = threadIdx.x, lane = tid & 31, wid = tid >> 5;
 	const int g = lane >> 2, c = lane & 3;
-	const int oA = blockIdx.x * 64 + wid * 16 + g, oB = oA + 8; // output columns (MMA rows)
-	const bool okA = oA < N, okB = oB < N;
+	const int col0 = blockIdx.x * 64;
 	const int nkb = K / 128;
 	const int kb0 = part ? blockIdx.z * kbPer : 0;
 	const int kb1 = part ? min(kb0 + kbPer, nkb) : nkb;
+	const int nb = kb1 - kb0;
 	const int gpr = nvfp4 ? K / 16 : K / 32; // scale groups per weight row
+	const int sbytes = nvfp4 ? 8 : 4;        // scale bytes per row per 128-K block
 	const u8* we = w + (size_t)e * N * (K / 2);
 	const u8* se = wscale + (size_t)e * N * gpr;
-	const u8* wA = we + (size_t)(okA ? oA : 0) * (K / 2) + 4 * c;
-	const u8* wB = we + (size_t)(okB ? oB : 0) * (K / 2) + 4 * c;
-	const u8* sA = se + (size_t)(okA ? oA : 0) * gpr;
-	const u8* sB = se + (size_t)(okB ? oB : 0) * gpr;
-	const int tokB = mBeg + g; // this thread's B column (token)
-	const bool okT = tokB < mEnd;
-	const u8* xr = xq + (size_t)(okT ? tokB : 0) * K + 8 * c;
-	const int t0 = mBeg + 2 * c, t1 = t0 + 1; // D columns
-	float acc[4] = {0.f, 0.f, 0.f, 0.f};
-	// Register double buffer: the next block's codes and activations are in
-	// flight while this block converts and multiplies.
-	u32 nA[4], nB[4];
-	uint2 nx[4];
-	auto fetch = [&](int kb) {
-#pragma unroll
-		for (int j = 0; j < 4; j++) {
-			nA[j] = okA ? *reinterpret_cast<const u32*>(wA + (size_t)kb * 64 + 16 * j) : 0u;
-			nB[j] = okB ? *reinterpret_cast<const u32*>(wB + (size_t)kb * 64 + 16 * j) : 0u;
-			nx[j] = okT ? *reinterpret_cast<const uint2*>(xr + (size_t)kb * 128 + 32 * j) : make_uint2(0u, 0u);
-		}
+
+	// Copy assignment: weights 2 x 16 B per thread; threads 0..63 one scale
+	// row, 64..127 one 16-byte activation chunk (token u>>3, chunk u&7).
+	const int wr = tid >> 2, wp = tid & 3; // rows wr and wr + 32, 16-byte chunk wp
+	const int wok0 = col0 + wr < N ? 16 : 0, wok1 = col0 + wr + 32 < N ? 16 : 0;
+	const u8* wsrc = we + (size_t)(wok0 ? col0 + wr : 0) * (K / 2) + wp * 16;
+	const int wdst = wr * 64 + ((wp ^ ((wr >> 1) & 3)) << 4); // row + 32: same swizzle
+	const u8* asrc;
+	int adst, aok;
+	if (tid < 64) {
+		const int row = col0 + tid;
+		aok = row < N ? sbytes : 0;
+		asrc = se + (size_t)(row < N ? row : 0) * gpr;
+		adst = DW + DX + tid * sbytes;
+	} else {
+		const int u = tid - 64, tok = u >> 3, q = u & 7;
+		const int tk = mBeg + tok;
+		aok = tk < mEnd ? 16 : 0;
+		asrc = xq + (size_t)(tk < mEnd ? tk : mBeg) * K + q * 16;
+		adst = DW + (q >> 1) * DXJ + tok * 32 + (q & 1) * 16;
+	}
+	auto issue = [&](int st, int kb) {
+		u8* s = ring + st * DSTAGE;
+		const u8* src = wsrc + (size_t)kb * 64;
+		cp_async16(s + wdst, src, wok0);
+		cp_async16(s + wdst + 32 * 64, src + (wok1 ? (size_t)32 * (K / 2) : 0), wok1); // else row wr again, zero-filled
+		if (tid >= 64) cp_async16(s + adst, asrc + (size_t)kb * 128, aok);
+		else if (nvfp4) cp_async_ca<8>(s + adst, asrc + (size_t)kb * 8, aok);
+		else cp_async_ca<4>(s + adst, asrc + (size_t)kb * 4, aok);
 	};
-	if (kb0 < kb1) fetch(kb0);
-	for (int kb = kb0; kb < kb1; kb++) {
-		u32 cA[4], cB[4];
-		uint2 xv[4];
+
+	// Zero rows of every stage (never written by the copies); visible after the
+	// first barrier below.
+	{
+		const int st = tid >> 5, j = (tid >> 3) & 3, k = tid & 7;
+		reinterpret_cast<u32*>(ring + st * DSTAGE + DW + j * DXJ + DZERO)[k] = 0u;
+	}
 #pragma unroll
-		for (int j = 0; j < 4; j++) { cA[j] = nA[j]; cB[j] = nB[j]; xv[j] = nx[j]; }
-		if (kb + 1 < kb1) fetch(kb + 1);
-		float blk[4] = {0.f, 0.f, 0.f, 0.f};
+	for (int s = 0; s < DS - 1; s++) {
+		if (s < nb) issue(s, kb0 + s);
+		cp_async_commit();
+	}
+
+	// Per-thread read offsets. ldmatrix: lane l addresses row (l&7) + 8*((l>>3)&1)
+	// of the warp's 16, chunk (l>>4) (+2 for the second x4).
+	const int lr = wid * 16 + (lane & 7) + 8 * ((lane >> 3) & 1);
+	const int lsw = (lane >> 4) ^ ((lane >> 1) & 3);
+	const u32 ring_s = smem_addr(ring);
+	const u32 ldA0 = ring_s + lr * 64 + (lsw << 4); // the second x4 is at ^ 32 (stages are 64-aligned)
+	const int rowA = wid * 16 + g, rowB = rowA + 8; // CTA-local weight rows of this thread
+	// B rows: MXFP4 token g; NVFP4 column g = (token g>>1, half g&1), zero row
+	// unless this lane's 8 elements are in that half.
+	const bool mine = (c >> 1) == (g & 1);
+	const int boff0 = nvfp4 ? (mine ? (g >> 1) * 32 : DZERO) + 8 * c : g * 32 + 8 * c;
+	const bool two = nvfp4 && mEnd - mBeg > 4; // NVFP4 tokens 4..7 need a second pass
+	// This thread's D tokens: MXFP4 (2c, 2c+1); NVFP4 (c, c+4).
+	const int tA = nvfp4 ? mBeg + c : mBeg + 2 * c, tB = nvfp4 ? mBeg + c + 4 : tA + 1;
+	const bool okA = tA < mEnd, okB = tB < mEnd;
+	float acc[4] = {0.f, 0.f, 0.f, 0.f}; // (rowA, tA), (rowA, tB), (rowB, tA), (rowB, tB)
+	const int xoA = (okA ? tA : mBeg) * nkb + kb0, xoB = (okB ? tB : mBeg) * nkb + kb0; // < 2^31: Mtot * K / 128
+	u32 xsA = nb > 0 ? xs[xoA] : 0u, xsB = nb > 0 ? xs[xoB] : 0u;
+
+	for (int i = 0; i < nb; i++) {
+		cp_async_wait<DS - 2>();
+		__syncthreads(); // stage i landed for all; stage i-1 free
+		if (i + DS - 1 < nb) issue((i + DS - 1) % DS, kb0 + i + DS - 1);
+		cp_async_commit();
+		const float x0 = okA ? e8m0_to_f32(xsA) : 0.f, x1 = okB ? e8m0_to_f32(xsB) : 0.f;
+		if (i + 1 < nb) {
+			xsA = xs[xoA + i + 1];
+			xsB = xs[xoB + i + 1];
+		}
+		const int st = i % DS;
+		const u8* S = ring + st * DSTAGE;
+		u32 wv[8]; // wA[0], wB[0], wA[1], wB[1], ... (chunks 0..3)
+		ldsm_x4(wv, ldA0 + st * DSTAGE);
+		ldsm_x4(wv + 4, (ldA0 + st * DSTAGE) ^ 32u);
+		const u8* X = S + DW;
 		if (!nvfp4) {
-			const u32 scA = okA ? *reinterpret_cast<const u32*>(sA + kb * 4) : 0u;
-			const u32 scB = okB ? *reinterpret_cast<const u32*>(sB + kb * 4) : 0u;
+			const u32 scA = *reinterpret_cast<const u32*>(S + DW + DX + rowA * 4);
+			const u32 scB = *reinterpret_cast<const u32*>(S + DW + DX + rowB * 4);
+			float blk[4] = {0.f, 0.f, 0.f, 0.f};
+			auto block = [&](auto dec) {
 #pragma unroll
-			for (int j = 0; j < 4; j++) {
-				const u32 a[4] = {e2m1x4_to_e4m3x4(cA[j] & 0xffffu), e2m1x4_to_e4m3x4(cB[j] & 0xffffu),
-					e2m1x4_to_e4m3x4(cA[j] >> 16), e2m1x4_to_e4m3x4(cB[j] >> 16)};
-				const u32 b[2] = {xv[j].x, xv[j].y};
-				float p[4] = {0.f, 0.f, 0.f, 0.f};
-				mma_k32(p, a, b);
-				const float fA = e8m0_to_f32((scA >> (8 * j)) & 0xffu), fB = e8m0_to_f32((scB >> (8 * j)) & 0xffu);
-				blk[0] = fmaf(p[0], fA, blk[0]);
-				blk[1] = fmaf(p[1], fA, blk[1]);
-				blk[2] = fmaf(p[2], fB, blk[2]);
-				blk[3] = fmaf(p[3], fB, blk[3]);
-			}
-		} else {
-			const uint2 scA = okA ? *reinterpret_cast<const uint2*>(sA + kb * 8) : make_uint2(0u, 0u);
-			const uint2 scB = okB ? *reinterpret_cast<const uint2*>(sB + kb * 8) : make_uint2(0u, 0u);
-#pragma unroll
-			for (int j = 0; j < 4; j++) {
-				const u32 a[4] = {e2m1x4_to_e4m3x4(cA[j] & 0xffffu), e2m1x4_to_e4m3x4(cB[j] & 0xffffu),
-					e2m1x4_to_e4m3x4(cA[j] >> 16), e2m1x4_to_e4m3x4(cB[j] >> 16)};
-				const u32 b[2] = {xv[j].x, xv[j].y};
-				const u32 z[4] = {0u, 0u, 0u, 0u};
-#pragma unroll
-				for (int h = 0; h < 2; h++) { // 16-group 2j+h: lanes c = 2h, 2h+1
-					const bool mine = (c >> 1) == h;
+				for (int j = 0; j < 4; j++) {
+					u32 b[4];
+					b_words(*reinterpret_cast<const uint2*>(X + j * DXJ + boff0), b);
 					float p[4] = {0.f, 0.f, 0.f, 0.f};
-					mma_k32(p, mine ? a : z, b);
-					const int grp = 2 * j + h; // byte in the 8 scales of this 128 block
-					const u32 wa = grp < 4 ? scA.x : scA.y, wb = grp < 4 ? scB.x : scB.y;
-					const float fA = e4m3_to_f32((wa >> (8 * (grp & 3))) & 0xffu);
-					const float fB = e4m3_to_f32((wb >> (8 * (grp & 3))) & 0xffu);
+					mma_chunk(p, wv[2 * j], wv[2 * j + 1], b);
+					const float fA = dec(scA, j), fB = dec(scB, j);
 					blk[0] = fmaf(p[0], fA, blk[0]);
 					blk[1] = fmaf(p[1], fA, blk[1]);
 					blk[2] = fmaf(p[2], fB, blk[2]);
 					blk[3] = fmaf(p[3], fB, blk[3]);
 				}
-			}
-		}
-		const float x0 = t0 < mEnd ? e8m0_to_f32(xs[(size_t)t0 * nkb + kb]) : 0.f;
-		const float x1 = t1 < mEnd ? e8m0_to_f32(xs[(size_t)t1 * nkb + kb]) : 0.f;
-		acc[0] = fmaf(blk[0], x0, acc[0]);
-		acc[1] = fmaf(blk[1], x1, acc[1]);
-		acc[2] = fmaf(blk[2], x0, acc[2]);
-		acc[3] = fmaf(blk[3], x1, acc[3]);
-	}
-	const float G = (nvfp4 && gscale) ? gscale[e] : 1.0f;
-	// D element (row o, column token): d0 (oA, t0), d1 (oA, t1), d2 (oB, t0), d3 (oB, t1).
-	const int os[4] = {oA, oA, oB, oB}, ts[4] = {t0, t1, t0, t1};
+			};
+			// e8m0 is 2^(b-127) = bits b << 23 for b in 1..254; a word with a 0
+			// (2^-127) or 255 (NaN) byte takes the exact helper.
+			if (e8m0_plain(scA) && e8m0_plain(scB))
+				block([](u32 sc, int j) { return __uint_as_float(((sc >> (8 * j)) << 23) & 0x7f800000u); });
+			else
+				block([](u32 sc, int j) { return e8m0_to_f32(sc >> (8 * j)); });
+			acc[0] = fmaf(blk[0], x0, acc[0]);
+			acc[1] = fmaf(blk[1], x1, acc[1]);
+			acc[2] = fmaf(blk[2], x0, acc[2]);
+			acc[3] = fmaf(blk[3], x1, acc[3]);
+		} else {
+			const uint2 scA = *reinterpret_cast<const uint2*>(S + DW + DX + rowA * 8);
+			const uint2 scB = *reinterpret_cast<const uint2*>(S + DW + DX + rowB * 8);
+			float blk0[2] = {0.f, 0.f}, blk1[2] = {0.f, 0.f}; // tokens tA, tB; rows A, B
 #pragma unroll
-	for (int i = 0; i < 4; i++) {
-		if (os[i] >= N || ts[i] >= mEnd) continue;
-		const float v = acc[i] * G;
-		if (part) part[((size_t)blockIdx.z * Mtot + ts[i]) * N + os[i]] = v;
-		else y[(size_t)ts[i] * N + os[i]] = (u16)f32_to_bf16(v);
+			for (int j = 0; j < 4; j++) {
+				// 16-groups 2j (D columns h = 0) and 2j+1 (h = 1).
+				const u32 hA = ((j < 2 ? scA.x : scA.y) >> (16 * (j & 1))) & 0xffffu;
+				const u32 hB = ((j < 2 ? scB.x : scB.y) >> (16 * (j & 1))) & 0xffffu;
+				const float fA0 = nv_scale(hA, 0), fA1 = nv_scale(hA, 1);
+				const float fB0 = nv_scale(hB, 0), fB1 = nv_scale(hB, 1);
+				u32 b[4];
+				b_words(*reinterpret_cast<const uint2*>(X + j * DXJ + boff0), b);
+				float p[4] = {0.f, 0.f, 0.f, 0.f};
+				mma_chunk(p, wv[2 * j], wv[2 * j + 1], b);
+				blk0[0] = fmaf(p[0], fA0, blk0[0]);
+				blk0[0] = fmaf(p[1], fA1, blk0[0]);
+				blk0[1] = fmaf(p[2], fB0, blk0[1]);
+				blk0[1] = fmaf(p[3], fB1, blk0[1]);
+				if (two) {
+					b_words(*reinterpret_cast<const uint2*>(X + j * DXJ + (mine ? boff0 + 4 * 32 : boff0)), b);
+					float q[4] = {0.f, 0.f, 0.f, 0.f};
+					mma_chunk(q, wv[2 * j], wv[2 * j + 1], b);
+					blk1[0] = fmaf(q[0], fA0, blk1[0]);
+					blk1[0] = fmaf(q[1], fA1, blk1[0]);
+					blk1[1] = fmaf(q[2], fB0, blk1[1]);
+					blk1[1] = fmaf(q[3], fB1, blk1[1]);
+				}
+			}
+			acc[0] = fmaf(blk0[0], x0, acc[0]);
+			acc[2] = fmaf(blk0[1], x0, acc[2]);
+			acc[1] = fmaf(blk1[0], x1, acc[1]);
+			acc[3] = fmaf(blk1[1], x1, acc[3]);
+		}
+	}
+	cp_async_wait<0>();
+	const float G = ((nvfp4 && gscale) ? gscale[e] : 1.0f) * DEC_UNDO;
+	const int oA = col0 + rowA, oB = col0 + rowB;
+	const int os[4] = {oA, oA, oB, oB}, ts[4] = {tA, tB, tA, tB};
+#pragma unroll
+	for (int k = 0; k < 4; k++) {
+		if (os[k] >= N || ts[k] >= mEnd) continue;
+		const float v = acc[k] * G;
+		if (part) part[((size_t)blockIdx.z * Mtot + ts[k]) * N + os[k]] = v;
+		else y[(size_t)ts[k] * N + os[k]] = (u16)f32_to_bf16(v);
 	}
 }

@@ -1,0 +1,73 @@
+package cuda
+
+import "fmt"
+
+// Path names one kernel family of a GEMM launcher.
+type Path string
+
+// GEMM paths. PathAuto lets the launcher's planner choose.
+const (
+	PathAuto  Path = ""
+	PathDec   Path = "dec"   // decode-shaped mma.sync kernels (weights as the A operand)
+	PathTiled Path = "tiled" // mma.sync tiles through shared memory (any sm_80+)
+	PathWG    Path = "wg"    // sm_90a TMA + wgmma kernels
+)
+
+// KernelChoice forces the GEMM paths of a context (benchmarks and tests that
+// compare the paths on one shape); the zero value lets the planners choose.
+type KernelChoice struct {
+	Linear Path // LinearFP8
+	MoE    Path // MoEFP4
+}
+
+// SetKernelChoice forces the GEMM paths for later launches on this context
+// where they apply (the decode kernels take only decode shapes; a forced
+// wgmma path on a device without TMA is an error at launch).
+func (c *Context) SetKernelChoice(k KernelChoice) error {
+	for _, p := range []Path{k.Linear, k.MoE} {
+		switch p {
+		case PathAuto, PathDec, PathTiled, PathWG:
+		default:
+			return fmt.Errorf("cuda: kernel path %q (want dec, tiled or wg)", p)
+		}
+	}
+	c.fnMu.Lock()
+	c.choice = k
+	c.fnMu.Unlock()
+	return nil
+}
+
+func (c *Context) kernelChoice() KernelChoice {
+	c.fnMu.Lock()
+	defer c.fnMu.Unlock()
+	return c.choice
+}
+
+// LinearPaths are the paths LinearFP8 can take for m rows on this device
+// (the one it picks by itself first).
+func (c *Context) LinearPaths(m, n, k int) []Path {
+	var ps []Path
+	if m >= wgMinRow && c.HasTMA() {
+		ps = append(ps, PathWG)
+	}
+	if planLinear(m, n, k).dec {
+		ps = append(ps, PathDec)
+	}
+	ps = append(ps, PathTiled)
+	if m < wgMinRow && c.HasTMA() {
+		ps = append(ps, PathWG)
+	}
+	return ps
+}
+
+// MoEPaths are the paths MoEFP4 can take for a shape on this device (the one
+// it picks by itself first).
+func (c *Context) MoEPaths(sh MoEShape) []Path {
+	if moeDecode(sh) {
+		return []Path{PathDec}
+	}
+	if c.HasTMA() {
+		return []Path{PathWG, PathTiled, PathDec}
+	}
+	return []Path{PathTiled, PathDec}
+}

@@ -1,0 +1,250 @@
+// MoE grouped GEMM over FP4 expert weights on Hopper tensor cores (sm_90a):
+// the same function as moe_fp4_gemm (kernels/moe_fp4.cu) for prefill-sized
+// tile lists (moe_tile_map with bm = BT rows per tile).
+//
+// Everything is exact in bf16, so the whole K reduction runs in the tensor
+// core's fp32 accumulator with no promotion steps:
+//   - fp8_dequant_bf16 turns the permuted activations into bf16 x*2^s (an e4m3
+//     value times a power of two is a bf16 value);
+//   - two producer warpgroups unpack each weight row's FP4 codes to bf16 and
+//     multiply by its group scale (an e2m1 value times an e8m0 power of two,
+//     or times an e4m3 NVFP4 scale, has at most 6 significant bits), writing
+//     the 128-byte-swizzled K-major layout wgmma reads; thread 0 loads the
+//     token tile with TMA;
+//   - two math warpgroups each multiply 64 weight rows (wgmma's M) by the BT
+//     tokens of the tile (wgmma's N: no row slots are wasted on small experts),
+//     keeping one wgmma group in flight.
+// A CTA covers 128 output columns of one tile; tiles past the list exit at
+// once, so experts with no rows cost nothing. y = bf16(G_e * acc), written
+// only for the tile's rows.
+#include "sm90.cuh"
+
+// Producer warpgroups (unpacking), then two math warpgroups (wgmma).
+#define MW_PRODUCERS 2
+
+// xb[r, k] = bf16(e4m3(xq[r, k]) * 2^(xs[r, k/128] - 127)) for r < rows; 8 per thread.
+extern "C" __global__ void fp8_dequant_bf16(u16* __restrict__ xb, const u8* __restrict__ xq,
+	const u8* __restrict__ xs, int rows, int K)
+{
+	const size_t n8 = (size_t)rows * K / 8;
+	for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n8; i += (size_t)gridDim.x * blockDim.x) {
+		const size_t e = i * 8;
+		const size_t r = e / K;
+		const float s = e8m0_to_f32(xs[r * (K / 128) + (e % K) / 128]);
+		const uint2 v = *reinterpret_cast<const uint2*>(xq + e);
+		uint4 o;
+		u32* op = &o.x;
+#pragma unroll
+		for (int j = 0; j < 4; j++) {
+			const u32 w = j < 2 ? v.x : v.y, sh = 16 * (j & 1);
+			op[j] = pack_bf16x2(e4m3_to_f32((w >> sh) & 0xffu) * s, e4m3_to_f32((w >> (sh + 8)) & 0xffu) * s);
+		}
+		*reinterpret_cast<uint4*>(xb + e) = o;
+	}
+}
+
+#ifdef SM90A
+// d (64 weight rows x BT tokens, fp32) += A(64x16 bf16) * B(BTx16 bf16)^T, both K-major.
+DEV void wgmma_bf16(float (&d)[8], u64 da, u64 db) {
+	asm volatile(
+		"{\n.reg .pred p;\nsetp.eq.u32 p, 1, 1;\n"
+		"wgmma.mma_async.sync.aligned.m64n16k16.f32.bf16.bf16 "
+		"{%0, %1, %2, %3, %4, %5, %6, %7}, %8, %9, p, 1, 1, 0, 0;\n}\n"
+		: "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7])
+		: "l"(da), "l"(db));
+}
+
+DEV void wgmma_bf16(float (&d)[16], u64 da, u64 db) {
+	asm volatile(
+		"{\n.reg .pred p;\nsetp.eq.u32 p, 1, 1;\n"
+		"wgmma.mma_async.sync.aligned.m64n32k16.f32.bf16.bf16 "
+		"{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, %16, %17, p, 1, 1, 0, 0;\n}\n"
+		: "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15])
+		: "l"(da), "l"(db));
+}
+
+DEV void wgmma_bf16(float (&d)[32], u64 da, u64 db) {
+	asm volatile(
+		"{\n.reg .pred p;\nsetp.eq.u32 p, 1, 1;\n"
+		"wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 "
+		"{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, %32, %33, p, 1, 1, 0, 0;\n}\n"
+		: "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+		: "l"(da), "l"(db));
+}
+
+DEV void wgmma_bf16(float (&d)[64], u64 da, u64 db) {
+	asm volatile(
+		"{\n.reg .pred p;\nsetp.eq.u32 p, 1, 1;\n"
+		"wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 "
+		"{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, %64, %65, p, 1, 1, 0, 0;\n}\n"
+		: "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+		: "l"(da), "l"(db));
+}
+DEV u32 bf16x2_mul(u32 a, u32 b) {
+	u32 d;
+	asm("mul.rn.bf16x2 %0, %1, %2;\n" : "=r"(d) : "r"(a), "r"(b));
+	return d;
+}
+
+// Four e2m1 codes (16 bits, element i in nibble i) -> two bf16x2 words
+// (elements 0,1 and 2,3), exact, by byte-table permutes.
+DEV void e2m1x4_to_bf16x4(u32 v, u32& lo, u32& hi) {
+	u32 s, m = v & 0x7777u;
+	// Magnitudes 0, .5, 1, 1.5, 2, 3, 4, 6 as bf16: low bytes and high bytes.
+	const u32 lb = __byte_perm(0xC0800000u, 0xC0804000u, m), hb = __byte_perm(0x3F3F3F00u, 0x40404040u, m);
+	lo = __byte_perm(lb, hb, 0x5140);
+	hi = __byte_perm(lb, hb, 0x7362);
+	s = v & 0x8888u;
+	lo |= ((s & 0x8u) << 12) | ((s & 0x80u) << 24);
+	hi |= ((s & 0x800u) << 4) | ((s & 0x8000u) << 16);
+}
+
+template <int BT>
+struct MoeWG {
+	static constexpr int STAGES = BT >= 128 ? 3 : 4;
+	static constexpr int W_BYTES = 128 * 256; // 128 rows x 128 K bf16, as two 64-K swizzle atoms
+	static constexpr int X_ATOM = BT * 128;
+	static constexpr int STAGE = W_BYTES + 2 * X_ATOM;
+};
+
+template <int BT>
+DEV void moe_fp4_wg_body(u16* __restrict__ y, const TmaMap* mapX, const int* __restrict__ scratch,
+	const u8* __restrict__ w, const u8* __restrict__ wscale, const float* __restrict__ gscale, int nvfp4, int N, int K)
+{
+	using C = MoeWG<BT>;
+	const int t = blockIdx.y;
+	if (t >= scratch[0]) return;
+	const int4 tile = reinterpret_cast<const int4*>(scratch + 4)[t];
+	const int e = tile.x, mBeg = tile.y, mEnd = tile.z;
+	extern __shared__ __align__(1024) u8 smem_raw[];
+	u8* smem = smem_raw + ((1024u - (smem_addr(smem_raw) & 1023u)) & 1023u);
+	u64* full = reinterpret_cast<u64*>(smem + C::STAGES * C::STAGE);
+	u64* empty = full + C::STAGES;
+	const int wg = threadIdx.x >> 7, tid = threadIdx.x & 127;
+	const int n0 = blockIdx.x * 128;
+	const int nkb = K / 128;
+	if (threadIdx.x == 0) {
+		for (int s = 0; s < C::STAGES; s++) {
+			mbar_init(&full[s], 128 * MW_PRODUCERS); // every producer thread (thread 0 with the TMA bytes)
+			mbar_init(&empty[s], 8);  // lane 0 of each math warp
+		}
+		mbar_init_fence();
+	}
+	__syncthreads();
+
+	if (wg < MW_PRODUCERS) {
+		// Producer thread: weight row n0 + (threadIdx.x & 127), the 64-K half
+		// part of every 128-K block (one swizzle atom). Two warpgroups share
+		// the unpacking: one warp per scheduler issued too slowly to feed the
+		// tensor cores (its dependent integer ops were the limit).
+		const int pt = threadIdx.x, row = pt & 127, part = pt >> 7;
+		const int n = n0 + row;
+		const bool ok = n < N;
+		const int gpr = nvfp4 ? K / 16 : K / 32;
+		const uint4* wr = reinterpret_cast<const uint4*>(w + ((size_t)e * N + (ok ? n : 0)) * (K / 2)) + 2 * part;
+		const u8* sr = wscale + ((size_t)e * N + (ok ? n : 0)) * gpr;
+		const uint4 z4 = make_uint4(0u, 0u, 0u, 0u);
+		uint4 raw[2];
+		uint2 rs;
+		// Codes and scales of block kb+1 load into registers while block kb is unpacked.
+		auto fetch = [&](int kb) {
+#pragma unroll
+			for (int j = 0; j < 2; j++) raw[j] = ok ? wr[kb * 4 + j] : z4;
+			if (nvfp4) rs = ok ? *reinterpret_cast<const uint2*>(sr + kb * 8) : make_uint2(0u, 0u);
+			else rs = make_uint2(ok ? *reinterpret_cast<const u32*>(sr + kb * 4) : 0u, 0u);
+		};
+		if (nkb > 0) fetch(0);
+		for (int kb = 0; kb < nkb; kb++) {
+			const int s = kb % C::STAGES;
+			const u32 ph = (kb / C::STAGES) & 1;
+			const uint4 cur[2] = {raw[0], raw[1]};
+			const uint2 cs = rs;
+			if (kb + 1 < nkb) fetch(kb + 1);
+			mbar_wait(&empty[s], ph ^ 1);
+			u8* Ws = smem + s * C::STAGE;
+			if (pt == 0) {
+				u8* Xs = Ws + C::W_BYTES;
+				mbar_expect_tx(&full[s], 2 * C::X_ATOM);
+				tma_load2d(Xs, mapX, &full[s], kb * 256, mBeg);
+				tma_load2d(Xs + C::X_ATOM, mapX, &full[s], kb * 256 + 128, mBeg);
+			}
+			// 8 chunks of 8 K values (4 code bytes) -> 16 bytes of bf16 each.
+#pragma unroll
+			for (int c8 = 0; c8 < 8; c8++) {
+				const int ch = 8 * part + c8; // chunk of the 128-K block
+				const uint4 q = cur[c8 >> 2];
+				const u32 codes = (c8 & 3) == 0 ? q.x : (c8 & 3) == 1 ? q.y : (c8 & 3) == 2 ? q.z : q.w;
+				u32 sb;
+				if (nvfp4) {
+					const int grp = ch >> 1; // 16-groups of this block
+					const u32 sw = grp < 4 ? cs.x : cs.y;
+					sb = f32_to_bf16(e4m3_to_f32((sw >> (8 * (grp & 3))) & 0xffu)); // NaN stays NaN
+				} else {
+					sb = f32_to_bf16(e8m0_to_f32((cs.x >> (8 * (ch >> 2))) & 0xffu));
+				}
+				const u32 s2 = sb | (sb << 16);
+				u32 a0, a1, a2, a3;
+				e2m1x4_to_bf16x4(codes & 0xffffu, a0, a1);
+				e2m1x4_to_bf16x4(codes >> 16, a2, a3);
+				uint4 o = make_uint4(bf16x2_mul(a0, s2), bf16x2_mul(a1, s2), bf16x2_mul(a2, s2), bf16x2_mul(a3, s2));
+				*reinterpret_cast<uint4*>(Ws + part * (128 * 128) + row * 128 + ((c8 ^ (row & 7)) << 4)) = o;
+			}
+			asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+			mbar_arrive(&full[s]);
+		}
+		return;
+	}
+
+	const int cw = wg - MW_PRODUCERS;
+	const int wq = tid >> 5, l = tid & 31;
+	float acc[BT / 2];
+#pragma unroll
+	for (int i = 0; i < BT / 2; i++) acc[i] = 0.f;
+	for (int kb = 0; kb < nkb; kb++) {
+		const int s = kb % C::STAGES;
+		mbar_wait(&full[s], (kb / C::STAGES) & 1);
+		const u8* Ws = smem + s * C::STAGE;
+		const u8* Xs = Ws + C::W_BYTES;
+		wg_pin(acc);
+		wg_fence();
+#pragma unroll
+		for (int a = 0; a < 2; a++) {
+			const u64 da = desc_sw128(Ws + a * (128 * 128) + cw * (64 * 128)), db = desc_sw128(Xs + a * C::X_ATOM);
+#pragma unroll
+			for (int ks = 0; ks < 4; ks++) wgmma_bf16(acc, da + 2 * ks, db + 2 * ks);
+		}
+		wg_commit();
+		wg_wait<1>();
+		wg_pin(acc);
+		if (kb > 0 && l == 0) mbar_arrive(&empty[(kb - 1) % C::STAGES]);
+	}
+	wg_wait<0>();
+	wg_pin(acc);
+	const float G = (nvfp4 && gscale) ? gscale[e] : 1.0f;
+	// d[4q+{0,1}]: (feature r0, tokens 8q+2c+{0,1}); d[4q+{2,3}]: feature r0+8.
+	const int r0 = n0 + 64 * cw + 16 * wq + (l >> 2);
+	const int c2 = 2 * (l & 3);
+#pragma unroll
+	for (int i = 0; i < BT / 2; i++) {
+		const int n = r0 + ((i & 2) ? 8 : 0);
+		const int m = mBeg + 8 * (i >> 2) + c2 + (i & 1);
+		if (n < N && m < mEnd) y[(size_t)m * N + n] = (u16)f32_to_bf16(acc[i] * G);
+	}
+}
+#endif
+
+#ifdef SM90A
+#define MOE_WG_BODY(BT) moe_fp4_wg_body<BT>(y, &mapX, scratch, w, wscale, gscale, nvfp4, N, K)
+#else
+#define MOE_WG_BODY(BT)
+#endif
+#define MOE_WG_KERNEL(BT)                                                                                    \
+	extern "C" __global__ void __launch_bounds__(128 * (MW_PRODUCERS + 2), 1) moe_fp4_wg##BT(u16* __restrict__ y,                \
+		const __grid_constant__ TmaMap mapX, const int* __restrict__ scratch, const u8* __restrict__ w,      \
+		const u8* __restrict__ wscale, const float* __restrict__ gscale, int nvfp4, int N, int K) \
+	{                                                                                                        \
+		MOE_WG_BODY(BT);                                                                                     \
+	}
+MOE_WG_KERNEL(32)
+MOE_WG_KERNEL(64)
+MOE_WG_KERNEL(128)

@@ -1,0 +1,48 @@
+package cuda
+
+// The sm_90a FP8 linear (kernels/linear_fp8_wg.cu): TMA loads, wgmma, one
+// 128x128 tile per CTA (384 threads, one CTA per SM), for more than 64 rows.
+
+const (
+	wgStages = 5
+	wgSmem   = wgStages*2*128*128 + 2*wgStages*8 + 1024 // ring, barriers, alignment slack
+	wgMinRow = 65
+)
+
+// planLinearWG splits K when the tiles alone fill less than about 2/3 of the
+// 132 SMs, keeping at least 4 K blocks per slice.
+func planLinearWG(m, n, k int) linearPlan {
+	nkb := k / 128
+	tiles := ceilDiv(n, 128) * ceilDiv(m, 128)
+	if tiles >= 88 || nkb < 8 {
+		return linearPlan{splits: 1, per: nkb}
+	}
+	sp := min(nkb/4, ceilDiv(132, tiles))
+	per := ceilDiv(nkb, sp)
+	return linearPlan{splits: ceilDiv(nkb, per), per: per}
+}
+
+func linearFP8WG(s *Stream, y, xq, xs, w, ws DevicePtr, m, n, k int, scratch DevicePtr) error {
+	p := planLinearWG(m, n, k)
+	if scratch == 0 {
+		p.splits, p.per = 1, k/128
+	}
+	ma, err := s.ctx.TensorMapBytes2D(xq, m, k, 128, 128)
+	if err != nil {
+		return err
+	}
+	mb, err := s.ctx.TensorMapBytes2D(w, n, k, 128, 128)
+	if err != nil {
+		return err
+	}
+	var part DevicePtr
+	if p.splits > 1 {
+		part = scratch
+	}
+	a := new(Args).Ptr(y).Map(&ma).Map(&mb).Ptr(xs).Ptr(ws).I32(m).I32(n).I32(k).Ptr(part).I32(p.per)
+	grid := Dim3{uint32(ceilDiv(n, 128)), uint32(ceilDiv(m, 128)), uint32(p.splits)}
+	if err := launch(s, "linear_fp8_wg", "linear_fp8_wg", grid, Dim3{384, 1, 1}, wgSmem, a); err != nil || p.splits == 1 {
+		return err
+	}
+	return fp8Reduce(s, y, part, p.splits, m, n, 0, 0)
+}

@@ -1,0 +1,56 @@
+package cuda
+
+import (
+	"fmt"
+	"unsafe"
+)
+
+// TensorMap is an encoded CUtensorMap (128 bytes): the TMA descriptor a
+// kernel takes as a __grid_constant__ parameter.
+type TensorMap [16]uint64
+
+// Tensor-map element types and swizzles (CUtensorMapDataType, CUtensorMapSwizzle).
+const (
+	tmaUint8      = 0
+	tmaSwizzle128 = 3
+)
+
+// HasTMA reports whether this driver can encode tensor maps and the device
+// runs the sm_90a TMA/wgmma kernels.
+func (c *Context) HasTMA() bool {
+	return c.drv.api.hasTensorMaps() && c.dev.Major == 9 && c.dev.Minor == 0
+}
+
+// TensorMapBytes2D describes a row-major byte matrix [rows][cols] at p for
+// TMA loads of boxRows x boxCols tiles with the 128-byte swizzle (what wgmma's
+// K-major 128B-swizzle descriptors read). cols is the row stride too.
+func (c *Context) TensorMapBytes2D(p DevicePtr, rows, cols, boxRows, boxCols int) (TensorMap, error) {
+	var m TensorMap
+	switch {
+	case p%16 != 0 || cols%16 != 0 || rows <= 0 || cols <= 0:
+		return m, fmt.Errorf("cuda: tensor map %dx%d at %#x: rows must start on 16 bytes", rows, cols, uint64(p))
+	case boxCols != 128 || boxRows < 1 || boxRows > 256:
+		return m, fmt.Errorf("cuda: tensor map box %dx%d: 128-byte swizzle needs 128-byte rows", boxRows, boxCols)
+	}
+	r := c.drv.api.tensorMap2D(c.h, &m, tmaUint8, p, uint64(cols), uint64(rows), uint64(cols), uint32(boxCols), uint32(boxRows), tmaSwizzle128)
+	return m, c.check("cuTensorMapEncodeTiled", fmt.Sprintf("%dx%d", rows, cols), r)
+}
+
+// Map appends a tensor map (a 128-byte, 64-byte aligned parameter).
+func (a *Args) Map(m *TensorMap) *Args {
+	a.n = (a.n + 63) &^ 63
+	if a.n+128 > len(a.buf)*8 {
+		a.err = fmt.Errorf("cuda: kernel arguments exceed %d bytes", len(a.buf)*8)
+		return a
+	}
+	if a.na == len(a.offs) {
+		a.err = fmt.Errorf("cuda: more than %d kernel arguments", len(a.offs))
+		return a
+	}
+	a.offs[a.na] = int32(a.n)
+	a.na++
+	b := unsafe.Slice((*byte)(unsafe.Pointer(&a.buf[0])), len(a.buf)*8)
+	copy(b[a.n:a.n+128], unsafe.Slice((*byte)(unsafe.Pointer(&m[0])), 128))
+	a.n += 128
+	return a
+}
