@@ -338,6 +338,20 @@ type Backend interface {
 	GatherRows(x Tensor, rows []int, out Tensor) error
 }
 
+// StepRecorder is implemented by backends that record the ops of a forward
+// step once and replay the recording for later steps of the same layout
+// (CUDA graphs: no per-op host work, no launch gaps, one host wait per step).
+type StepRecorder interface {
+	// RecordStep returns the output forward computes for the step bt with
+	// token ids. forward issues the step's ops and returns its output; the
+	// backend may run it eagerly, record it, or not call it at all and
+	// replay an earlier recording of a step with bt's layout, with bt's
+	// positions, block tables and ids. So forward must have no host-side
+	// effects besides issuing ops, and take every per-step value from bt and
+	// ids. The output stays valid until the next step.
+	RecordStep(bt *Batch, ids []int32, forward func() (Tensor, error)) (Tensor, error)
+}
+
 // SliceStats summarises x (non-finite values excluded from min/max).
 func SliceStats(x []float32) Stats {
 	s := Stats{FirstBad: -1, Min: float32(math.Inf(1)), Max: float32(math.Inf(-1))}

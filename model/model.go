@@ -393,22 +393,6 @@ func (m *Model) Forward(b *Batch) (*Output, error) {
 	}
 	be, c := m.be, m.cfg
 	n := len(ids)
-	x := be.Alloc(n, c.HcDim(), backend.F32)
-	if err := be.Embed(m.embed, ids, c.HcMult, x); err != nil {
-		return nil, fmt.Errorf("model embed: %w", err)
-	}
-	if err := tr.check(-1, "").Check("embed", x); err != nil {
-		return nil, err
-	}
-	for _, blk := range m.blocks {
-		if x, err = m.runBlock(blk, x, ids, bt, tr, fmt.Sprintf("layer %d ", blk.index)); err != nil {
-			return nil, err
-		}
-	}
-	for _, it := range b.Items {
-		m.cache.Advance(it.Seq, len(it.Tokens))
-	}
-	out := &Output{Logits: make([][]float32, len(b.Items)), Vocab: c.Vocab, HiddenDim: c.HcDim()}
 	var rows []int
 	for i, it := range b.Items {
 		sq := bt.Seqs[i]
@@ -420,7 +404,45 @@ func (m *Model) Forward(b *Batch) (*Output, error) {
 			rows = append(rows, sq.Row0+sq.Rows-1)
 		}
 	}
-	logits, err := m.logits(x, rows, m.hcHead, m.norm, tr, "")
+	var x backend.Tensor // the final streams, kept when an item wants them
+	forward := func() (backend.Tensor, error) {
+		x = be.Alloc(n, c.HcDim(), backend.F32)
+		if err := be.Embed(m.embed, ids, c.HcMult, x); err != nil {
+			return nil, fmt.Errorf("model embed: %w", err)
+		}
+		if err := tr.check(-1, "").Check("embed", x); err != nil {
+			return nil, err
+		}
+		var err error
+		for _, blk := range m.blocks {
+			if x, err = m.runBlock(blk, x, ids, bt, tr, fmt.Sprintf("layer %d ", blk.index)); err != nil {
+				return nil, err
+			}
+		}
+		lg, err := m.headLogits(x, rows, m.hcHead, m.norm, tr, "")
+		if err != nil {
+			return nil, err
+		}
+		if !wantHidden(b.Items) {
+			be.Free(x)
+			x = nil
+		}
+		return lg, nil
+	}
+	var lg backend.Tensor
+	if rec, ok := be.(backend.StepRecorder); ok && tr == nil && !m.sharded() && !wantHidden(b.Items) {
+		lg, err = rec.RecordStep(bt, ids, forward)
+	} else {
+		lg, err = forward()
+	}
+	if err != nil {
+		return nil, err
+	}
+	for _, it := range b.Items {
+		m.cache.Advance(it.Seq, len(it.Tokens))
+	}
+	out := &Output{Logits: make([][]float32, len(b.Items)), Vocab: c.Vocab, HiddenDim: c.HcDim()}
+	logits, err := m.downloadLogits(lg, len(rows), "")
 	if err != nil {
 		return nil, err
 	}
@@ -433,43 +455,66 @@ func (m *Model) Forward(b *Batch) (*Output, error) {
 		out.Logits[i] = logits[k*c.Vocab : (k+cnt)*c.Vocab : (k+cnt)*c.Vocab]
 		k += cnt
 	}
-	var all []float32
-	for i, it := range b.Items {
-		if !it.Hidden {
-			continue
+	if x != nil {
+		all := make([]float32, n*c.HcDim())
+		if err := be.Download(x, all); err != nil {
+			return nil, err
 		}
-		if all == nil {
-			all = make([]float32, n*c.HcDim())
-			if err := be.Download(x, all); err != nil {
-				return nil, err
+		out.Hidden = make([][]float32, len(b.Items))
+		for i, it := range b.Items {
+			if it.Hidden {
+				sq, w := bt.Seqs[i], c.HcDim()
+				out.Hidden[i] = all[sq.Row0*w : (sq.Row0+sq.Rows)*w : (sq.Row0+sq.Rows)*w]
 			}
-			out.Hidden = make([][]float32, len(b.Items))
 		}
-		sq, w := bt.Seqs[i], c.HcDim()
-		out.Hidden[i] = all[sq.Row0*w : (sq.Row0+sq.Rows)*w : (sq.Row0+sq.Rows)*w]
+		be.Free(x)
 	}
-	be.Free(x)
 	return out, nil
+}
+
+// wantHidden reports whether an item asks for the final streams.
+func wantHidden(items []BatchItem) bool {
+	for _, it := range items {
+		if it.Hidden {
+			return true
+		}
+	}
+	return false
 }
 
 // logits computes fp32 logits of the listed rows of the streams x (spec §2 step 4).
 func (m *Model) logits(x backend.Tensor, rows []int, hc backend.HC, norm backend.Vec, tr *tracer, prefix string) ([]float32, error) {
+	lg, err := m.headLogits(x, rows, hc, norm, tr, prefix)
+	if err != nil {
+		return nil, err
+	}
+	return m.downloadLogits(lg, len(rows), prefix)
+}
+
+// headLogits computes this rank's logits [len(rows), local vocab] on the device.
+func (m *Model) headLogits(x backend.Tensor, rows []int, hc backend.HC, norm backend.Vec, tr *tracer, prefix string) (backend.Tensor, error) {
 	be, c := m.be, m.cfg
 	k := len(rows)
 	xs := be.Alloc(k, c.HcDim(), backend.F32)
+	y := be.Alloc(k, c.Dim, backend.F32)
+	yn := be.Alloc(k, c.Dim, backend.F32)
+	defer func() {
+		for _, t := range []backend.Tensor{xs, y, yn} {
+			be.Free(t)
+		}
+	}()
 	if err := be.GatherRows(x, rows, xs); err != nil {
 		return nil, err
 	}
-	y := be.Alloc(k, c.Dim, backend.F32)
 	if err := be.HcHead(xs, hc, m.hc, y); err != nil {
 		return nil, fmt.Errorf("%shc_head: %w", prefix, err)
 	}
-	yn := be.Alloc(k, c.Dim, backend.F32)
 	if err := be.RMSNorm(y, norm, m.eps, yn); err != nil {
 		return nil, fmt.Errorf("%snorm: %w", prefix, err)
 	}
 	lg := be.Alloc(k, m.localVocab(), backend.F32)
 	if err := be.LinearF32(yn, m.head, lg); err != nil {
+		be.Free(lg)
 		return nil, fmt.Errorf("%shead: %w", prefix, err)
 	}
 	if tr != nil {
@@ -477,33 +522,41 @@ func (m *Model) logits(x backend.Tensor, rows []int, hc backend.HC, norm backend
 		if st := be.Stats(lg); st.FirstBad >= 0 {
 			e := &NonFiniteError{Layer: -1, Component: prefix + "head logits", Stats: st, Inputs: []backend.Stats{be.Stats(yn)}}
 			tr.locate(e, rows[st.FirstBad/m.localVocab()])
+			be.Free(lg)
 			return nil, e
 		}
 	}
+	return lg, nil
+}
+
+// downloadLogits brings k rows of logits to the host (all ranks' vocabulary
+// slices when sharded) and frees lg.
+func (m *Model) downloadLogits(lg backend.Tensor, k int, prefix string) ([]float32, error) {
+	be, c := m.be, m.cfg
+	defer be.Free(lg)
 	flat := make([]float32, k*c.Vocab)
-	if m.sharded() {
-		// Vocabulary slices, rank-major after the all-gather: interleave them
-		// into rows on the host, where the logits go anyway.
-		n, vl := m.part.Size, m.localVocab()
-		all := be.Alloc(n*k, vl, backend.F32)
-		defer be.Free(all)
-		if err := m.opts.Comm.AllGatherRows(be, lg, all); err != nil {
-			return nil, fmt.Errorf("%shead all-gather: %w", prefix, err)
-		}
-		g := make([]float32, n*k*vl)
-		if err := be.Download(all, g); err != nil {
+	if !m.sharded() {
+		if err := be.Download(lg, flat); err != nil {
 			return nil, err
 		}
-		for r := range n {
-			for i := range k {
-				copy(flat[i*c.Vocab+r*vl:i*c.Vocab+(r+1)*vl], g[(r*k+i)*vl:(r*k+i+1)*vl])
-			}
-		}
-	} else if err := be.Download(lg, flat); err != nil {
+		return flat, nil
+	}
+	// Vocabulary slices, rank-major after the all-gather: interleave them
+	// into rows on the host, where the logits go anyway.
+	n, vl := m.part.Size, m.localVocab()
+	all := be.Alloc(n*k, vl, backend.F32)
+	defer be.Free(all)
+	if err := m.opts.Comm.AllGatherRows(be, lg, all); err != nil {
+		return nil, fmt.Errorf("%shead all-gather: %w", prefix, err)
+	}
+	g := make([]float32, n*k*vl)
+	if err := be.Download(all, g); err != nil {
 		return nil, err
 	}
-	for _, t := range []backend.Tensor{xs, y, yn, lg} {
-		be.Free(t)
+	for r := range n {
+		for i := range k {
+			copy(flat[i*c.Vocab+r*vl:i*c.Vocab+(r+1)*vl], g[(r*k+i)*vl:(r*k+i+1)*vl])
+		}
 	}
 	return flat, nil
 }

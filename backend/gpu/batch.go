@@ -17,53 +17,91 @@ const SeqFields = 6
 //	seqs   [nseq][SeqFields]  (slot, start, row0, rows, blkOff, nblk)
 //	pos    [rows]             absolute position of every row
 //	seq    [rows]             sequence index of every row
-//	blocks [Σ nblk]           all block tables, concatenated
+//	blocks [Σ nblk]           all block tables, concatenated (a recorded
+//	                          step: capBlk slots per sequence)
 //
-// It is re-uploaded only when the host layout changes (the model calls many
-// ops per step with the same Batch).
+// Eager steps re-upload it only when the host layout changes (the model calls
+// many ops per step with the same Batch).
 type devBatch struct {
 	host []int32
 	buf  *cuda.Buffer
 
 	NSeq, Rows int
 	MaxRows    int // largest Rows of a sequence
-	MaxEnd     int // largest Start+Rows of a sequence
+	MaxEnd     int // largest Start+Rows of a sequence (a recorded step: its capacity)
 	Seqs       cuda.DevicePtr
 	Pos        cuda.DevicePtr
 	Seq        cuda.DevicePtr
 	Blocks     cuda.DevicePtr
 }
 
-// deviceBatch returns bt's device layout (uploading it if it changed).
-func (b *Backend) deviceBatch(bt *backend.Batch) (*devBatch, error) {
+// layoutBatch validates bt and appends its devBatch words to dst. With
+// capBlk > 0 every block table gets capBlk slots (the fixed layout of a
+// recorded step), else they are concatenated.
+func layoutBatch(bt *backend.Batch, capBlk int, dst []int32) ([]int32, devBatch, error) {
 	if bt == nil {
-		return nil, fmt.Errorf("batch: nil")
+		return nil, devBatch{}, fmt.Errorf("batch: nil")
 	}
 	n := bt.Rows()
 	if len(bt.Seq) != n {
-		return nil, fmt.Errorf("batch: %d positions, %d sequence indices", n, len(bt.Seq))
+		return nil, devBatch{}, fmt.Errorf("batch: %d positions, %d sequence indices", n, len(bt.Seq))
 	}
-	host := make([]int32, 0, SeqFields*len(bt.Seqs)+2*n)
-	off := 0
 	d := devBatch{NSeq: len(bt.Seqs), Rows: n}
+	off := 0
 	for i, s := range bt.Seqs {
 		if s.Rows < 0 || s.Row0 < 0 || s.Row0+s.Rows > n || s.Start < 0 || s.Slot < 0 {
-			return nil, fmt.Errorf("batch: sequence %d: rows [%d,+%d) of %d, start %d, slot %d", i, s.Row0, s.Rows, n, s.Start, s.Slot)
+			return nil, d, fmt.Errorf("batch: sequence %d: rows [%d,+%d) of %d, start %d, slot %d", i, s.Row0, s.Rows, n, s.Start, s.Slot)
 		}
-		host = append(host, int32(s.Slot), int32(s.Start), int32(s.Row0), int32(s.Rows), int32(off), int32(len(s.Blocks)))
-		off += len(s.Blocks)
+		if capBlk > 0 && len(s.Blocks) > capBlk {
+			return nil, d, fmt.Errorf("batch: sequence %d: %d blocks, the recorded layout holds %d", i, len(s.Blocks), capBlk)
+		}
+		dst = append(dst, int32(s.Slot), int32(s.Start), int32(s.Row0), int32(s.Rows), int32(off), int32(len(s.Blocks)))
+		if capBlk > 0 {
+			off += capBlk
+		} else {
+			off += len(s.Blocks)
+		}
 		d.MaxRows = max(d.MaxRows, s.Rows)
 		d.MaxEnd = max(d.MaxEnd, s.Start+s.Rows)
 	}
-	host = append(host, bt.Pos...)
+	dst = append(dst, bt.Pos...)
 	for r, si := range bt.Seq {
 		if si < 0 || int(si) >= len(bt.Seqs) {
-			return nil, fmt.Errorf("batch: row %d in sequence %d of %d", r, si, len(bt.Seqs))
+			return nil, d, fmt.Errorf("batch: row %d in sequence %d of %d", r, si, len(bt.Seqs))
 		}
 	}
-	host = append(host, bt.Seq...)
+	dst = append(dst, bt.Seq...)
 	for _, s := range bt.Seqs {
-		host = append(host, s.Blocks...)
+		dst = append(dst, s.Blocks...)
+		if capBlk > 0 {
+			for range capBlk - len(s.Blocks) {
+				dst = append(dst, -1)
+			}
+		}
+	}
+	return dst, d, nil
+}
+
+// place points d's regions into the buffer at p.
+func (d *devBatch) place(p cuda.DevicePtr) {
+	d.Seqs = p
+	d.Pos = p.Add(4 * SeqFields * d.NSeq)
+	d.Seq = d.Pos.Add(4 * d.Rows)
+	d.Blocks = d.Seq.Add(4 * d.Rows)
+}
+
+// deviceBatch returns bt's device layout (uploading it if it changed); while
+// a step is recorded, the recording's fixed layout.
+func (b *Backend) deviceBatch(bt *backend.Batch) (*devBatch, error) {
+	if c := b.rec; c != nil {
+		if bt != c.bt {
+			return nil, fmt.Errorf("batch: an op of a recorded step got another batch")
+		}
+		return &c.db, nil
+	}
+	host, d, err := layoutBatch(bt, 0, make([]int32, 0, 256))
+	if err != nil {
+		return nil, err
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -79,11 +117,7 @@ func (b *Backend) deviceBatch(bt *backend.Batch) (*devBatch, error) {
 		return nil, fmt.Errorf("batch upload: %w", err)
 	}
 	d.host, d.buf = host, buf
-	p := buf.Ptr
-	d.Seqs = p
-	d.Pos = p.Add(4 * SeqFields * d.NSeq)
-	d.Seq = d.Pos.Add(4 * n)
-	d.Blocks = d.Seq.Add(4 * n)
+	d.place(buf.Ptr)
 	b.batch = d
 	return &b.batch, nil
 }

@@ -15,6 +15,7 @@ package gpu
 
 import (
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"math"
 	"sync"
@@ -26,7 +27,8 @@ import (
 
 // Options configure the GPU backend.
 type Options struct {
-	Device int // CUDA device ordinal
+	Device int  // CUDA device ordinal
+	Graphs bool // record decode steps as CUDA graphs and replay them (RecordStep)
 }
 
 // Backend is the CUDA backend.
@@ -37,10 +39,13 @@ type Backend struct {
 	s    *cuda.Stream
 	mode backend.Numerics
 
-	mu     sync.Mutex
-	ropes  map[any]*ropeTable // device frequency tables by *rope.Freqs
-	batch  devBatch           // last uploaded batch metadata
-	closed bool
+	mu       sync.Mutex
+	ropes    map[any]*ropeTable // device frequency tables by *rope.Freqs
+	batch    devBatch           // last uploaded batch metadata
+	blockTok int                // the KV store's tokens per block (recorded layouts)
+	graphs   graphSet           // recorded decode steps
+	rec      *recording         // the step being recorded, if any
+	closed   bool
 }
 
 // New opens the device and a stream. It fails with a clear error on machines
@@ -70,7 +75,9 @@ func New(o Options) (*Backend, error) {
 		ctx.Close()
 		return nil, fmt.Errorf("gpu backend: %w", err)
 	}
-	return &Backend{drv: drv, dev: dev, ctx: ctx, s: s, ropes: map[any]*ropeTable{}}, nil
+	b := &Backend{drv: drv, dev: dev, ctx: ctx, s: s, ropes: map[any]*ropeTable{}}
+	b.graphs = graphSet{on: o.Graphs, graphs: map[string]*stepGraph{}, seen: map[string]bool{}, failed: map[string]error{}}
+	return b, nil
 }
 
 // Close releases the stream and the context (all device memory).
@@ -82,6 +89,9 @@ func (b *Backend) Close() error {
 	}
 	b.closed = true
 	err := b.s.Synchronize()
+	if e := b.closeGraphs(); err == nil {
+		err = e
+	}
 	if e := b.s.Close(); err == nil {
 		err = e
 	}
@@ -163,7 +173,7 @@ func (b *Backend) alloc(rows, cols int, dt backend.DType) (*Tensor, error) {
 	}
 	t := &Tensor{rows: rows, cols: cols, dt: dt}
 	n := max(t.bytes(), 4)
-	buf, err := b.ctx.Alloc(n)
+	buf, err := b.pool().Alloc(n)
 	if err != nil {
 		return nil, err
 	}
@@ -258,6 +268,9 @@ func (b *Backend) Upload(t backend.Tensor, data []float32) error {
 	if len(data) != g.rows*g.cols {
 		return fmt.Errorf("upload: %d values for %dx%d", len(data), g.rows, g.cols)
 	}
+	if b.rec != nil {
+		return errHostInRecording
+	}
 	return b.s.CopyHtoD(g.ptr, f32Bytes(data))
 }
 
@@ -269,6 +282,9 @@ func (b *Backend) UploadI32(t backend.Tensor, data []int32) error {
 	}
 	if len(data) != g.rows*g.cols {
 		return fmt.Errorf("upload: %d values for %dx%d", len(data), g.rows, g.cols)
+	}
+	if b.rec != nil {
+		return errHostInRecording
 	}
 	return b.s.CopyHtoD(g.ptr, i32Bytes(data))
 }
@@ -320,11 +336,27 @@ func (b *Backend) Stats(t backend.Tensor) backend.Stats {
 // launches that use it is safe: everything runs on one stream, so a later
 // kernel that reuses the memory is ordered after them.
 func (b *Backend) scratch(n int) (*cuda.Buffer, error) {
-	return b.ctx.Alloc(max(n, 16))
+	return b.pool().Alloc(max(n, 16))
 }
+
+// pool is where activations and scratch come from: the recordings' arena
+// while a step is recorded, else the context's pool.
+func (b *Backend) pool() *cuda.Pool {
+	if b.rec != nil {
+		return b.graphs.arena
+	}
+	return b.ctx.Pool()
+}
+
+// errHostInRecording: a recorded step would replay a copy of host memory
+// that is gone by then; the recording fails and the step runs eagerly.
+var errHostInRecording = errors.New("gpu: host upload inside a recorded step")
 
 // upload copies host bytes into a new device buffer.
 func (b *Backend) upload(data []byte) (*cuda.Buffer, error) {
+	if b.rec != nil {
+		return nil, errHostInRecording
+	}
 	buf, err := b.ctx.Alloc(max(len(data), 16))
 	if err != nil {
 		return nil, err
@@ -334,6 +366,14 @@ func (b *Backend) upload(data []byte) (*cuda.Buffer, error) {
 		return nil, err
 	}
 	return buf, nil
+}
+
+// unsafeInt32s views b (4-byte aligned, as pinned memory is) as int32s.
+func unsafeInt32s(b []byte) []int32 {
+	if len(b) < 4 {
+		return nil
+	}
+	return unsafe.Slice((*int32)(unsafe.Pointer(&b[0])), len(b)/4)
 }
 
 func putF64(dst []byte, v float64) { binary.LittleEndian.PutUint64(dst, math.Float64bits(v)) }

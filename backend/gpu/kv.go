@@ -45,6 +45,7 @@ func (b *Backend) NewKVStore(spec backend.KVSpec) (backend.KVStore, error) {
 		return nil, fmt.Errorf("kv store: %d slots %d blocks", spec.MaxSlots, spec.MaxBlocks)
 	}
 	k := &kvStore{spec: spec, layers: make([]kvLayer, len(spec.Layers)), ready: make([]bool, spec.MaxSlots)}
+	b.blockTok = spec.BlockTokens
 	alloc := func(floats int) (*cuda.Buffer, error) {
 		n := max(4*floats, 16)
 		buf, err := b.ctx.Alloc(n)

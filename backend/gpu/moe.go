@@ -178,9 +178,14 @@ func (b *Backend) Router(f backend.Tensor, gate backend.Linear, a backend.Router
 	defer tmp.Free()
 	logits := tmp.Ptr
 	if table != 0 {
-		tok = logits.Add(4 * n * E)
-		if err := b.s.CopyHtoD(tok, i32Bytes(a.IDs)); err != nil {
-			return fmt.Errorf("router: %w", err)
+		if tok = b.recordedIDs(a.IDs); tok == 0 {
+			if b.rec != nil {
+				return fmt.Errorf("router: %w", errHostInRecording)
+			}
+			tok = logits.Add(4 * n * E)
+			if err := b.s.CopyHtoD(tok, i32Bytes(a.IDs)); err != nil {
+				return fmt.Errorf("router: %w", err)
+			}
 		}
 	}
 	if err := b.simt(logits, ft.ptr, g, n, 1, g.in, false); err != nil {

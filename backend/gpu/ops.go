@@ -22,12 +22,16 @@ func (b *Backend) Embed(e backend.Embedding, ids []int32, streams int, out backe
 			return fmt.Errorf("embed: token id %d outside vocab %d", id, em.vocab)
 		}
 	}
-	dev, err := b.upload(i32Bytes(ids))
-	if err != nil {
-		return fmt.Errorf("embed: %w", err)
+	p := b.recordedIDs(ids)
+	if p == 0 {
+		dev, err := b.upload(i32Bytes(ids))
+		if err != nil {
+			return fmt.Errorf("embed: %w", err)
+		}
+		defer dev.Free()
+		p = dev.Ptr
 	}
-	defer dev.Free()
-	return cuda.EmbedF32(b.s, ot.ptr, em.buf.Ptr, em.bf16, dev.Ptr, len(ids), em.dim, streams)
+	return cuda.EmbedF32(b.s, ot.ptr, em.buf.Ptr, em.bf16, p, len(ids), em.dim, streams)
 }
 
 // RMSNorm implements backend.Backend.

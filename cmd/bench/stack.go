@@ -28,7 +28,7 @@ type stackFlags struct {
 	layers, prefill, decode, batch   int
 	threads                          int
 	seed                             uint64
-	mtp, trace, profile              bool
+	mtp, trace, profile, graphs      bool
 	tp                               int
 	reserveGiB                       float64
 	// corrupt, if set (tests), edits the weights before the model is built.
@@ -51,6 +51,7 @@ func parseStack(args []string, stderr io.Writer) (*stackFlags, error) {
 	fs.IntVar(&f.threads, "threads", 0, "CPU backend workers (0 = GOMAXPROCS)")
 	fs.BoolVar(&f.mtp, "mtp", false, "also build (and upload) the MTP block")
 	fs.BoolVar(&f.trace, "trace-nonfinite", false, "check every sub-layer for NaN/Inf from the start (otherwise only on a rerun after a failure)")
+	fs.BoolVar(&f.graphs, "cuda-graphs", true, "record decode steps as CUDA graphs and replay them (not with --profile)")
 	fs.BoolVar(&f.profile, "profile", false, "time every backend op (synchronised) and print the prefill and decode breakdowns")
 	fs.IntVar(&f.tp, "tensor-parallel", 1, "ranks (GPUs 0..N-1 over NCCL with --device cuda, else CPU backends); needs --layers unless --preset small or small-tp")
 	fs.Float64Var(&f.reserveGiB, "reserve-gib", 8, "GPU memory kept free for activations when --layers is 0")
@@ -176,7 +177,22 @@ func stack(f *stackFlags, stdout, stderr io.Writer) error {
 	}
 	fmt.Fprintf(stdout, "generate %v  load %v\n", gen.Round(time.Millisecond), load.Round(time.Millisecond))
 
+	copyGBs := 0.0
+	if g, ok := be.(*gpu.Backend); ok {
+		if copyGBs, err = copyBandwidth(g.Context(), g.Stream(), 5); err != nil {
+			closeBE()
+			return fmt.Errorf("copy bandwidth: %w", err)
+		}
+	}
 	r, err := runPlan(m, f, prof)
+	graphs := ""
+	if g, ok := be.(*gpu.Backend); ok && f.graphs {
+		st := g.GraphStats()
+		graphs = fmt.Sprintf("cuda graphs: %d recorded, %d steps replayed, %d eager\n", st.Recorded, st.Replayed, st.Eager)
+		for _, e := range st.Failed {
+			graphs += "cuda graph not recorded: " + e + "\n"
+		}
+	}
 	if err != nil && !f.trace && errors.As(err, new(*nonFinite)) {
 		// Rerun the identical plan with the tracer to name the component.
 		fmt.Fprintf(stderr, "bench stack: %v; rerunning with the non-finite tracer\n", err)
@@ -202,6 +218,15 @@ func stack(f *stackFlags, stdout, stderr io.Writer) error {
 		return fmt.Errorf("profile: %w", prof.err)
 	}
 	r.print(stdout, f)
+	if copyGBs > 0 && len(r.steps) > 0 {
+		fb := decodeFloorBytes(c, formats, f.batch)
+		floor := float64(fb) / (copyGBs * 1e9)
+		s := slices.Clone(r.steps)
+		slices.Sort(s)
+		fmt.Fprintf(stdout, "decode floor: %s of weights per step at the copy rate %.0f GB/s = %.3f ms; step median %.2f× the floor\n",
+			gib(fb), copyGBs, floor*1e3, s[len(s)/2].Seconds()/floor)
+	}
+	fmt.Fprint(stdout, graphs)
 	if prof != nil {
 		fmt.Fprintln(stdout, r.profiles)
 	}
@@ -212,7 +237,7 @@ func openBackend(f *stackFlags) (backend.Backend, func(), error) {
 	if f.device == "cpu" {
 		return cpu.New(cpu.Options{Threads: f.threads}), func() {}, nil
 	}
-	g, err := gpu.New(gpu.Options{})
+	g, err := gpu.New(gpu.Options{Graphs: f.graphs})
 	if err != nil {
 		return nil, nil, fmt.Errorf("--device cuda: %w", err)
 	}

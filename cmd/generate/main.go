@@ -27,7 +27,7 @@ import (
 type flags struct {
 	model, prompt, tokens, dump, numerics, device string
 	steps, chunk, threads                         int
-	trace                                         bool
+	trace, graphs                                 bool
 }
 
 func main() {
@@ -68,6 +68,7 @@ func run(args []string, stdout, stderr io.Writer) error {
 	fs.IntVar(&f.chunk, "chunk", 0, "feed the prompt in chunks of N tokens (0 = all at once)")
 	fs.StringVar(&f.numerics, "numerics", "faithful", "faithful | exact")
 	fs.BoolVar(&f.trace, "trace-nonfinite", false, "check every sub-layer for NaN/Inf and report the first one")
+	fs.BoolVar(&f.graphs, "cuda-graphs", true, "record decode steps as CUDA graphs and replay them (--device cuda)")
 	fs.IntVar(&f.threads, "threads", 0, "CPU worker threads (0 = GOMAXPROCS)")
 	fs.StringVar(&f.device, "device", "cpu", "cpu | cuda")
 	if err := fs.Parse(args); err != nil {
@@ -103,7 +104,7 @@ func run(args []string, stdout, stderr io.Writer) error {
 	switch f.device {
 	case "cpu":
 	case "cuda":
-		g, err := gpu.New(gpu.Options{})
+		g, err := gpu.New(gpu.Options{Graphs: f.graphs})
 		if err != nil {
 			return fmt.Errorf("--device cuda: %w", err)
 		}

@@ -1,0 +1,278 @@
+package gpu
+
+import (
+	"fmt"
+	"slices"
+
+	"github.com/megamoe/megamoe/backend"
+	"github.com/megamoe/megamoe/cuda"
+)
+
+// Recorded decode steps (CUDA graphs). A step's ops are captured once per
+// layout (sequences, rows per sequence, context bucket) and replayed for later
+// steps: the host then only packs the step's inputs (row layout, block
+// tables, token ids) into pinned memory, copies them to the recording's fixed
+// device buffer and launches the graph, with no per-op host work and no
+// launch gaps.
+//
+// Every buffer an op allocates while recording comes from the arena, a pool
+// no eager op draws from: the addresses baked into the graphs stay theirs.
+// Graphs run one at a time on the backend's stream and rewrite every buffer
+// before reading it, so they share the arena.
+//
+// A layout is recorded the second time it is seen (the first step warms the
+// kernels, tables and pools eagerly); a layout whose recording fails runs
+// eagerly from then on.
+
+// ctxBucketMin is the smallest context capacity of a recording; capacities
+// double from there (the indexer's score rows and the block tables are sized
+// by it).
+const ctxBucketMin = 1024
+
+// maxGraphs bounds the recordings kept (each holds its graph and inputs).
+const maxGraphs = 64
+
+// stepGraph is one recorded step.
+type stepGraph struct {
+	exec  *cuda.GraphExec
+	out   backend.Tensor
+	meta  *cuda.Buffer     // the step's inputs: devBatch words, then the token ids
+	stage *cuda.HostBuffer // pinned staging of meta
+	words int              // int32 words of meta
+	cap   int              // context capacity (tokens)
+	nodes int
+	used  uint64 // replay clock at last use
+}
+
+// recording is the state while a step is captured.
+type recording struct {
+	bt  *backend.Batch
+	ids []int32
+	db  devBatch
+	tok cuda.DevicePtr // token ids on the device
+}
+
+// graphSet holds the recordings of a backend.
+type graphSet struct {
+	on     bool
+	arena  *cuda.Pool
+	graphs map[string]*stepGraph
+	seen   map[string]bool
+	failed map[string]error
+	clock  uint64
+	// Stats.
+	Recorded, Replayed, Eager int
+}
+
+// GraphStats counts recorded steps.
+type GraphStats struct {
+	Graphs, Recorded, Replayed, Eager int
+	Failed                            []string
+}
+
+// GraphStats reports how steps ran (tests, tools).
+func (b *Backend) GraphStats() GraphStats {
+	g := &b.graphs
+	st := GraphStats{Graphs: len(g.graphs), Recorded: g.Recorded, Replayed: g.Replayed, Eager: g.Eager}
+	for k, err := range g.failed {
+		st.Failed = append(st.Failed, k+": "+err.Error())
+	}
+	slices.Sort(st.Failed)
+	return st
+}
+
+// graphKey is the recorded layout of bt, or "" when bt is no decode step
+// (one row per sequence).
+func graphKey(bt *backend.Batch) (key string, capacity int) {
+	if len(bt.Seqs) == 0 || bt.Rows() != len(bt.Seqs) {
+		return "", 0
+	}
+	end := 0
+	for _, s := range bt.Seqs {
+		if s.Rows != 1 {
+			return "", 0
+		}
+		end = max(end, s.Start+1)
+	}
+	capacity = ctxBucketMin
+	for capacity < end {
+		capacity *= 2
+	}
+	return fmt.Sprintf("decode n=%d ctx=%d", len(bt.Seqs), capacity), capacity
+}
+
+// RecordStep implements backend.StepRecorder.
+func (b *Backend) RecordStep(bt *backend.Batch, ids []int32, forward func() (backend.Tensor, error)) (backend.Tensor, error) {
+	g := &b.graphs
+	key, capacity := graphKey(bt)
+	if !g.on || key == "" || b.rec != nil || len(ids) != bt.Rows() {
+		g.Eager++
+		return forward()
+	}
+	if sg := g.graphs[key]; sg != nil {
+		return b.replay(sg, bt, ids)
+	}
+	if _, bad := g.failed[key]; bad || !g.seen[key] {
+		g.seen[key] = true
+		g.Eager++
+		return forward()
+	}
+	sg, err := b.record(bt, ids, capacity, forward)
+	if err != nil {
+		// Record nothing for this layout again; the step runs eagerly (and
+		// reports its own error if forward itself failed).
+		g.failed[key] = err
+		g.Eager++
+		return forward()
+	}
+	if len(g.graphs) >= maxGraphs {
+		b.evictGraph()
+	}
+	g.graphs[key] = sg
+	g.Recorded++
+	return b.replay(sg, bt, ids)
+}
+
+// record captures forward's ops into a new graph.
+func (b *Backend) record(bt *backend.Batch, ids []int32, capacity int, forward func() (backend.Tensor, error)) (*stepGraph, error) {
+	g := &b.graphs
+	if g.arena == nil {
+		g.arena = b.ctx.NewPool()
+	}
+	capBlk := b.capBlocks(capacity)
+	words, db, err := layoutBatch(bt, capBlk, nil)
+	if err != nil {
+		return nil, err
+	}
+	sg := &stepGraph{words: len(words) + len(ids), cap: capacity}
+	if sg.meta, err = b.ctx.Alloc(4 * sg.words); err != nil {
+		return nil, err
+	}
+	if sg.stage, err = b.ctx.AllocHost(4 * sg.words); err != nil {
+		sg.free()
+		return nil, err
+	}
+	db.place(sg.meta.Ptr)
+	db.MaxEnd = capacity
+	b.rec = &recording{bt: bt, ids: ids, db: db, tok: sg.meta.Ptr.Add(4 * len(words))}
+	if err := b.s.BeginCapture(); err != nil {
+		b.rec = nil
+		sg.free()
+		return nil, err
+	}
+	out, ferr := forward()
+	graph, cerr := b.s.EndCapture()
+	b.rec = nil
+	if ferr == nil && cerr != nil {
+		ferr = cerr
+	}
+	if ferr != nil {
+		if graph != nil {
+			graph.Close()
+		}
+		sg.free()
+		return nil, fmt.Errorf("record step: %w", ferr)
+	}
+	defer graph.Close()
+	if sg.nodes, err = graph.Nodes(); err != nil {
+		sg.free()
+		return nil, err
+	}
+	if sg.exec, err = graph.Instantiate(); err != nil {
+		sg.free()
+		return nil, err
+	}
+	sg.out = out
+	return sg, nil
+}
+
+// replay runs a recorded step with bt's inputs.
+func (b *Backend) replay(sg *stepGraph, bt *backend.Batch, ids []int32) (backend.Tensor, error) {
+	g := &b.graphs
+	capBlk := b.capBlocks(sg.cap)
+	host := unsafeInt32s(sg.stage.Bytes())[:0]
+	host, _, err := layoutBatch(bt, capBlk, host)
+	if err != nil {
+		return nil, err
+	}
+	host = append(host, ids...)
+	if len(host) != sg.words {
+		return nil, fmt.Errorf("replay step: %d input words, the recording holds %d", len(host), sg.words)
+	}
+	// The staging is pinned: the copy is asynchronous, and the next replay of
+	// this graph rewrites the staging only after the caller has synchronised
+	// (it downloads the step's output).
+	if err := b.s.CopyHtoD(sg.meta.Ptr, sg.stage.Bytes()); err != nil {
+		return nil, fmt.Errorf("replay step: %w", err)
+	}
+	if err := sg.exec.Launch(b.s); err != nil {
+		return nil, fmt.Errorf("replay step: %w", err)
+	}
+	g.clock++
+	sg.used = g.clock
+	g.Replayed++
+	return sg.out, nil
+}
+
+// evictGraph drops the least recently replayed recording.
+func (b *Backend) evictGraph() {
+	g := &b.graphs
+	var oldest string
+	for k, sg := range g.graphs {
+		if oldest == "" || sg.used < g.graphs[oldest].used {
+			oldest = k
+		}
+	}
+	if sg := g.graphs[oldest]; sg != nil {
+		// The stream may still run its last replay.
+		_ = b.s.Synchronize()
+		sg.free()
+		delete(g.graphs, oldest)
+	}
+}
+
+func (sg *stepGraph) free() {
+	if sg.exec != nil {
+		_ = sg.exec.Close()
+		sg.exec = nil
+	}
+	if sg.meta != nil {
+		sg.meta.Free()
+		sg.meta = nil
+	}
+	if sg.stage != nil {
+		_ = sg.stage.Close()
+		sg.stage = nil
+	}
+}
+
+// closeGraphs frees every recording and the arena (the stream is idle).
+func (b *Backend) closeGraphs() error {
+	g := &b.graphs
+	for k, sg := range g.graphs {
+		sg.free()
+		delete(g.graphs, k)
+	}
+	if g.arena != nil {
+		return g.arena.Trim()
+	}
+	return nil
+}
+
+// capBlocks is the block-table capacity of a recording: the blocks that
+// hold capacity tokens (at least one slot).
+func (b *Backend) capBlocks(capacity int) int {
+	if b.blockTok <= 0 {
+		return 1
+	}
+	return max((capacity+b.blockTok-1)/b.blockTok, 1)
+}
+
+// recordedIDs returns the device copy of ids when they are the recorded
+// step's token ids (Embed, hash routing), else 0.
+func (b *Backend) recordedIDs(ids []int32) cuda.DevicePtr {
+	if c := b.rec; c != nil && len(ids) == len(c.ids) && (len(ids) == 0 || &ids[0] == &c.ids[0] || slices.Equal(ids, c.ids)) {
+		return c.tok
+	}
+	return 0
+}
