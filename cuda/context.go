@@ -303,23 +303,33 @@ type Args struct {
 }
 
 func (a *Args) put(size int, bits uint64) *Args {
-	a.n = (a.n + size - 1) &^ (size - 1)
-	if a.n+size > len(a.buf)*8 {
+	if b := a.slot(size, size); b != nil {
+		for i := range b {
+			b[i] = byte(bits >> (8 * i))
+		}
+	}
+	return a
+}
+
+// slot reserves the next parameter, size bytes aligned to align, and returns
+// its bytes (nil after an error).
+func (a *Args) slot(size, align int) []byte {
+	if a.err != nil {
+		return nil
+	}
+	n := (a.n + align - 1) &^ (align - 1)
+	if n+size > len(a.buf)*8 {
 		a.err = fmt.Errorf("cuda: kernel arguments exceed %d bytes", len(a.buf)*8)
-		return a
+		return nil
 	}
 	if a.na == len(a.offs) {
 		a.err = fmt.Errorf("cuda: more than %d kernel arguments", len(a.offs))
-		return a
+		return nil
 	}
-	a.offs[a.na] = int32(a.n)
+	a.offs[a.na] = int32(n)
 	a.na++
-	b := unsafe.Slice((*byte)(unsafe.Pointer(&a.buf[0])), len(a.buf)*8)
-	for i := 0; i < size; i++ {
-		b[a.n+i] = byte(bits >> (8 * i))
-	}
-	a.n += size
-	return a
+	a.n = n + size
+	return unsafe.Slice((*byte)(unsafe.Pointer(&a.buf[0])), len(a.buf)*8)[n : n+size]
 }
 
 // Ptr appends a device pointer.

@@ -37,6 +37,14 @@ func TestArgsLayout(t *testing.T) {
 	if f := math.Float32frombits(uint32(b[16]) | uint32(b[17])<<8 | uint32(b[18])<<16 | uint32(b[19])<<24); f != 1.5 {
 		t.Errorf("float at 16 = %v", f)
 	}
+	var m TensorMap
+	for i := range m {
+		m[i] = uint64(i + 1)
+	}
+	tm := new(Args).I32(3).Map(&m).I32(4)
+	if tm.err != nil || tm.na != 3 || tm.offs[1] != 64 || tm.offs[2] != 192 || tm.buf[8] != 1 || tm.buf[23] != 16 {
+		t.Errorf("tensor map parameter: err %v, %d params at %v, words %v", tm.err, tm.na, tm.offs[:tm.na], tm.buf[8:24])
+	}
 	big := new(Args)
 	for i := 0; i < 70; i++ {
 		big.Ptr(0)

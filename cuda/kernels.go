@@ -98,10 +98,11 @@ func splitK(tiles, nkb int) (splits, per int) {
 	return ceilDiv(nkb, per), per
 }
 
-// linearPlan is the launch of one FP8 linear: up to 16 rows take
+// linearPlan is the mma.sync launch of one FP8 linear: up to 16 rows take
 // linear_fp8_dec in one launch (16 outputs x all rows per warp, K split over
 // the warps of a CTA, no scratch), up to 64 the tiled kernel with split K,
-// beyond that the tiled kernel alone.
+// beyond that the tiled kernel alone. On sm_90a the wgmma kernel takes every
+// shape above the decode kernel's rows (linear_wg.go).
 type linearPlan struct {
 	dec         bool
 	splits, per int
@@ -252,11 +253,10 @@ type MoEShape struct {
 
 // moePlan is the launch of one grouped GEMM, fixed by the shape and the
 // path (so that its scratch size is too): decode-shaped lists (moeDecode)
-// run moe_fp4_dec over 8-row tiles, 64
-// output columns per CTA; larger ones moe_fp4_wg (sm_90a, tiles of bm rows
-// by the expected rows per expert) or moe_fp4_gemm (64-row tiles, 128
-// columns per CTA). K is split when the CTAs are too few to keep the weight
-// stream in flight (mma.sync paths).
+// run moe_fp4_dec over 8-row tiles, 64 output columns per CTA; larger ones
+// moe_fp4_wg (sm_90a, tiles of bm rows by the expected rows per expert) or
+// moe_fp4_gemm (64-row tiles, 128 columns per CTA). K is split when the CTAs
+// are too few to keep the weight stream in flight (mma.sync paths).
 type moePlan struct {
 	path                 Path
 	bm, maxTiles, colsPC int

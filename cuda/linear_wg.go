@@ -1,5 +1,7 @@
 package cuda
 
+import "fmt"
+
 // The sm_90a FP8 linear (kernels/linear_fp8_wg.cu): TMA loads, wgmma, one
 // 128x128 tile per CTA (384 threads, one CTA per SM), for more rows than the
 // decode kernel takes (H200, 2026-12-04, at 64 rows: 12.4 against 16.0 µs
@@ -25,6 +27,9 @@ func planLinearWG(m, n, k int) linearPlan {
 }
 
 func linearFP8WG(s *Stream, y, xq, xs, w, ws DevicePtr, m, n, k int, scratch DevicePtr) error {
+	if !s.ctx.HasTMA() {
+		return fmt.Errorf("cuda: linear_fp8_wg: device %s has no sm_90a TMA path", s.ctx.dev.Name)
+	}
 	p := planLinearWG(m, n, k)
 	if scratch == 0 {
 		p.splits, p.per = 1, k/128

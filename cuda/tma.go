@@ -38,19 +38,8 @@ func (c *Context) TensorMapBytes2D(p DevicePtr, rows, cols, boxRows, boxCols int
 
 // Map appends a tensor map (a 128-byte, 64-byte aligned parameter).
 func (a *Args) Map(m *TensorMap) *Args {
-	a.n = (a.n + 63) &^ 63
-	if a.n+128 > len(a.buf)*8 {
-		a.err = fmt.Errorf("cuda: kernel arguments exceed %d bytes", len(a.buf)*8)
-		return a
+	if b := a.slot(128, 64); b != nil {
+		copy(b, unsafe.Slice((*byte)(unsafe.Pointer(&m[0])), 128))
 	}
-	if a.na == len(a.offs) {
-		a.err = fmt.Errorf("cuda: more than %d kernel arguments", len(a.offs))
-		return a
-	}
-	a.offs[a.na] = int32(a.n)
-	a.na++
-	b := unsafe.Slice((*byte)(unsafe.Pointer(&a.buf[0])), len(a.buf)*8)
-	copy(b[a.n:a.n+128], unsafe.Slice((*byte)(unsafe.Pointer(&m[0])), 128))
-	a.n += 128
 	return a
 }

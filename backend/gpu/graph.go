@@ -60,20 +60,24 @@ type graphSet struct {
 	seen   map[string]bool
 	failed map[string]error
 	clock  uint64
-	// Stats.
-	Recorded, Replayed, Eager int
+	stats  GraphStats // counts; Graphs, Nodes and Failed filled on demand
 }
 
-// GraphStats counts recorded steps.
+// GraphStats counts how steps ran.
 type GraphStats struct {
 	Graphs, Recorded, Replayed, Eager int
+	Nodes                             int // nodes (kernels, copies, memsets) of the recordings kept
 	Failed                            []string
 }
 
 // GraphStats reports how steps ran (tests, tools).
 func (b *Backend) GraphStats() GraphStats {
 	g := &b.graphs
-	st := GraphStats{Graphs: len(g.graphs), Recorded: g.Recorded, Replayed: g.Replayed, Eager: g.Eager}
+	st := g.stats
+	st.Graphs = len(g.graphs)
+	for _, sg := range g.graphs {
+		st.Nodes += sg.nodes
+	}
 	for k, err := range g.failed {
 		st.Failed = append(st.Failed, k+": "+err.Error())
 	}
@@ -106,7 +110,7 @@ func (b *Backend) RecordStep(bt *backend.Batch, ids []int32, forward func() (bac
 	g := &b.graphs
 	key, capacity := graphKey(bt)
 	if !g.on || key == "" || b.rec != nil || len(ids) != bt.Rows() {
-		g.Eager++
+		g.stats.Eager++
 		return forward()
 	}
 	if sg := g.graphs[key]; sg != nil {
@@ -114,7 +118,7 @@ func (b *Backend) RecordStep(bt *backend.Batch, ids []int32, forward func() (bac
 	}
 	if _, bad := g.failed[key]; bad || !g.seen[key] {
 		g.seen[key] = true
-		g.Eager++
+		g.stats.Eager++
 		return forward()
 	}
 	sg, err := b.record(bt, ids, capacity, forward)
@@ -122,14 +126,14 @@ func (b *Backend) RecordStep(bt *backend.Batch, ids []int32, forward func() (bac
 		// Record nothing for this layout again; the step runs eagerly (and
 		// reports its own error if forward itself failed).
 		g.failed[key] = err
-		g.Eager++
+		g.stats.Eager++
 		return forward()
 	}
 	if len(g.graphs) >= maxGraphs {
 		b.evictGraph()
 	}
 	g.graphs[key] = sg
-	g.Recorded++
+	g.stats.Recorded++
 	return b.replay(sg, bt, ids)
 }
 
@@ -210,7 +214,7 @@ func (b *Backend) replay(sg *stepGraph, bt *backend.Batch, ids []int32) (backend
 	}
 	g.clock++
 	sg.used = g.clock
-	g.Replayed++
+	g.stats.Replayed++
 	return sg.out, nil
 }
 

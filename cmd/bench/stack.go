@@ -188,7 +188,7 @@ func stack(f *stackFlags, stdout, stderr io.Writer) error {
 	graphs := ""
 	if g, ok := be.(*gpu.Backend); ok && f.graphs {
 		st := g.GraphStats()
-		graphs = fmt.Sprintf("cuda graphs: %d recorded, %d steps replayed, %d eager\n", st.Recorded, st.Replayed, st.Eager)
+		graphs = fmt.Sprintf("cuda graphs: %d recorded (%d nodes), %d steps replayed, %d eager\n", st.Recorded, st.Nodes, st.Replayed, st.Eager)
 		for _, e := range st.Failed {
 			graphs += "cuda graph not recorded: " + e + "\n"
 		}

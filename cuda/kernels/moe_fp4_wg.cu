@@ -45,15 +45,6 @@ extern "C" __global__ void fp8_dequant_bf16(u16* __restrict__ xb, const u8* __re
 
 #ifdef SM90A
 // d (64 weight rows x BT tokens, fp32) += A(64x16 bf16) * B(BTx16 bf16)^T, both K-major.
-DEV void wgmma_bf16(float (&d)[8], u64 da, u64 db) {
-	asm volatile(
-		"{\n.reg .pred p;\nsetp.eq.u32 p, 1, 1;\n"
-		"wgmma.mma_async.sync.aligned.m64n16k16.f32.bf16.bf16 "
-		"{%0, %1, %2, %3, %4, %5, %6, %7}, %8, %9, p, 1, 1, 0, 0;\n}\n"
-		: "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7])
-		: "l"(da), "l"(db));
-}
-
 DEV void wgmma_bf16(float (&d)[16], u64 da, u64 db) {
 	asm volatile(
 		"{\n.reg .pred p;\nsetp.eq.u32 p, 1, 1;\n"
