@@ -165,6 +165,20 @@ func LinearFP8ScratchBytes(m, n, k int) int {
 // LinearFP8ScratchBytes (decode shapes) K is split over more CTAs; scratch 0
 // runs unsplit.
 func LinearFP8(s *Stream, y, xq, xs, w, ws DevicePtr, m, n, k int, scratch DevicePtr) error {
+	return linearFP8(s, y, 0, xq, xs, w, ws, m, n, k, scratch)
+}
+
+// LinearFP8F32 is LinearFP8 with the bf16 results widened to fp32 into yf
+// [m, n]: the decode kernel stores them so itself; the other paths write
+// bf16 to y (scratch of 2·m·n bytes) and widen it.
+func LinearFP8F32(s *Stream, yf, y, xq, xs, w, ws DevicePtr, m, n, k int, scratch DevicePtr) error {
+	if yf == 0 {
+		return fmt.Errorf("cuda: linear_fp8: no fp32 output")
+	}
+	return linearFP8(s, y, yf, xq, xs, w, ws, m, n, k, scratch)
+}
+
+func linearFP8(s *Stream, y, yf, xq, xs, w, ws DevicePtr, m, n, k int, scratch DevicePtr) error {
 	if m < 0 || n <= 0 || k <= 0 || k%128 != 0 || n%8 != 0 {
 		return fmt.Errorf("cuda: linear_fp8: bad shape m=%d n=%d k=%d (k %% 128 == 0, n %% 8 == 0)", m, n, k)
 	}
@@ -175,6 +189,26 @@ func LinearFP8(s *Stream, y, xq, xs, w, ws DevicePtr, m, n, k int, scratch Devic
 		return fmt.Errorf("cuda: linear_fp8: m=%d exceeds the grid limit", m)
 	}
 	p := planLinear(m, n, k)
+	choice := s.ctx.kernelChoice().Linear
+	dec := p.dec && choice == PathAuto
+	if choice == PathDec && m <= decMaxRows {
+		p = planLinear(1, n, k) // forced: the geometry depends on n and k only
+		dec = p.dec
+	}
+	if dec {
+		warps, groups := decGeometry(p.slices)
+		d := new(Args).Ptr(y).Ptr(xq).Ptr(xs).Ptr(w).Ptr(ws).I32(m).I32(n).I32(k).I32(p.slices).Ptr(yf)
+		grid := Dim3{uint32(ceilDiv(ceilDiv(n, 16), groups)), 1, 1}
+		return launch(s, "linear_fp8", "linear_fp8_dec", grid, Dim3{uint32(32 * warps), 1, 1}, 0, d)
+	}
+	if err := linearFP8Tiled(s, y, xq, xs, w, ws, m, n, k, scratch, p); err != nil || yf == 0 {
+		return err
+	}
+	return BF16ToF32(s, yf, y, int64(m*n))
+}
+
+// linearFP8Tiled runs the wgmma or the mma.sync tiled kernel (bf16 out).
+func linearFP8Tiled(s *Stream, y, xq, xs, w, ws DevicePtr, m, n, k int, scratch DevicePtr, p linearPlan) error {
 	switch s.ctx.kernelChoice().Linear {
 	case PathWG:
 		if m <= decMaxRows {
@@ -182,26 +216,13 @@ func LinearFP8(s *Stream, y, xq, xs, w, ws DevicePtr, m, n, k int, scratch Devic
 		}
 		return linearFP8WG(s, y, xq, xs, w, ws, m, n, k, scratch)
 	case PathTiled:
-		p.dec = false
 		if m <= decMaxRows {
 			scratch = 0
 		}
-	case PathDec:
-		if m <= decMaxRows {
-			p = planLinear(1, n, k)
-			break
-		}
-		fallthrough // the decode kernel takes at most decMaxRows rows
 	default:
 		if m >= wgMinRow && s.ctx.HasTMA() {
 			return linearFP8WG(s, y, xq, xs, w, ws, m, n, k, scratch)
 		}
-	}
-	if p.dec {
-		warps, groups := decGeometry(p.slices)
-		d := new(Args).Ptr(y).Ptr(xq).Ptr(xs).Ptr(w).Ptr(ws).I32(m).I32(n).I32(k).I32(p.slices)
-		grid := Dim3{uint32(ceilDiv(ceilDiv(n, 16), groups)), 1, 1}
-		return launch(s, "linear_fp8", "linear_fp8_dec", grid, Dim3{uint32(32 * warps), 1, 1}, 0, d)
 	}
 	if scratch == 0 {
 		p.splits, p.per = 1, k/128
@@ -366,25 +387,75 @@ func (s *Stream) moePath(sh MoEShape) Path {
 // w [E][N][K/2] (element 2i in the low nibble) with wscale e8m0 [E][N][K/32]
 // (MXFP4) or e4m3 [E][N][K/16] plus gscale fp32 [E] (NVFP4). offsets is int32
 // [E+1] on the device. Rows outside every range are not written. scratch
-// holds MoEScratchBytes(sh).
+// holds MoEScratchBytes(sh). It is MoETiles then MoEFP4Tiles.
 func MoEFP4(s *Stream, y, xq, xs, offsets, w, wscale, gscale DevicePtr, sh MoEShape, scratch DevicePtr) error {
+	if err := checkMoEArgs(sh, gscale); err != nil {
+		return err
+	}
+	tl, err := MoETiles(s, offsets, sh, scratch)
+	if err != nil {
+		return err
+	}
+	return MoEFP4Tiles(s, y, xq, xs, w, wscale, gscale, sh, scratch, tl)
+}
+
+// MoETileList is the tile list MoETiles wrote at the start of a scratch. The
+// GEMMs of one MoE layer (w13 and w2: the same rows and experts) share it.
+type MoETileList struct {
+	offsets      DevicePtr
+	bm, maxTiles int
+}
+
+// MoETiles writes the token tiles of the rows behind offsets into scratch
+// (sized by MoEScratchBytes) for the path sh takes.
+func MoETiles(s *Stream, offsets DevicePtr, sh MoEShape, scratch DevicePtr) (MoETileList, error) {
+	if err := checkMoEShape(sh); err != nil {
+		return MoETileList{}, err
+	}
+	if sh.Rows == 0 {
+		return MoETileList{}, nil
+	}
+	p := planMoE(sh, s.moePath(sh))
+	if p.maxTiles > 65535 || sh.Experts > 1<<20 {
+		return MoETileList{}, fmt.Errorf("cuda: moe_fp4_gemm: %d rows exceed the grid limit", sh.Rows)
+	}
+	a := new(Args).Ptr(offsets).I32(sh.Experts).I32(sh.Rows).Ptr(scratch).I32(p.maxTiles).I32(p.bm)
+	if err := launch(s, "moe_fp4", "moe_tile_map", Dim3{1, 1, 1}, Dim3{1024, 1, 1}, 0, a); err != nil {
+		return MoETileList{}, err
+	}
+	return MoETileList{offsets: offsets, bm: p.bm, maxTiles: p.maxTiles}, nil
+}
+
+func checkMoEShape(sh MoEShape) error {
 	if sh.Experts <= 0 || sh.Rows < 0 || sh.N <= 0 || sh.K <= 0 || sh.K%128 != 0 || sh.N%8 != 0 {
 		return fmt.Errorf("cuda: moe_fp4_gemm: bad shape %+v (K %% 128 == 0, N %% 8 == 0)", sh)
 	}
+	return nil
+}
+
+func checkMoEArgs(sh MoEShape, gscale DevicePtr) error {
+	if err := checkMoEShape(sh); err != nil {
+		return err
+	}
 	if sh.Format == NVFP4 && gscale == 0 {
 		return fmt.Errorf("cuda: moe_fp4_gemm: NVFP4 needs the per-expert global scales")
+	}
+	return nil
+}
+
+// MoEFP4Tiles is MoEFP4 on a tile list MoETiles built for the same rows and
+// experts (and so the same path).
+func MoEFP4Tiles(s *Stream, y, xq, xs, w, wscale, gscale DevicePtr, sh MoEShape, scratch DevicePtr, tl MoETileList) error {
+	if err := checkMoEArgs(sh, gscale); err != nil {
+		return err
 	}
 	if sh.Rows == 0 {
 		return nil
 	}
 	path := s.moePath(sh)
 	p := planMoE(sh, path)
-	if p.maxTiles > 65535 || sh.Experts > 1<<20 {
-		return fmt.Errorf("cuda: moe_fp4_gemm: %d rows exceed the grid limit", sh.Rows)
-	}
-	a := new(Args).Ptr(offsets).I32(sh.Experts).I32(sh.Rows).Ptr(scratch).I32(p.maxTiles).I32(p.bm)
-	if err := launch(s, "moe_fp4", "moe_tile_map", Dim3{1, 1, 1}, Dim3{1024, 1, 1}, 0, a); err != nil {
-		return err
+	if p.bm != tl.bm || p.maxTiles != tl.maxTiles {
+		return fmt.Errorf("cuda: moe_fp4_gemm: tile list of %d-row tiles (%d) built for another shape than %+v (%d-row tiles, %d)", tl.bm, tl.maxTiles, sh, p.bm, p.maxTiles)
 	}
 	nv := 0
 	if sh.Format == NVFP4 {
@@ -409,7 +480,7 @@ func MoEFP4(s *Stream, y, xq, xs, offsets, w, wscale, gscale DevicePtr, sh MoESh
 	if err != nil || p.splits == 1 {
 		return err
 	}
-	return fp8Reduce(s, y, part, p.splits, sh.Rows, sh.N, offsets, sh.Experts)
+	return fp8Reduce(s, y, part, p.splits, sh.Rows, sh.N, tl.offsets, sh.Experts)
 }
 
 // SwiGLU computes out[r, i] = bf16(silu(min(g, limit)) · clamp(u, ±limit) · weights[r])

@@ -65,9 +65,36 @@ func IndexerScoresF32(s *Stream, scores, q, w, ik, seqs, pos, seqOf, blocks Devi
 	if rows == 0 || ld == 0 {
 		return nil
 	}
+	// q of a row must fit in shared memory (227 KiB per block on Hopper,
+	// less the kernel's static koff[]).
+	const maxSmem = 226 * 1024
+	smem := indexerScoresSmem(heads, hd)
+	if heads > 1<<16 || hd > 1<<16 || smem > maxSmem || rows > 1<<31-1 {
+		return fmt.Errorf("cuda: indexer_scores_f32: shape rows=%d heads=%d hd=%d needs %d bytes of shared memory (at most %d)", rows, heads, hd, smem, maxSmem)
+	}
+	// One block per (row, group of 16-entry tiles): q of the row is staged
+	// once per block, so a long row is split over at most indexerScoresCTAs
+	// blocks in all (about one wave of 4 blocks on each of 132 SMs), each
+	// walking several tiles.
+	tiles := ceilDiv(ld, indexerScoresTile)
+	gy := min(tiles, max(1, indexerScoresCTAs/rows))
 	a := new(Args).Ptr(scores).Ptr(q).Ptr(w).Ptr(ik).Ptr(seqs).Ptr(pos).Ptr(seqOf).Ptr(blocks).
 		I32(ld).I32(heads).I32(hd).I32(ratio).I32(per).I32(b2i(faithful))
-	return launch(s, "attn_f32", "indexer_scores_f32", Dim3{uint32(ceilDiv(ld, 8)), uint32(rows), 1}, Dim3{256, 1, 1}, 0, a)
+	return launch(s, "attn_f32", "indexer_scores_f32", Dim3{uint32(rows), uint32(gy), 1}, Dim3{128, 1, 1}, smem, a)
+}
+
+const (
+	indexerScoresTile = 16      // IX_TE of attn_f32.cu
+	indexerScoresCTAs = 4 * 132 // blocks the scores of one step aim for
+)
+
+// indexerScoresSmem is indexer_scores_f32's dynamic shared memory: q of a row
+// and the keys of a tile at a padded row stride hdp, w, and the tile's
+// per-(entry, head) terms. 46656 bytes for 64 heads of 128.
+func indexerScoresSmem(heads, hd int) int {
+	hd4 := (hd + 3) &^ 3
+	hdp := ((hd4 / 4) | 1) * 4
+	return 4 * ((heads+indexerScoresTile)*hdp + heads + indexerScoresTile*(heads+1))
 }
 
 // TopKMax is the largest top-k IndexerTopKF32 sorts in shared memory.

@@ -155,9 +155,31 @@ type LinearShape struct {
 	SCols           int     // scale-grid columns
 }
 
+// gemvKernels are the decode GEMV kernels of linear_f32.cu by [M > 1][format].
+var gemvKernels = [2][5]string{
+	{"gemv1_f32_w0", "gemv1_f32_w1", "gemv1_f32_w2", "gemv1_f32_w3", "gemv1_f32_w4"},
+	{"gemv_f32_w0", "gemv_f32_w1", "gemv_f32_w2", "gemv_f32_w3", "gemv_f32_w4"},
+}
+
+// gemvMinCTAs is the grid the decode GEMV aims for: several waves of CTAs
+// on a 132-SM H200, so that small N still has enough loads in flight.
+const gemvMinCTAs = 2048
+
+// gemvLogRowsPerCTA returns log2 of the GEMV's output rows per 8-warp CTA
+// (rpc = 8, 4, 2 or 1; the 8/rpc warps of a row split K): the most rows that
+// still give gemvMinCTAs CTAs.
+func gemvLogRowsPerCTA(n int) int {
+	l := 3
+	for l > 0 && ceilDiv(n, 1<<l) < gemvMinCTAs {
+		l--
+	}
+	return l
+}
+
 // LinearF32Kernel runs the fp32 SIMT linear (weights dequantised on chip).
 func LinearF32Kernel(s *Stream, y, x, w, ws DevicePtr, sh LinearShape, rnd bool) error {
-	if sh.M < 0 || sh.N <= 0 || sh.K <= 0 || sh.R <= 0 || sh.N%sh.R != 0 || sh.LdX < sh.K*(sh.N/sh.R) {
+	if sh.M < 0 || sh.N <= 0 || sh.K <= 0 || sh.R <= 0 || sh.N%sh.R != 0 || sh.LdX < sh.K*(sh.N/sh.R) ||
+		sh.Format < WeightF32 || sh.Format > WeightNVFP4 {
 		return fmt.Errorf("cuda: linear_f32: bad shape %+v", sh)
 	}
 	if sh.Format >= WeightMXFP4 && sh.K%2 != 0 {
@@ -172,9 +194,11 @@ func LinearF32Kernel(s *Stream, y, x, w, ws DevicePtr, sh LinearShape, rnd bool)
 	a := new(Args).Ptr(y).Ptr(x).Ptr(w).Ptr(ws).I32(int(sh.Format)).F32(sh.Scale2).I32(sh.SCols).
 		I32(sh.M).I32(sh.N).I32(sh.K).I32(sh.R).I32(sh.LdX).I32(b2i(rnd))
 	if sh.M <= 8 && sh.K%8 == 0 && sh.LdX%4 == 0 && x%16 == 0 && w%16 == 0 {
-		// Decode: a warp per output row streams the weights (the tiled
-		// kernel would run ceil(N/64) CTAs over the whole of K).
-		return launch(s, "linear_f32", "gemv_f32", Dim3{uint32(ceilDiv(sh.N, 8)), 1, 1}, Dim3{256, 1, 1}, 0, a)
+		// Decode: warps stream the weights (the tiled kernel would run
+		// ceil(N/64) CTAs over the whole of K).
+		lrpc := gemvLogRowsPerCTA(sh.N)
+		name := gemvKernels[min(sh.M, 2)-1][sh.Format]
+		return launch(s, "linear_f32", name, Dim3{uint32(ceilDiv(sh.N, 1<<lrpc)), 1, 1}, Dim3{256, 1, 1}, 0, a.I32(lrpc))
 	}
 	grid := Dim3{uint32(ceilDiv(sh.R, 64)), uint32(ceilDiv(sh.M, 64)), uint32(sh.N / sh.R)}
 	return launch(s, "linear_f32", "linear_f32", grid, Dim3{256, 1, 1}, 0, a)

@@ -38,35 +38,6 @@ func MoEPermute(s *Stream, ids DevicePtr, nk, experts int, counts, offsets, perm
 	return launch(s, "moe_route", "moe_scatter", grid, Dim3{256, 1, 1}, 0, b)
 }
 
-// MoEGather copies x [*, d] row perm[m]/k into xg [m, d] for m < offsets[E]
-// (rows is the capacity of xg).
-func MoEGather(s *Stream, xg, x, perm, offsets DevicePtr, experts, k, d, rows int) error {
-	if rows < 0 || experts <= 0 || k <= 0 || d <= 0 || rows > 1<<31-1 {
-		return fmt.Errorf("cuda: moe_gather: bad shape rows=%d k=%d d=%d", rows, k, d)
-	}
-	if rows == 0 {
-		return nil
-	}
-	a := new(Args).Ptr(xg).Ptr(x).Ptr(perm).Ptr(offsets).I32(experts).I32(k).I32(d)
-	return launch(s, "moe_route", "moe_gather", Dim3{uint32(rows), 1, 1}, Dim3{256, 1, 1}, 0, a)
-}
-
-// MoESwiGLU: h [rows, inter] = bf16(w·silu-gate(g)·u) from the bf16 GEMM outputs
-// g, u [rows, inter], routing weight weights[perm[m]], clamp limit (<= 0: none).
-// gf, uf (optional, both or neither) receive g and u widened to fp32. exact:
-// g and u are fp32 and h is not rounded.
-func MoESwiGLU(s *Stream, h, g, u, perm, offsets DevicePtr, experts int, weights DevicePtr, rows, inter int, limit float32, gf, uf DevicePtr, exact bool) error {
-	if rows < 0 || experts <= 0 || inter <= 0 || (gf == 0) != (uf == 0) {
-		return fmt.Errorf("cuda: moe_swiglu: bad arguments rows=%d inter=%d", rows, inter)
-	}
-	if rows == 0 {
-		return nil
-	}
-	a := new(Args).Ptr(h).Ptr(g).Ptr(u).Ptr(perm).Ptr(offsets).I32(experts).Ptr(weights).I32(inter).F32(limit).Ptr(gf).Ptr(uf).I32(b2i(exact))
-	grid := Dim3{uint32(rows), uint32(min(ceilDiv(inter, 256), 64)), 1}
-	return launch(s, "moe_route", "moe_swiglu", grid, Dim3{256, 1, 1}, 0, a)
-}
-
 // MoECombine: acc [rows, d] = Σ over the k slots of each row, in ascending
 // expert id, of the expert outputs y [*, d] (bf16; exact: fp32) at inv[r*k+slot].
 func MoECombine(s *Stream, acc, y, ids, inv DevicePtr, rows, k, d int, exact bool) error {
@@ -76,8 +47,14 @@ func MoECombine(s *Stream, acc, y, ids, inv DevicePtr, rows, k, d int, exact boo
 	if rows == 0 {
 		return nil
 	}
+	// One block per (row, 512 values): d is split over blocks so a decode
+	// row (rows = 1) is not a single latency-bound block.
+	const chunk = 512 // COMBINE_CHUNK of moe_route.cu
+	if rows > 1<<31-1 || ceilDiv(d, chunk) > 65535 {
+		return fmt.Errorf("cuda: moe_combine: shape rows=%d d=%d exceeds the grid", rows, d)
+	}
 	a := new(Args).Ptr(acc).Ptr(y).Ptr(ids).Ptr(inv).I32(k).I32(d).I32(b2i(exact))
-	return launch(s, "moe_route", "moe_combine", Dim3{uint32(rows), 1, 1}, Dim3{256, 1, 1}, 0, a)
+	return launch(s, "moe_route", "moe_combine", Dim3{uint32(rows), uint32(ceilDiv(d, chunk)), 1}, Dim3{128, 1, 1}, 0, a)
 }
 
 // MoELinearF32 is the exact-mode grouped expert linear: for every expert e and

@@ -7,10 +7,16 @@ import "fmt"
 // decode kernel takes (H200, 2026-12-04, at 64 rows: 12.4 against 16.0 µs
 // for Flash wq_a, 30.9 against 43.5 µs for wo_b, ahead on every shape).
 
+// wgMinRow: the wgmma path accumulates inside each 128-K block at the tensor
+// cores' reduced precision (docs/numerics.md). From 17 rows it was faster,
+// but on prefills of 17-64 rows the flipped bf16 roundings pushed the GPU's
+// end-to-end logits error past the CPU's own sensitivity baseline (H200,
+// 2026-12-04: median 16.9 % against 6.5 %; 7.7 % with the mma.sync path), so
+// short prefills keep the exact-accumulating kernels.
 const (
 	wgStages = 5
 	wgSmem   = wgStages*2*128*128 + 2*wgStages*8 + 1024 // ring, barriers, alignment slack
-	wgMinRow = decMaxRows + 1
+	wgMinRow = 65
 )
 
 // planLinearWG splits K when the tiles alone fill less than about 2/3 of the

@@ -93,10 +93,10 @@ func (b *Backend) linearFP8(xt *Tensor, l *linear, ot *Tensor) error {
 	if err := cuda.QuantFP8F32(b.s, q, qs, 0, xt.ptr, m, k, k, 128); err != nil {
 		return err
 	}
-	if err := cuda.LinearFP8(b.s, y, q, qs, l.w.Ptr, l.scale.Ptr, m, n, k, part); err != nil {
+	if err := cuda.LinearFP8F32(b.s, ot.ptr, y, q, qs, l.w.Ptr, l.scale.Ptr, m, n, k, part); err != nil {
 		return fmt.Errorf("linear %s: %w", l.name, err)
 	}
-	return cuda.BF16ToF32(b.s, ot.ptr, y, int64(m*n))
+	return nil
 }
 
 // LinearF32 implements backend.Backend.

@@ -15,11 +15,14 @@ type proj struct {
 	n, k             int
 }
 
-// experts are the routed experts of one layer, all MXFP4 or all NVFP4.
+// experts are the routed experts of one layer, all MXFP4 or all NVFP4. w13
+// stacks w1 over w3 per expert ([E][2·inter][K/2]) so that gate and up run
+// as one GEMM; it needs one global scale per expert, so NVFP4 experts whose
+// w1 and w3 scales differ keep w1 and w3 apart (w13 unset).
 type experts struct {
 	count, dim, inter int
 	format            cuda.FP4Format
-	w1, w2, w3        proj
+	w1, w2, w3, w13   proj
 }
 
 func (e *experts) Count() int { return e.count }
@@ -61,14 +64,21 @@ func (b *Backend) PrepareExperts(name string, ex []checkpoint.Expert, dim, inter
 	if dim%128 != 0 || inter%128 != 0 {
 		return nil, fmt.Errorf("%s: gpu experts: dim %d and inter %d must be multiples of 128", name, dim, inter)
 	}
-	var err error
-	pick := []func(*checkpoint.Expert) *checkpoint.Linear{
-		func(x *checkpoint.Expert) *checkpoint.Linear { return &x.W1 },
-		func(x *checkpoint.Expert) *checkpoint.Linear { return &x.W2 },
-		func(x *checkpoint.Expert) *checkpoint.Linear { return &x.W3 },
+	w1 := func(x *checkpoint.Expert) []*checkpoint.Linear { return []*checkpoint.Linear{&x.W1} }
+	w2 := func(x *checkpoint.Expert) []*checkpoint.Linear { return []*checkpoint.Linear{&x.W2} }
+	w3 := func(x *checkpoint.Expert) []*checkpoint.Linear { return []*checkpoint.Linear{&x.W3} }
+	w13 := func(x *checkpoint.Expert) []*checkpoint.Linear { return []*checkpoint.Linear{&x.W1, &x.W3} }
+	type stacked struct {
+		p    *proj
+		pick func(*checkpoint.Expert) []*checkpoint.Linear
 	}
-	for k, p := range []*proj{&e.w1, &e.w2, &e.w3} {
-		if *p, err = b.stack(ex, pick[k], e.format); err != nil {
+	stacks := []stacked{{&e.w13, w13}, {&e.w2, w2}}
+	if !sameGlobalScales(ex) {
+		stacks = []stacked{{&e.w1, w1}, {&e.w2, w2}, {&e.w3, w3}}
+	}
+	for _, st := range stacks {
+		var err error
+		if *st.p, err = b.stack(ex, st.pick, e.format); err != nil {
 			e.free()
 			return nil, fmt.Errorf("%s: %w", name, err)
 		}
@@ -76,8 +86,19 @@ func (b *Backend) PrepareExperts(name string, ex []checkpoint.Expert, dim, inter
 	return e, nil
 }
 
+// sameGlobalScales reports whether every expert's w1 and w3 share their
+// global scale (always so for MXFP4, whose Scale2 is unused).
+func sameGlobalScales(ex []checkpoint.Expert) bool {
+	for i := range ex {
+		if ex[i].W1.Format == checkpoint.FormatNVFP4 && ex[i].W1.Scale2 != ex[i].W3.Scale2 {
+			return false
+		}
+	}
+	return true
+}
+
 func (e *experts) free() {
-	for _, p := range []*proj{&e.w1, &e.w2, &e.w3} {
+	for _, p := range []*proj{&e.w1, &e.w2, &e.w3, &e.w13} {
 		for _, buf := range []*cuda.Buffer{p.w, p.scale, p.gscale} {
 			if buf != nil {
 				buf.Free()
@@ -86,28 +107,35 @@ func (e *experts) free() {
 	}
 }
 
-// stack uploads one projection of every expert into contiguous arrays.
-func (b *Backend) stack(ex []checkpoint.Expert, pick func(*checkpoint.Expert) *checkpoint.Linear, f cuda.FP4Format) (proj, error) {
-	l0 := pick(&ex[0])
-	p := proj{n: l0.Out, k: l0.In}
-	wn, sn := len(l0.Weight.Data), len(l0.Scale.Data)
+// stack uploads one projection of every expert into contiguous arrays:
+// per expert the rows of the picked linears one after the other (their
+// global scale is the first's).
+func (b *Backend) stack(ex []checkpoint.Expert, pick func(*checkpoint.Expert) []*checkpoint.Linear, f cuda.FP4Format) (proj, error) {
+	ls := pick(&ex[0])
+	p := proj{n: ls[0].Out * len(ls), k: ls[0].In}
+	wn, sn := len(ls[0].Weight.Data), len(ls[0].Scale.Data)
+	per := len(ls)
 	var err error
-	if p.w, err = b.ctx.Alloc(len(ex) * wn); err != nil {
+	if p.w, err = b.ctx.Alloc(len(ex) * per * wn); err != nil {
 		return p, err
 	}
-	if p.scale, err = b.ctx.Alloc(len(ex) * sn); err != nil {
+	if p.scale, err = b.ctx.Alloc(len(ex) * per * sn); err != nil {
 		return p, err
 	}
 	g := make([]float32, len(ex))
 	for i := range ex {
-		l := pick(&ex[i])
-		if err := b.s.CopyHtoD(p.w.Ptr.Add(i*wn), l.Weight.Data); err != nil {
-			return p, fmt.Errorf("upload %s: %w", l.Name, err)
+		for j, l := range pick(&ex[i]) {
+			at := i*per + j
+			if err := b.s.CopyHtoD(p.w.Ptr.Add(at*wn), l.Weight.Data); err != nil {
+				return p, fmt.Errorf("upload %s: %w", l.Name, err)
+			}
+			if err := b.s.CopyHtoD(p.scale.Ptr.Add(at*sn), l.Scale.Data); err != nil {
+				return p, fmt.Errorf("upload %s scale: %w", l.Name, err)
+			}
+			if j == 0 {
+				g[i] = l.Scale2
+			}
 		}
-		if err := b.s.CopyHtoD(p.scale.Ptr.Add(i*sn), l.Scale.Data); err != nil {
-			return p, fmt.Errorf("upload %s scale: %w", l.Name, err)
-		}
-		g[i] = l.Scale2
 	}
 	if f == cuda.NVFP4 {
 		if p.gscale, err = b.upload(f32Bytes(g)); err != nil {
@@ -255,67 +283,85 @@ func (b *Backend) Experts(f backend.Tensor, e backend.Experts, weights, ids back
 		}
 		return 0
 	}
-	// Faithful: bf16 GEMM outputs (gb, ub, yb) beside fp32 copies for the
-	// tracer (gf, uf, yf). Exact: the GEMMs write fp32 straight into gf, uf, yf.
-	eb := 2 // bytes per GEMM output element
+	// GEMM outputs: gate and up in one buffer (fused w13: [nk][2I], u at
+	// column I; apart: g then u), then w2's y; bf16, exact fp32. The fp32
+	// stage copies (xg, gf, uf, h, yf) exist for the tracer and exact mode.
+	eb := 2
 	if exact {
-		eb = 0
+		eb = 4
 	}
 	counts, offsets, perm, inv := alloc(4*E), alloc(4*(E+1)), alloc(4*nk), alloc(4*nk)
-	xg, h := alloc(4*nk*d), alloc(4*nk*I)
-	gb, ub, yb := alloc(eb*nk*I), alloc(eb*nk*I), alloc(eb*nk*d)
-	var xq, xs, hq, hs, tiles, gf, uf, yf cuda.DevicePtr
+	gu, y := alloc(eb*nk*2*I), alloc(eb*nk*d)
+	var xq, xs, hq, hs, tiles, xg, h, gf, uf, yf cuda.DevicePtr
+	if exact || a.Trace {
+		xg, h = alloc(4*nk*d), alloc(4*nk*I)
+	}
+	if a.Trace {
+		gf, uf = alloc(4*nk*I), alloc(4*nk*I)
+		yf = y
+		if !exact {
+			yf = alloc(4 * nk * d)
+		}
+	}
 	if !exact {
 		xq, xs, hq, hs = alloc(nk*d), alloc(nk*d/128), alloc(nk*I), alloc(nk*I/128)
-		var sb int // one scratch serves the three projections
-		for _, p := range []*proj{&ex.w1, &ex.w2, &ex.w3} {
-			sb = max(sb, cuda.MoEScratchBytes(cuda.MoEShape{Experts: E, Rows: nk, N: p.n, K: p.k, Format: ex.format}))
+		var sb int // one scratch serves every projection
+		for _, p := range []*proj{&ex.w13, &ex.w1, &ex.w2} {
+			if p.w != nil {
+				sb = max(sb, cuda.MoEScratchBytes(cuda.MoEShape{Experts: E, Rows: nk, N: p.n, K: p.k, Format: ex.format}))
+			}
 		}
 		tiles = alloc(sb)
-	}
-	if a.Trace || exact {
-		gf, uf, yf = alloc(4*nk*I), alloc(4*nk*I), alloc(4*nk*d)
 	}
 	if err != nil {
 		return fmt.Errorf("experts: %w", err)
 	}
-	gemm := func(y, q, s cuda.DevicePtr, p *proj) error {
+	g, u, ld := gu, gu.Add(eb*I), 2*I
+	if ex.w13.w == nil {
+		u, ld = gu.Add(eb*nk*I), I
+	}
+	var tl cuda.MoETileList
+	gemm := func(out, q, s cuda.DevicePtr, p *proj) error {
 		sh := cuda.MoEShape{Experts: E, Rows: nk, N: p.n, K: p.k, Format: ex.format}
 		var gs cuda.DevicePtr
 		if p.gscale != nil {
 			gs = p.gscale.Ptr
 		}
 		if exact {
-			return cuda.MoELinearF32(b.s, y, q, offsets, p.w.Ptr, p.scale.Ptr, gs, sh)
+			return cuda.MoELinearF32(b.s, out, q, offsets, p.w.Ptr, p.scale.Ptr, gs, sh)
 		}
-		return cuda.MoEFP4(b.s, y, q, s, offsets, p.w.Ptr, p.scale.Ptr, gs, sh, tiles)
+		return cuda.MoEFP4Tiles(b.s, out, q, s, p.w.Ptr, p.scale.Ptr, gs, sh, tiles, tl)
+	}
+	x1, s1, x2, s2 := xq, xs, hq, hs // GEMM inputs: codes and scales, exact fp32
+	if exact {
+		x1, x2 = xg, h
 	}
 	steps := []func() error{
 		func() error { return b.s.Memset8(inv, 0xFF, 4*nk) },
 		func() error { return cuda.MoEPermute(b.s, lids, nk, E, counts, offsets, perm, inv) },
-		func() error { return cuda.MoEGather(b.s, xg, ft.ptr, perm, offsets, E, K, d, nk) },
+		func() error { return cuda.MoEGatherQuant(b.s, xq, xs, xg, ft.ptr, perm, offsets, E, K, d, nk) },
 	}
-	if exact {
-		steps = append(steps,
-			func() error { return gemm(gf, xg, 0, &ex.w1) },
-			func() error { return gemm(uf, xg, 0, &ex.w3) },
-			func() error {
-				return cuda.MoESwiGLU(b.s, h, gf, uf, perm, offsets, E, wt.ptr, nk, I, a.Limit, 0, 0, true)
-			},
-			func() error { return gemm(yf, h, 0, &ex.w2) })
+	if !exact {
+		steps = append(steps, func() (err error) {
+			tl, err = cuda.MoETiles(b.s, offsets, cuda.MoEShape{Experts: E, Rows: nk, N: ex.w2.n, K: ex.w2.k, Format: ex.format}, tiles)
+			return err
+		})
+	}
+	if ex.w13.w != nil {
+		steps = append(steps, func() error { return gemm(gu, x1, s1, &ex.w13) })
 	} else {
 		steps = append(steps,
-			func() error { return cuda.QuantFP8F32(b.s, xq, xs, 0, xg, nk, d, d, 128) },
-			func() error { return gemm(gb, xq, xs, &ex.w1) },
-			func() error { return gemm(ub, xq, xs, &ex.w3) },
-			func() error {
-				return cuda.MoESwiGLU(b.s, h, gb, ub, perm, offsets, E, wt.ptr, nk, I, a.Limit, gf, uf, false)
-			},
-			func() error { return cuda.QuantFP8F32(b.s, hq, hs, 0, h, nk, I, I, 128) },
-			func() error { return gemm(yb, hq, hs, &ex.w2) })
-		if a.Trace {
-			steps = append(steps, func() error { return cuda.BF16ToF32(b.s, yf, yb, int64(nk*d)) })
-		}
+			func() error { return gemm(g, x1, s1, &ex.w1) },
+			func() error { return gemm(u, x1, s1, &ex.w3) })
+	}
+	steps = append(steps,
+		func() error {
+			return cuda.MoESwiGLUQuant(b.s, cuda.MoESwiGLUArgs{HQ: hq, HS: hs, H: h, G: g, U: u, LD: ld, Perm: perm, Offsets: offsets,
+				Weights: wt.ptr, GF: gf, UF: uf, Experts: E, Rows: nk, Inter: I, Limit: a.Limit, Exact: exact})
+		},
+		func() error { return gemm(y, x2, s2, &ex.w2) })
+	if a.Trace && !exact {
+		steps = append(steps, func() error { return cuda.BF16ToF32(b.s, yf, y, int64(nk*d)) })
 	}
 	for _, step := range steps {
 		if err := step(); err != nil {
@@ -326,10 +372,6 @@ func (b *Backend) Experts(f backend.Tensor, e backend.Experts, weights, ids back
 		if err := b.traceExperts(E, K, nk, d, I, offsets, perm, xg, gf, uf, h, yf, a.Partial); err != nil {
 			return err
 		}
-	}
-	y := yb
-	if exact {
-		y = yf
 	}
 	if err := cuda.MoECombine(b.s, at.ptr, y, lids, inv, n, K, d, exact); err != nil {
 		return fmt.Errorf("experts: %w", err)

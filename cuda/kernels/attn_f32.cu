@@ -257,30 +257,128 @@ extern "C" __global__ void compress_state_f32(
 	sZ[(size_t)cur * w + ch] = nz;
 }
 
-// Indexer scores, one warp per (row, entry j < (t+1)/ratio): Σ_h rb(max(rb(q_h·k), 0)·w_h), rb'd.
-extern "C" __global__ void indexer_scores_f32(
+// Indexer scores: scores[row, j] = rb(Σ_h rb(max(rb(q_h·k_j), 0)·w_h)) for the
+// entries j < (t+1)/ratio of every row (later entries are not written).
+// Grid (rows, tile groups), IX_THREADS threads, dynamic smem (floats):
+// q of the row [heads][hdp], keys of a tile of IX_TE entries [IX_TE][hdp]
+// (hdp = hd rounded up to 4, padded to an odd number of 16-byte units so
+// float4 reads of consecutive rows hit distinct banks), w of the row [heads]
+// and the per-(entry, head) terms [IX_TE][heads+1]. q is staged once per
+// block, which then walks its row's tiles j0 = blockIdx.y*IX_TE, +gridDim.y*IX_TE...
+// Each thread computes 2 heads x 4 entries dots at once (q and key reuse in
+// registers), each dot as 4 strided partial sums (i % 4) combined as
+// (s0 + s1) + (s2 + s3) like the CPU's dot, in fp32 with FMA; then one thread
+// per entry adds the terms in ascending h, sequential fp32 adds as the CPU.
+#define IX_TE 16
+#define IX_THREADS 128
+
+extern "C" __global__ void __launch_bounds__(IX_THREADS) indexer_scores_f32(
 	float* __restrict__ scores, const float* __restrict__ q, const float* __restrict__ wt, const float* __restrict__ ik,
 	const int* __restrict__ seqs, const int* __restrict__ pos, const int* __restrict__ seqOf, const int* __restrict__ blocks,
 	int ld, int heads, int hd, int ratio, int per, int faithful)
 {
-	const int row = blockIdx.y;
-	const int lane = threadIdx.x & 31;
-	const int j = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
-	const int avail = (pos[row] + 1) / ratio;
-	if (j >= avail) return;
-	const int si = seqOf[row];
-	const float* key = ik + ((size_t)blocks[SQ(si, 4) + j / per] * per + j % per) * hd;
+	extern __shared__ __align__(16) float ix_smem[];
+	__shared__ long long koff[IX_TE]; // key offsets in ik of the tile's entries (-1: none)
+	const int row = blockIdx.x;
+	const int tid = threadIdx.x, nt = blockDim.x;
+	const int lim = min((pos[row] + 1) / ratio, ld);
+	if ((int)blockIdx.y * IX_TE >= lim) return; // uniform over the block, before any barrier
+	const int* bt = blocks + SQ(seqOf[row], 4);  // in flight while q is staged
+	const int hd4 = (hd + 3) & ~3;
+	const int hdp = ((hd4 >> 2) | 1) << 2;
+	float* qs = ix_smem;
+	float* ks = qs + (size_t)heads * hdp;
+	float* ws = ks + IX_TE * hdp;
+	float* vs = ws + heads;
+	const bool vec = (hd & 3) == 0 && (((size_t)q | (size_t)ik) & 15) == 0;
 	const float* qr = q + (size_t)row * heads * hd;
-	float acc = 0.0f;
-	for (int h = 0; h < heads; h++) {
-		float d = 0.0f;
-		for (int i = lane; i < hd; i += 32) d += qr[h * hd + i] * key[i];
-		d = warp_sum(d);
-		d = rbf(d, faithful);
-		d = fmaxf(d, 0.0f);
-		acc += rbf(d * wt[(size_t)row * heads + h], faithful);
+	if (vec) { // cp.async: every copy of the block is in flight at once
+		const int c4 = hd >> 2;
+		for (int idx = tid; idx < heads * c4; idx += nt) {
+			const int h = idx / c4, c = idx - h * c4;
+			cp_async16(qs + h * hdp + 4 * c, qr + 4 * (size_t)idx, 16);
+		}
+	} else {
+		for (int idx = tid; idx < heads * hd4; idx += nt) {
+			const int h = idx / hd4, i = idx - h * hd4;
+			qs[h * hdp + i] = i < hd ? qr[(size_t)h * hd + i] : 0.0f;
+		}
 	}
-	if (lane == 0) scores[(size_t)row * ld + j] = rbf(acc, faithful);
+	for (int h = tid; h < heads; h += nt) ws[h] = wt[(size_t)row * heads + h];
+	const int HG = (heads + 1) >> 1; // head groups: heads hg and hg + HG
+	for (int j0 = blockIdx.y * IX_TE; j0 < lim; j0 += gridDim.y * IX_TE) {
+		// Keys of entries j0..j0+IX_TE-1 (zeros past lim: computed, never
+		// written). Their offsets first, so no copy waits on a block lookup.
+		if (tid < IX_TE) {
+			const int j = j0 + tid;
+			koff[tid] = j < lim ? ((long long)bt[j / per] * per + j % per) * hd : -1;
+		}
+		__syncthreads();
+		if (vec) {
+			const int c4 = hd >> 2;
+			for (int idx = tid; idx < IX_TE * c4; idx += nt) {
+				const int e = idx / c4, c = idx - e * c4;
+				const long long o = koff[e];
+				cp_async16(ks + e * hdp + 4 * c, o >= 0 ? ik + o + 4 * c : ik, o >= 0 ? 16 : 0); // 0: zero fill
+			}
+			cp_async_commit(); // with the q copies on the first tile
+			cp_async_wait<0>();
+		} else {
+			for (int idx = tid; idx < IX_TE * hd4; idx += nt) {
+				const int e = idx / hd4, i = idx - e * hd4;
+				const long long o = koff[e];
+				ks[e * hdp + i] = o >= 0 && i < hd ? ik[o + i] : 0.0f;
+			}
+		}
+		__syncthreads();
+		for (int t = tid; t < HG * (IX_TE / 4); t += nt) {
+			const int hg = t % HG, eg = t / HG;
+			const float* q0 = qs + hg * hdp;
+			const float* q1 = qs + min(hg + HG, heads - 1) * hdp;
+			const float* kb = ks + eg * 4 * hdp;
+			float4 s[2][4];
+#pragma unroll
+			for (int m = 0; m < 2; m++)
+#pragma unroll
+				for (int n = 0; n < 4; n++) s[m][n] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+#pragma unroll 2
+			for (int c = 0; c < hd4; c += 4) {
+				const float4 a[2] = {*reinterpret_cast<const float4*>(q0 + c), *reinterpret_cast<const float4*>(q1 + c)};
+#pragma unroll
+				for (int n = 0; n < 4; n++) {
+					const float4 b = *reinterpret_cast<const float4*>(kb + n * hdp + c);
+#pragma unroll
+					for (int m = 0; m < 2; m++) {
+						s[m][n].x = fmaf(a[m].x, b.x, s[m][n].x);
+						s[m][n].y = fmaf(a[m].y, b.y, s[m][n].y);
+						s[m][n].z = fmaf(a[m].z, b.z, s[m][n].z);
+						s[m][n].w = fmaf(a[m].w, b.w, s[m][n].w);
+					}
+				}
+			}
+#pragma unroll
+			for (int m = 0; m < 2; m++) {
+				const int h = hg + m * HG;
+				if (h >= heads) continue; // odd heads: the last group has one
+				const float wh = ws[h];
+#pragma unroll
+				for (int n = 0; n < 4; n++) {
+					float d = (s[m][n].x + s[m][n].y) + (s[m][n].z + s[m][n].w);
+					d = fmaxf(rbf(d, faithful), 0.0f);
+					vs[(eg * 4 + n) * (heads + 1) + h] = rbf(d * wh, faithful);
+				}
+			}
+		}
+		__syncthreads();
+		if (tid < IX_TE && j0 + tid < lim) {
+			const float* vr = vs + tid * (heads + 1);
+			float acc = 0.0f;
+#pragma unroll 8
+			for (int h = 0; h < heads; h++) acc += vr[h];
+			scores[(size_t)row * ld + j0 + tid] = rbf(acc, faithful);
+		}
+		__syncthreads(); // ks and vs are rewritten by the next tile
+	}
 }
 
 DEV u32 ord_key(float f) {

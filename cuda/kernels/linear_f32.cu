@@ -100,63 +100,193 @@ extern "C" __global__ void __launch_bounds__(256) moe_linear_f32(
 	tile_f32(y, x, w + e * wStride, ws + e * sStride, fmt, scale2, sCols, m0, hi, blockIdx.x * TN, N, N, K, K, 0);
 }
 
-// w8 loads weights [o, k..k+8) of row o as fp32 (k % 8 == 0, K % 8 == 0).
-DEV void w8(const u8* w, const u8* ws, int fmt, float scale2, int o, int k, int K, int sCols, float* v) {
-	switch (fmt) {
-	case 0: {
-		const float4* p = reinterpret_cast<const float4*>(w + ((size_t)o * K + k) * 4);
-		float4 a = p[0], b = p[1];
-		v[0] = a.x; v[1] = a.y; v[2] = a.z; v[3] = a.w; v[4] = b.x; v[5] = b.y; v[6] = b.z; v[7] = b.w;
-		return;
-	}
-	case 1: {
-		uint4 q = *reinterpret_cast<const uint4*>(w + ((size_t)o * K + k) * 2);
-		u32 u[4] = {q.x, q.y, q.z, q.w};
-#pragma unroll
-		for (int i = 0; i < 4; i++) { v[2 * i] = bf16_to_f32(u[i] & 0xffffu); v[2 * i + 1] = bf16_to_f32(u[i] >> 16); }
-		return;
-	}
-	case 2: {
-		uint2 q = *reinterpret_cast<const uint2*>(w + (size_t)o * K + k);
-		const float s = e8m0_to_f32(ws[(size_t)(o / 128) * sCols + k / 128]);
-#pragma unroll
-		for (int i = 0; i < 4; i++) { v[i] = e4m3_to_f32((q.x >> (8 * i)) & 0xffu) * s; v[4 + i] = e4m3_to_f32((q.y >> (8 * i)) & 0xffu) * s; }
-		return;
-	}
-	default:
-#pragma unroll
-		for (int i = 0; i < 8; i++) v[i] = wload(w, ws, fmt, scale2, o, k + i, K, sCols);
+// ---- Decode GEMV ----
+// Weight-stream loads: every weight is read once, so bypass L1 and let L2
+// fetch 256-byte lines. volatile: never speculated past a bounds check.
+DEV uint4 ldw16(const u8* p) {
+	uint4 r;
+	asm volatile("ld.global.nc.L1::no_allocate.L2::256B.v4.u32 {%0,%1,%2,%3}, [%4];\n"
+		: "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w) : "l"(p));
+	return r;
+}
+DEV uint2 ldw8(const u8* p) {
+	uint2 r;
+	asm volatile("ld.global.nc.L1::no_allocate.L2::256B.v2.u32 {%0,%1}, [%2];\n" : "=r"(r.x), "=r"(r.y) : "l"(p));
+	return r;
+}
+DEV u32 ldw4(const u8* p) {
+	u32 r;
+	asm volatile("ld.global.nc.L1::no_allocate.L2::256B.u32 %0, [%1];\n" : "=r"(r) : "l"(p));
+	return r;
+}
+// Scale bytes are shared by neighbouring lanes and rows: keep them in L1.
+DEV u32 lds1(const u8* p) {
+	u32 r;
+	asm volatile("ld.global.nc.u8 %0, [%1];\n" : "=r"(r) : "l"(p));
+	return r;
+}
+
+// Per format F, in units of 8 weights (k % 8 == 0): UW 32-bit words a unit,
+// U units a lane loads per step (64 bytes for f32/bf16; FP8/FP4 fewer, as
+// their dequantisation and scale bytes cost registers). Lane l's unit u of a
+// step at k0 is k0 + u*256 + l*8: each load instruction of a warp reads one
+// contiguous run.
+template <int F> struct GV {
+	static constexpr int UW = F == 0 ? 8 : F == 1 ? 4 : F == 2 ? 2 : 1;
+	static constexpr int U = F == 0 ? 2 : 4;
+};
+
+// gload issues the loads of the unit at k of row wr (scale row sr).
+template <int F> DEV void gload(const u8* wr, const u8* sr, int k, u32* r, u32& s) {
+	if (F == 0) {
+		const uint4 a = ldw16(wr + (size_t)k * 4), b = ldw16(wr + (size_t)k * 4 + 16);
+		r[0] = a.x; r[1] = a.y; r[2] = a.z; r[3] = a.w; r[4] = b.x; r[5] = b.y; r[6] = b.z; r[7] = b.w;
+	} else if (F == 1) {
+		const uint4 a = ldw16(wr + (size_t)k * 2);
+		r[0] = a.x; r[1] = a.y; r[2] = a.z; r[3] = a.w;
+	} else if (F == 2) {
+		const uint2 a = ldw8(wr + k);
+		r[0] = a.x; r[1] = a.y;
+		s = lds1(sr + k / 128);
+	} else {
+		r[0] = ldw4(wr + k / 2);
+		s = lds1(sr + k / (F == 3 ? 32 : 16));
 	}
 }
 
-// Decode GEMV (M <= 8 rows), same function as linear_f32: one warp per
-// output row o streams W[o, :] in its format (8 weights per lane per step,
-// coalesced) against every row of x, then a warp reduction. x rows need
-// 16-byte alignment (ldx % 4 == 0, K % 8 == 0).
-extern "C" __global__ void __launch_bounds__(256) gemv_f32(
-	float* __restrict__ y, const float* __restrict__ x, const u8* __restrict__ w, const u8* __restrict__ ws,
-	int fmt, float scale2, int sCols, int M, int N, int K, int R, int ldx, int rnd)
-{
-	const int o = blockIdx.x * 8 + (threadIdx.x >> 5);
-	if (o >= N) return;
-	const int lane = threadIdx.x & 31;
-	const float* xg = x + (size_t)(o / R) * K;
-	float acc[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
-	for (int k = lane * 8; k < K; k += 256) {
-		float v[8];
-		w8(w, ws, fmt, scale2, o, k, K, sCols, v);
+// gfma dequantises a unit exactly as wload does and accumulates it against
+// x[m, k..k+8) (xk = &x[0, k]) for the M <= MM rows.
+template <int F, int MM> DEV void gfma(const u32* r, u32 s, float scale2, const float* xk, int ldx, int M, float* acc) {
+	float v[8];
+	if (F == 0) {
 #pragma unroll
-		for (int m = 0; m < 8; m++) {
-			if (m >= M) break;
-			const float4* xp = reinterpret_cast<const float4*>(xg + (size_t)m * ldx + k);
-			float4 a = xp[0], b = xp[1];
-			acc[m] += a.x * v[0] + a.y * v[1] + a.z * v[2] + a.w * v[3] + b.x * v[4] + b.y * v[5] + b.z * v[6] + b.w * v[7];
-		}
+		for (int i = 0; i < 8; i++) v[i] = __uint_as_float(r[i]);
+	} else if (F == 1) {
+#pragma unroll
+		for (int i = 0; i < 4; i++) { v[2 * i] = __uint_as_float(r[i] << 16); v[2 * i + 1] = __uint_as_float(r[i] & 0xffff0000u); }
+	} else if (F == 2) {
+		const float sc = e8m0_to_f32(s);
+#pragma unroll
+		for (int i = 0; i < 8; i++) v[i] = e4m3_to_f32((r[i / 4] >> (8 * (i % 4))) & 0xffu) * sc;
+	} else {
+		const float sc = F == 3 ? e8m0_to_f32(s) : e4m3_to_f32(s) * scale2;
+#pragma unroll
+		for (int i = 0; i < 8; i++) v[i] = e2m1_to_f32((r[0] >> (4 * i)) & 15u) * sc;
 	}
 #pragma unroll
-	for (int m = 0; m < 8; m++) {
-		if (m >= M) break;
-		const float s = warp_sum(acc[m]);
-		if (lane == 0) y[(size_t)m * N + o] = rnd ? bf16_to_f32(f32_to_bf16(s)) : s;
+	for (int m = 0; m < MM; m++) {
+		if (MM > 1 && m >= M) break; // M == MM == 1 needs no check: x loads can be hoisted
+		const float4* xp = reinterpret_cast<const float4*>(xk + (size_t)m * ldx);
+		const float4 a = xp[0], b = xp[1];
+		float t = acc[m];
+		t = fmaf(a.x, v[0], t); t = fmaf(a.y, v[1], t); t = fmaf(a.z, v[2], t); t = fmaf(a.w, v[3], t);
+		t = fmaf(b.x, v[4], t); t = fmaf(b.y, v[5], t); t = fmaf(b.z, v[6], t); t = fmaf(b.w, v[7], t);
+		acc[m] = t;
 	}
 }
+
+// gemv_slice accumulates weights [kb, ke) of one row into this lane's acc:
+// first the ragged rem = (ke-kb) % (U*256) weights (loads checked), then whole
+// steps of U*256, software-pipelined over two register buffers so that the
+// loads of the next step are in flight while this step's FMAs run.
+template <int F, int MM> DEV void gemv_slice(float* acc, const u8* wr, const u8* sr, const float* xg, float scale2,
+	int M, int ldx, int kb, int ke, int lane)
+{
+	constexpr int U = GV<F>::U, UW = GV<F>::UW, STEP = U * 256;
+	u32 ra[U][UW], sa[U], rb[U][UW], sb[U];
+	const int kf = kb + (ke - kb) % STEP; // whole steps cover [kf, ke)
+	const int kl = lane * 8;
+	if (kb < kf) {
+#pragma unroll
+		for (int u = 0; u < U; u++)
+			if (kb + u * 256 + kl < kf) gload<F>(wr, sr, kb + u * 256 + kl, rb[u], sb[u]);
+	}
+	if (kf < ke) {
+#pragma unroll
+		for (int u = 0; u < U; u++) gload<F>(wr, sr, kf + u * 256 + kl, ra[u], sa[u]);
+	}
+	if (kb < kf) {
+#pragma unroll
+		for (int u = 0; u < U; u++)
+			if (kb + u * 256 + kl < kf) gfma<F, MM>(rb[u], sb[u], scale2, xg + kb + u * 256 + kl, ldx, M, acc);
+	}
+	for (int kw = kf; kw < ke;) {
+		if (kw + STEP < ke) {
+#pragma unroll
+			for (int u = 0; u < U; u++) gload<F>(wr, sr, kw + STEP + u * 256 + kl, rb[u], sb[u]);
+		}
+#pragma unroll
+		for (int u = 0; u < U; u++) gfma<F, MM>(ra[u], sa[u], scale2, xg + kw + u * 256 + kl, ldx, M, acc);
+		kw += STEP;
+		if (kw >= ke) break;
+		if (kw + STEP < ke) {
+#pragma unroll
+			for (int u = 0; u < U; u++) gload<F>(wr, sr, kw + STEP + u * 256 + kl, ra[u], sa[u]);
+		}
+#pragma unroll
+		for (int u = 0; u < U; u++) gfma<F, MM>(rb[u], sb[u], scale2, xg + kw + u * 256 + kl, ldx, M, acc);
+		kw += STEP;
+	}
+}
+
+// Decode GEMV (M <= MM <= 8 rows), same function as linear_f32. A CTA of 8
+// warps takes rpc output rows (rpc = 1 << lrpc, 1..8); the 8/rpc warps of a
+// row each stream a contiguous K slice (a multiple of 8 weights) of W[o, :]
+// in its format, and the slices' sums are added in slice order
+// (deterministic). x rows need 16-byte alignment (ldx % 4 == 0, K % 8 == 0).
+template <int F, int MM> DEV void gemv(float* __restrict__ y, const float* __restrict__ x, const u8* __restrict__ w,
+	const u8* __restrict__ ws, float scale2, int sCols, int M, int N, int K, int R, int ldx, int rnd, int lrpc)
+{
+	__shared__ float red[8][MM]; // [warp][m]
+	const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+	const int ls = 3 - lrpc; // log2(warps per row)
+	const int o = (blockIdx.x << lrpc) + (warp >> ls), j = warp & ((1 << ls) - 1);
+	const int sl = (((K - 1) >> ls) + 8) & ~7; // ceil(K / 2^ls) rounded up to 8
+	const int kb = min(K, j * sl), ke = min(K, kb + sl);
+	float acc[MM];
+#pragma unroll
+	for (int m = 0; m < MM; m++) acc[m] = 0.f;
+	if (o < N) {
+		const float* xg = x + (size_t)(o / R) * K;
+		if (F == 0) gemv_slice<F, MM>(acc, w + (size_t)o * K * 4, ws, xg, scale2, M, ldx, kb, ke, lane);
+		if (F == 1) gemv_slice<F, MM>(acc, w + (size_t)o * K * 2, ws, xg, scale2, M, ldx, kb, ke, lane);
+		if (F == 2) gemv_slice<F, MM>(acc, w + (size_t)o * K, ws + (size_t)(o / 128) * sCols, xg, scale2, M, ldx, kb, ke, lane);
+		if (F >= 3) gemv_slice<F, MM>(acc, w + (size_t)o * (K / 2), ws + (size_t)o * sCols, xg, scale2, M, ldx, kb, ke, lane);
+	}
+	// Every thread reaches the barrier; rows past N only add zeros to red.
+#pragma unroll
+	for (int m = 0; m < MM; m++) {
+		if (m >= M) break;
+		const float s = warp_sum(acc[m]);
+		if (lane == 0) red[warp][m] = s;
+	}
+	__syncthreads();
+	if (j == 0 && o < N && lane < M) {
+		float s = red[warp][lane];
+#pragma unroll
+		for (int i = 1; i < 8; i++)
+			if (i < (1 << ls)) s += red[warp + i][lane];
+		y[(size_t)lane * N + o] = rnd ? bf16_to_f32(f32_to_bf16(s)) : s;
+	}
+}
+
+// linear_f32's arguments (fmt picks the kernel) and lrpc.
+#define GEMV_ARGS float* __restrict__ y, const float* __restrict__ x, const u8* __restrict__ w, const u8* __restrict__ ws, \
+	int fmt, float scale2, int sCols, int M, int N, int K, int R, int ldx, int rnd, int lrpc
+#define GEMV_KERNEL(name, F, MM, CTAS) \
+	extern "C" __global__ void __launch_bounds__(256, CTAS) name(GEMV_ARGS) { \
+		gemv<F, MM>(y, x, w, ws, scale2, sCols, M, N, K, R, ldx, rnd, lrpc); \
+	}
+// One kernel per weight format, for M == 1 (decode: 4 CTAs an SM, <= 64
+// registers) and M <= 8 (3 CTAs, <= 80 registers), each with the registers of
+// its own loop.
+GEMV_KERNEL(gemv_f32_w0, 0, 8, 3)
+GEMV_KERNEL(gemv_f32_w1, 1, 8, 3)
+GEMV_KERNEL(gemv_f32_w2, 2, 8, 3)
+GEMV_KERNEL(gemv_f32_w3, 3, 8, 3)
+GEMV_KERNEL(gemv_f32_w4, 4, 8, 3)
+GEMV_KERNEL(gemv1_f32_w0, 0, 1, 4)
+GEMV_KERNEL(gemv1_f32_w1, 1, 1, 4)
+GEMV_KERNEL(gemv1_f32_w2, 2, 1, 4)
+GEMV_KERNEL(gemv1_f32_w3, 3, 1, 4)
+GEMV_KERNEL(gemv1_f32_w4, 4, 1, 4)

@@ -192,7 +192,9 @@ extern "C" __global__ void linear_fp8_reduce(
 // A CTA of W = blockDim/32 warps holds W/S row groups of 16 outputs and splits
 // K into S contiguous slices over its warps; the slices are summed through
 // shared memory in slice order (deterministic), so one launch does all, with
-// no scratch and no reduce kernel.
+// no scratch and no reduce kernel. yf != 0: the bf16-rounded outputs are
+// stored widened to fp32 there (what the fp32 backend tensors hold) instead
+// of as bf16 to y, saving the widening pass.
 // Inside a 128-K block the weight scale is one value per warp, so the
 // physical order of K inside the block is free: thread c holds bytes
 // [16c, 16c+16) and [64+16c, 80+16c) of the block (each 16-byte load of the
@@ -200,7 +202,7 @@ extern "C" __global__ void linear_fp8_reduce(
 // alike.
 extern "C" __global__ void __launch_bounds__(512) linear_fp8_dec(
 	u16* __restrict__ y, const u8* __restrict__ xq, const u8* __restrict__ xs,
-	const u8* __restrict__ w, const u8* __restrict__ ws, int M, int N, int K, int S)
+	const u8* __restrict__ w, const u8* __restrict__ ws, int M, int N, int K, int S, float* __restrict__ yf)
 {
 	__shared__ float red[16 * 2 * 128]; // [warp][tile][4][32] partial sums, 16 warps max
 	const int lane = threadIdx.x & 31, wid = threadIdx.x >> 5;
@@ -348,7 +350,11 @@ extern "C" __global__ void __launch_bounds__(512) linear_fp8_dec(
 			const int os[4] = {oA, oA, oB, oB}, ts[4] = {t0[t], t0[t] + 1, t0[t], t0[t] + 1};
 #pragma unroll
 			for (int i = 0; i < 4; i++)
-				if (os[i] < N && ts[i] < M) y[(size_t)ts[i] * N + os[i]] = (u16)f32_to_bf16(acc[t][i]);
+				if (os[i] < N && ts[i] < M) {
+					const u32 v = f32_to_bf16(acc[t][i]);
+					if (yf) yf[(size_t)ts[i] * N + os[i]] = bf16_to_f32(v);
+					else y[(size_t)ts[i] * N + os[i]] = (u16)v;
+				}
 		}
 	};
 	if (M <= 8) run(char{});

@@ -1,7 +1,7 @@
 // MoE routing on the GPU backend (backend/gpu), matching backend/cpu/moe.go:
 // router scores and top-k, the permutation of (row, slot) pairs into expert
-// order, the gather / SwiGLU between the grouped FP4 GEMMs (moe_fp4.cu) and
-// the per-row combine in ascending expert id.
+// order, (the gather and SwiGLU between the grouped FP4 GEMMs are in
+// moe_fused.cu) and the per-row combine in ascending expert id.
 #include "common.cuh"
 
 // a (index ia) ranks before b (index ib): larger first, ties to the lower
@@ -107,71 +107,100 @@ extern "C" __global__ void moe_scatter(
 	}
 }
 
-// xg[m, :] = x[perm[m] / K, :] for m < offsets[E]; one block per m.
-extern "C" __global__ void moe_gather(
-	float* __restrict__ xg, const float* __restrict__ x, const int* __restrict__ perm,
-	const int* __restrict__ offsets, int E, int K, int d)
-{
-	const int m = blockIdx.x;
-	if (m >= offsets[E]) return;
-	const float* src = x + (size_t)(perm[m] / K) * d;
-	float* dst = xg + (size_t)m * d;
-	for (int i = threadIdx.x; i < d; i += blockDim.x) dst[i] = src[i];
+// acc[r, :] = Σ_k y[inv[r*K+k], :] over k in ascending expert id (stable),
+// fp32 adds in that order; skipped pairs (inv < 0) add nothing; y bf16 (exact:
+// fp32). Grid (rows, ceil(d / COMBINE_CHUNK)), COMBINE_THREADS threads: every
+// block ranks its row's slots itself (one warp, each lane its slot's stable
+// rank among the valid ones: no serial sort, no dependent loads), then each
+// thread sums 4 values of the chunk (vector loads when d % 4 == 0 and the
+// pointers are aligned), loading up to 8 slots before adding them so the
+// loads overlap. Every element still gets 0 + y_first + y_second + ... in
+// ascending id, so the result is bit-identical to a serial loop.
+#define COMBINE_THREADS 128
+#define COMBINE_CHUNK (4 * COMBINE_THREADS)
+
+DEV void combine_add4(float4& a, float4 v) { a.x += v.x; a.y += v.y; a.z += v.z; a.w += v.w; }
+
+// Raw bf16x4 kept as loaded (converted at the add, so the loads stay in flight).
+DEV void combine_add4(float4& a, uint2 b) {
+	a.x += bf16_to_f32(b.x); a.y += bf16_to_f32(b.x >> 16);
+	a.z += bf16_to_f32(b.y); a.w += bf16_to_f32(b.y >> 16);
 }
 
-// h[m, j] = bf16(w * (g * sigmoid(g) * u)) with the CPU's clamp (limit <= 0:
-// none) and w = weights[perm[m]]; g, u bf16 [Mtot, I] (exact: fp32 in, h not
-// rounded). Also widens g and u into gf, uf (fp32, may be 0) for the NaN tracer.
-extern "C" __global__ void moe_swiglu(
-	float* __restrict__ h, const void* __restrict__ g, const void* __restrict__ u,
-	const int* __restrict__ perm, const int* __restrict__ offsets, int E,
-	const float* __restrict__ weights, int I, float limit, float* __restrict__ gf, float* __restrict__ uf, int exact)
-{
-	const int m = blockIdx.x;
-	if (m >= offsets[E]) return;
-	const float w = weights[perm[m]];
-	for (int j = blockIdx.y * blockDim.x + threadIdx.x; j < I; j += gridDim.y * blockDim.x) {
-		const size_t o = (size_t)m * I + j;
-		float gv = exact ? ((const float*)g)[o] : bf16_to_f32(((const u16*)g)[o]);
-		float uv = exact ? ((const float*)u)[o] : bf16_to_f32(((const u16*)u)[o]);
-		if (gf) { gf[o] = gv; uf[o] = uv; }
-		if (limit > 0.0f) {
-			uv = fminf(fmaxf(uv, -limit), limit);
-			gv = fminf(gv, limit);
-		}
-		const float sig = (float)(1.0 / (1.0 + exp(-(double)gv)));
-		const float v = w * (gv * sig * uv);
-		h[o] = exact ? v : bf16_to_f32(f32_to_bf16(v));
+// a += the n rows order[0..n) of y (T: float4 or uint2 = bf16x4) at element i,
+// 8 loads issued before their adds.
+template <typename T>
+DEV void combine_rows4(float4& a, const T* __restrict__ y, const int* order, int n, int d, int i) {
+	for (int k0 = 0; k0 < n; k0 += 8) {
+		T v[8];
+#pragma unroll
+		for (int k = 0; k < 8; k++)
+			if (k0 + k < n) v[k] = y[((size_t)order[k0 + k] * d + i) >> 2];
+#pragma unroll
+		for (int k = 0; k < 8; k++)
+			if (k0 + k < n) combine_add4(a, v[k]);
 	}
 }
 
-// acc[r, :] = Σ_k y[inv[r*K+k], :] over k in ascending expert id (stable),
-// fp32 adds in that order; skipped pairs (inv < 0) add nothing; y bf16 (exact:
-// fp32). One block per row.
-extern "C" __global__ void moe_combine(
+extern "C" __global__ void __launch_bounds__(COMBINE_THREADS) moe_combine(
 	float* __restrict__ acc, const void* __restrict__ y, const int* __restrict__ ids,
 	const int* __restrict__ inv, int K, int d, int exact)
 {
-	__shared__ int order[32];
+	__shared__ int order[32]; // y rows of the valid slots, ascending id
+	__shared__ int nvalid;
 	const int r = blockIdx.x;
-	const int* ir = ids + (size_t)r * K;
-	if (threadIdx.x == 0) {
-		for (int k = 0; k < K; k++) order[k] = k;
-		for (int i = 1; i < K; i++)
-			for (int j = i; j > 0 && ir[order[j]] < ir[order[j - 1]]; j--) {
-				const int t = order[j]; order[j] = order[j - 1]; order[j - 1] = t;
-			}
-		for (int k = 0; k < K; k++) order[k] = inv[(size_t)r * K + order[k]];
+	if (threadIdx.x < 32) {
+		const int lane = threadIdx.x;
+		const int id = lane < K ? ids[(size_t)r * K + lane] : 0;
+		const int p = lane < K ? inv[(size_t)r * K + lane] : -1;
+		const u32 vm = __ballot_sync(0xffffffffu, p >= 0);
+		// Stable (insertion-sort) rank: valid slots with a smaller id, or the same id and a lower slot.
+		int rank = 0;
+		for (int k = 0; k < K; k++) {
+			const int idk = __shfl_sync(0xffffffffu, id, k);
+			rank += ((vm >> k) & 1u) && (idk < id || (idk == id && k < lane));
+		}
+		if (p >= 0) order[rank] = p;
+		if (lane == 0) nvalid = __popc(vm);
 	}
 	__syncthreads();
-	for (int i = threadIdx.x; i < d; i += blockDim.x) {
-		float a = 0.0f;
-		for (int k = 0; k < K; k++) {
-			const int p = order[k];
-			if (p < 0) continue;
-			const size_t o = (size_t)p * d + i;
-			a += exact ? ((const float*)y)[o] : bf16_to_f32(((const u16*)y)[o]);
+	const int n = nvalid;
+	float* ar = acc + (size_t)r * d;
+	const bool vec = (d & 3) == 0 && ((size_t)acc & 15) == 0 && ((size_t)y & (exact ? 15 : 7)) == 0;
+	if (vec) {
+		const int i = blockIdx.y * COMBINE_CHUNK + 4 * threadIdx.x;
+		if (i >= d) return;
+		float4 a = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+		if (exact) combine_rows4(a, (const float4*)y, order, n, d, i);
+		else combine_rows4(a, (const uint2*)y, order, n, d, i);
+		*reinterpret_cast<float4*>(ar + i) = a;
+		return;
+	}
+	// Scalar: elements i0 + t*COMBINE_THREADS, t < 4, of the chunk; raw bits
+	// loaded (fp32, or bf16 in the low half), converted at the add.
+	const int i0 = blockIdx.y * COMBINE_CHUNK + threadIdx.x;
+	float a[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+	for (int k0 = 0; k0 < n; k0 += 8) {
+		u32 v[8][4];
+#pragma unroll
+		for (int k = 0; k < 8; k++) {
+			const size_t o = k0 + k < n ? (size_t)order[k0 + k] * d : 0;
+#pragma unroll
+			for (int t = 0; t < 4; t++) {
+				const int i = i0 + t * COMBINE_THREADS;
+				if (k0 + k < n && i < d) v[k][t] = exact ? ((const u32*)y)[o + i] : ((const u16*)y)[o + i];
+			}
 		}
-		acc[(size_t)r * d + i] = a;
+#pragma unroll
+		for (int k = 0; k < 8; k++) {
+#pragma unroll
+			for (int t = 0; t < 4; t++)
+				if (k0 + k < n && i0 + t * COMBINE_THREADS < d) a[t] += exact ? __uint_as_float(v[k][t]) : bf16_to_f32(v[k][t]);
+		}
+	}
+#pragma unroll
+	for (int t = 0; t < 4; t++) {
+		const int i = i0 + t * COMBINE_THREADS;
+		if (i < d) ar[i] = a[t];
 	}
 }
