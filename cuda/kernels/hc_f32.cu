@@ -148,7 +148,7 @@ HC_KERNELS(8)
 // warp reduces its own dots) and the partial float64 sum of squares (warp r
 // for row r). The partials go to the row's own out buffer, used as scratch
 // (the launcher checks they fit in d floats): ss[S] doubles, then part[S][MIX].
-// hc_pre_fin (one CTA per row) sums them in split order, runs the scalar mHC
+// hc_pre_fin (one CTA per row) sums them (a fixed order), runs the scalar mHC
 // recipe and only then overwrites out, so no extra buffer is needed.
 template <int N>
 struct HcSplit {
@@ -276,14 +276,23 @@ DEV void hc_fin_body(float* __restrict__ out, float* __restrict__ mixo, const fl
 	__shared__ double tot;
 	const int r = blockIdx.x, tid = threadIdx.x, lane = tid & 31, w = tid >> 5;
 	float* orow = out + (size_t)r * d;
-	if (tid < MIX) {
-		const float* pp = orow + 2 * S + tid;
+	// The S partials of each mix entry: 8 lanes take every 8th split (their
+	// loads all in flight, instead of one serial chain of S), then a fixed
+	// shuffle tree adds the 8 sums: deterministic.
+	for (int q = tid; q < (MIX * 8 + 31) / 32 * 32; q += HC_THREADS) {
+		const int i = q >> 3, j = q & 7;
 		float t = 0.0f;
+		if (i < MIX) {
+			const float* pp = orow + 2 * S + i;
 #pragma unroll 8
-		for (int s = 0; s < S; s++) t += pp[s * MIX];
-		m[tid] = t;
+			for (int s = j; s < S; s += 8) t += pp[s * MIX];
+		}
+		t += __shfl_xor_sync(0xffffffffu, t, 4);
+		t += __shfl_xor_sync(0xffffffffu, t, 2);
+		t += __shfl_xor_sync(0xffffffffu, t, 1);
+		if (i < MIX && j == 0) m[i] = t;
 	}
-	if (w == HC_THREADS / 32 - 1) { // MIX ≤ 80 < 224: the last warp is free
+	if (w == HC_THREADS / 32 - 1) {
 		const double* ps = reinterpret_cast<const double*>(orow);
 		double t = 0.0;
 		for (int s = lane; s < S; s += 32) t += ps[s];

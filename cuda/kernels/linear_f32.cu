@@ -126,37 +126,125 @@ DEV u32 lds1(const u8* p) {
 	return r;
 }
 
-// Per format F, in units of 8 weights (k % 8 == 0): UW 32-bit words a unit,
-// U units a lane loads per step (64 bytes for f32/bf16; FP8/FP4 fewer, as
-// their dequantisation and scale bytes cost registers). Lane l's unit u of a
-// step at k0 is k0 + u*256 + l*8: each load instruction of a warp reads one
-// contiguous run.
-template <int F> struct GV {
-	static constexpr int UW = F == 0 ? 8 : F == 1 ? 4 : F == 2 ? 2 : 1;
-	static constexpr int U = F == 0 ? 2 : 4;
-};
-
-// gload issues the loads of the unit at k of row wr (scale row sr).
-template <int F> DEV void gload(const u8* wr, const u8* sr, int k, u32* r, u32& s) {
-	if (F == 0) {
-		const uint4 a = ldw16(wr + (size_t)k * 4), b = ldw16(wr + (size_t)k * 4 + 16);
-		r[0] = a.x; r[1] = a.y; r[2] = a.z; r[3] = a.w; r[4] = b.x; r[5] = b.y; r[6] = b.z; r[7] = b.w;
-	} else if (F == 1) {
-		const uint4 a = ldw16(wr + (size_t)k * 2);
-		r[0] = a.x; r[1] = a.y; r[2] = a.z; r[3] = a.w;
-	} else if (F == 2) {
-		const uint2 a = ldw8(wr + k);
-		r[0] = a.x; r[1] = a.y;
-		s = lds1(sr + k / 128);
-	} else {
-		r[0] = ldw4(wr + k / 2);
-		s = lds1(sr + k / (F == 3 ? 32 : 16));
+// Exact decoders of packed weights to fp32 (the values e4m3_to_f32 and
+// e2m1_to_f32 give, without branches).
+DEV void f16x2_to_f32(u32 h, float& lo, float& hi) {
+	asm("{.reg .b16 a, b;\n mov.b32 {a, b}, %2;\n cvt.f32.f16 %0, a;\n cvt.f32.f16 %1, b;}\n" : "=f"(lo), "=f"(hi) : "r"(h));
+}
+// Four e4m3 bytes (low byte first) -> v[0..4). sm_89+: the hardware e4m3x2
+// -> f16x2 conversion (exact: every e4m3 value, subnormals included, is an
+// f16 value; 0x7f/0xff give NaN as e4m3_to_f32 does), then f16 -> f32.
+DEV void e4m3x4_to_f32(u32 r, float* v) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
+	u32 h0, h1;
+	asm("{.reg .b16 a, b;\n mov.b32 {a, b}, %2;\n cvt.rn.f16x2.e4m3x2 %0, a;\n cvt.rn.f16x2.e4m3x2 %1, b;}\n"
+		: "=r"(h0), "=r"(h1) : "r"(r));
+	f16x2_to_f32(h0, v[0], v[1]);
+	f16x2_to_f32(h1, v[2], v[3]);
+#else
+#pragma unroll
+	for (int i = 0; i < 4; i++) v[i] = e4m3_to_f32((r >> (8 * i)) & 0xffu);
+#endif
+}
+// e8m0_to_f32 with selects, not branches.
+DEV float e8m0_to_f32_sel(u32 b) {
+	b &= 0xffu;
+	const u32 v = b == 0u ? 0x00400000u : b == 255u ? 0x7fc00000u : b << 23;
+	return __uint_as_float(v);
+}
+DEV float e4m3_to_f32_fast(u32 b) {
+	float v[4];
+	e4m3x4_to_f32(b & 0xffu, v);
+	return v[0];
+}
+// Eight e2m1 nibbles (nibble i = weight i) -> v[0..8). Nibbles i and i+4 go
+// to the halves of an f16x2 as sign<<15 | (q&7)<<9, the f16 of e2m1(q)*2^-14
+// (exponent and mantissa bits map one to one; exponent 0 is the f16
+// subnormal 0.5*2^-14), then times 2^14 in f16 (exact: a power of two, the
+// result at most 6), then f16 -> f32.
+DEV void e2m1x8_to_f32(u32 r, float* v) {
+#pragma unroll
+	for (int i = 0; i < 4; i++) {
+		const u32 m = i < 3 ? r << (9 - 4 * i) : r >> 3, s = r << (12 - 4 * i);
+		u32 h = (m & 0x0e000e00u) | (s & 0x80008000u);
+		asm("mul.rn.f16x2 %0, %0, %1;\n" : "+r"(h) : "r"(0x74007400u)); // 2^14
+		f16x2_to_f32(h, v[i], v[i + 4]);
 	}
 }
 
-// gfma dequantises a unit exactly as wload does and accumulates it against
-// x[m, k..k+8) (xk = &x[0, k]) for the M <= MM rows.
-template <int F, int MM> DEV void gfma(const u32* r, u32 s, float scale2, const float* xk, int ldx, int M, float* acc) {
+// Per format F, in units of 8 weights (k % 8 == 0): UW 32-bit words a unit,
+// U units a lane loads per step (64 bytes for f32/bf16/FP8, 32 for FP4: its
+// per-unit scale bytes take a register each). Lane l's unit u of a step at
+// k0 is k0 + u*256 + l*8: each load instruction of a warp reads one
+// contiguous run. A unit never straddles a scale block (128, 32 or 16
+// weights, all multiples of 8), so it has one scale. FP8's scales are
+// loaded once a step by the warp (SC = 1: lane l holds the byte of 128-block
+// k0/128 + l; a step of 2048 weights spans at most 17 blocks) and handed to
+// the units by shuffles; FP4 loads one scale byte a unit (SC = U).
+template <int F> struct GV {
+	static constexpr int UW = F == 0 ? 8 : F == 1 ? 4 : F == 2 ? 2 : 1;
+	static constexpr int U = F == 0 ? 2 : F == 1 ? 4 : 8;
+	static constexpr int SC = F == 2 ? 1 : F >= 3 ? U : 0;
+};
+
+// The registers of one step: weights, scale bytes.
+template <int F> struct GBuf {
+	u32 r[GV<F>::U][GV<F>::UW];
+	u32 s[GV<F>::SC > 0 ? GV<F>::SC : 1];
+};
+
+// A lane's pointers for the step at k0 (of a slice that ends at kend): wq
+// to the weights of its unit 0 (k0 + lane*8), sq to its scale byte (FP8:
+// that of 128-block k0/128 + lane, lanes past the slice's last block take
+// that block's: any lane loads one, no predicate; FP4: that of its unit 0,
+// unit u's is 8u or 16u bytes on). A step moves them WSTEP and SSTEP bytes.
+template <int F> struct GP {
+	static constexpr int STEP = GV<F>::U * 256;
+	static constexpr int WSTEP = F == 0 ? STEP * 4 : F == 1 ? STEP * 2 : F == 2 ? STEP : STEP / 2;
+	static constexpr int SSTEP = F == 2 ? STEP / 128 : F == 3 ? STEP / 32 : STEP / 16;
+	static __device__ __forceinline__ const u8* w(const u8* wr, int k0, int lane) {
+		const int k = k0 + lane * 8;
+		return F == 0 ? wr + (size_t)k * 4 : F == 1 ? wr + (size_t)k * 2 : F == 2 ? wr + k : wr + k / 2;
+	}
+	static __device__ __forceinline__ const u8* s(const u8* sr, int k0, int kend, int lane) {
+		const int k = k0 + lane * 8;
+		return F == 2 ? sr + (k0 >> 7) + min(lane, ((kend - 1) >> 7) - (k0 >> 7)) : F == 3 ? sr + k / 32 : sr + k / 16;
+	}
+};
+
+// gload_unit issues the loads of unit u of a step (for FP4 its scale byte
+// too; FP8's per-step byte is gload_step's).
+template <int F> DEV void gload_unit(GBuf<F>& b, int u, const u8* wq, const u8* sq) {
+	if (F == 0) {
+		const uint4 x0 = ldw16(wq + u * 1024), x1 = ldw16(wq + u * 1024 + 16);
+		b.r[u][0] = x0.x; b.r[u][1] = x0.y; b.r[u][2] = x0.z; b.r[u][3] = x0.w;
+		b.r[u][4] = x1.x; b.r[u][5] = x1.y; b.r[u][6] = x1.z; b.r[u][7] = x1.w;
+	} else if (F == 1) {
+		const uint4 x0 = ldw16(wq + u * 512);
+		b.r[u][0] = x0.x; b.r[u][1] = x0.y; b.r[u][2] = x0.z; b.r[u][3] = x0.w;
+	} else if (F == 2) {
+		const uint2 x0 = ldw8(wq + u * 256);
+		b.r[u][0] = x0.x; b.r[u][1] = x0.y;
+	} else {
+		// unit u's 256 weights on: 128 bytes, 8 (per 32) or 16 (per 16) scales
+		b.r[u][0] = ldw4(wq + u * 128);
+		b.s[F >= 3 ? u : 0] = lds1(sq + u * (F == 3 ? 8 : 16));
+	}
+}
+
+// gload_step issues the loads of a step: units u with u*256 < lim (when CHK;
+// all otherwise), and for FP8 the lane's scale byte.
+template <int F, bool CHK> DEV void gload_step(GBuf<F>& b, const u8* wq, const u8* sq, int lim) {
+#pragma unroll
+	for (int u = 0; u < GV<F>::U; u++)
+		if (!CHK || u * 256 < lim) gload_unit<F>(b, u, wq, sq);
+	if (F == 2) b.s[0] = lds1(sq);
+}
+
+// gfma dequantises a unit exactly as wload does (times scale sc for FP8)
+// and accumulates it against x[m, k..k+8) (xk = &x[0, k]) for the M <= MM
+// rows.
+template <int F, int MM> DEV void gfma(const u32* r, u32 s, float sc, float scale2, const float* xk, int ldx, int M, float* acc) {
 	float v[8];
 	if (F == 0) {
 #pragma unroll
@@ -165,13 +253,15 @@ template <int F, int MM> DEV void gfma(const u32* r, u32 s, float scale2, const 
 #pragma unroll
 		for (int i = 0; i < 4; i++) { v[2 * i] = __uint_as_float(r[i] << 16); v[2 * i + 1] = __uint_as_float(r[i] & 0xffff0000u); }
 	} else if (F == 2) {
-		const float sc = e8m0_to_f32(s);
+		e4m3x4_to_f32(r[0], v);
+		e4m3x4_to_f32(r[1], v + 4);
 #pragma unroll
-		for (int i = 0; i < 8; i++) v[i] = e4m3_to_f32((r[i / 4] >> (8 * (i % 4))) & 0xffu) * sc;
+		for (int i = 0; i < 8; i++) v[i] *= sc;
 	} else {
-		const float sc = F == 3 ? e8m0_to_f32(s) : e4m3_to_f32(s) * scale2;
+		const float su = F == 3 ? e8m0_to_f32_sel(s) : e4m3_to_f32_fast(s) * scale2;
+		e2m1x8_to_f32(r[0], v);
 #pragma unroll
-		for (int i = 0; i < 8; i++) v[i] = e2m1_to_f32((r[0] >> (4 * i)) & 15u) * sc;
+		for (int i = 0; i < 8; i++) v[i] *= su;
 	}
 #pragma unroll
 	for (int m = 0; m < MM; m++) {
@@ -185,47 +275,99 @@ template <int F, int MM> DEV void gfma(const u32* r, u32 s, float scale2, const 
 	}
 }
 
+// gmath_step accumulates the step that gload_step loaded into b, xq =
+// &x[0, k0 + lane*8]; units u with u*256 >= lim are skipped when CHK. The
+// whole warp runs it (FP8's shuffles): unit u of lane l is in 128-block
+// (k0 + u*256 + l*8)/128 = k0/128 + d + 2u, d = (k0%128 + l*8)/128 (0..2),
+// whose scale lane d + 2u holds. (The shuffle reads only bits 0..4 of the
+// lane: the loop passes d + 32n, so that d + 2u is not hoisted out of it
+// into 8 registers.)
+template <int F, int MM, bool CHK> DEV void gmath_step(const GBuf<F>& b, const float* xq, float scale2, int M, int ldx,
+	int lim, int d, float* acc)
+{
+	constexpr int U = GV<F>::U;
+	const float sl = F == 2 ? e8m0_to_f32_sel(b.s[0]) : 0.f;
+#pragma unroll
+	for (int u = 0; u < U; u++) {
+		const float sc = F == 2 ? __shfl_sync(0xffffffffu, sl, d + 2 * u) : 0.f;
+		if (!CHK || u * 256 < lim) gfma<F, MM>(b.r[u], b.s[F >= 3 ? u : 0], sc, scale2, xq + u * 256, ldx, M, acc);
+	}
+}
+
 // gemv_slice accumulates weights [kb, ke) of one row into this lane's acc:
 // first the ragged rem = (ke-kb) % (U*256) weights (loads checked), then whole
 // steps of U*256, software-pipelined over two register buffers so that the
-// loads of the next step are in flight while this step's FMAs run.
+// loads of the next step are in flight while this step's FMAs run. The
+// whole warp runs it.
 template <int F, int MM> DEV void gemv_slice(float* acc, const u8* wr, const u8* sr, const float* xg, float scale2,
 	int M, int ldx, int kb, int ke, int lane)
 {
-	constexpr int U = GV<F>::U, UW = GV<F>::UW, STEP = U * 256;
-	u32 ra[U][UW], sa[U], rb[U][UW], sb[U];
-	const int kf = kb + (ke - kb) % STEP; // whole steps cover [kf, ke)
-	const int kl = lane * 8;
+	using P = GP<F>;
+	GBuf<F> ba, bb;
+	const int kf = kb + (ke - kb) % P::STEP; // whole steps cover [kf, ke)
+	int n = (ke - kf) / P::STEP;
+	const int lim = kf - kb - lane * 8; // the tail's units u < lim/256 of this lane
+	if (kb < kf) gload_step<F, true>(bb, P::w(wr, kb, lane), P::s(sr, kb, kf, lane), lim);
+	const u8* wq = P::w(wr, kf, lane);
+	const u8* sq = P::s(sr, kf, kf + P::STEP, lane); // the same lane clamp for every whole step
+	const float* xq = xg + kf + lane * 8;
+	const int d = ((kf & 127) + lane * 8) >> 7;
+	if (n > 0) gload_step<F, false>(ba, wq, sq, 0);
+	if (kb < kf) gmath_step<F, MM, true>(bb, xg + kb + lane * 8, scale2, M, ldx, lim, ((kb & 127) + lane * 8) >> 7, acc);
+	while (n > 0) {
+		if (n > 1) gload_step<F, false>(bb, wq + P::WSTEP, sq + P::SSTEP, 0);
+		gmath_step<F, MM, false>(ba, xq, scale2, M, ldx, 0, d + (n << 5), acc);
+		if (--n == 0) break;
+		wq += P::WSTEP; sq += P::SSTEP; xq += P::STEP;
+		if (n > 1) gload_step<F, false>(ba, wq + P::WSTEP, sq + P::SSTEP, 0);
+		gmath_step<F, MM, false>(bb, xq, scale2, M, ldx, 0, d + (n << 5), acc);
+		--n;
+		wq += P::WSTEP; sq += P::SSTEP; xq += P::STEP;
+	}
+}
+
+// gstep_roll is gmath_step for one register buffer: each unit's registers,
+// once its FMAs are issued, take the loads of the same unit of the next
+// step (at wn, sn) when nxt, so that a whole step's bytes stay in flight.
+// (ptxas may still issue a refill late in the step: it hoists the x loads
+// of the next units first, and the refills wait for their registers.)
+template <int F, int MM, bool CHK> DEV void gstep_roll(GBuf<F>& b, const float* xq, float scale2, int M, int ldx,
+	int lim, int d, bool nxt, const u8* wn, const u8* sn, float* acc)
+{
+	constexpr int U = GV<F>::U;
+	const float sl = F == 2 ? e8m0_to_f32_sel(b.s[0]) : 0.f;
+	if (F == 2 && nxt) b.s[0] = lds1(sn);
+#pragma unroll
+	for (int u = 0; u < U; u++) {
+		const float sc = F == 2 ? __shfl_sync(0xffffffffu, sl, d + 2 * u) : 0.f;
+		if (!CHK || u * 256 < lim) gfma<F, MM>(b.r[u], b.s[F >= 3 ? u : 0], sc, scale2, xq + u * 256, ldx, M, acc);
+		if (nxt) gload_unit<F>(b, u, wn, sn);
+	}
+}
+
+// gemv_slice_roll is gemv_slice with one rolling register buffer (FP8,
+// FP4: the registers their dequantisation needs stay free).
+template <int F, int MM> DEV void gemv_slice_roll(float* acc, const u8* wr, const u8* sr, const float* xg, float scale2,
+	int M, int ldx, int kb, int ke, int lane)
+{
+	using P = GP<F>;
+	GBuf<F> b;
+	const int kf = kb + (ke - kb) % P::STEP; // whole steps cover [kf, ke)
+	int n = (ke - kf) / P::STEP;
+	const u8* wq = P::w(wr, kf, lane);
+	const u8* sq = P::s(sr, kf, kf + P::STEP, lane); // the same lane clamp for every whole step
+	const float* xq = xg + kf + lane * 8;
+	const int d = ((kf & 127) + lane * 8) >> 7;
 	if (kb < kf) {
-#pragma unroll
-		for (int u = 0; u < U; u++)
-			if (kb + u * 256 + kl < kf) gload<F>(wr, sr, kb + u * 256 + kl, rb[u], sb[u]);
+		const int lim = kf - kb - lane * 8; // the tail's units u < lim/256 of this lane
+		gload_step<F, true>(b, P::w(wr, kb, lane), P::s(sr, kb, kf, lane), lim);
+		gstep_roll<F, MM, true>(b, xg + kb + lane * 8, scale2, M, ldx, lim, ((kb & 127) + lane * 8) >> 7, n > 0, wq, sq, acc);
+	} else if (n > 0) {
+		gload_step<F, false>(b, wq, sq, 0);
 	}
-	if (kf < ke) {
-#pragma unroll
-		for (int u = 0; u < U; u++) gload<F>(wr, sr, kf + u * 256 + kl, ra[u], sa[u]);
-	}
-	if (kb < kf) {
-#pragma unroll
-		for (int u = 0; u < U; u++)
-			if (kb + u * 256 + kl < kf) gfma<F, MM>(rb[u], sb[u], scale2, xg + kb + u * 256 + kl, ldx, M, acc);
-	}
-	for (int kw = kf; kw < ke;) {
-		if (kw + STEP < ke) {
-#pragma unroll
-			for (int u = 0; u < U; u++) gload<F>(wr, sr, kw + STEP + u * 256 + kl, rb[u], sb[u]);
-		}
-#pragma unroll
-		for (int u = 0; u < U; u++) gfma<F, MM>(ra[u], sa[u], scale2, xg + kw + u * 256 + kl, ldx, M, acc);
-		kw += STEP;
-		if (kw >= ke) break;
-		if (kw + STEP < ke) {
-#pragma unroll
-			for (int u = 0; u < U; u++) gload<F>(wr, sr, kw + STEP + u * 256 + kl, ra[u], sa[u]);
-		}
-#pragma unroll
-		for (int u = 0; u < U; u++) gfma<F, MM>(rb[u], sb[u], scale2, xg + kw + u * 256 + kl, ldx, M, acc);
-		kw += STEP;
+	for (; n > 0; n--) {
+		gstep_roll<F, MM, false>(b, xq, scale2, M, ldx, 0, d + (n << 5), n > 1, wq + P::WSTEP, sq + P::SSTEP, acc);
+		wq += P::WSTEP; sq += P::SSTEP; xq += P::STEP;
 	}
 }
 
@@ -250,8 +392,8 @@ template <int F, int MM> DEV void gemv(float* __restrict__ y, const float* __res
 		const float* xg = x + (size_t)(o / R) * K;
 		if (F == 0) gemv_slice<F, MM>(acc, w + (size_t)o * K * 4, ws, xg, scale2, M, ldx, kb, ke, lane);
 		if (F == 1) gemv_slice<F, MM>(acc, w + (size_t)o * K * 2, ws, xg, scale2, M, ldx, kb, ke, lane);
-		if (F == 2) gemv_slice<F, MM>(acc, w + (size_t)o * K, ws + (size_t)(o / 128) * sCols, xg, scale2, M, ldx, kb, ke, lane);
-		if (F >= 3) gemv_slice<F, MM>(acc, w + (size_t)o * (K / 2), ws + (size_t)o * sCols, xg, scale2, M, ldx, kb, ke, lane);
+		if (F == 2) gemv_slice_roll<F, MM>(acc, w + (size_t)o * K, ws + (size_t)(o / 128) * sCols, xg, scale2, M, ldx, kb, ke, lane);
+		if (F >= 3) gemv_slice_roll<F, MM>(acc, w + (size_t)o * (K / 2), ws + (size_t)o * sCols, xg, scale2, M, ldx, kb, ke, lane);
 	}
 	// Every thread reaches the barrier; rows past N only add zeros to red.
 #pragma unroll
