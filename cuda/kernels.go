@@ -201,15 +201,15 @@ func linearFP8(s *Stream, y, yf, xq, xs, w, ws DevicePtr, m, n, k int, scratch D
 		grid := Dim3{uint32(ceilDiv(ceilDiv(n, 16), groups)), 1, 1}
 		return launch(s, "linear_fp8", "linear_fp8_dec", grid, Dim3{uint32(32 * warps), 1, 1}, 0, d)
 	}
-	if err := linearFP8Tiled(s, y, xq, xs, w, ws, m, n, k, scratch, p); err != nil || yf == 0 {
+	if err := linearFP8Tiled(s, y, xq, xs, w, ws, m, n, k, scratch, p, choice); err != nil || yf == 0 {
 		return err
 	}
 	return BF16ToF32(s, yf, y, int64(m*n))
 }
 
 // linearFP8Tiled runs the wgmma or the mma.sync tiled kernel (bf16 out).
-func linearFP8Tiled(s *Stream, y, xq, xs, w, ws DevicePtr, m, n, k int, scratch DevicePtr, p linearPlan) error {
-	switch s.ctx.kernelChoice().Linear {
+func linearFP8Tiled(s *Stream, y, xq, xs, w, ws DevicePtr, m, n, k int, scratch DevicePtr, p linearPlan, choice Path) error {
+	switch choice {
 	case PathWG:
 		if m <= decMaxRows {
 			scratch = 0 // sized for the decode kernel: none

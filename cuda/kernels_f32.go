@@ -102,10 +102,21 @@ func QuantFP8F32(s *Stream, q, scales, sim, x DevicePtr, rows, cols, width, blk 
 		return nil
 	}
 	a := new(Args).Ptr(q).Ptr(scales).Ptr(sim).Ptr(x).I32(rows).I32(cols).I32(width).I32(blk)
-	if ceilDiv(int(warps), 8) > 1<<31-1 {
-		return fmt.Errorf("cuda: quant_fp8_f32: %d blocks exceed the grid", warps)
+	grid, err := warpGrid(warps)
+	if err != nil {
+		return fmt.Errorf("cuda: quant_fp8_f32: %w", err)
 	}
-	return launch(s, "ops_f32", "quant_fp8_f32", Dim3{uint32(ceilDiv(int(warps), 8)), 1, 1}, Dim3{256, 1, 1}, 0, a)
+	return launch(s, "ops_f32", "quant_fp8_f32", grid, Dim3{256, 1, 1}, 0, a)
+}
+
+// warpGrid is the grid of 256-thread CTAs for kernels that run one warp per
+// work item.
+func warpGrid(warps int64) (Dim3, error) {
+	ctas := (warps + 7) / 8
+	if ctas > 1<<31-1 {
+		return Dim3{}, fmt.Errorf("%d warps exceed the grid", warps)
+	}
+	return Dim3{uint32(ctas), 1, 1}, nil
 }
 
 // RopeF32 rotates the last rd dims of every head of x [rows, heads*headDim]

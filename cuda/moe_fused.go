@@ -3,18 +3,8 @@ package cuda
 import "fmt"
 
 // Launchers of kernels/moe_fused.cu: the MoE glue fused with the FP8
-// activation quantisation of the GEMM that follows it.
-
-// moeWarpGrid is one warp per (row, 128-column block), 8 warps a CTA.
-func moeWarpGrid(rows, cols int) (Dim3, error) {
-	warps := int64(rows) * int64(cols/128)
-	if ceilDiv64(warps, 8) > 1<<31-1 {
-		return Dim3{}, fmt.Errorf("%d warps exceed the grid", warps)
-	}
-	return Dim3{uint32(ceilDiv64(warps, 8)), 1, 1}, nil
-}
-
-func ceilDiv64(a, b int64) int64 { return (a + b - 1) / b }
+// activation quantisation of the GEMM that follows it, one warp per (row,
+// 128-column block).
 
 // MoEGatherQuant writes, for the permuted rows m < offsets[E] of a capacity
 // of rows, the FP8 quantisation (per 128, spec §3.3) of x[perm[m]/k] (fp32
@@ -27,7 +17,7 @@ func MoEGatherQuant(s *Stream, xq, xs, xg, x, perm, offsets DevicePtr, experts, 
 	if rows == 0 {
 		return nil
 	}
-	grid, err := moeWarpGrid(rows, d)
+	grid, err := warpGrid(int64(rows) * int64(d/128))
 	if err != nil {
 		return fmt.Errorf("cuda: moe_gather_q: %w", err)
 	}
@@ -67,7 +57,7 @@ func MoESwiGLUQuant(s *Stream, a MoESwiGLUArgs) error {
 	if a.Rows == 0 {
 		return nil
 	}
-	grid, err := moeWarpGrid(a.Rows, a.Inter)
+	grid, err := warpGrid(int64(a.Rows) * int64(a.Inter/128))
 	if err != nil {
 		return fmt.Errorf("cuda: moe_swiglu_q: %w", err)
 	}

@@ -64,21 +64,18 @@ func (b *Backend) PrepareExperts(name string, ex []checkpoint.Expert, dim, inter
 	if dim%128 != 0 || inter%128 != 0 {
 		return nil, fmt.Errorf("%s: gpu experts: dim %d and inter %d must be multiples of 128", name, dim, inter)
 	}
-	w1 := func(x *checkpoint.Expert) []*checkpoint.Linear { return []*checkpoint.Linear{&x.W1} }
-	w2 := func(x *checkpoint.Expert) []*checkpoint.Linear { return []*checkpoint.Linear{&x.W2} }
-	w3 := func(x *checkpoint.Expert) []*checkpoint.Linear { return []*checkpoint.Linear{&x.W3} }
-	w13 := func(x *checkpoint.Expert) []*checkpoint.Linear { return []*checkpoint.Linear{&x.W1, &x.W3} }
-	type stacked struct {
-		p    *proj
-		pick func(*checkpoint.Expert) []*checkpoint.Linear
+	// Projections by their linears (0 w1, 1 w2, 2 w3) stacked per expert.
+	type stacking struct {
+		p     *proj
+		which []int
 	}
-	stacks := []stacked{{&e.w13, w13}, {&e.w2, w2}}
+	stacks := []stacking{{&e.w13, []int{0, 2}}, {&e.w2, []int{1}}}
 	if !sameGlobalScales(ex) {
-		stacks = []stacked{{&e.w1, w1}, {&e.w2, w2}, {&e.w3, w3}}
+		stacks = []stacking{{&e.w1, []int{0}}, {&e.w2, []int{1}}, {&e.w3, []int{2}}}
 	}
 	for _, st := range stacks {
 		var err error
-		if *st.p, err = b.stack(ex, st.pick, e.format); err != nil {
+		if *st.p, err = b.stack(ex, st.which, e.format); err != nil {
 			e.free()
 			return nil, fmt.Errorf("%s: %w", name, err)
 		}
@@ -108,13 +105,15 @@ func (e *experts) free() {
 }
 
 // stack uploads one projection of every expert into contiguous arrays:
-// per expert the rows of the picked linears one after the other (their
-// global scale is the first's).
-func (b *Backend) stack(ex []checkpoint.Expert, pick func(*checkpoint.Expert) []*checkpoint.Linear, f cuda.FP4Format) (proj, error) {
-	ls := pick(&ex[0])
-	p := proj{n: ls[0].Out * len(ls), k: ls[0].In}
-	wn, sn := len(ls[0].Weight.Data), len(ls[0].Scale.Data)
-	per := len(ls)
+// per expert the rows of its linears `which` (0 w1, 1 w2, 2 w3) one after
+// the other; the global scale is the first's.
+func (b *Backend) stack(ex []checkpoint.Expert, which []int, f cuda.FP4Format) (proj, error) {
+	pick := func(x *checkpoint.Expert, j int) *checkpoint.Linear {
+		return [...]*checkpoint.Linear{&x.W1, &x.W2, &x.W3}[which[j]]
+	}
+	l0, per := pick(&ex[0], 0), len(which)
+	p := proj{n: l0.Out * per, k: l0.In}
+	wn, sn := len(l0.Weight.Data), len(l0.Scale.Data)
 	var err error
 	if p.w, err = b.ctx.Alloc(len(ex) * per * wn); err != nil {
 		return p, err
@@ -124,8 +123,8 @@ func (b *Backend) stack(ex []checkpoint.Expert, pick func(*checkpoint.Expert) []
 	}
 	g := make([]float32, len(ex))
 	for i := range ex {
-		for j, l := range pick(&ex[i]) {
-			at := i*per + j
+		for j := range per {
+			l, at := pick(&ex[i], j), i*per+j
 			if err := b.s.CopyHtoD(p.w.Ptr.Add(at*wn), l.Weight.Data); err != nil {
 				return p, fmt.Errorf("upload %s: %w", l.Name, err)
 			}
