@@ -138,8 +138,8 @@ func Prepare(be backend.Backend, c *checkpoint.Config, l *checkpoint.Layer) (*La
 
 func (l *Layer) compress(be backend.Backend, st backend.KVStore, x backend.Tensor, c *Compressor, kind backend.CompressKind, b *backend.Batch) error {
 	n := x.Rows()
-	A := be.Alloc(n, c.WKV.Out(), backend.F32)
-	Z := be.Alloc(n, c.WGate.Out(), backend.F32)
+	A := be.Empty(n, c.WKV.Out(), backend.F32)
+	Z := be.Empty(n, c.WGate.Out(), backend.F32)
 	defer be.Free(A)
 	defer be.Free(Z)
 	if err := be.LinearF32(x, c.WKV, A); err != nil {
@@ -163,15 +163,15 @@ func (l *Layer) Forward(be backend.Backend, st backend.KVStore, a backend.Tensor
 		}
 		return check.Check("attn "+name, out, in...)
 	}
-	qa := be.Alloc(n, l.WqA.Out(), backend.F32)
+	qa := be.Empty(n, l.WqA.Out(), backend.F32)
 	if err := step("wq_a", qa, be.Linear(a, l.WqA, qa), a); err != nil {
 		return nil, err
 	}
-	qr := be.Alloc(n, l.WqA.Out(), backend.F32)
+	qr := be.Empty(n, l.WqA.Out(), backend.F32)
 	if err := step("q_norm", qr, be.RMSNorm(qa, l.QNorm, l.Eps, qr), qa); err != nil {
 		return nil, err
 	}
-	q := be.Alloc(n, H*D, backend.F32)
+	q := be.Empty(n, H*D, backend.F32)
 	if err := step("wq_b", q, be.Linear(qr, l.WqB, q), qr); err != nil {
 		return nil, err
 	}
@@ -182,11 +182,11 @@ func (l *Layer) Forward(be backend.Backend, st backend.KVStore, a backend.Tensor
 	if err := step("q", q, err); err != nil {
 		return nil, err
 	}
-	kvr := be.Alloc(n, D, backend.F32)
+	kvr := be.Empty(n, D, backend.F32)
 	if err := step("wkv", kvr, be.Linear(a, l.WKV, kvr), a); err != nil {
 		return nil, err
 	}
-	kv := be.Alloc(n, D, backend.F32)
+	kv := be.Empty(n, D, backend.F32)
 	err = be.RMSNorm(kvr, l.KVNorm, l.Eps, kv)
 	if err == nil {
 		err = be.Rope(kv, backend.RopeArgs{Freqs: l.Rope, HeadDim: D}, b)
@@ -199,7 +199,7 @@ func (l *Layer) Forward(be backend.Backend, st backend.KVStore, a backend.Tensor
 	}
 	var sel backend.Tensor
 	if ix := l.Idx; ix != nil {
-		qi := be.Alloc(n, ix.Heads*ix.Dim, backend.F32)
+		qi := be.Empty(n, ix.Heads*ix.Dim, backend.F32)
 		err := be.Linear(qr, ix.WqB, qi)
 		if err == nil {
 			err = be.Rope(qi, backend.RopeArgs{Freqs: l.Rope, HeadDim: ix.Dim}, b)
@@ -213,7 +213,7 @@ func (l *Layer) Forward(be backend.Backend, st backend.KVStore, a backend.Tensor
 		if err := step("indexer compressor", nil, l.compress(be, st, a, &ix.Comp, backend.CompressIndex, b)); err != nil {
 			return nil, err
 		}
-		w := be.Alloc(n, ix.Heads, backend.F32)
+		w := be.Empty(n, ix.Heads, backend.F32)
 		err = be.Linear(a, ix.WeightsProj, w)
 		if err == nil {
 			err = be.Scale(w, float32(math.Pow(float64(ix.Dim), -0.5)*math.Pow(float64(ix.Heads), -0.5)))
@@ -221,7 +221,7 @@ func (l *Layer) Forward(be backend.Backend, st backend.KVStore, a backend.Tensor
 		if err := step("indexer weights", w, err, a); err != nil {
 			return nil, err
 		}
-		sel = be.Alloc(n, ix.TopK, backend.I32)
+		sel = be.Empty(n, ix.TopK, backend.I32)
 		if err := be.IndexerTopK(st, qi, w, backend.IndexerArgs{Layer: l.Index, Heads: ix.Heads, HeadDim: ix.Dim,
 			TopK: ix.TopK, Ratio: l.Ratio, Trace: check != nil}, b, sel); err != nil {
 			return nil, fmt.Errorf("attn indexer: %w", err)
@@ -235,7 +235,7 @@ func (l *Layer) Forward(be backend.Backend, st backend.KVStore, a backend.Tensor
 			return nil, err
 		}
 	}
-	o := be.Alloc(n, H*D, backend.F32)
+	o := be.Empty(n, H*D, backend.F32)
 	scale := float32(1 / math.Sqrt(float64(D)))
 	err = be.SparseAttention(st, q, kv, sel, backend.AttnArgs{Layer: l.Index, Heads: H, HeadDim: D, Window: l.Window,
 		Ratio: l.Ratio, Scale: scale, Sink: l.Sink}, b, o)
@@ -248,11 +248,11 @@ func (l *Layer) Forward(be backend.Backend, st backend.KVStore, a backend.Tensor
 	if err := step("sparse attention", o, err, q, kv); err != nil {
 		return nil, err
 	}
-	z := be.Alloc(n, l.WoA.Out(), backend.F32)
+	z := be.Empty(n, l.WoA.Out(), backend.F32)
 	if err := step("wo_a", z, be.GroupedOutProj(o, l.WoA, l.Groups, z), o); err != nil {
 		return nil, err
 	}
-	out := be.Alloc(n, l.WoB.Out(), backend.F32)
+	out := be.Empty(n, l.WoB.Out(), backend.F32)
 	if err := step("wo_b", out, be.Linear(z, l.WoB, out), z); err != nil {
 		return nil, err
 	}

@@ -260,6 +260,11 @@ type Backend interface {
 
 	// Memory.
 	Alloc(rows, cols int, dt DType) Tensor
+	// Empty is Alloc for an output that the next op writes in full: its
+	// contents are unspecified (the GPU skips the zeroing; the CPU fills
+	// F32 with NaN and I32 with MinInt32, so an op that leaves part of it
+	// unwritten shows as non-finite output or a bad index).
+	Empty(rows, cols int, dt DType) Tensor
 	// View reinterprets t's storage (rows·cols must match).
 	View(t Tensor, rows, cols int) (Tensor, error)
 	Free(t Tensor)

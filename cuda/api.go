@@ -95,7 +95,7 @@ type driverAPI interface {
 	moduleGetFunction(c, m uintptr, name string) (uintptr, int)
 	funcSetAttribute(c, f uintptr, attr, v int) int
 	funcGetAttribute(c, f uintptr, attr int) (int, int)
-	launch(c, f uintptr, grid, block Dim3, smem int, s uintptr, args []uint64, offs []int32) int
+	launch(c, f uintptr, grid, block Dim3, smem int, s uintptr, args []uint64, offs []int32, pdl bool) int
 	beginCapture(c, s uintptr, mode int) int
 	endCapture(c, s uintptr) (uintptr, int)
 	graphInstantiate(c, g uintptr) (uintptr, int)
@@ -104,6 +104,7 @@ type driverAPI interface {
 	graphNodes(c, g uintptr) (int, int)
 	graphExecDestroy(c, e uintptr) int
 	hasTensorMaps() bool
+	hasLaunchEx() bool
 	tensorMap2D(c uintptr, out *TensorMap, dtype int, addr DevicePtr, inner, outer, stride uint64, boxInner, boxOuter uint32, swizzle int) int
 }
 

@@ -23,6 +23,7 @@ type Context struct {
 	fnMu   sync.Mutex
 	fns    map[string]*Function // "module.function" -> ready kernel
 	choice KernelChoice
+	pdl    bool // launch with programmatic dependent launch (sm_90+)
 }
 
 // NewContext retains the device's primary context.
@@ -32,6 +33,7 @@ func (dev *Device) NewContext() (*Context, error) {
 		return nil, err
 	}
 	c := &Context{dev: dev, drv: dev.drv, h: h, modules: map[string]*Module{}, fns: map[string]*Function{}}
+	c.pdl = c.canPDL()
 	c.pool = &Pool{ctx: c, free: map[int][]DevicePtr{}}
 	return c, nil
 }
@@ -357,7 +359,7 @@ func (s *Stream) Launch(f *Function, grid, block Dim3, smem int, a *Args) error 
 	if grid.X == 0 || grid.Y == 0 || grid.Z == 0 {
 		return fmt.Errorf("cuda: cuLaunchKernel(%s): empty grid %v", f.Name, grid)
 	}
-	r := s.ctx.drv.api.launch(s.ctx.h, f.h, grid, block, smem, s.h, a.buf[:], a.offs[:a.na])
+	r := s.ctx.drv.api.launch(s.ctx.h, f.h, grid, block, smem, s.h, a.buf[:], a.offs[:a.na], s.ctx.PDL())
 	return s.ctx.check("cuLaunchKernel", f.Name, r)
 }
 

@@ -70,6 +70,8 @@ typedef struct {
 	CUresult (*cuGraphDestroy)(CUgraph);
 	CUresult (*cuGraphExecDestroy)(CUgraphExec);
 	CUresult (*cuGraphGetNodes)(CUgraph, void*, size_t*);
+	// Optional (driver 12.0+): NULL disables PDL launches.
+	CUresult (*cuLaunchKernelEx)(const void*, CUfunction, void**, void**);
 	// Optional (driver 12.0+): NULL disables the TMA kernels.
 	CUresult (*cuTensorMapEncodeTiled)(void*, int, unsigned int, void*, const unsigned long long*,
 		const unsigned long long*, const unsigned int*, const unsigned int*, int, int, int, int);
@@ -150,6 +152,7 @@ static void mm_driver_bind(mm_driver* d, char* miss, size_t n) {
 	SYM(d, cuGraphExecDestroy, "cuGraphExecDestroy");
 	SYM(d, cuGraphGetNodes, "cuGraphGetNodes");
 	d->cuTensorMapEncodeTiled = dlsym(d->h, "cuTensorMapEncodeTiled");
+	d->cuLaunchKernelEx = dlsym(d->h, "cuLaunchKernelEx");
 }
 
 static void mm_nvrtc_bind(mm_nvrtc* d, char* miss, size_t n) {
@@ -225,6 +228,17 @@ static CUresult w_tensorMap2D(mm_driver* d, H c, void* out, int dtype, CUdevicep
 static CUresult w_graphNodes(mm_driver* d, H c, H g, size_t* n) { CTX(d, c); *n = 0; return d->cuGraphGetNodes((CUgraph)g, NULL, n); }
 static CUresult w_graphExecDestroy(mm_driver* d, H c, H e) { CTX(d, c); return d->cuGraphExecDestroy((CUgraphExec)e); }
 
+// CUlaunchAttribute and CUlaunchConfig of cuda.h (12.0+), spelled out: an
+// int id padded to 8 bytes, a 64-byte value union; the config's fields in
+// cuda.h order.
+typedef struct { int id; int pad; union { char raw[64]; int i; } value; } mm_launch_attr;
+typedef struct {
+	unsigned int gx, gy, gz, bx, by, bz, smem;
+	CUstream stream;
+	mm_launch_attr* attrs;
+	unsigned int nattrs;
+} mm_launch_config;
+
 // w_launch passes the kernel parameters as an array of pointers into the
 // packed argument block (offs[i] = byte offset of parameter i). The array is
 // built here on the C stack, so Go only hands over plain byte memory. Unlike
@@ -233,11 +247,19 @@ static CUresult w_graphExecDestroy(mm_driver* d, H c, H e) { CTX(d, c); return d
 static CUresult w_launch(mm_driver* d, H c, H f,
 		unsigned int gx, unsigned int gy, unsigned int gz,
 		unsigned int bx, unsigned int by, unsigned int bz,
-		unsigned int smem, H s, void* args, const int* offs, int nargs) {
+		unsigned int smem, H s, void* args, const int* offs, int nargs, int pdl) {
 	CTX(d, c);
 	void* params[64];
 	if (nargs > 64) return (CUresult)1; // CUDA_ERROR_INVALID_VALUE
 	for (int i = 0; i < nargs; i++) params[i] = (char*)args + offs[i];
+	if (pdl && d->cuLaunchKernelEx) {
+		mm_launch_attr a;
+		memset(&a, 0, sizeof a);
+		a.id = 6; // CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION
+		a.value.i = 1;
+		mm_launch_config cfg = {gx, gy, gz, bx, by, bz, smem, (CUstream)s, &a, 1};
+		return d->cuLaunchKernelEx(&cfg, (CUfunction)f, nargs ? params : NULL, NULL);
+	}
 	return d->cuLaunchKernel((CUfunction)f, gx, gy, gz, bx, by, bz, smem, (CUstream)s, nargs ? params : NULL, NULL);
 }
 
@@ -482,7 +504,7 @@ func (g *cgoDriver) funcGetAttribute(c, f uintptr, attr int) (int, int) {
 	return int(v), int(r)
 }
 
-func (g *cgoDriver) launch(c, f uintptr, grid, block Dim3, smem int, s uintptr, args []uint64, offs []int32) int {
+func (g *cgoDriver) launch(c, f uintptr, grid, block Dim3, smem int, s uintptr, args []uint64, offs []int32, pdl bool) int {
 	var p unsafe.Pointer
 	var o *C.int
 	if len(offs) > 0 {
@@ -492,7 +514,7 @@ func (g *cgoDriver) launch(c, f uintptr, grid, block Dim3, smem int, s uintptr, 
 	return int(C.w_launch(g.d, h(c), h(f),
 		C.uint(grid.X), C.uint(grid.Y), C.uint(grid.Z),
 		C.uint(block.X), C.uint(block.Y), C.uint(block.Z),
-		C.uint(smem), h(s), p, o, C.int(len(offs))))
+		C.uint(smem), h(s), p, o, C.int(len(offs)), C.int(b2i(pdl))))
 }
 
 func (g *cgoDriver) beginCapture(c, s uintptr, mode int) int {
@@ -612,6 +634,8 @@ func (v *cgoNVRTC) compile(src, name string, headers, includeNames, opts []strin
 }
 
 func (g *cgoDriver) hasTensorMaps() bool { return g.d.cuTensorMapEncodeTiled != nil }
+
+func (g *cgoDriver) hasLaunchEx() bool { return g.d.cuLaunchKernelEx != nil }
 
 func (g *cgoDriver) tensorMap2D(c uintptr, out *TensorMap, dtype int, addr DevicePtr, inner, outer, stride uint64, boxInner, boxOuter uint32, swizzle int) int {
 	return int(C.w_tensorMap2D(g.d, h(c), unsafe.Pointer(&out[0]), C.int(dtype), C.CUdeviceptr(addr),

@@ -2,6 +2,8 @@ package cuda_test
 
 import (
 	"bytes"
+	"encoding/binary"
+	"math"
 	"errors"
 	"math/rand/v2"
 	"strings"
@@ -351,4 +353,109 @@ func TestKernelsVsCPU(t *testing.T) {
 	if err := ctx.SetKernelChoice(cuda.KernelChoice{}); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// TestPDLChain: with programmatic dependent launch on, a chain of kernels
+// that each read the previous one's output (large grids followed by one-CTA
+// ones, in place and ping-pong), eagerly and replayed as a graph, gives the
+// serial result: every kernel's griddepcontrol.wait holds it until its
+// predecessor's writes are visible.
+func TestPDLChain(t *testing.T) {
+	ctx, s := gpu(t)
+	if !ctx.PDL() {
+		t.Skip("no programmatic dependent launch on this device or driver")
+	}
+	const n, tail, pairs = 1 << 22, 1024, 100
+	buf := func() *cuda.Buffer {
+		b, err := ctx.Alloc(4 * n)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { b.Free() })
+		return b
+	}
+	a, b, one := buf(), buf(), buf()
+	ones := make([]float32, n)
+	for i := range ones {
+		ones[i] = 1
+	}
+	if err := s.CopyHtoD(one.Ptr, f32b(ones)); err != nil {
+		t.Fatal(err)
+	}
+	chain := func() error {
+		if err := s.Memset8(a.Ptr, 0, 4*n); err != nil {
+			return err
+		}
+		for i := 0; i < pairs; i++ {
+			src, dst := a, b
+			if i%2 == 1 {
+				src, dst = b, a
+			}
+			if err := cuda.AddF32(s, dst.Ptr, src.Ptr, one.Ptr, n, false); err != nil {
+				return err
+			}
+			end := dst.Ptr.Add(4 * (n - tail))
+			if err := cuda.AddF32(s, end, end, one.Ptr, tail, false); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	check := func(what string) {
+		raw := make([]byte, 4*n)
+		if err := s.CopyDtoH(raw, a.Ptr); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Synchronize(); err != nil {
+			t.Fatal(err)
+		}
+		for i := range n {
+			v := math.Float32frombits(binary.LittleEndian.Uint32(raw[4*i:]))
+			want := float32(pairs)
+			if i >= n-tail {
+				want = 2 * pairs
+			}
+			if v != want {
+				t.Fatalf("%s: a[%d] = %v, want %v", what, i, v, want)
+			}
+		}
+	}
+	if err := chain(); err != nil {
+		t.Fatal(err)
+	}
+	check("eager")
+	if err := s.BeginCapture(); err != nil {
+		t.Fatal(err)
+	}
+	if err := chain(); err != nil {
+		t.Fatal(err)
+	}
+	g, err := s.EndCapture()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer g.Close()
+	exec, err := g.Instantiate()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer exec.Close()
+	for _, p := range []cuda.DevicePtr{a.Ptr, b.Ptr} { // poison: only the replay can fix it
+		if err := s.Memset8(p, 0xFF, 4*n); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := exec.Launch(s); err != nil {
+		t.Fatal(err)
+	}
+	check("graph")
+}
+
+// f32b copies float32s into little-endian bytes.
+func f32b(v []float32) []byte {
+	b := make([]byte, 4*len(v))
+	for i, x := range v {
+		binary.LittleEndian.PutUint32(b[4*i:], math.Float32bits(x))
+	}
+	return b
 }

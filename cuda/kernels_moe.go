@@ -22,20 +22,34 @@ func RouterTopK(s *Stream, logits DevicePtr, rows, experts, k int, bias, table, 
 
 // MoEPermute sorts the nk (row, slot) pairs of ids [nk] into expert order:
 // counts [E] (scratch), offsets [E+1], perm [nk] (pair of every position,
-// ascending inside an expert) and inv [nk] (position of every pair; the caller
-// fills it with -1 first: pairs with an id outside [0, E) keep -1 and are left
-// out, so offsets[E] < nk).
+// ascending inside an expert) and inv [nk] (position of every pair; -1 for
+// pairs with an id outside [0, E), which are left out, so offsets[E] < nk).
 func MoEPermute(s *Stream, ids DevicePtr, nk, experts int, counts, offsets, perm, inv DevicePtr) error {
 	if nk < 0 || experts <= 0 || experts > 1<<20 {
 		return fmt.Errorf("cuda: moe_permute: bad shape nk=%d experts=%d", nk, experts)
 	}
 	grid := Dim3{uint32(ceilDiv(experts, 8)), 1, 1}
-	a := new(Args).Ptr(ids).I32(nk).I32(experts).Ptr(counts)
+	a := new(Args).Ptr(ids).I32(nk).I32(experts).Ptr(counts).Ptr(inv)
 	if err := launch(s, "moe_route", "moe_count", grid, Dim3{256, 1, 1}, 0, a); err != nil {
 		return err
 	}
 	b := new(Args).Ptr(ids).I32(nk).I32(experts).Ptr(counts).Ptr(offsets).Ptr(perm).Ptr(inv)
 	return launch(s, "moe_route", "moe_scatter", grid, Dim3{256, 1, 1}, 0, b)
+}
+
+// MoEPrefetch hints L2 to fetch the first bytes of the weights of each
+// expert among ids (nk int32; experts stride bytes apart from w). stride and
+// bytes are multiples of 16 (else nothing is fetched). It has no result:
+// later kernels read the same bytes sooner.
+func MoEPrefetch(s *Stream, ids DevicePtr, nk, experts int, w DevicePtr, stride, bytes int64) error {
+	if nk < 0 || experts <= 0 || stride < 0 || bytes < 0 || bytes > stride {
+		return fmt.Errorf("cuda: moe_prefetch: bad arguments nk=%d experts=%d stride=%d bytes=%d", nk, experts, stride, bytes)
+	}
+	if nk == 0 || bytes == 0 {
+		return nil
+	}
+	a := new(Args).Ptr(ids).I32(nk).I32(experts).Ptr(w).I64(stride).I64(bytes)
+	return launch(s, "moe_route", "moe_prefetch", Dim3{uint32(ceilDiv(nk, 256)), 1, 1}, Dim3{256, 1, 1}, 0, a)
 }
 
 // MoECombine: acc [rows, d] = Σ over the k slots of each row, in ascending

@@ -275,15 +275,15 @@ func (m *Model) runBlock(b *block, x backend.Tensor, ids []int32, bt *backend.Ba
 	n := x.Rows()
 	check := tr.check(b.index, prefix)
 	mixW := c.HcMult + c.HcMult*c.HcMult
-	a := be.Alloc(n, c.Dim, backend.F32)
-	mix := be.Alloc(n, mixW, backend.F32)
+	a := be.Empty(n, c.Dim, backend.F32)
+	mix := be.Empty(n, mixW, backend.F32)
 	if err := be.HcPre(x, b.hcAttn, m.hc, a, mix); err != nil {
 		return nil, fmt.Errorf("%shc_pre attn: %w", prefix, err)
 	}
 	if err := check.Check("attn hc_pre", a, x); err != nil {
 		return nil, err
 	}
-	an := be.Alloc(n, c.Dim, backend.F32)
+	an := be.Empty(n, c.Dim, backend.F32)
 	if err := be.RMSNorm(a, b.attnNorm, m.eps, an); err != nil {
 		return nil, fmt.Errorf("%sattn_norm: %w", prefix, err)
 	}
@@ -406,7 +406,7 @@ func (m *Model) Forward(b *Batch) (*Output, error) {
 	}
 	var x backend.Tensor // the final streams, kept when an item wants them
 	forward := func() (backend.Tensor, error) {
-		x = be.Alloc(n, c.HcDim(), backend.F32)
+		x = be.Empty(n, c.HcDim(), backend.F32)
 		if err := be.Embed(m.embed, ids, c.HcMult, x); err != nil {
 			return nil, fmt.Errorf("model embed: %w", err)
 		}
@@ -495,9 +495,9 @@ func (m *Model) logits(x backend.Tensor, rows []int, hc backend.HC, norm backend
 func (m *Model) headLogits(x backend.Tensor, rows []int, hc backend.HC, norm backend.Vec, tr *tracer, prefix string) (backend.Tensor, error) {
 	be, c := m.be, m.cfg
 	k := len(rows)
-	xs := be.Alloc(k, c.HcDim(), backend.F32)
-	y := be.Alloc(k, c.Dim, backend.F32)
-	yn := be.Alloc(k, c.Dim, backend.F32)
+	xs := be.Empty(k, c.HcDim(), backend.F32)
+	y := be.Empty(k, c.Dim, backend.F32)
+	yn := be.Empty(k, c.Dim, backend.F32)
 	defer func() {
 		for _, t := range []backend.Tensor{xs, y, yn} {
 			be.Free(t)
@@ -512,7 +512,7 @@ func (m *Model) headLogits(x backend.Tensor, rows []int, hc backend.HC, norm bac
 	if err := be.RMSNorm(y, norm, m.eps, yn); err != nil {
 		return nil, fmt.Errorf("%snorm: %w", prefix, err)
 	}
-	lg := be.Alloc(k, m.localVocab(), backend.F32)
+	lg := be.Empty(k, m.localVocab(), backend.F32)
 	if err := be.LinearF32(yn, m.head, lg); err != nil {
 		be.Free(lg)
 		return nil, fmt.Errorf("%shead: %w", prefix, err)
@@ -544,7 +544,7 @@ func (m *Model) downloadLogits(lg backend.Tensor, k int, prefix string) ([]float
 	// Vocabulary slices, rank-major after the all-gather: interleave them
 	// into rows on the host, where the logits go anyway.
 	n, vl := m.part.Size, m.localVocab()
-	all := be.Alloc(n*k, vl, backend.F32)
+	all := be.Empty(n*k, vl, backend.F32)
 	defer be.Free(all)
 	if err := m.opts.Comm.AllGatherRows(be, lg, all); err != nil {
 		return nil, fmt.Errorf("%shead all-gather: %w", prefix, err)

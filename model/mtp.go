@@ -66,19 +66,19 @@ func (m *Model) ForwardMTP(items []MTPItem) (*Output, error) {
 	}
 	n := len(ids)
 	p := m.mtp
-	e := be.Alloc(n, c.Dim, backend.F32)
+	e := be.Empty(n, c.Dim, backend.F32)
 	if err := be.Embed(m.embed, ids, 1, e); err != nil {
 		return nil, fmt.Errorf("model mtp embed: %w", err)
 	}
-	en := be.Alloc(n, c.Dim, backend.F32)
+	en := be.Empty(n, c.Dim, backend.F32)
 	if err := be.RMSNorm(e, p.eNorm, m.eps, en); err != nil {
 		return nil, fmt.Errorf("model mtp enorm: %w", err)
 	}
-	ep := be.Alloc(n, c.Dim, backend.F32)
+	ep := be.Empty(n, c.Dim, backend.F32)
 	if err := be.Linear(en, p.eProj, ep); err != nil {
 		return nil, fmt.Errorf("model mtp e_proj: %w", err)
 	}
-	x := be.Alloc(n, w, backend.F32)
+	x := be.Empty(n, w, backend.F32)
 	flat := make([]float32, 0, n*w)
 	for _, it := range items {
 		flat = append(flat, it.Hidden...)
@@ -86,7 +86,7 @@ func (m *Model) ForwardMTP(items []MTPItem) (*Output, error) {
 	if err := be.Upload(x, flat); err != nil {
 		return nil, err
 	}
-	xh := be.Alloc(n, w, backend.F32)
+	xh := be.Empty(n, w, backend.F32)
 	if err := be.RMSNorm(x, p.hNorm, m.eps, xh); err != nil {
 		return nil, fmt.Errorf("model mtp hnorm: %w", err)
 	}
@@ -94,7 +94,7 @@ func (m *Model) ForwardMTP(items []MTPItem) (*Output, error) {
 	if err != nil {
 		return nil, err
 	}
-	hp := be.Alloc(n*c.HcMult, c.Dim, backend.F32)
+	hp := be.Empty(n*c.HcMult, c.Dim, backend.F32)
 	if err := be.Linear(xv, p.hProj, hp); err != nil {
 		return nil, fmt.Errorf("model mtp h_proj: %w", err)
 	}

@@ -77,8 +77,8 @@ func Prepare(be backend.Backend, c *checkpoint.Config, l *checkpoint.Layer, part
 // Route runs the router only: weights [N, k] and expert ids [N, k].
 func (l *Layer) Route(be backend.Backend, f backend.Tensor, ids []int32) (backend.Tensor, backend.Tensor, error) {
 	n := f.Rows()
-	w := be.Alloc(n, l.TopK, backend.F32)
-	e := be.Alloc(n, l.TopK, backend.I32)
+	w := be.Empty(n, l.TopK, backend.F32)
+	e := be.Empty(n, l.TopK, backend.I32)
 	if err := be.Router(f, l.Gate, backend.RouterArgs{TopK: l.TopK, Scale: l.Scale, Bias: l.Bias, Tid2Eid: l.Tid2Eid, IDs: ids}, w, e); err != nil {
 		return nil, nil, fmt.Errorf("moe router: %w", err)
 	}
@@ -99,7 +99,7 @@ func (l *Layer) Forward(be backend.Backend, f backend.Tensor, ids []int32, check
 	if err := check.Check("moe router ids", e); err != nil {
 		return nil, err
 	}
-	acc := be.Alloc(n, d, backend.F32)
+	acc := be.Empty(n, d, backend.F32)
 	ea := backend.ExpertsArgs{Limit: l.Limit, Trace: check != nil, Offset: l.ExpertLo, Partial: l.Reduce != nil}
 	if err := be.Experts(f, l.Experts, w, e, ea, acc); err != nil {
 		return nil, fmt.Errorf("moe: %w", err)
@@ -113,10 +113,10 @@ func (l *Layer) Forward(be backend.Backend, f backend.Tensor, ids []int32, check
 		return nil, err
 	}
 	I := l.SW1.Out()
-	g := be.Alloc(n, I, backend.F32)
-	u := be.Alloc(n, I, backend.F32)
-	h := be.Alloc(n, I, backend.F32)
-	s := be.Alloc(n, d, backend.F32)
+	g := be.Empty(n, I, backend.F32)
+	u := be.Empty(n, I, backend.F32)
+	h := be.Empty(n, I, backend.F32)
+	s := be.Empty(n, d, backend.F32)
 	if err := be.Linear(f, l.SW1, g); err != nil {
 		return nil, fmt.Errorf("moe shared w1: %w", err)
 	}
@@ -138,7 +138,7 @@ func (l *Layer) Forward(be backend.Backend, f backend.Tensor, ids []int32, check
 	if err := check.Check("moe shared w2", s, h); err != nil {
 		return nil, err
 	}
-	out := be.Alloc(n, d, backend.F32)
+	out := be.Empty(n, d, backend.F32)
 	if err := be.Combine(acc, s, out); err != nil {
 		return nil, fmt.Errorf("moe combine: %w", err)
 	}

@@ -4,7 +4,8 @@
 #   go test -c -o bin/cuda.test ./cuda && go test -c -o bin/gpu.test ./backend/gpu
 #   go build -o bin/bench ./cmd/bench && cp scripts/*.sh bin/
 #   (device) cd bin && ./run-checks.sh OUTDIR [test-regex]
-# OUTDIR gets cuda.txt and gpu.txt (go test -v output), stack-*.txt and
+# OUTDIR gets cuda.txt and gpu.txt (go test -v output), stack-*.txt (with
+# and without PDL) and
 # ncu-b1.csv (per-kernel time of eager batch-1 decode steps, cold caches).
 set -u
 out=${1:?usage: run-checks.sh OUTDIR [test-regex]}
@@ -22,6 +23,10 @@ for b in 1 8 64; do
 done
 timeout 60 "$here/bench" stack --preset flash --layers 4 --prefill 64 --decode 48 --batch 1 --cuda-graphs=false > "$out/stack-b1-eager.txt" 2>&1
 grep -E "^decode" "$out/stack-b1-eager.txt"
+for b in 1 8 64; do # the same without programmatic dependent launch
+	timeout 60 "$here/bench" stack --preset flash --layers 4 --prefill 64 --decode 48 --batch "$b" --pdl=false > "$out/stack-b$b-nopdl.txt" 2>&1
+	grep -E "^(decode|programmatic)" "$out/stack-b$b-nopdl.txt"
+done
 timeout 200 /usr/local/cuda/bin/ncu --metrics gpu__time_duration.sum --csv --cache-control all --clock-control none \
 	"$here/bench" stack --preset flash --layers 4 --prefill 8 --decode 3 --batch 1 --cuda-graphs=false > "$out/ncu-b1.csv" 2>&1
 echo "ncu rc=$?"

@@ -8,6 +8,7 @@ package cpu
 import (
 	"errors"
 	"fmt"
+	"math"
 	"runtime"
 	"sync"
 
@@ -147,6 +148,20 @@ func (b *Backend) Alloc(rows, cols int, dt backend.DType) backend.Tensor {
 		t.I = make([]int32, rows*cols)
 	} else {
 		t.F = make([]float32, rows*cols)
+	}
+	return t
+}
+
+// Empty implements backend.Backend: poisoned, so that reading what no op
+// wrote is seen.
+func (b *Backend) Empty(rows, cols int, dt backend.DType) backend.Tensor {
+	t := b.Alloc(rows, cols, dt).(*Tensor)
+	for i := range t.I {
+		t.I[i] = math.MinInt32
+	}
+	nan := float32(math.NaN())
+	for i := range t.F {
+		t.F[i] = nan
 	}
 	return t
 }

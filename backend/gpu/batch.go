@@ -93,6 +93,7 @@ func (d *devBatch) place(p cuda.DevicePtr) {
 // deviceBatch returns bt's device layout (uploading it if it changed); while
 // a step is recorded, the recording's fixed layout.
 func (b *Backend) deviceBatch(bt *backend.Batch) (*devBatch, error) {
+	b.pdlFor(bt)
 	if c := b.rec; c != nil {
 		if bt != c.bt {
 			return nil, fmt.Errorf("batch: an op of a recorded step got another batch")

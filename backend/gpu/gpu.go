@@ -29,6 +29,7 @@ import (
 type Options struct {
 	Device int  // CUDA device ordinal
 	Graphs bool // record decode steps as CUDA graphs and replay them (RecordStep)
+	NoPDL  bool // launch without programmatic dependent launch (cuda/pdl.go)
 }
 
 // Backend is the CUDA backend.
@@ -45,6 +46,7 @@ type Backend struct {
 	blockTok int                // the KV store's tokens per block (recorded layouts)
 	graphs   graphSet           // recorded decode steps
 	rec      *recording         // the step being recorded, if any
+	pdl      bool               // programmatic dependent launch for small steps (pdlFor)
 	closed   bool
 }
 
@@ -70,15 +72,30 @@ func New(o Options) (*Backend, error) {
 	if err != nil {
 		return nil, fmt.Errorf("gpu backend: %w", err)
 	}
+	pdl := ctx.SetPDL(!o.NoPDL)
 	s, err := ctx.NewStream()
 	if err != nil {
 		ctx.Close()
 		return nil, fmt.Errorf("gpu backend: %w", err)
 	}
-	b := &Backend{drv: drv, dev: dev, ctx: ctx, s: s, ropes: map[any]*ropeTable{}}
+	b := &Backend{drv: drv, dev: dev, ctx: ctx, s: s, ropes: map[any]*ropeTable{}, pdl: pdl}
 	b.graphs = graphSet{on: o.Graphs, graphs: map[string]*stepGraph{}, seen: map[string]bool{}, failed: map[string]error{}}
 	return b, nil
 }
+
+// pdlMaxRows is the largest step (rows) launched with programmatic dependent
+// launch: it measured faster at 1 and 8 rows and slower at 64 rows of the
+// Flash stack (docs/performance.md, 2026-12-04c).
+const pdlMaxRows = 16
+
+// pdlFor sets the launch mode for the step of bt.
+func (b *Backend) pdlFor(bt *backend.Batch) {
+	b.ctx.SetPDL(b.pdl && bt.Rows() <= pdlMaxRows)
+}
+
+// PDL reports whether decode steps of up to pdlMaxRows rows are launched
+// with programmatic dependent launch.
+func (b *Backend) PDL() bool { return b.pdl }
 
 // Close releases the stream and the context (all device memory).
 func (b *Backend) Close() error {
@@ -167,21 +184,38 @@ func (b *Backend) Alloc(rows, cols int, dt backend.DType) backend.Tensor {
 	return t
 }
 
+// Empty implements backend.Backend: no zeroing (one graph node and one
+// dependency less per activation of a decode step).
+func (b *Backend) Empty(rows, cols int, dt backend.DType) backend.Tensor {
+	t, err := b.empty(rows, cols, dt)
+	if err != nil {
+		panic(fmt.Sprintf("gpu backend: alloc %dx%d: %v", rows, cols, err))
+	}
+	return t
+}
+
 func (b *Backend) alloc(rows, cols int, dt backend.DType) (*Tensor, error) {
+	t, err := b.empty(rows, cols, dt)
+	if err != nil {
+		return nil, err
+	}
+	if err := b.s.Memset8(t.ptr, 0, max(t.bytes(), 4)); err != nil {
+		t.buf.Free()
+		return nil, err
+	}
+	return t, nil
+}
+
+func (b *Backend) empty(rows, cols int, dt backend.DType) (*Tensor, error) {
 	if rows < 0 || cols < 0 {
 		return nil, fmt.Errorf("alloc: shape %dx%d", rows, cols)
 	}
 	t := &Tensor{rows: rows, cols: cols, dt: dt}
-	n := max(t.bytes(), 4)
-	buf, err := b.pool().Alloc(n)
+	buf, err := b.pool().Alloc(max(t.bytes(), 4))
 	if err != nil {
 		return nil, err
 	}
 	t.buf, t.ptr = buf, buf.Ptr
-	if err := b.s.Memset8(t.ptr, 0, n); err != nil {
-		buf.Free()
-		return nil, err
-	}
 	return t, nil
 }
 

@@ -107,6 +107,7 @@ func graphKey(bt *backend.Batch) (key string, capacity int) {
 
 // RecordStep implements backend.StepRecorder.
 func (b *Backend) RecordStep(bt *backend.Batch, ids []int32, forward func() (backend.Tensor, error)) (backend.Tensor, error) {
+	b.pdlFor(bt)
 	g := &b.graphs
 	key, capacity := graphKey(bt)
 	if !g.on || key == "" || b.rec != nil || len(ids) != bt.Rows() {

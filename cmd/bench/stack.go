@@ -28,7 +28,7 @@ type stackFlags struct {
 	layers, prefill, decode, batch   int
 	threads                          int
 	seed                             uint64
-	mtp, trace, profile, graphs      bool
+	mtp, trace, profile, graphs, pdl bool
 	tp                               int
 	reserveGiB                       float64
 	// corrupt, if set (tests), edits the weights before the model is built.
@@ -52,6 +52,7 @@ func parseStack(args []string, stderr io.Writer) (*stackFlags, error) {
 	fs.BoolVar(&f.mtp, "mtp", false, "also build (and upload) the MTP block")
 	fs.BoolVar(&f.trace, "trace-nonfinite", false, "check every sub-layer for NaN/Inf from the start (otherwise only on a rerun after a failure)")
 	fs.BoolVar(&f.graphs, "cuda-graphs", true, "record decode steps as CUDA graphs and replay them (not with --profile)")
+	fs.BoolVar(&f.pdl, "pdl", true, "launch kernels with programmatic dependent launch (sm_90+)")
 	fs.BoolVar(&f.profile, "profile", false, "time every backend op (synchronised) and print the prefill and decode breakdowns")
 	fs.IntVar(&f.tp, "tensor-parallel", 1, "ranks (GPUs 0..N-1 over NCCL with --device cuda, else CPU backends); needs --layers unless --preset small or small-tp")
 	fs.Float64Var(&f.reserveGiB, "reserve-gib", 8, "GPU memory kept free for activations when --layers is 0")
@@ -186,9 +187,12 @@ func stack(f *stackFlags, stdout, stderr io.Writer) error {
 	}
 	r, err := runPlan(m, f, prof)
 	graphs := ""
+	if g, ok := be.(*gpu.Backend); ok {
+		graphs = fmt.Sprintf("programmatic dependent launch: %v (steps of <= 16 rows)\n", g.PDL())
+	}
 	if g, ok := be.(*gpu.Backend); ok && f.graphs {
 		st := g.GraphStats()
-		graphs = fmt.Sprintf("cuda graphs: %d recorded (%d nodes), %d steps replayed, %d eager\n", st.Recorded, st.Nodes, st.Replayed, st.Eager)
+		graphs += fmt.Sprintf("cuda graphs: %d recorded (%d nodes), %d steps replayed, %d eager\n", st.Recorded, st.Nodes, st.Replayed, st.Eager)
 		for _, e := range st.Failed {
 			graphs += "cuda graph not recorded: " + e + "\n"
 		}
@@ -237,7 +241,7 @@ func openBackend(f *stackFlags) (backend.Backend, func(), error) {
 	if f.device == "cpu" {
 		return cpu.New(cpu.Options{Threads: f.threads}), func() {}, nil
 	}
-	g, err := gpu.New(gpu.Options{Graphs: f.graphs})
+	g, err := gpu.New(gpu.Options{Graphs: f.graphs, NoPDL: !f.pdl})
 	if err != nil {
 		return nil, nil, fmt.Errorf("--device cuda: %w", err)
 	}

@@ -15,6 +15,7 @@ extern "C" __global__ void write_window_f32(
 	float* __restrict__ ring, const float* __restrict__ kv, const int* __restrict__ seqs, const int* __restrict__ seqOf,
 	int rows, int W, int D)
 {
+	PDL_ENTRY();
 	const long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x;
 	if (i >= (long long)rows * D) return;
 	const int r = (int)(i / D), d = (int)(i % D);
@@ -76,6 +77,7 @@ extern "C" __global__ void __launch_bounds__(256) compress_f32(
 	const int* __restrict__ seqs, const int* __restrict__ blocks, const int* __restrict__ rowPos, const int* __restrict__ seqOf,
 	int r, int dc, int c, int per, int rd, float eps, int kind, int faithful)
 {
+	PDL_ENTRY();
 	extern __shared__ float u[];
 	__shared__ double redd[32];
 	const int p = rowPos[blockIdx.x];
@@ -219,6 +221,7 @@ extern "C" __global__ void compress_state_f32(
 	float* __restrict__ stA, float* __restrict__ stZ, const float* __restrict__ A, const float* __restrict__ Z,
 	const float* __restrict__ ape, const int* __restrict__ seqs, int r, int dc, int c)
 {
+	PDL_ENTRY();
 	const int w = c * dc;
 	const int i = blockIdx.x * blockDim.x + threadIdx.x;
 	if (i >= r * w) return;
@@ -277,6 +280,7 @@ extern "C" __global__ void __launch_bounds__(IX_THREADS) indexer_scores_f32(
 	const int* __restrict__ seqs, const int* __restrict__ pos, const int* __restrict__ seqOf, const int* __restrict__ blocks,
 	int ld, int heads, int hd, int ratio, int per, int faithful)
 {
+	PDL_ENTRY();
 	extern __shared__ __align__(16) float ix_smem[];
 	__shared__ long long koff[IX_TE]; // key offsets in ik of the tile's entries (-1: none)
 	const int row = blockIdx.x;
@@ -393,6 +397,7 @@ DEV u32 ord_key(float f) {
 extern "C" __global__ void __launch_bounds__(1024) indexer_topk_f32(
 	int* __restrict__ out, const float* __restrict__ scores, const int* __restrict__ pos, int ld, int topk, int ratio, int P)
 {
+	PDL_ENTRY();
 	extern __shared__ u64 cand[];
 	__shared__ int hist[256];
 	__shared__ u32 sPrefix, sMask;
@@ -821,6 +826,7 @@ extern "C" __global__ void __launch_bounds__(AT_THREADS) sparse_attn_f32(
 	const int* __restrict__ seqs, const int* __restrict__ pos, const int* __restrict__ seqOf, const int* __restrict__ blocks,
 	int rows, int H, int D, int W, int ratio, int per, float scale, int faithful)
 {
+	PDL_ENTRY();
 	(void)rows;
 	attn_body<false>(out, q, kv, ring, ent, sel, selCols, sink, seqs, pos, seqOf, blocks, H, D, W, ratio, per, scale,
 		faithful, blockIdx.x, blockIdx.y, 0);
@@ -838,6 +844,8 @@ extern "C" __global__ void __launch_bounds__(AT_THREADS) sparse_attn_split_f32(
 	const int* __restrict__ seqs, const int* __restrict__ pos, const int* __restrict__ seqOf, const int* __restrict__ blocks,
 	int rows, int H, int D, int W, int ratio, int per, float scale, int faithful)
 {
+	PDL_ENTRY();
+	PDL_ENTRY();
 	(void)rows;
 #ifdef AT_CLUSTER
 	attn_body<true>(out, q, kv, ring, ent, sel, selCols, sink, seqs, pos, seqOf, blocks, H, D, W, ratio, per, scale,

@@ -9,6 +9,26 @@ typedef unsigned long long u64;
 
 #define DEV static __device__ __forceinline__
 
+// First statement of every kernel (cuda/pdl.go): wait until the previous
+// grid in the stream has completed and its writes are visible, then let the
+// next grid be scheduled. Both are no-ops for launches without PDL.
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+#define PDL_ENTRY() asm volatile("griddepcontrol.wait;\n\tgriddepcontrol.launch_dependents;" ::: "memory")
+#else
+#define PDL_ENTRY() do { } while (0)
+#endif
+
+// L2 prefetch hint for [p, p + bytes): one bulk request (sm_90+), issued
+// before PDL_ENTRY for weights (memory no kernel writes), so a kernel that
+// waits on its predecessor already streams its first bytes. Skipped unless
+// p and bytes are multiples of 16.
+DEV void prefetch_l2(const void* p, unsigned long long bytes) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+	if (bytes == 0 || bytes >= (1ull << 32) || ((reinterpret_cast<unsigned long long>(p) | bytes) & 15) != 0) return;
+	asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(p), "r"((unsigned)bytes) : "memory");
+#endif
+}
+
 // bf16 <-> fp32. bf16 is the top half of an fp32.
 DEV float bf16_to_f32(u32 h) { return __uint_as_float((h & 0xffffu) << 16); }
 
@@ -163,4 +183,43 @@ DEV void mma_k32(float* d, const u32* a, const u32* b) {
 #pragma unroll
 	for (int i = 0; i < 4; i++) d[i] = fmaf(t[i], 65536.0f, d[i]);
 #endif
+}
+
+// FP8 activation quantisation of one 128-value block held by a warp, four
+// values per lane: quant_fp8_f32 (kernels/ops_f32.cu) for blk = 128, bit
+// for bit: amax with NaN kept, scale 2^ceil(log2(max(amax,1e-4)/448)), e4m3
+// of clamp(v/s) nearest-even; a non-finite block becomes NaN codes with
+// scale byte 255. quant128 writes the codes of this lane's four values v
+// (columns 4*lane..4*lane+3 of the block) to q and, from lane 0, the
+// block's e8m0 scale byte to *s.
+DEV void quant128(const float* v, int lane, u8* __restrict__ q, u8* __restrict__ s)
+{
+	float amax = 0.0f;
+#pragma unroll
+	for (int i = 0; i < 4; i++) {
+		const float a = fabsf(v[i]);
+		if (a > amax || a != a) amax = a;
+	}
+	for (int o = 16; o > 0; o >>= 1) {
+		const float t = __shfl_xor_sync(0xffffffffu, amax, o);
+		if (t > amax || t != t) amax = t;
+	}
+	u32 packed = 0x7f7f7f7fu;
+	int e = 128; // scale byte 255
+	if (amax <= 3.0e38f) {
+		amax = fmaxf(amax, 1e-4f);
+		const u32 bits = __float_as_uint(amax * (1.0f / 448.0f));
+		e = (int)((bits >> 23) & 0xff) - 127;
+		if ((bits & 0x7fffff) != 0) e++;
+		e = max(-127, min(127, e));
+		const float sc = __uint_as_float((u32)(e + 127) << 23);
+		packed = 0;
+#pragma unroll
+		for (int i = 0; i < 4; i++) {
+			const float y = fminf(fmaxf(__fdiv_rn(v[i], sc), -448.0f), 448.0f);
+			packed |= f32_to_e4m3(y) << (8 * i);
+		}
+	}
+	*reinterpret_cast<u32*>(q + 4 * lane) = packed;
+	if (lane == 0) *s = (u8)(e + 127);
 }

@@ -127,13 +127,13 @@ DEV void hc_body(float* __restrict__ out, float* __restrict__ mixo, const float*
 	extern "C" __global__ void __launch_bounds__(HC_THREADS) hc_pre_f32_n##N(                                \
 		float* out, float* mix, const float* x, const float* fn, const float* base, int d, float s0, float s1, \
 		float s2, int iters, float eps, float normEps, int rnd)                                                \
-	{                                                                                                          \
+	{ PDL_ENTRY();                                                                                             \
 		hc_body<N, true>(out, mix, x, fn, base, d, s0, s1, s2, iters, eps, normEps, rnd);                      \
 	}                                                                                                          \
 	extern "C" __global__ void __launch_bounds__(HC_THREADS) hc_head_f32_n##N(                               \
 		float* out, const float* x, const float* fn, const float* base, int d, float s0, float eps,            \
 		float normEps, int rnd)                                                                                \
-	{                                                                                                          \
+	{ PDL_ENTRY();                                                                                             \
 		hc_body<N, false>(out, nullptr, x, fn, base, d, s0, 0.0f, 0.0f, 0, eps, normEps, rnd);                 \
 	}
 
@@ -311,9 +311,12 @@ DEV void hc_fin_body(float* __restrict__ out, float* __restrict__ mixo, const fl
 		else c[tid - 2 * N] = __fadd_rn(__fmul_rn(v, s2), base[tid]);
 	}
 	__syncthreads();
+	// Warp 0 runs Sinkhorn while warps 1.. form the pre-weighted sum, which
+	// does not need it.
 	if (w == 0) {
 		sinkhorn_warp<N>(c, max(iters, 1), eps, lane);
 		for (int i = lane; i < N * N; i += 32) mr[N + i] = c[i];
+		return;
 	}
 	float p[N];
 #pragma unroll
@@ -321,7 +324,7 @@ DEV void hc_fin_body(float* __restrict__ out, float* __restrict__ mixo, const fl
 	const float* xr = x + (size_t)r * width;
 	const int d4 = d >> 2;
 #pragma unroll(N >= 8 ? 1 : 2) // (n8 spills when unrolled)
-	for (int i = tid; i < d4; i += HC_THREADS) {
+	for (int i = tid - 32; i < d4; i += HC_THREADS - 32) {
 		float4 v[N];
 #pragma unroll
 		for (int j = 0; j < N; j++) v[j] = *reinterpret_cast<const float4*>(xr + (size_t)j * d + 4 * i);
@@ -341,13 +344,13 @@ DEV void hc_fin_body(float* __restrict__ out, float* __restrict__ mixo, const fl
 #define HC_SPLIT_KERNELS(N)                                                                                     \
 	extern "C" __global__ void __launch_bounds__(HC_THREADS) hc_pre_part_f32_n##N(                           \
 		float* out, const float* x, const float* fn, int rows, int d, int C, int S)                            \
-	{                                                                                                          \
+	{ PDL_ENTRY();                                                                                             \
 		hc_part_body<N>(out, x, fn, rows, d, C, S);                                                            \
 	}                                                                                                          \
 	extern "C" __global__ void __launch_bounds__(HC_THREADS) hc_pre_fin_f32_n##N(                            \
 		float* out, float* mix, const float* x, const float* base, int d, float s0, float s1, float s2,        \
 		int iters, float eps, float normEps, int rnd, int S)                                                   \
-	{                                                                                                          \
+	{ PDL_ENTRY();                                                                                             \
 		hc_fin_body<N>(out, mix, x, base, d, s0, s1, s2, iters, eps, normEps, rnd, S);                         \
 	}
 
@@ -368,6 +371,7 @@ HC_SPLIT_KERNELS(8)
 #define HN_CHUNK 512
 extern "C" __global__ void __launch_bounds__(256) head_norm_f32(float* __restrict__ x, long long segs, int hd, float eps, int rnd)
 {
+	PDL_ENTRY();
 	__shared__ __align__(16) float ts[8][HN_CHUNK];
 	const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
 	const long long seg = blockIdx.x * 8LL + warp;
@@ -463,6 +467,7 @@ DEV u32 f32_to_e2m1_code(float f) {
 // backend/cpu quantFP4. One block per head, hd floats of dynamic smem.
 extern "C" __global__ void hadamard_fp4_f32(float* __restrict__ x, int hd, float sc, int fp4)
 {
+	PDL_ENTRY();
 	extern __shared__ float sh[];
 	float* h = x + (size_t)blockIdx.x * hd;
 	for (int i = threadIdx.x; i < hd; i += blockDim.x) sh[i] = h[i];

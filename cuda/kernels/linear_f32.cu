@@ -78,6 +78,7 @@ extern "C" __global__ void __launch_bounds__(256) linear_f32(
 	float* __restrict__ y, const float* __restrict__ x, const u8* __restrict__ w, const u8* __restrict__ ws,
 	int fmt, float scale2, int sCols, int M, int N, int K, int R, int ldx, int rnd)
 {
+	PDL_ENTRY();
 	const int g = blockIdx.z;
 	const int o0 = g * R + blockIdx.x * TN; // first output row of the tile
 	tile_f32(y, x + (size_t)g * K, w, ws, fmt, scale2, sCols, blockIdx.y * TM, M, o0, min((g + 1) * R, N), N, K, ldx, rnd);
@@ -92,6 +93,7 @@ extern "C" __global__ void __launch_bounds__(256) moe_linear_f32(
 	const u8* __restrict__ w, const u8* __restrict__ ws, const float* __restrict__ gscale,
 	int fmt, long long wStride, long long sStride, int sCols, int N, int K)
 {
+	PDL_ENTRY();
 	const int e = blockIdx.z;
 	const int lo = offsets[e], hi = offsets[e + 1];
 	const int m0 = lo + blockIdx.y * TM;
@@ -412,11 +414,21 @@ template <int F, int MM> DEV void gemv(float* __restrict__ y, const float* __res
 	}
 }
 
+// The CTA's weight rows to L2 before its PDL wait (weights only).
+template <int F> DEV void gemv_prefetch(const u8* w, int N, int K, int lrpc) {
+	const int o0 = blockIdx.x << lrpc;
+	if (threadIdx.x != 0 || o0 >= N) return;
+	const size_t rb = F == 0 ? (size_t)K * 4 : F == 1 ? (size_t)K * 2 : F == 2 ? (size_t)K : (size_t)K / 2;
+	prefetch_l2(w + o0 * rb, min(1 << lrpc, N - o0) * rb);
+}
+
 // linear_f32's arguments (fmt picks the kernel) and lrpc.
 #define GEMV_ARGS float* __restrict__ y, const float* __restrict__ x, const u8* __restrict__ w, const u8* __restrict__ ws, \
 	int fmt, float scale2, int sCols, int M, int N, int K, int R, int ldx, int rnd, int lrpc
 #define GEMV_KERNEL(name, F, MM, CTAS) \
 	extern "C" __global__ void __launch_bounds__(256, CTAS) name(GEMV_ARGS) { \
+		gemv_prefetch<F>(w, N, K, lrpc); \
+		PDL_ENTRY(); \
 		gemv<F, MM>(y, x, w, ws, scale2, sCols, M, N, K, R, ldx, rnd, lrpc); \
 	}
 // One kernel per weight format, for M == 1 (decode: 4 CTAs an SM, <= 64

@@ -30,6 +30,7 @@ extern "C" __global__ void __launch_bounds__(128) linear_fp8(
 	const u8* __restrict__ w, const u8* __restrict__ ws, int M, int N, int K,
 	float* __restrict__ part, int kbPer)
 {
+	PDL_ENTRY();
 	extern __shared__ __align__(16) u8 smem[];
 	const int tid = threadIdx.x, lane = tid & 31, wid = tid >> 5;
 	const int g = lane >> 2, c = lane & 3;
@@ -169,6 +170,7 @@ extern "C" __global__ void linear_fp8_reduce(
 	u16* __restrict__ y, const float* __restrict__ part, int splits, int rows, int N,
 	const int* __restrict__ bounds, int E)
 {
+	PDL_ENTRY();
 	int r0 = 0, r1 = rows;
 	if (bounds) {
 		r0 = min(max(bounds[0], 0), rows);
@@ -204,6 +206,11 @@ extern "C" __global__ void __launch_bounds__(512) linear_fp8_dec(
 	u16* __restrict__ y, const u8* __restrict__ xq, const u8* __restrict__ xs,
 	const u8* __restrict__ w, const u8* __restrict__ ws, int M, int N, int K, int S, float* __restrict__ yf)
 {
+	if (threadIdx.x == 0) { // this CTA's weight rows, while the previous kernel finishes
+		const int rows = (blockDim.x >> 5) / S * 16, r0 = blockIdx.x * rows;
+		if (r0 < N) prefetch_l2(w + (size_t)r0 * K, (unsigned long long)min(rows, N - r0) * K);
+	}
+	PDL_ENTRY();
 	__shared__ float red[16 * 2 * 128]; // [warp][tile][4][32] partial sums, 16 warps max
 	const int lane = threadIdx.x & 31, wid = threadIdx.x >> 5;
 	const int g = lane >> 2, c = lane & 3;

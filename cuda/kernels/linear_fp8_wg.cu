@@ -39,6 +39,7 @@ extern "C" __global__ void __launch_bounds__(384, 1) linear_fp8_wg(
 	const u8* __restrict__ xs, const u8* __restrict__ ws, int M, int N, int K,
 	float* __restrict__ part, int kbPer)
 {
+	PDL_ENTRY();
 #ifdef SM90A
 	extern __shared__ __align__(1024) u8 smem_raw[];
 	// The 128-byte swizzle repeats every 1024 bytes of shared address: align the ring.

@@ -35,6 +35,7 @@
 extern "C" __global__ void __launch_bounds__(1024) moe_tile_map(
 	const int* __restrict__ offsets, int E, int Mtot, int* __restrict__ scratch, int maxTiles, int bm)
 {
+	PDL_ENTRY();
 	__shared__ int warpSums[32];
 	const int tid = threadIdx.x, lane = tid & 31, wid = tid >> 5;
 	const int per = (E + blockDim.x - 1) / blockDim.x;
@@ -88,6 +89,7 @@ extern "C" __global__ void __launch_bounds__(128) moe_fp4_gemm(
 	const int* __restrict__ scratch, const u8* __restrict__ w, const u8* __restrict__ wscale,
 	const float* __restrict__ gscale, int nvfp4, int N, int K, float* __restrict__ part, int kbPer, int Mtot)
 {
+	PDL_ENTRY();
 	const int t = blockIdx.y;
 	if (t >= scratch[0]) return;
 	const int4 tile = reinterpret_cast<const int4*>(scratch + 4)[t];

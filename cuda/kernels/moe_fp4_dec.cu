@@ -119,6 +119,7 @@ extern "C" __global__ void __launch_bounds__(128, DEC_MIN_CTAS) moe_fp4_dec(
 	const int* __restrict__ scratch, const u8* __restrict__ w, const u8* __restrict__ wscale,
 	const float* __restrict__ gscale, int nvfp4, int N, int K, float* __restrict__ part, int kbPer, int Mtot)
 {
+	PDL_ENTRY();
 	__shared__ __align__(128) u8 ring[DS * DSTAGE];
 	const int t = blockIdx.y;
 	const int cnt = scratch[0];

@@ -26,6 +26,7 @@
 extern "C" __global__ void fp8_dequant_bf16(u16* __restrict__ xb, const u8* __restrict__ xq,
 	const u8* __restrict__ xs, int rows, int K)
 {
+	PDL_ENTRY();
 	const size_t n8 = (size_t)rows * K / 8;
 	for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n8; i += (size_t)gridDim.x * blockDim.x) {
 		const size_t e = i * 8;
@@ -233,7 +234,7 @@ DEV void moe_fp4_wg_body(u16* __restrict__ y, const TmaMap* mapX, const int* __r
 	extern "C" __global__ void __launch_bounds__(128 * (MW_PRODUCERS + 2), 1) moe_fp4_wg##BT(u16* __restrict__ y,                \
 		const __grid_constant__ TmaMap mapX, const int* __restrict__ scratch, const u8* __restrict__ w,      \
 		const u8* __restrict__ wscale, const float* __restrict__ gscale, int nvfp4, int N, int K) \
-	{                                                                                                        \
+	{ PDL_ENTRY();                                                                                           \
 		MOE_WG_BODY(BT);                                                                                     \
 	}
 MOE_WG_KERNEL(32)

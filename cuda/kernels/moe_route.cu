@@ -22,6 +22,7 @@ extern "C" __global__ void router_topk(
 	const int* __restrict__ table, const int* __restrict__ tok, float scale,
 	float* __restrict__ weights, int* __restrict__ ids)
 {
+	PDL_ENTRY();
 	const int r = (blockIdx.x * blockDim.x + threadIdx.x) >> 5, lane = threadIdx.x & 31;
 	if (r >= rows) return;
 	float* s = logits + (size_t)r * E;
@@ -64,9 +65,30 @@ extern "C" __global__ void router_topk(
 	for (int k = 0; k < K; k++) w[k] = s[idx[k]] / sum * scale;
 }
 
-// One warp per expert: counts[e] = #{i : ids[i] == e}.
-extern "C" __global__ void moe_count(const int* __restrict__ ids, int nk, int E, int* __restrict__ counts)
+// L2 prefetch hint: the first `bytes` of each routed expert's weights
+// (experts `stride` bytes apart), issued before the bookkeeping kernels
+// (permute, gather, tile map) so that DRAM streams the grouped GEMM's
+// weights while they run. Ids outside [0, E) are skipped; a repeated id only
+// repeats a hint.
+extern "C" __global__ void moe_prefetch(const int* __restrict__ ids, int nk, int E, const u8* __restrict__ w,
+	long long stride, long long bytes)
 {
+	PDL_ENTRY();
+	for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < nk; i += gridDim.x * blockDim.x) {
+		const int e = ids[i];
+		if (e < 0 || e >= E) continue;
+		const u8* p = w + e * stride;
+		for (long long off = 0; off < bytes; off += 1ll << 24) prefetch_l2(p + off, min(bytes - off, 1ll << 24));
+	}
+}
+
+// One warp per expert: counts[e] = #{i : ids[i] == e}; and inv[i] = -1 for
+// every pair (moe_scatter, which runs after, sets those of valid ids).
+extern "C" __global__ void moe_count(const int* __restrict__ ids, int nk, int E, int* __restrict__ counts,
+	int* __restrict__ inv)
+{
+	PDL_ENTRY();
+	for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < nk; i += gridDim.x * blockDim.x) inv[i] = -1;
 	const int e = (blockIdx.x * blockDim.x + threadIdx.x) >> 5, lane = threadIdx.x & 31;
 	if (e >= E) return;
 	int c = 0;
@@ -84,6 +106,7 @@ extern "C" __global__ void moe_scatter(
 	const int* __restrict__ ids, int nk, int E, const int* __restrict__ counts,
 	int* __restrict__ offsets, int* __restrict__ perm, int* __restrict__ inv)
 {
+	PDL_ENTRY();
 	const int e = (blockIdx.x * blockDim.x + threadIdx.x) >> 5, lane = threadIdx.x & 31;
 	if (e >= E) return;
 	int off = 0;
@@ -146,6 +169,7 @@ extern "C" __global__ void __launch_bounds__(COMBINE_THREADS) moe_combine(
 	float* __restrict__ acc, const void* __restrict__ y, const int* __restrict__ ids,
 	const int* __restrict__ inv, int K, int d, int exact)
 {
+	PDL_ENTRY();
 	__shared__ int order[32]; // y rows of the valid slots, ascending id
 	__shared__ int nvalid;
 	const int r = blockIdx.x;

@@ -25,6 +25,7 @@ DEV float block_sum(float v, float* red) {
 extern "C" __global__ void __launch_bounds__(256) rmsnorm_f32(
 	float* __restrict__ y, const float* __restrict__ x, const float* __restrict__ w, int d, float eps, int rnd)
 {
+	PDL_ENTRY();
 	__shared__ float red[32];
 	const float* xs = x + (size_t)blockIdx.x * d;
 	float* ys = y + (size_t)blockIdx.x * d;
@@ -101,6 +102,7 @@ extern "C" __global__ void __launch_bounds__(256) rmsnorm_f32(
 extern "C" __global__ void embed_f32(
 	float* __restrict__ out, const void* __restrict__ table, int bf16, const int* __restrict__ ids, int d, int streams)
 {
+	PDL_ENTRY();
 	const int r = blockIdx.x;
 	const size_t id = (size_t)ids[r];
 	for (int i = threadIdx.x; i < d; i += blockDim.x) {
@@ -112,6 +114,7 @@ extern "C" __global__ void embed_f32(
 // x[r, j] = rnd(x[r, j] + e[r, j % d]) over n = rows*cols elements.
 extern "C" __global__ void add_streams_f32(float* __restrict__ x, const float* __restrict__ e, int cols, int d, long long n, int rnd)
 {
+	PDL_ENTRY();
 	for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x) {
 		long long r = i / cols;
 		int j = (int)(i - r * cols);
@@ -121,12 +124,14 @@ extern "C" __global__ void add_streams_f32(float* __restrict__ x, const float* _
 
 extern "C" __global__ void scale_f32(float* __restrict__ x, float s, long long n, int rnd)
 {
+	PDL_ENTRY();
 	for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x)
 		x[i] = rbf(x[i] * s, rnd);
 }
 
 extern "C" __global__ void add_f32(float* __restrict__ out, const float* __restrict__ a, const float* __restrict__ b, long long n, int rnd)
 {
+	PDL_ENTRY();
 	for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x)
 		out[i] = rbf(a[i] + b[i], rnd);
 }
@@ -135,6 +140,7 @@ extern "C" __global__ void add_f32(float* __restrict__ out, const float* __restr
 // limit <= 0 disables the clamp.
 extern "C" __global__ void swiglu_f32(float* __restrict__ out, const float* __restrict__ g, const float* __restrict__ u, long long n, float limit, int rnd)
 {
+	PDL_ENTRY();
 	for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x) {
 		float gv = g[i], uv = u[i];
 		if (limit > 0.0f) {
@@ -149,6 +155,7 @@ extern "C" __global__ void swiglu_f32(float* __restrict__ out, const float* __re
 // bf16 bits -> fp32 (outputs of the tensor-core linears).
 extern "C" __global__ void bf16_to_f32_k(float* __restrict__ out, const u16* __restrict__ in, long long n)
 {
+	PDL_ENTRY();
 	for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x)
 		out[i] = bf16_to_f32(in[i]);
 }
@@ -161,6 +168,7 @@ extern "C" __global__ void quant_fp8_f32(
 	u8* __restrict__ q, u8* __restrict__ scales, float* __restrict__ sim, const float* __restrict__ x,
 	int rows, int cols, int width, int blk)
 {
+	PDL_ENTRY();
 	const int lane = threadIdx.x & 31;
 	const int nb = (width + blk - 1) / blk;
 	const long long gw = (blockIdx.x * (long long)blockDim.x + threadIdx.x) >> 5;
@@ -212,6 +220,7 @@ extern "C" __global__ void rope_f32(
 	float* __restrict__ x, const int* __restrict__ pos, const float* __restrict__ f32, const double* __restrict__ f64,
 	int rows, int heads, int headDim, int rd, int inverse, int faithful)
 {
+	PDL_ENTRY();
 	const int pairs = rd / 2;
 	const long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x;
 	if (i >= (long long)rows * heads * pairs) return;
@@ -244,6 +253,7 @@ extern "C" __global__ void rope_f32(
 extern "C" __global__ void hc_post_f32(
 	float* out, const float* x, const float* __restrict__ o, const float* __restrict__ mix, int n, int d, int rnd)
 {
+	PDL_ENTRY();
 	const int r = blockIdx.y;
 	const int i = blockIdx.x * blockDim.x + threadIdx.x;
 	if (i >= d) return;

@@ -8,6 +8,7 @@
 extern "C" __global__ void __launch_bounds__(256) quant_fp8_act(
 	u8* __restrict__ q, u8* __restrict__ scales, const u16* __restrict__ x, int rows, int cols)
 {
+	PDL_ENTRY();
 	const int blocksPerRow = cols >> 7;
 	const long long blk = (long long)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
 	if (blk >= (long long)rows * blocksPerRow) return;

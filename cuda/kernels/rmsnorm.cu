@@ -5,6 +5,7 @@
 extern "C" __global__ void __launch_bounds__(256) rmsnorm_bf16(
 	u16* __restrict__ out, const u16* __restrict__ x, const u16* __restrict__ w, int dim, float eps)
 {
+	PDL_ENTRY();
 	const int row = blockIdx.x;
 	const u32* xr = reinterpret_cast<const u32*>(x + (size_t)row * dim);
 	const u32* wr = reinterpret_cast<const u32*>(w);

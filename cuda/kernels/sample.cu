@@ -195,6 +195,7 @@ DEV Bound rank_select(const float* x, int V, float m, float invT, Bound b, int m
 // ids[r] = argmax of row r (NaN = -inf, ties -> lowest id, all -inf -> 0).
 extern "C" __global__ void __launch_bounds__(SB) sample_argmax(int* __restrict__ ids, const float* __restrict__ logits, int V)
 {
+	PDL_ENTRY();
 	__shared__ Smem S;
 	const float* x = logits + (size_t)blockIdx.x * V;
 	float m;
@@ -210,6 +211,7 @@ extern "C" __global__ void __launch_bounds__(SB) sample_draw(
 	const float* __restrict__ temp, const int* __restrict__ topk, const float* __restrict__ topp,
 	const float* __restrict__ minp, const float* __restrict__ uni)
 {
+	PDL_ENTRY();
 	__shared__ Smem S;
 	const int r = blockIdx.x;
 	const float* x = logits + (size_t)r * V;

@@ -8,6 +8,7 @@ extern "C" __global__ void __launch_bounds__(256) swiglu_bf16(
 	u16* __restrict__ out, const u16* __restrict__ gate, const u16* __restrict__ up, int ld,
 	const float* __restrict__ weights, int rows, int inter, float limit)
 {
+	PDL_ENTRY();
 	const int row = blockIdx.x;
 	const int i = blockIdx.y * blockDim.x + threadIdx.x; // pair index
 	if (row >= rows || 2 * i >= inter) return;
