@@ -3,8 +3,8 @@ package cuda_test
 import (
 	"bytes"
 	"encoding/binary"
-	"math"
 	"errors"
+	"math"
 	"math/rand/v2"
 	"strings"
 	"testing"
