@@ -95,8 +95,6 @@ func TestLauncherShapeChecks(t *testing.T) {
 		"moe k":        MoEFP4(nil, 0, 0, 0, 0, 0, 0, 0, MoEShape{Experts: 8, Rows: 1, N: 8, K: 64}, 0),
 		"moe nvfp4 gs": MoEFP4(nil, 0, 0, 0, 0, 0, 0, 0, MoEShape{Experts: 8, Rows: 1, N: 8, K: 128, Format: NVFP4}, 0),
 		"swiglu ld":    SwiGLU(nil, 0, 0, 0, 2, 0, 1, 4, 10),
-		"prefetch big": MoEPrefetch(nil, 0, 6, 8, 0, 1024, 2048),
-		"prefetch nk":  MoEPrefetch(nil, 0, -1, 8, 0, 1024, 16),
 	} {
 		if err == nil {
 			t.Errorf("%s: accepted", name)
@@ -104,9 +102,6 @@ func TestLauncherShapeChecks(t *testing.T) {
 	}
 	if err := LinearFP8(nil, 0, 0, 0, 0, 0, 0, 8, 128, 0); err != nil {
 		t.Errorf("m = 0 must be a no-op: %v", err)
-	}
-	if err := MoEPrefetch(nil, 0, 6, 8, 0, 1024, 0); err != nil {
-		t.Errorf("prefetch of 0 bytes must be a no-op: %v", err)
 	}
 }
 

@@ -37,21 +37,6 @@ func MoEPermute(s *Stream, ids DevicePtr, nk, experts int, counts, offsets, perm
 	return launch(s, "moe_route", "moe_scatter", grid, Dim3{256, 1, 1}, 0, b)
 }
 
-// MoEPrefetch hints L2 to fetch the first bytes of the weights of each
-// expert among ids (nk int32; experts stride bytes apart from w). stride and
-// bytes are multiples of 16 (else nothing is fetched). It has no result:
-// later kernels read the same bytes sooner.
-func MoEPrefetch(s *Stream, ids DevicePtr, nk, experts int, w DevicePtr, stride, bytes int64) error {
-	if nk < 0 || experts <= 0 || stride < 0 || bytes < 0 || bytes > stride {
-		return fmt.Errorf("cuda: moe_prefetch: bad arguments nk=%d experts=%d stride=%d bytes=%d", nk, experts, stride, bytes)
-	}
-	if nk == 0 || bytes == 0 {
-		return nil
-	}
-	a := new(Args).Ptr(ids).I32(nk).I32(experts).Ptr(w).I64(stride).I64(bytes)
-	return launch(s, "moe_route", "moe_prefetch", Dim3{uint32(ceilDiv(nk, 256)), 1, 1}, Dim3{256, 1, 1}, 0, a)
-}
-
 // MoECombine: acc [rows, d] = Σ over the k slots of each row, in ascending
 // expert id, of the expert outputs y [*, d] (bf16; exact: fp32) at inv[r*k+slot].
 func MoECombine(s *Stream, acc, y, ids, inv DevicePtr, rows, k, d int, exact bool) error {

@@ -4,9 +4,9 @@
 #   go test -c -o bin/cuda.test ./cuda && go test -c -o bin/gpu.test ./backend/gpu
 #   go build -o bin/bench ./cmd/bench && cp scripts/*.sh bin/
 #   (device) cd bin && ./run-checks.sh OUTDIR [test-regex]
-# OUTDIR gets cuda.txt and gpu.txt (go test -v output), stack-*.txt (with
-# and without PDL) and
-# ncu-b1.csv (per-kernel time of eager batch-1 decode steps, cold caches).
+# OUTDIR gets cuda.txt and gpu.txt (go test -v output), stack-*.txt (also
+# without PDL) and ncu-b1.csv (per-kernel time of eager batch-1 decode steps,
+# cold caches).
 set -u
 out=${1:?usage: run-checks.sh OUTDIR [test-regex]}
 run=${2:-.}

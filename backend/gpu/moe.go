@@ -336,7 +336,6 @@ func (b *Backend) Experts(f backend.Tensor, e backend.Experts, weights, ids back
 		x1, x2 = xg, h
 	}
 	steps := []func() error{
-		func() error { return b.prefetchExperts(ex, lids, nk, exact) },
 		func() error { return cuda.MoEPermute(b.s, lids, nk, E, counts, offsets, perm, inv) },
 		func() error { return cuda.MoEGatherQuant(b.s, xq, xs, xg, ft.ptr, perm, offsets, E, K, d, nk) },
 	}
@@ -376,30 +375,6 @@ func (b *Backend) Experts(f backend.Tensor, e backend.Experts, weights, ids back
 		return fmt.Errorf("experts: %w", err)
 	}
 	return nil
-}
-
-// prefetchL2Budget is how much of the first GEMM's expert weights a decode
-// step asks L2 to fetch ahead (H200's L2 is 50 MB; the rest stays for the
-// activations and the weights the GEMM streams itself).
-const prefetchL2Budget = 24 << 20
-
-// prefetchExperts hints L2 to fetch the leading weight rows of the routed
-// experts of a decode-sized batch (nk pairs), so DRAM works while the
-// routing bookkeeping runs. Faithful FP4 path only.
-func (b *Backend) prefetchExperts(ex *experts, ids cuda.DevicePtr, nk int, exact bool) error {
-	p := &ex.w13
-	if p.w == nil {
-		p = &ex.w1
-	}
-	if exact || nk > 64 || p.w == nil {
-		return nil
-	}
-	stride := int64(p.n) * int64(p.k) / 2
-	bytes := min(stride, int64(prefetchL2Budget/nk)) &^ 15
-	if stride%16 != 0 {
-		return nil
-	}
-	return cuda.MoEPrefetch(b.s, ids, nk, ex.count, p.w.Ptr, stride, bytes)
 }
 
 // traceExperts downloads the stage buffers and reports the first non-finite

@@ -65,23 +65,6 @@ extern "C" __global__ void router_topk(
 	for (int k = 0; k < K; k++) w[k] = s[idx[k]] / sum * scale;
 }
 
-// L2 prefetch hint: the first `bytes` of each routed expert's weights
-// (experts `stride` bytes apart), issued before the bookkeeping kernels
-// (permute, gather, tile map) so that DRAM streams the grouped GEMM's
-// weights while they run. Ids outside [0, E) are skipped; a repeated id only
-// repeats a hint.
-extern "C" __global__ void moe_prefetch(const int* __restrict__ ids, int nk, int E, const u8* __restrict__ w,
-	long long stride, long long bytes)
-{
-	PDL_ENTRY();
-	for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < nk; i += gridDim.x * blockDim.x) {
-		const int e = ids[i];
-		if (e < 0 || e >= E) continue;
-		const u8* p = w + e * stride;
-		for (long long off = 0; off < bytes; off += 1ll << 24) prefetch_l2(p + off, min(bytes - off, 1ll << 24));
-	}
-}
-
 // One warp per expert: counts[e] = #{i : ids[i] == e}; and inv[i] = -1 for
 // every pair (moe_scatter, which runs after, sets those of valid ids).
 extern "C" __global__ void moe_count(const int* __restrict__ ids, int nk, int E, int* __restrict__ counts,
