@@ -17,6 +17,13 @@ DEV double warp_sum_d(double v) {
 // Go's max(a, b) for the Sinkhorn row max: NaN propagates.
 DEV float gomax(float a, float b) { return (b > a || b != b || a != a) ? (a != a ? a : b) : a; }
 
+// a / s rounded once to fp32, bit for bit __fdiv_rn(a, s), given rs =
+// 1.0 / (double)s: the double product is within 2^-52 (relative) of a/s,
+// and a quotient of two fp32 values is never closer than 2^-49 to an fp32
+// rounding midpoint, so rounding the product rounds the exact quotient.
+// One division per row or column instead of N, and the N products overlap.
+DEV float div_rs(float a, double rs) { return (float)((double)a * rs); }
+
 // Sinkhorn of backend/cpu sinkhorn: c is n×n row-major (one thread).
 template <int N>
 DEV void sinkhorn(float* c, int iters, float eps) {
@@ -29,22 +36,23 @@ DEV void sinkhorn(float* c, int iters, float eps) {
 			row[k] = (float)exp((double)__fsub_rn(row[k], mx));
 			s = __fadd_rn(s, row[k]);
 		}
-		for (int k = 0; k < N; k++) row[k] = __fadd_rn(__fdiv_rn(row[k], s), eps);
+		const double rs = 1.0 / (double)s;
+		for (int k = 0; k < N; k++) row[k] = __fadd_rn(div_rs(row[k], rs), eps);
 	}
 	for (int it = 0; it < iters; it++) {
 		if (it > 0) {
 			for (int j = 0; j < N; j++) {
 				float s = 0.0f;
 				for (int k = 0; k < N; k++) s = __fadd_rn(s, c[j * N + k]);
-				s = __fadd_rn(s, eps);
-				for (int k = 0; k < N; k++) c[j * N + k] = __fdiv_rn(c[j * N + k], s);
+				const double rs = 1.0 / (double)__fadd_rn(s, eps);
+				for (int k = 0; k < N; k++) c[j * N + k] = div_rs(c[j * N + k], rs);
 			}
 		}
 		for (int k = 0; k < N; k++) {
 			float s = 0.0f;
 			for (int j = 0; j < N; j++) s = __fadd_rn(s, c[j * N + k]);
-			s = __fadd_rn(s, eps);
-			for (int j = 0; j < N; j++) c[j * N + k] = __fdiv_rn(c[j * N + k], s);
+			const double rs = 1.0 / (double)__fadd_rn(s, eps);
+			for (int j = 0; j < N; j++) c[j * N + k] = div_rs(c[j * N + k], rs);
 		}
 	}
 }
@@ -241,7 +249,8 @@ DEV void sinkhorn_warp(float* c, int iters, float eps, int lane) {
 			row[k] = (float)exp((double)__fsub_rn(row[k], mx));
 			s = __fadd_rn(s, row[k]);
 		}
-		for (int k = 0; k < N; k++) row[k] = __fadd_rn(__fdiv_rn(row[k], s), eps);
+		const double rs = 1.0 / (double)s;
+		for (int k = 0; k < N; k++) row[k] = __fadd_rn(div_rs(row[k], rs), eps);
 	}
 	__syncwarp();
 	for (int it = 0; it < iters; it++) {
@@ -249,16 +258,16 @@ DEV void sinkhorn_warp(float* c, int iters, float eps, int lane) {
 			if (lane < N) {
 				float s = 0.0f;
 				for (int k = 0; k < N; k++) s = __fadd_rn(s, c[lane * N + k]);
-				s = __fadd_rn(s, eps);
-				for (int k = 0; k < N; k++) c[lane * N + k] = __fdiv_rn(c[lane * N + k], s);
+				const double rs = 1.0 / (double)__fadd_rn(s, eps);
+				for (int k = 0; k < N; k++) c[lane * N + k] = div_rs(c[lane * N + k], rs);
 			}
 			__syncwarp();
 		}
 		if (lane < N) {
 			float s = 0.0f;
 			for (int j = 0; j < N; j++) s = __fadd_rn(s, c[j * N + lane]);
-			s = __fadd_rn(s, eps);
-			for (int j = 0; j < N; j++) c[j * N + lane] = __fdiv_rn(c[j * N + lane], s);
+			const double rs = 1.0 / (double)__fadd_rn(s, eps);
+			for (int j = 0; j < N; j++) c[j * N + lane] = div_rs(c[j * N + lane], rs);
 		}
 		__syncwarp();
 	}
