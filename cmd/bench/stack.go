@@ -187,10 +187,11 @@ func stack(f *stackFlags, stdout, stderr io.Writer) error {
 	}
 	r, err := runPlan(m, f, prof)
 	graphs := ""
-	if g, ok := be.(*gpu.Backend); ok {
+	g, onGPU := be.(*gpu.Backend)
+	if onGPU {
 		graphs = fmt.Sprintf("programmatic dependent launch: %v (steps of <= 16 rows)\n", g.PDL())
 	}
-	if g, ok := be.(*gpu.Backend); ok && f.graphs {
+	if onGPU && f.graphs {
 		st := g.GraphStats()
 		graphs += fmt.Sprintf("cuda graphs: %d recorded (%d nodes), %d steps replayed, %d eager\n", st.Recorded, st.Nodes, st.Replayed, st.Eager)
 		for _, e := range st.Failed {

@@ -4,8 +4,47 @@
 //
 // One warp per (permuted row m, 128-column block), four values per lane;
 // rows past offsets[E] (ids outside the experts) are left alone. The
-// quantisation is quant128 (common.cuh).
+// quantisation is quant_fp8_f32's (kernels/ops_f32.cu) for blk = 128, bit
+// for bit: amax with NaN kept, scale 2^ceil(log2(max(amax,1e-4)/448)),
+// e4m3 of clamp(v/s) nearest-even; a non-finite block becomes NaN codes
+// with scale byte 255.
 #include "common.cuh"
+
+// quant128 writes the e4m3 codes of this lane's four values v (columns
+// 4*lane..4*lane+3 of the block) to q and, from lane 0, the block's e8m0
+// scale byte to *s.
+DEV void quant128(const float* v, int lane, u8* __restrict__ q, u8* __restrict__ s)
+{
+	float amax = 0.0f;
+#pragma unroll
+	for (int i = 0; i < 4; i++) {
+		const float a = fabsf(v[i]);
+		if (a > amax || a != a) amax = a;
+	}
+	for (int o = 16; o > 0; o >>= 1) {
+		const float t = __shfl_xor_sync(0xffffffffu, amax, o);
+		if (t > amax || t != t) amax = t;
+	}
+	u32 packed = 0x7f7f7f7fu;
+	int e = 128; // scale byte 255
+	if (amax <= 3.0e38f) {
+		amax = fmaxf(amax, 1e-4f);
+		const u32 bits = __float_as_uint(amax * (1.0f / 448.0f));
+		e = (int)((bits >> 23) & 0xff) - 127;
+		if ((bits & 0x7fffff) != 0) e++;
+		e = max(-127, min(127, e));
+		const float sc = __uint_as_float((u32)(e + 127) << 23);
+		packed = 0;
+#pragma unroll
+		for (int i = 0; i < 4; i++) {
+			const float y = fminf(fmaxf(__fdiv_rn(v[i], sc), -448.0f), 448.0f);
+			packed |= f32_to_e4m3(y) << (8 * i);
+		}
+	}
+	*reinterpret_cast<u32*>(q + 4 * lane) = packed;
+	if (lane == 0) *s = (u8)(e + 127);
+}
+
 // xq [Mtot, d] e4m3 and xs [Mtot, d/128] e8m0 of the rows x[perm[m]/K]
 // (fp32 [*, d]) and/or (xg, fp32 [Mtot, d]) the gathered rows themselves.
 // d % 128 == 0.
