@@ -51,15 +51,16 @@ DEV void ldsm_x4(u32* d, u32 addr) {
 DEV u32 q_even(u32 w) { return ((w << 2) & 0x1C1C1C1Cu) | ((w << 4) & 0x80808080u); }
 DEV u32 q_odd(u32 w) { return ((w >> 2) & 0x1C1C1C1Cu) | (w & 0x80808080u); }
 
-// Two e4m3 bytes (low 16 bits) -> f16x2 (low byte -> low half). sm_80 has no
-// FP8 convert: the bit map gives value * 2^-8, undone in G.
-DEV u32 e4m3x2_f16x2(u32 v) {
+// Four e4m3 bytes -> two f16x2 (bytes 0,1 -> lo; 2,3 -> hi). sm_89+ reads
+// the high half straight from the register (F2FP .H1, no shift); sm_80 has
+// no FP8 convert: the bit map gives value * 2^-8, undone in G.
+DEV void e4m3x4_f16x2(u32 v, u32& lo, u32& hi) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
-	u32 d;
-	asm("{.reg .b16 t; cvt.u16.u32 t, %1; cvt.rn.f16x2.e4m3x2 %0, t;}" : "=r"(d) : "r"(v));
-	return d;
+	asm("{.reg .b16 l, h; mov.b32 {l, h}, %2; cvt.rn.f16x2.e4m3x2 %0, l; cvt.rn.f16x2.e4m3x2 %1, h;}"
+		: "=r"(lo), "=r"(hi) : "r"(v));
 #else
-	return e4m3x2_to_f16x2_scaled(v & 0xffffu);
+	lo = e4m3x2_to_f16x2_scaled(v & 0xffffu);
+	hi = e4m3x2_to_f16x2_scaled(v >> 16);
 #endif
 }
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
@@ -70,18 +71,17 @@ DEV u32 e4m3x2_f16x2(u32 v) {
 
 // Eight activation bytes -> the four f16x2 B words paired as (0,2),(4,6),(1,3),(5,7).
 DEV void b_words(uint2 x, u32* b) {
-	const u32 e = prmt(x.x, x.y, 0x6420u), o = prmt(x.x, x.y, 0x7531u);
-	b[0] = e4m3x2_f16x2(e);
-	b[1] = e4m3x2_f16x2(e >> 16);
-	b[2] = e4m3x2_f16x2(o);
-	b[3] = e4m3x2_f16x2(o >> 16);
+	e4m3x4_f16x2(prmt(x.x, x.y, 0x6420u), b[0], b[1]);
+	e4m3x4_f16x2(prmt(x.x, x.y, 0x7531u), b[2], b[3]);
 }
 
 // p += (row g word wa, row g+8 word wb) x (b): the 32 K of one chunk.
 DEV void mma_chunk(float* p, u32 wa, u32 wb, const u32* b) {
-	const u32 ea = q_even(wa), eb = q_even(wb), oa = q_odd(wa), ob = q_odd(wb);
-	const u32 a0[4] = {e4m3x2_f16x2(ea), e4m3x2_f16x2(eb), e4m3x2_f16x2(ea >> 16), e4m3x2_f16x2(eb >> 16)};
-	const u32 a1[4] = {e4m3x2_f16x2(oa), e4m3x2_f16x2(ob), e4m3x2_f16x2(oa >> 16), e4m3x2_f16x2(ob >> 16)};
+	u32 a0[4], a1[4];
+	e4m3x4_f16x2(q_even(wa), a0[0], a0[2]);
+	e4m3x4_f16x2(q_even(wb), a0[1], a0[3]);
+	e4m3x4_f16x2(q_odd(wa), a1[0], a1[2]);
+	e4m3x4_f16x2(q_odd(wb), a1[1], a1[3]);
 	const u32 b0[2] = {b[0], b[1]}, b1[2] = {b[2], b[3]};
 	mma_f16_16816(p, a0, b0);
 	mma_f16_16816(p, a1, b1);
@@ -93,39 +93,41 @@ DEV bool e8m0_plain(u32 s) {
 	return ((z | f) & 0x80808080u) == 0u;
 }
 
-DEV float nv_scale(u32 h16, int hi) {
+// The four e4m3 NVFP4 group scales of a word, as fp32.
+DEV void nv_scales(u32 v, float* f) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
-	const u32 f = e4m3x2_f16x2(h16);
-	float r;
-	if (hi) asm("{.reg .b16 l, h; mov.b32 {l, h}, %1; cvt.f32.f16 %0, h;}" : "=f"(r) : "r"(f));
-	else asm("{.reg .b16 l, h; mov.b32 {l, h}, %1; cvt.f32.f16 %0, l;}" : "=f"(r) : "r"(f));
-	return r;
+	u32 lo, hi;
+	e4m3x4_f16x2(v, lo, hi);
+	asm("{.reg .b16 a, b, c, d; mov.b32 {a, b}, %4; mov.b32 {c, d}, %5;\n"
+		"cvt.f32.f16 %0, a; cvt.f32.f16 %1, b; cvt.f32.f16 %2, c; cvt.f32.f16 %3, d;}"
+		: "=f"(f[0]), "=f"(f[1]), "=f"(f[2]), "=f"(f[3]) : "r"(lo), "r"(hi));
 #else
-	return e4m3_to_f32((h16 >> (8 * hi)) & 0xffu);
+#pragma unroll
+	for (int i = 0; i < 4; i++) f[i] = e4m3_to_f32((v >> (8 * i)) & 0xffu);
 #endif
 }
 
 // sm_89+: 9 CTAs (36 warps, <= 56 registers, 9 x 23.5 KB smem) per SM, one
-// wave for the 1-token Flash w13 grid (1152 live CTAs on 132 SMs). sm_80 is
+// wave for the 1-token Flash w13 grid (1152 live CTAs on 132 SMs); NVFP4
+// needs 64 registers (8 CTAs) to keep its sums out of local memory. sm_80 is
 // a fallback: no occupancy target, no spills.
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
 #define DEC_MIN_CTAS 9
+#define DEC_MIN_CTAS_NV 8
 #else
 #define DEC_MIN_CTAS 1
+#define DEC_MIN_CTAS_NV 1
 #endif
 
-extern "C" __global__ void __launch_bounds__(128, DEC_MIN_CTAS) moe_fp4_dec(
-	u16* __restrict__ y, const u8* __restrict__ xq, const u8* __restrict__ xs,
-	const int* __restrict__ scratch, const u8* __restrict__ w, const u8* __restrict__ wscale,
-	const float* __restrict__ gscale, int nvfp4, int N, int K, float* __restrict__ part, int kbPer, int Mtot)
+// One CTA of moe_fp4_dec, MXFP4 or NVFP4 (NV). The K loop is unrolled by the
+// ring depth so that stage offsets are constants and the copy sources are
+// running pointers: the loop's bookkeeping was about as many instructions as
+// the FP4 decoding (SASS, 2026-12-04).
+template <bool NV>
+DEV void dec_cta(u8* ring, u16* __restrict__ y, const u8* __restrict__ xq, const u8* __restrict__ xs,
+	int e, int mBeg, int mEnd, const u8* __restrict__ w, const u8* __restrict__ wscale,
+	const float* __restrict__ gscale, int N, int K, float* __restrict__ part, int kbPer, int Mtot)
 {
-	PDL_ENTRY();
-	__shared__ __align__(128) u8 ring[DS * DSTAGE];
-	const int t = blockIdx.y;
-	const int cnt = scratch[0];
-	const int4 tile = reinterpret_cast<const int4*>(scratch + 4)[t]; // in bounds: t < maxTiles
-	if (t >= cnt) return;
-	const int e = tile.x, mBeg = tile.y, mEnd = tile.z;
 	const int tid = threadIdx.x, lane = tid & 31, wid = tid >> 5;
 	const int g = lane >> 2, c = lane & 3;
 	const int col0 = blockIdx.x * 64;
@@ -133,39 +135,44 @@ extern "C" __global__ void __launch_bounds__(128, DEC_MIN_CTAS) moe_fp4_dec(
 	const int kb0 = part ? blockIdx.z * kbPer : 0;
 	const int kb1 = part ? min(kb0 + kbPer, nkb) : nkb;
 	const int nb = kb1 - kb0;
-	const int gpr = nvfp4 ? K / 16 : K / 32; // scale groups per weight row
-	const int sbytes = nvfp4 ? 8 : 4;        // scale bytes per row per 128-K block
+	const int gpr = NV ? K / 16 : K / 32; // scale groups per weight row
+	constexpr int sbytes = NV ? 8 : 4;    // scale bytes per row per 128-K block
 	const u8* we = w + (size_t)e * N * (K / 2);
 	const u8* se = wscale + (size_t)e * N * gpr;
 
 	// Copy assignment: weights 2 x 16 B per thread; threads 0..63 one scale
-	// row, 64..127 one 16-byte activation chunk (token u>>3, chunk u&7).
+	// row, 64..127 one 16-byte activation chunk (token u>>3, chunk u&7). The
+	// sources advance by one 128-K block per issue.
 	const int wr = tid >> 2, wp = tid & 3; // rows wr and wr + 32, 16-byte chunk wp
 	const int wok0 = col0 + wr < N ? 16 : 0, wok1 = col0 + wr + 32 < N ? 16 : 0;
-	const u8* wsrc = we + (size_t)(wok0 ? col0 + wr : 0) * (K / 2) + wp * 16;
-	const int wdst = wr * 64 + ((wp ^ ((wr >> 1) & 3)) << 4); // row + 32: same swizzle
-	const u8* asrc;
-	int adst, aok;
+	const u8* wq0 = we + (size_t)(wok0 ? col0 + wr : 0) * (K / 2) + wp * 16 + (size_t)kb0 * 64;
+	const u8* wq1 = wq0 + (wok1 ? (size_t)32 * (K / 2) : 0); // else row wr again, zero-filled
+	u8* const wd = ring + wr * 64 + ((wp ^ ((wr >> 1) & 3)) << 4); // row + 32: same swizzle
+	const u8* aq;
+	u8* ad;
+	int aok, astep;
 	if (tid < 64) {
 		const int row = col0 + tid;
 		aok = row < N ? sbytes : 0;
-		asrc = se + (size_t)(row < N ? row : 0) * gpr;
-		adst = DW + DX + tid * sbytes;
+		aq = se + (size_t)(row < N ? row : 0) * gpr + (size_t)kb0 * sbytes;
+		ad = ring + DW + DX + tid * sbytes;
+		astep = sbytes;
 	} else {
 		const int u = tid - 64, tok = u >> 3, q = u & 7;
 		const int tk = mBeg + tok;
 		aok = tk < mEnd ? 16 : 0;
-		asrc = xq + (size_t)(tk < mEnd ? tk : mBeg) * K + q * 16;
-		adst = DW + (q >> 1) * DXJ + tok * 32 + (q & 1) * 16;
+		aq = xq + (size_t)(tk < mEnd ? tk : mBeg) * K + q * 16 + (size_t)kb0 * 128;
+		ad = ring + DW + (q >> 1) * DXJ + tok * 32 + (q & 1) * 16;
+		astep = 128;
 	}
-	auto issue = [&](int st, int kb) {
-		u8* s = ring + st * DSTAGE;
-		const u8* src = wsrc + (size_t)kb * 64;
-		cp_async16(s + wdst, src, wok0);
-		cp_async16(s + wdst + 32 * 64, src + (wok1 ? (size_t)32 * (K / 2) : 0), wok1); // else row wr again, zero-filled
-		if (tid >= 64) cp_async16(s + adst, asrc + (size_t)kb * 128, aok);
-		else if (nvfp4) cp_async_ca<8>(s + adst, asrc + (size_t)kb * 8, aok);
-		else cp_async_ca<4>(s + adst, asrc + (size_t)kb * 4, aok);
+	auto issue = [&](int st) {
+		cp_async16(wd + st * DSTAGE, wq0, wok0);
+		cp_async16(wd + st * DSTAGE + 32 * 64, wq1, wok1);
+		if (tid >= 64) cp_async16(ad + st * DSTAGE, aq, aok);
+		else cp_async_ca<sbytes>(ad + st * DSTAGE, aq, aok);
+		wq0 += 64;
+		wq1 += 64;
+		aq += astep;
 	};
 
 	// Zero rows of every stage (never written by the copies); visible after the
@@ -176,7 +183,7 @@ extern "C" __global__ void __launch_bounds__(128, DEC_MIN_CTAS) moe_fp4_dec(
 	}
 #pragma unroll
 	for (int s = 0; s < DS - 1; s++) {
-		if (s < nb) issue(s, kb0 + s);
+		if (s < nb) issue(s);
 		cp_async_commit();
 	}
 
@@ -184,38 +191,38 @@ extern "C" __global__ void __launch_bounds__(128, DEC_MIN_CTAS) moe_fp4_dec(
 	// of the warp's 16, chunk (l>>4) (+2 for the second x4).
 	const int lr = wid * 16 + (lane & 7) + 8 * ((lane >> 3) & 1);
 	const int lsw = (lane >> 4) ^ ((lane >> 1) & 3);
-	const u32 ring_s = smem_addr(ring);
-	const u32 ldA0 = ring_s + lr * 64 + (lsw << 4); // the second x4 is at ^ 32 (stages are 64-aligned)
+	const u32 ldA0 = smem_addr(ring) + lr * 64 + (lsw << 4); // the second x4 is at ^ 32 (stages are 64-aligned)
 	const int rowA = wid * 16 + g, rowB = rowA + 8; // CTA-local weight rows of this thread
 	// B rows: MXFP4 token g; NVFP4 column g = (token g>>1, half g&1), zero row
 	// unless this lane's 8 elements are in that half.
 	const bool mine = (c >> 1) == (g & 1);
-	const int boff0 = nvfp4 ? (mine ? (g >> 1) * 32 : DZERO) + 8 * c : g * 32 + 8 * c;
-	const bool two = nvfp4 && mEnd - mBeg > 4; // NVFP4 tokens 4..7 need a second pass
+	const int boff0 = NV ? (mine ? (g >> 1) * 32 : DZERO) + 8 * c : g * 32 + 8 * c;
+	const int boff1 = mine ? boff0 + 4 * 32 : boff0; // NVFP4 tokens 4..7
+	const bool two = NV && mEnd - mBeg > 4;          // NVFP4 tokens 4..7 need a second pass
 	// This thread's D tokens: MXFP4 (2c, 2c+1); NVFP4 (c, c+4).
-	const int tA = nvfp4 ? mBeg + c : mBeg + 2 * c, tB = nvfp4 ? mBeg + c + 4 : tA + 1;
+	const int tA = NV ? mBeg + c : mBeg + 2 * c, tB = NV ? mBeg + c + 4 : tA + 1;
 	const bool okA = tA < mEnd, okB = tB < mEnd;
 	float acc[4] = {0.f, 0.f, 0.f, 0.f}; // (rowA, tA), (rowA, tB), (rowB, tA), (rowB, tB)
-	const int xoA = (okA ? tA : mBeg) * nkb + kb0, xoB = (okB ? tB : mBeg) * nkb + kb0; // < 2^31: Mtot * K / 128
-	u32 xsA = nb > 0 ? xs[xoA] : 0u, xsB = nb > 0 ? xs[xoB] : 0u;
+	const u8* xsA = xs + (size_t)(okA ? tA : mBeg) * nkb + kb0; // < 2^31 entries: Mtot * K / 128
+	const u8* xsB = xs + (size_t)(okB ? tB : mBeg) * nkb + kb0;
+	u32 xa = nb > 0 ? *xsA : 0u, xb = nb > 0 ? *xsB : 0u;
 
-	for (int i = 0; i < nb; i++) {
+	auto step = [&](int i, int st) {
 		cp_async_wait<DS - 2>();
-		__syncthreads(); // stage i landed for all; stage i-1 free
-		if (i + DS - 1 < nb) issue((i + DS - 1) % DS, kb0 + i + DS - 1);
+		__syncthreads(); // stage st landed for all; the stage before it is free
+		if (i + DS - 1 < nb) issue((st + DS - 1) % DS);
 		cp_async_commit();
-		const float x0 = okA ? e8m0_to_f32(xsA) : 0.f, x1 = okB ? e8m0_to_f32(xsB) : 0.f;
+		const float x0 = okA ? e8m0_to_f32(xa) : 0.f, x1 = okB ? e8m0_to_f32(xb) : 0.f;
 		if (i + 1 < nb) {
-			xsA = xs[xoA + i + 1];
-			xsB = xs[xoB + i + 1];
+			xa = xsA[i + 1];
+			xb = xsB[i + 1];
 		}
-		const int st = i % DS;
 		const u8* S = ring + st * DSTAGE;
 		u32 wv[8]; // wA[0], wB[0], wA[1], wB[1], ... (chunks 0..3)
 		ldsm_x4(wv, ldA0 + st * DSTAGE);
 		ldsm_x4(wv + 4, (ldA0 + st * DSTAGE) ^ 32u);
 		const u8* X = S + DW;
-		if (!nvfp4) {
+		if (!NV) {
 			const u32 scA = *reinterpret_cast<const u32*>(S + DW + DX + rowA * 4);
 			const u32 scB = *reinterpret_cast<const u32*>(S + DW + DX + rowB * 4);
 			float blk[4] = {0.f, 0.f, 0.f, 0.f};
@@ -246,30 +253,31 @@ extern "C" __global__ void __launch_bounds__(128, DEC_MIN_CTAS) moe_fp4_dec(
 		} else {
 			const uint2 scA = *reinterpret_cast<const uint2*>(S + DW + DX + rowA * 8);
 			const uint2 scB = *reinterpret_cast<const uint2*>(S + DW + DX + rowB * 8);
+			float fA[8], fB[8]; // the row's eight 16-group scales of this block
+			nv_scales(scA.x, fA);
+			nv_scales(scA.y, fA + 4);
+			nv_scales(scB.x, fB);
+			nv_scales(scB.y, fB + 4);
 			float blk0[2] = {0.f, 0.f}, blk1[2] = {0.f, 0.f}; // tokens tA, tB; rows A, B
 #pragma unroll
 			for (int j = 0; j < 4; j++) {
 				// 16-groups 2j (D columns h = 0) and 2j+1 (h = 1).
-				const u32 hA = ((j < 2 ? scA.x : scA.y) >> (16 * (j & 1))) & 0xffffu;
-				const u32 hB = ((j < 2 ? scB.x : scB.y) >> (16 * (j & 1))) & 0xffffu;
-				const float fA0 = nv_scale(hA, 0), fA1 = nv_scale(hA, 1);
-				const float fB0 = nv_scale(hB, 0), fB1 = nv_scale(hB, 1);
 				u32 b[4];
 				b_words(*reinterpret_cast<const uint2*>(X + j * DXJ + boff0), b);
 				float p[4] = {0.f, 0.f, 0.f, 0.f};
 				mma_chunk(p, wv[2 * j], wv[2 * j + 1], b);
-				blk0[0] = fmaf(p[0], fA0, blk0[0]);
-				blk0[0] = fmaf(p[1], fA1, blk0[0]);
-				blk0[1] = fmaf(p[2], fB0, blk0[1]);
-				blk0[1] = fmaf(p[3], fB1, blk0[1]);
+				blk0[0] = fmaf(p[0], fA[2 * j], blk0[0]);
+				blk0[0] = fmaf(p[1], fA[2 * j + 1], blk0[0]);
+				blk0[1] = fmaf(p[2], fB[2 * j], blk0[1]);
+				blk0[1] = fmaf(p[3], fB[2 * j + 1], blk0[1]);
 				if (two) {
-					b_words(*reinterpret_cast<const uint2*>(X + j * DXJ + (mine ? boff0 + 4 * 32 : boff0)), b);
+					b_words(*reinterpret_cast<const uint2*>(X + j * DXJ + boff1), b);
 					float q[4] = {0.f, 0.f, 0.f, 0.f};
 					mma_chunk(q, wv[2 * j], wv[2 * j + 1], b);
-					blk1[0] = fmaf(q[0], fA0, blk1[0]);
-					blk1[0] = fmaf(q[1], fA1, blk1[0]);
-					blk1[1] = fmaf(q[2], fB0, blk1[1]);
-					blk1[1] = fmaf(q[3], fB1, blk1[1]);
+					blk1[0] = fmaf(q[0], fA[2 * j], blk1[0]);
+					blk1[0] = fmaf(q[1], fA[2 * j + 1], blk1[0]);
+					blk1[1] = fmaf(q[2], fB[2 * j], blk1[1]);
+					blk1[1] = fmaf(q[3], fB[2 * j + 1], blk1[1]);
 				}
 			}
 			acc[0] = fmaf(blk0[0], x0, acc[0]);
@@ -277,9 +285,14 @@ extern "C" __global__ void __launch_bounds__(128, DEC_MIN_CTAS) moe_fp4_dec(
 			acc[1] = fmaf(blk1[0], x1, acc[1]);
 			acc[3] = fmaf(blk1[1], x1, acc[3]);
 		}
+	};
+	for (int i0 = 0; i0 < nb; i0 += DS) {
+#pragma unroll
+		for (int st = 0; st < DS; st++)
+			if (i0 + st < nb) step(i0 + st, st);
 	}
 	cp_async_wait<0>();
-	const float G = ((nvfp4 && gscale) ? gscale[e] : 1.0f) * DEC_UNDO;
+	const float G = ((NV && gscale) ? gscale[e] : 1.0f) * DEC_UNDO;
 	const int oA = col0 + rowA, oB = col0 + rowB;
 	const int os[4] = {oA, oA, oB, oB}, ts[4] = {tA, tB, tA, tB};
 #pragma unroll
@@ -289,4 +302,36 @@ extern "C" __global__ void __launch_bounds__(128, DEC_MIN_CTAS) moe_fp4_dec(
 		if (part) part[((size_t)blockIdx.z * Mtot + ts[k]) * N + os[k]] = v;
 		else y[(size_t)ts[k] * N + os[k]] = (u16)f32_to_bf16(v);
 	}
+}
+
+template <bool NV>
+DEV void dec_kernel(u16* __restrict__ y, const u8* __restrict__ xq, const u8* __restrict__ xs,
+	const int* __restrict__ scratch, const u8* __restrict__ w, const u8* __restrict__ wscale,
+	const float* __restrict__ gscale, int N, int K, float* __restrict__ part, int kbPer, int Mtot)
+{
+	PDL_ENTRY();
+	__shared__ __align__(128) u8 ring[DS * DSTAGE];
+	const int t = blockIdx.y;
+	const int cnt = scratch[0];
+	const int4 tile = reinterpret_cast<const int4*>(scratch + 4)[t]; // in bounds: t < maxTiles
+	if (t >= cnt) return;
+	dec_cta<NV>(ring, y, xq, xs, tile.x, tile.y, tile.z, w, wscale, gscale, N, K, part, kbPer, Mtot);
+}
+
+// MXFP4 and NVFP4 entry points: NVFP4 holds more live values (the second
+// token pass, eight scales per row) and gets 64 registers.
+extern "C" __global__ void __launch_bounds__(128, DEC_MIN_CTAS) moe_fp4_dec(
+	u16* __restrict__ y, const u8* __restrict__ xq, const u8* __restrict__ xs,
+	const int* __restrict__ scratch, const u8* __restrict__ w, const u8* __restrict__ wscale,
+	const float* __restrict__ gscale, int N, int K, float* __restrict__ part, int kbPer, int Mtot)
+{
+	dec_kernel<false>(y, xq, xs, scratch, w, wscale, gscale, N, K, part, kbPer, Mtot);
+}
+
+extern "C" __global__ void __launch_bounds__(128, DEC_MIN_CTAS_NV) moe_fp4_dec_nv(
+	u16* __restrict__ y, const u8* __restrict__ xq, const u8* __restrict__ xs,
+	const int* __restrict__ scratch, const u8* __restrict__ w, const u8* __restrict__ wscale,
+	const float* __restrict__ gscale, int N, int K, float* __restrict__ part, int kbPer, int Mtot)
+{
+	dec_kernel<true>(y, xq, xs, scratch, w, wscale, gscale, N, K, part, kbPer, Mtot);
 }
