@@ -9,6 +9,7 @@ type Path string
 const (
 	PathAuto  Path = ""
 	PathDec   Path = "dec"   // decode-shaped mma.sync kernels (weights as the A operand)
+	PathDecWG Path = "decwg" // decode-shaped sm_90a kernels fed by TMA
 	PathTiled Path = "tiled" // mma.sync tiles through shared memory (any sm_80+)
 	PathWG    Path = "wg"    // sm_90a TMA + wgmma kernels
 )
@@ -26,9 +27,9 @@ type KernelChoice struct {
 func (c *Context) SetKernelChoice(k KernelChoice) error {
 	for _, p := range []Path{k.Linear, k.MoE} {
 		switch p {
-		case PathAuto, PathDec, PathTiled, PathWG:
+		case PathAuto, PathDec, PathDecWG, PathTiled, PathWG:
 		default:
-			return fmt.Errorf("cuda: kernel path %q (want dec, tiled or wg)", p)
+			return fmt.Errorf("cuda: kernel path %q (want dec, decwg, tiled or wg)", p)
 		}
 	}
 	c.fnMu.Lock()
@@ -51,7 +52,14 @@ func (c *Context) LinearPaths(m, n, k int) []Path {
 		ps = append(ps, PathWG)
 	}
 	if planLinear(m, n, k).dec {
-		ps = append(ps, PathDec)
+		switch {
+		case c.HasTMA() && tdecWins(n, k):
+			ps = append(ps, PathDecWG, PathDec)
+		case c.HasTMA():
+			ps = append(ps, PathDec, PathDecWG)
+		default:
+			ps = append(ps, PathDec)
+		}
 	}
 	ps = append(ps, PathTiled)
 	if m < wgMinRow && c.HasTMA() {

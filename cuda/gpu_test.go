@@ -183,13 +183,14 @@ func TestKernelResources(t *testing.T) {
 		module, name string
 		local        int
 	}{
-		{"linear_fp8", "linear_fp8", 0}, {"linear_fp8", "linear_fp8_dec", 8}, {"moe_fp4", "moe_fp4_gemm", 0},
-		{"moe_fp4_dec", "moe_fp4_dec", 0}, {"moe_fp4_dec", "moe_fp4_dec_nv", 8}, {"rmsnorm", "rmsnorm_bf16", 0},
+		{"linear_fp8", "linear_fp8", 0}, {"linear_fp8", "linear_fp8_dec", 8}, {"linear_fp8_tdec", "linear_fp8_tdec", 0},
+		{"moe_fp4", "moe_fp4_gemm", 0}, {"moe_fp4_dec", "moe_fp4_dec", 0}, {"moe_fp4_dec", "moe_fp4_dec_nv", 8},
+		{"rmsnorm", "rmsnorm_bf16", 0},
 		{"linear_fp8_wg", "linear_fp8_wg", 0}, {"moe_fp4_wg", "moe_fp4_wg32", 0}, {"moe_fp4_wg", "moe_fp4_wg128", 0},
 		{"linear_f32", "gemv1_f32_w1", 0}, {"linear_f32", "gemv_f32_w1", 0},
 		{"moe_fused", "moe_gather_q", 0}, {"moe_fused", "moe_swiglu_q", 0},
 	} {
-		if strings.HasSuffix(k.module, "_wg") && !ctx.HasTMA() {
+		if (strings.HasSuffix(k.module, "_wg") || strings.HasSuffix(k.module, "_tdec")) && !ctx.HasTMA() {
 			continue
 		}
 		f, err := ctx.Kernel(k.module, k.name)
@@ -327,7 +328,7 @@ func TestKernelsVsCPU(t *testing.T) {
 	defer env.Close()
 	paths := []cuda.Path{cuda.PathAuto, cuda.PathDec, cuda.PathTiled}
 	if ctx.HasTMA() {
-		paths = append(paths, cuda.PathWG)
+		paths = append(paths, cuda.PathWG, cuda.PathDecWG)
 	}
 	for _, p := range paths {
 		if err := ctx.SetKernelChoice(cuda.KernelChoice{Linear: p, MoE: p}); err != nil {

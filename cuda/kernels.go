@@ -191,9 +191,12 @@ func linearFP8(s *Stream, y, yf, xq, xs, w, ws DevicePtr, m, n, k int, scratch D
 	p := planLinear(m, n, k)
 	choice := s.ctx.kernelChoice().Linear
 	dec := p.dec && choice == PathAuto
-	if choice == PathDec && m <= decMaxRows {
+	if (choice == PathDec || choice == PathDecWG) && m <= decMaxRows {
 		p = planLinear(1, n, k) // forced: the geometry depends on n and k only
 		dec = p.dec
+	}
+	if dec && s.ctx.HasTMA() && (choice == PathDecWG || choice == PathAuto && tdecWins(n, k)) {
+		return linearFP8TDec(s, y, yf, xq, xs, w, ws, m, n, k)
 	}
 	if dec {
 		warps, groups := decGeometry(p.slices)

@@ -59,3 +59,30 @@ func linearFP8WG(s *Stream, y, xq, xs, w, ws DevicePtr, m, n, k int, scratch Dev
 	}
 	return fp8Reduce(s, y, part, p.splits, m, n, 0, 0)
 }
+
+// tdecSmem is linear_fp8_tdec's dynamic shared memory (TBYTES in the kernel:
+// four warp rings of 4 stages of 4 KB and their barriers, plus the slack that
+// aligns them to 1024 bytes).
+const tdecSmem = 4*4*4096 + 8*4*4 + 1024
+
+// linearFP8TDec runs linear_fp8_tdec (m <= 16, sm_90a): 16 output rows per
+// CTA, weights and activations by TMA (128-byte boxes of 16 rows).
+func linearFP8TDec(s *Stream, y, yf, xq, xs, w, ws DevicePtr, m, n, k int) error {
+	wm, err := s.ctx.TensorMapBytes2D(w, n, k, 16, 128)
+	if err != nil {
+		return fmt.Errorf("cuda: linear_fp8_tdec: %w", err)
+	}
+	xrows := min(m, 16) // a box no taller than the tensor
+	xm, err := s.ctx.TensorMapBytes2D(xq, m, k, xrows, 128)
+	if err != nil {
+		return fmt.Errorf("cuda: linear_fp8_tdec: %w", err)
+	}
+	a := new(Args).Ptr(y).Ptr(xs).Ptr(ws).I32(m).I32(n).I32(k).Ptr(yf).Map(&wm).Map(&xm).I32(xrows)
+	return launch(s, "linear_fp8_tdec", "linear_fp8_tdec", Dim3{uint32(ceilDiv(n, 16)), 1, 1}, Dim3{128, 1, 1}, tdecSmem, a)
+}
+
+// tdecWins reports the decode shapes where linear_fp8_tdec beats
+// linear_fp8_dec (H200, 2026-12-04e: Flash wo_b 4096x8192 17.1 against 22.0 µs,
+// shared w13 4096x4096 11.5 against 12.6; slower at n <= 1024 or k <= 2048,
+// where its n/16 CTAs or its four K slices are too few to fill the device).
+func tdecWins(n, k int) bool { return n >= 4096 && k >= 4096 }
