@@ -23,7 +23,6 @@ type Context struct {
 	fnMu   sync.Mutex
 	fns    map[string]*Function // "module.function" -> ready kernel
 	choice KernelChoice
-	pdl    bool // launch with programmatic dependent launch (sm_90+)
 }
 
 // NewContext retains the device's primary context.
@@ -33,7 +32,6 @@ func (dev *Device) NewContext() (*Context, error) {
 		return nil, err
 	}
 	c := &Context{dev: dev, drv: dev.drv, h: h, modules: map[string]*Module{}, fns: map[string]*Function{}}
-	c.pdl = c.canPDL()
 	c.pool = &Pool{ctx: c, free: map[int][]DevicePtr{}}
 	return c, nil
 }
@@ -92,6 +90,7 @@ func (c *Context) MemInfo() (free, total uint64, err error) {
 type Stream struct {
 	ctx *Context
 	h   uintptr
+	pdl bool // launch with programmatic dependent launch (pdl.go)
 }
 
 const streamNonBlocking = 1
@@ -102,7 +101,7 @@ func (c *Context) NewStream() (*Stream, error) {
 	if err := c.check("cuStreamCreate", "", r); err != nil {
 		return nil, err
 	}
-	return &Stream{ctx: c, h: s}, nil
+	return &Stream{ctx: c, h: s, pdl: c.CanPDL()}, nil
 }
 
 // Close destroys the stream.
@@ -359,7 +358,7 @@ func (s *Stream) Launch(f *Function, grid, block Dim3, smem int, a *Args) error 
 	if grid.X == 0 || grid.Y == 0 || grid.Z == 0 {
 		return fmt.Errorf("cuda: cuLaunchKernel(%s): empty grid %v", f.Name, grid)
 	}
-	r := s.ctx.drv.api.launch(s.ctx.h, f.h, grid, block, smem, s.h, a.buf[:], a.offs[:a.na], s.ctx.PDL())
+	r := s.ctx.drv.api.launch(s.ctx.h, f.h, grid, block, smem, s.h, a.buf[:], a.offs[:a.na], s.pdl)
 	return s.ctx.check("cuLaunchKernel", f.Name, r)
 }
 

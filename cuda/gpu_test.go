@@ -363,7 +363,7 @@ func TestKernelsVsCPU(t *testing.T) {
 // predecessor's writes are visible.
 func TestPDLChain(t *testing.T) {
 	ctx, s := gpu(t)
-	if !ctx.PDL() {
+	if !s.PDL() {
 		t.Skip("no programmatic dependent launch on this device or driver")
 	}
 	const n, tail, pairs = 1 << 22, 1024, 100
@@ -380,7 +380,7 @@ func TestPDLChain(t *testing.T) {
 	for i := range ones {
 		ones[i] = 1
 	}
-	if err := s.CopyHtoD(one.Ptr, f32b(ones)); err != nil {
+	if err := s.CopyHtoD(one.Ptr, cuda.Bytes(ones)); err != nil {
 		t.Fatal(err)
 	}
 	chain := func() error {
@@ -450,13 +450,4 @@ func TestPDLChain(t *testing.T) {
 		t.Fatal(err)
 	}
 	check("graph")
-}
-
-// f32b copies float32s into little-endian bytes.
-func f32b(v []float32) []byte {
-	b := make([]byte, 4*len(v))
-	for i, x := range v {
-		binary.LittleEndian.PutUint32(b[4*i:], math.Float32bits(x))
-	}
-	return b
 }

@@ -11,21 +11,20 @@ package cuda
 // running one and the waiting one. Anything a kernel does before its wait
 // may touch only memory no earlier kernel writes (weights).
 
-func (c *Context) canPDL() bool { return c.dev.Major >= 9 && c.drv.api.hasLaunchEx() }
+// The mode belongs to a stream: the kernels of one stream form the chain
+// that griddepcontrol orders, and another stream's work is unaffected.
 
-// SetPDL turns programmatic dependent launch on or off for later launches
-// (on by default where the device and driver support it); it reports
-// whether PDL is now on.
-func (c *Context) SetPDL(on bool) bool {
-	c.fnMu.Lock()
-	defer c.fnMu.Unlock()
-	c.pdl = on && c.canPDL()
-	return c.pdl
+// CanPDL reports whether the device and driver support programmatic
+// dependent launch.
+func (c *Context) CanPDL() bool { return c.dev.Major >= 9 && c.drv.api.hasLaunchEx() }
+
+// SetPDL turns programmatic dependent launch on or off for the stream's
+// later launches (on by default where supported); it reports whether PDL is
+// now on. Like launches, it is for the goroutine that owns the stream.
+func (s *Stream) SetPDL(on bool) bool {
+	s.pdl = on && s.ctx.CanPDL()
+	return s.pdl
 }
 
-// PDL reports whether launches use programmatic dependent launch.
-func (c *Context) PDL() bool {
-	c.fnMu.Lock()
-	defer c.fnMu.Unlock()
-	return c.pdl
-}
+// PDL reports whether the stream's launches use programmatic dependent launch.
+func (s *Stream) PDL() bool { return s.pdl }

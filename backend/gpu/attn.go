@@ -134,7 +134,7 @@ func (b *Backend) traceScores(sc *cuda.Buffer, qt *Tensor, bt *backend.Batch, ld
 	n := bt.Rows()
 	host := make([]float32, n*ld)
 	if len(host) > 0 {
-		if err := b.s.CopyDtoH(f32Bytes(host), sc.Ptr); err != nil {
+		if err := b.s.CopyDtoH(cuda.Bytes(host), sc.Ptr); err != nil {
 			return fmt.Errorf("indexer trace: %w", err)
 		}
 		if err := b.s.Synchronize(); err != nil {
@@ -145,7 +145,7 @@ func (b *Backend) traceScores(sc *cuda.Buffer, qt *Tensor, bt *backend.Batch, ld
 		avail := (int(bt.Pos[row]) + 1) / ratio
 		if st := backend.SliceStats(host[row*ld : row*ld+avail]); st.FirstBad >= 0 {
 			qr := make([]float32, qt.cols)
-			if err := b.s.CopyDtoH(f32Bytes(qr), qt.Row(row)); err != nil {
+			if err := b.s.CopyDtoH(cuda.Bytes(qr), qt.Row(row)); err != nil {
 				return fmt.Errorf("indexer trace: %w", err)
 			}
 			if err := b.s.Synchronize(); err != nil {

@@ -113,7 +113,7 @@ func (b *Backend) deviceBatch(bt *backend.Batch) (*devBatch, error) {
 		b.batch.buf.Free()
 		b.batch.buf = nil
 	}
-	buf, err := b.upload(i32Bytes(host))
+	buf, err := b.upload(cuda.Bytes(host))
 	if err != nil {
 		return nil, fmt.Errorf("batch upload: %w", err)
 	}

@@ -72,12 +72,12 @@ func New(o Options) (*Backend, error) {
 	if err != nil {
 		return nil, fmt.Errorf("gpu backend: %w", err)
 	}
-	pdl := ctx.SetPDL(!o.NoPDL)
 	s, err := ctx.NewStream()
 	if err != nil {
 		ctx.Close()
 		return nil, fmt.Errorf("gpu backend: %w", err)
 	}
+	pdl := s.SetPDL(!o.NoPDL)
 	b := &Backend{drv: drv, dev: dev, ctx: ctx, s: s, ropes: map[any]*ropeTable{}, pdl: pdl}
 	b.graphs = graphSet{on: o.Graphs, graphs: map[string]*stepGraph{}, seen: map[string]bool{}, failed: map[string]error{}}
 	return b, nil
@@ -88,9 +88,9 @@ func New(o Options) (*Backend, error) {
 // Flash stack (docs/performance.md, 2026-12-04c).
 const pdlMaxRows = 16
 
-// pdlFor sets the launch mode for the step of bt.
+// pdlFor sets the backend stream's launch mode for the step of bt.
 func (b *Backend) pdlFor(bt *backend.Batch) {
-	b.ctx.SetPDL(b.pdl && bt.Rows() <= pdlMaxRows)
+	b.s.SetPDL(b.pdl && bt.Rows() <= pdlMaxRows)
 }
 
 // PDL reports whether decode steps of up to pdlMaxRows rows are launched
@@ -279,20 +279,6 @@ func typed(t backend.Tensor, rows, cols int, dt backend.DType, what string) (*Te
 	return g, nil
 }
 
-func f32Bytes(v []float32) []byte {
-	if len(v) == 0 {
-		return nil
-	}
-	return unsafe.Slice((*byte)(unsafe.Pointer(&v[0])), 4*len(v))
-}
-
-func i32Bytes(v []int32) []byte {
-	if len(v) == 0 {
-		return nil
-	}
-	return unsafe.Slice((*byte)(unsafe.Pointer(&v[0])), 4*len(v))
-}
-
 // Upload implements backend.Backend.
 func (b *Backend) Upload(t backend.Tensor, data []float32) error {
 	g, err := f32(t, -1, -1, "upload")
@@ -305,7 +291,7 @@ func (b *Backend) Upload(t backend.Tensor, data []float32) error {
 	if b.rec != nil {
 		return errHostInRecording
 	}
-	return b.s.CopyHtoD(g.ptr, f32Bytes(data))
+	return b.s.CopyHtoD(g.ptr, cuda.Bytes(data))
 }
 
 // UploadI32 fills an I32 tensor (tests, tools).
@@ -320,7 +306,7 @@ func (b *Backend) UploadI32(t backend.Tensor, data []int32) error {
 	if b.rec != nil {
 		return errHostInRecording
 	}
-	return b.s.CopyHtoD(g.ptr, i32Bytes(data))
+	return b.s.CopyHtoD(g.ptr, cuda.Bytes(data))
 }
 
 // Download implements backend.Backend.
@@ -332,7 +318,7 @@ func (b *Backend) Download(t backend.Tensor, dst []float32) error {
 	if len(dst) != g.rows*g.cols {
 		return fmt.Errorf("download: %d values for %dx%d", len(dst), g.rows, g.cols)
 	}
-	if err := b.s.CopyDtoH(f32Bytes(dst), g.ptr); err != nil {
+	if err := b.s.CopyDtoH(cuda.Bytes(dst), g.ptr); err != nil {
 		return fmt.Errorf("download: %w", err)
 	}
 	return b.s.Synchronize()
@@ -347,7 +333,7 @@ func (b *Backend) DownloadI32(t backend.Tensor, dst []int32) error {
 	if len(dst) != g.rows*g.cols {
 		return fmt.Errorf("download: %d values for %dx%d", len(dst), g.rows, g.cols)
 	}
-	if err := b.s.CopyDtoH(i32Bytes(dst), g.ptr); err != nil {
+	if err := b.s.CopyDtoH(cuda.Bytes(dst), g.ptr); err != nil {
 		return fmt.Errorf("download: %w", err)
 	}
 	return b.s.Synchronize()

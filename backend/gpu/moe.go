@@ -137,7 +137,7 @@ func (b *Backend) stack(ex []checkpoint.Expert, which []int, f cuda.FP4Format) (
 		}
 	}
 	if f == cuda.NVFP4 {
-		if p.gscale, err = b.upload(f32Bytes(g)); err != nil {
+		if p.gscale, err = b.upload(cuda.Bytes(g)); err != nil {
 			return p, err
 		}
 	}
@@ -210,7 +210,7 @@ func (b *Backend) Router(f backend.Tensor, gate backend.Linear, a backend.Router
 				return fmt.Errorf("router: %w", errHostInRecording)
 			}
 			tok = logits.Add(4 * n * E)
-			if err := b.s.CopyHtoD(tok, i32Bytes(a.IDs)); err != nil {
+			if err := b.s.CopyHtoD(tok, cuda.Bytes(a.IDs)); err != nil {
 				return fmt.Errorf("router: %w", err)
 			}
 		}
@@ -386,7 +386,7 @@ func (b *Backend) traceExperts(E, K, nk, d, I int, offsets, perm, xg, gf, uf, h,
 	for _, c := range []struct {
 		dst []byte
 		src cuda.DevicePtr
-	}{{i32Bytes(off), offsets}, {i32Bytes(pm), perm}, {f32Bytes(x), xg}, {f32Bytes(g), gf}, {f32Bytes(u), uf}, {f32Bytes(hh), h}, {f32Bytes(y), yf}} {
+	}{{cuda.Bytes(off), offsets}, {cuda.Bytes(pm), perm}, {cuda.Bytes(x), xg}, {cuda.Bytes(g), gf}, {cuda.Bytes(u), uf}, {cuda.Bytes(hh), h}, {cuda.Bytes(y), yf}} {
 		if err := b.s.CopyDtoH(c.dst, c.src); err != nil {
 			return fmt.Errorf("experts trace: %w", err)
 		}
@@ -427,7 +427,7 @@ func (b *Backend) localIDs(ids cuda.DevicePtr, nk, E int, a backend.ExpertsArgs)
 		return ids, nil, nil
 	}
 	v := make([]int32, nk)
-	if err := b.s.CopyDtoH(i32Bytes(v), ids); err != nil {
+	if err := b.s.CopyDtoH(cuda.Bytes(v), ids); err != nil {
 		return 0, nil, fmt.Errorf("experts ids: %w", err)
 	}
 	if err := b.s.Synchronize(); err != nil {
@@ -443,7 +443,7 @@ func (b *Backend) localIDs(ids cuda.DevicePtr, nk, E int, a backend.ExpertsArgs)
 		}
 		v[i] = int32(e)
 	}
-	buf, err := b.upload(i32Bytes(v))
+	buf, err := b.upload(cuda.Bytes(v))
 	if err != nil {
 		return 0, nil, fmt.Errorf("experts ids: %w", err)
 	}

@@ -24,7 +24,7 @@ func (b *Backend) Embed(e backend.Embedding, ids []int32, streams int, out backe
 	}
 	p := b.recordedIDs(ids)
 	if p == 0 {
-		dev, err := b.upload(i32Bytes(ids))
+		dev, err := b.upload(cuda.Bytes(ids))
 		if err != nil {
 			return fmt.Errorf("embed: %w", err)
 		}

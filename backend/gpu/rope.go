@@ -25,7 +25,7 @@ func (b *Backend) ropeFreqs(f *rope.Freqs) (*ropeTable, error) {
 		return t, nil
 	}
 	p := f.Dim() / 2
-	a, err := b.upload(f32Bytes(f.F32[:p]))
+	a, err := b.upload(cuda.Bytes(f.F32[:p]))
 	if err != nil {
 		return nil, fmt.Errorf("rope table: %w", err)
 	}

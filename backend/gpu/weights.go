@@ -117,7 +117,7 @@ type vec struct {
 func (v *vec) Len() int { return len(v.host) }
 
 func (b *Backend) newVec(name string, v []float32) (*vec, error) {
-	buf, err := b.upload(f32Bytes(v))
+	buf, err := b.upload(cuda.Bytes(v))
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", name, err)
 	}
@@ -158,7 +158,7 @@ func (b *Backend) NewMat(rows, cols int, v []float32) (backend.Mat, error) {
 	if len(v) != rows*cols {
 		return nil, fmt.Errorf("mat: %d values for %dx%d", len(v), rows, cols)
 	}
-	buf, err := b.upload(f32Bytes(v))
+	buf, err := b.upload(cuda.Bytes(v))
 	if err != nil {
 		return nil, err
 	}
@@ -201,11 +201,11 @@ func (b *Backend) NewHC(mix, width int, fn, base, scale []float32) (backend.HC, 
 	if len(fn) != mix*width || len(base) != mix || (len(scale) != 1 && len(scale) != 3) {
 		return nil, fmt.Errorf("hc: %d fn, %d base, %d scale values for mix %d width %d", len(fn), len(base), len(scale), mix, width)
 	}
-	f, err := b.upload(f32Bytes(fn))
+	f, err := b.upload(cuda.Bytes(fn))
 	if err != nil {
 		return nil, err
 	}
-	bs, err := b.upload(f32Bytes(base))
+	bs, err := b.upload(cuda.Bytes(base))
 	if err != nil {
 		f.Free()
 		return nil, err
@@ -238,7 +238,7 @@ func (b *Backend) PrepareEmbedding(t safetensors.Tensor, vocab, dim int) (backen
 		if err != nil {
 			return nil, err
 		}
-		data = f32Bytes(v)
+		data = cuda.Bytes(v)
 	}
 	buf, err := b.upload(data)
 	if err != nil {
@@ -285,7 +285,7 @@ func (b *Backend) NewIDTable(name string, rows, cols int, v []int64) (backend.ID
 		out[i] = int32(x)
 		maxV = max(maxV, out[i])
 	}
-	buf, err := b.upload(i32Bytes(out))
+	buf, err := b.upload(cuda.Bytes(out))
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", name, err)
 	}

@@ -19,14 +19,14 @@ func RMSNormCase(rows, dim int) Case {
 		w := randBF16(rng, 1, dim)
 		b := &bufs{env: env}
 		defer b.free()
-		dx, dw := b.upload(u16Bytes(x)), b.upload(u16Bytes(w))
+		dx, dw := b.upload(cuda.Bytes(x)), b.upload(cuda.Bytes(w))
 		dy := b.alloc(2 * rows * dim)
 		b.poison(dy, 2*rows*dim)
 		if b.err == nil {
 			r.Err = cuda.RMSNorm(env.S, dy, dx, dw, rows, dim, 1e-6)
 		}
 		got := make([]uint16, rows*dim)
-		b.download(u16Bytes(got), dy)
+		b.download(cuda.Bytes(got), dy)
 		want := make([]uint16, rows*dim)
 		cpuref.RMSNorm(want, x, w, rows, dim, 1e-6)
 		ref := make([]float64, len(want))
@@ -65,7 +65,7 @@ func QuantCase(rows, cols int) Case {
 		}
 		b := &bufs{env: env}
 		defer b.free()
-		dx := b.upload(u16Bytes(x))
+		dx := b.upload(cuda.Bytes(x))
 		dq, ds := b.alloc(rows*cols), b.alloc(rows*cols/128)
 		b.poison(dq, rows*cols)
 		b.poison(ds, rows*cols/128)
@@ -162,7 +162,7 @@ func LinearCase(m, n, k, checkRows int) Case {
 			r.Err = cuda.LinearFP8(env.S, dy, dxq, dxs, dw, dws, m, n, k, scratch)
 		}
 		got := make([]uint16, m*n)
-		b.download(u16Bytes(got), dy)
+		b.download(cuda.Bytes(got), dy)
 		if r.Err == nil && b.err == nil {
 			rowsToCheck := sampleRows(rng, m, checkRows)
 			ref := make([]float64, m*n)
@@ -243,7 +243,7 @@ func MoECase(experts, mTotal, n, k int, format cuda.FP4Format, route Routing, ch
 		perW, perS := n*k/2, n*k/group
 		b := &bufs{env: env}
 		defer b.free()
-		dxq, dxs, doff := b.upload(xq), b.upload(xs), b.upload(i32Bytes(off))
+		dxq, dxs, doff := b.upload(xq), b.upload(xs), b.upload(cuda.Bytes(off))
 		var mw *moeWeights
 		if env.ShareWeights {
 			mw = env.sharedMoE(rng, experts, n, k, format, b)
@@ -265,7 +265,7 @@ func MoECase(experts, mTotal, n, k int, format cuda.FP4Format, route Routing, ch
 			if format == cuda.NVFP4 {
 				mw.dgs = b.buffer(4 * experts)
 				if b.err == nil {
-					b.err = env.S.CopyHtoD(mw.dgs.Ptr, f32Bytes(mw.gs))
+					b.err = env.S.CopyHtoD(mw.dgs.Ptr, cuda.Bytes(mw.gs))
 				}
 			}
 		}
@@ -288,7 +288,7 @@ func MoECase(experts, mTotal, n, k int, format cuda.FP4Format, route Routing, ch
 			r.Err = run()
 		}
 		got := make([]uint16, mTotal*n)
-		b.download(u16Bytes(got), dy)
+		b.download(cuda.Bytes(got), dy)
 		if r.Err != nil || b.err != nil {
 			return finish(r, b)
 		}
@@ -384,7 +384,7 @@ func (e *Env) sharedMoE(rng *rand.Rand, experts, n, k int, format cuda.FP4Format
 	}
 	mw.dw, mw.dws = up(mw.w), up(mw.ws)
 	if format == cuda.NVFP4 {
-		mw.dgs = up(f32Bytes(mw.gs))
+		mw.dgs = up(cuda.Bytes(mw.gs))
 	}
 	if b.err == nil {
 		if e.weights == nil {
@@ -421,10 +421,10 @@ func SwiGLUCase(rows, inter int, weighted bool) Case {
 		const limit = 10
 		b := &bufs{env: env}
 		defer b.free()
-		din := b.upload(u16Bytes(in))
+		din := b.upload(cuda.Bytes(in))
 		var dw cuda.DevicePtr
 		if weighted {
-			dw = b.upload(f32Bytes(wts))
+			dw = b.upload(cuda.Bytes(wts))
 		}
 		dout := b.alloc(2 * rows * inter)
 		b.poison(dout, 2*rows*inter)
@@ -435,7 +435,7 @@ func SwiGLUCase(rows, inter int, weighted bool) Case {
 			r.Err = run()
 		}
 		got := make([]uint16, rows*inter)
-		b.download(u16Bytes(got), dout)
+		b.download(cuda.Bytes(got), dout)
 		if r.Err == nil && b.err == nil {
 			ref := make([]float64, rows*inter)
 			cpuref.SwiGLU(ref, in, in[inter:], 2*inter, wts, rows, inter, limit)

@@ -12,7 +12,6 @@ import (
 	"runtime"
 	"sort"
 	"sync"
-	"unsafe"
 
 	"github.com/megamoe/megamoe/cuda"
 	"github.com/megamoe/megamoe/cuda/cpuref"
@@ -112,27 +111,6 @@ type Case struct {
 }
 
 // ---- helpers ----
-
-func u16Bytes(v []uint16) []byte {
-	if len(v) == 0 {
-		return nil
-	}
-	return unsafe.Slice((*byte)(unsafe.Pointer(&v[0])), 2*len(v))
-}
-
-func f32Bytes(v []float32) []byte {
-	if len(v) == 0 {
-		return nil
-	}
-	return unsafe.Slice((*byte)(unsafe.Pointer(&v[0])), 4*len(v))
-}
-
-func i32Bytes(v []int32) []byte {
-	if len(v) == 0 {
-		return nil
-	}
-	return unsafe.Slice((*byte)(unsafe.Pointer(&v[0])), 4*len(v))
-}
 
 // bufs tracks device buffers of one case.
 type bufs struct {
