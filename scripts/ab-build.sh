@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# Builds the device binaries of two revisions for a same-run A/B of a kernel
+# change (docs/performance.md: a variant is kept only if it beats the kernel
+# it replaces in the same device call and the end-to-end tests pass):
+#   scripts/ab-build.sh main exp/some-branch   # -> bin/a, bin/b (+ ab-device.sh)
+# Binaries are stripped and gzipped so that both fit the device's 64 MiB
+# carry; then, with bin carried: (device) cd bin && ./ab-device.sh OUTDIR
+set -eu
+a=${1:?usage: ab-build.sh REV_A REV_B}
+b=${2:?usage: ab-build.sh REV_A REV_B}
+root=$(git rev-parse --show-toplevel)
+cd "$root"
+rm -rf bin/a bin/b && mkdir -p bin
+for v in a b; do
+	rev=$a
+	[ "$v" = b ] && rev=$b
+	wt=$(mktemp -d)
+	git worktree add -q --detach "$wt" "$rev"
+	(cd "$wt" && mkdir -p "$root/bin/$v" &&
+		go test -c -ldflags="-s -w" -o "$root/bin/$v/cuda.test" ./cuda &&
+		go test -c -ldflags="-s -w" -o "$root/bin/$v/gpu.test" ./backend/gpu &&
+		go build -ldflags="-s -w" -o "$root/bin/$v/bench" ./cmd/bench)
+	git worktree remove --force "$wt"
+	git rev-parse --short "$rev" > "bin/$v/REV"
+	gzip -f "bin/$v/cuda.test" "bin/$v/gpu.test" "bin/$v/bench"
+done
+cp scripts/ab-device.sh bin/
+du -sh bin
