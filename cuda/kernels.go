@@ -472,19 +472,19 @@ func MoEFP4Tiles(s *Stream, y, xq, xs, w, wscale, gscale DevicePtr, sh MoEShape,
 		part = scratch.Add(p.tileBytes())
 	}
 	grid := Dim3{uint32(ceilDiv(sh.N, p.colsPC)), uint32(p.maxTiles), uint32(p.splits)}
+	b := new(Args).Ptr(y).Ptr(xq).Ptr(xs).Ptr(scratch).Ptr(w).Ptr(wscale).Ptr(gscale)
+	if path != PathDec {
+		b.I32(nv) // the decode kernel has an entry point per format instead
+	}
+	b.I32(sh.N).I32(sh.K).Ptr(part).I32(p.per).I32(sh.Rows)
 	var err error
-	if path == PathDec {
-		name := "moe_fp4_dec"
-		if nv == 1 {
-			name = "moe_fp4_dec_nv"
-		}
-		b := new(Args).Ptr(y).Ptr(xq).Ptr(xs).Ptr(scratch).Ptr(w).Ptr(wscale).Ptr(gscale).I32(sh.N).I32(sh.K).
-			Ptr(part).I32(p.per).I32(sh.Rows)
-		err = launch(s, "moe_fp4_dec", name, grid, Dim3{128, 1, 1}, 0, b)
-	} else {
-		b := new(Args).Ptr(y).Ptr(xq).Ptr(xs).Ptr(scratch).Ptr(w).Ptr(wscale).Ptr(gscale).I32(nv).I32(sh.N).I32(sh.K).
-			Ptr(part).I32(p.per).I32(sh.Rows)
+	switch {
+	case path != PathDec:
 		err = launch(s, "moe_fp4", "moe_fp4_gemm", grid, Dim3{128, 1, 1}, moeSmem, b)
+	case nv == 1:
+		err = launch(s, "moe_fp4_dec", "moe_fp4_dec_nv", grid, Dim3{128, 1, 1}, 0, b)
+	default:
+		err = launch(s, "moe_fp4_dec", "moe_fp4_dec", grid, Dim3{128, 1, 1}, 0, b)
 	}
 	if err != nil || p.splits == 1 {
 		return err

@@ -134,6 +134,16 @@ template <int N>
 DEV void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N)); }
 
 // ---- tensor-core MMA (mma.sync, sm_80+) ----
+// ldmatrix of four / two 8x8 b16 matrices from shared memory (addr: this
+// lane's row address).
+DEV void ldsm_x4(u32* d, u32 addr) {
+	asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+		: "=r"(d[0]), "=r"(d[1]), "=r"(d[2]), "=r"(d[3]) : "r"(addr) : "memory");
+}
+DEV void ldsm_x2(u32* d, u32 addr) {
+	asm volatile("ldmatrix.sync.aligned.m8n8.x2.shared.b16 {%0,%1}, [%2];\n" : "=r"(d[0]), "=r"(d[1]) : "r"(addr) : "memory");
+}
+
 // D = A(16x16 bf16, row) * B(16x8 bf16, col) + D, fp32 accumulate.
 DEV void mma_bf16_16816(float* d, const u32* a, const u32* b) {
 	asm volatile(

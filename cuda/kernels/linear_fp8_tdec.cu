@@ -84,23 +84,13 @@ extern "C" __global__ void __launch_bounds__(128, 3) linear_fp8_tdec(
 		for (int kk = 0; kk < 4; kk++) {
 			u32 a[4], b[4];
 			const int ja = 2 * kk + ac, jb = 2 * kk + bc;
-			asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-				: "=r"(a[0]), "=r"(a[1]), "=r"(a[2]), "=r"(a[3]) : "r"(W + ar * 128 + ((ja ^ (ar & 7)) << 4)) : "memory");
-			if (two)
-				asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-					: "=r"(b[0]), "=r"(b[1]), "=r"(b[2]), "=r"(b[3]) : "r"(X + br * 128 + ((jb ^ (br & 7)) << 4)) : "memory");
-			else
-				asm volatile("ldmatrix.sync.aligned.m8n8.x2.shared.b16 {%0,%1}, [%2];\n"
-					: "=r"(b[0]), "=r"(b[1]) : "r"(X + (lane & 7) * 128 + ((jb ^ (lane & 7)) << 4)) : "memory");
+			ldsm_x4(a, W + ar * 128 + ((ja ^ (ar & 7)) << 4));
+			if (two) ldsm_x4(b, X + br * 128 + ((jb ^ (br & 7)) << 4));
+			else ldsm_x2(b, X + (lane & 7) * 128 + ((jb ^ (lane & 7)) << 4));
 			// ldmatrix gives a0 = (row g, k 4c..), a1 = (g+8, 4c..), a2 = (g, 16+4c..),
 			// a3 = (g+8, 16+4c..) and b = (token g, k 4c..), (g, 16+4c..) per tile.
-			const u32 af[4] = {a[0], a[1], a[2], a[3]};
-			const u32 b0[2] = {b[0], b[1]};
-			mma_k32(blk[0], af, b0);
-			if (two) {
-				const u32 b1[2] = {b[2], b[3]};
-				mma_k32(blk[1], af, b1);
-			}
+			mma_k32(blk[0], a, b);
+			if (two) mma_k32(blk[1], a, b + 2);
 		}
 		__syncwarp(); // every lane's ldmatrix of stage s done before it is refilled
 		if (i + TS < nb) issue(s, kb + TS);

@@ -40,11 +40,6 @@ DEV u32 prmt(u32 a, u32 b, u32 sel) {
 }
 
 
-DEV void ldsm_x4(u32* d, u32 addr) {
-	asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-		: "=r"(d[0]), "=r"(d[1]), "=r"(d[2]), "=r"(d[3]) : "r"(addr) : "memory");
-}
-
 // e4m3 byte of an e2m1 nibble scaled by 2^-6: (s << 7) | (em << 2) (0.5 is
 // the e4m3 subnormal 2^-7, the rest normals). Even nibbles (low half of each
 // byte) and odd ones, four at a time.
