@@ -78,6 +78,12 @@ DEV float e8m0_to_f32(u32 b) {
 	if (b == 255u) return __uint_as_float(0x7fc00000u);
 	return __uint_as_float(b << 23);
 }
+// The same by selects, for loops where a branch per scale would stand
+// between two blocks' MMAs (the branchy form keeps moe_fp4_dec_nv's stack small).
+DEV float e8m0_to_f32_sel(u32 b) {
+	b &= 0xffu;
+	return __uint_as_float(b == 0u ? 0x00400000u : b == 255u ? 0x7fc00000u : b << 23);
+}
 
 // e4m3 code -> bf16 bits, exact (every e4m3 value is a bf16 value).
 DEV u32 e4m3_to_bf16(u32 b) {

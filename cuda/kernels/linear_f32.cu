@@ -148,12 +148,6 @@ DEV void e4m3x4_to_f32(u32 r, float* v) {
 	for (int i = 0; i < 4; i++) v[i] = e4m3_to_f32((r >> (8 * i)) & 0xffu);
 #endif
 }
-// e8m0_to_f32 with selects, not branches.
-DEV float e8m0_to_f32_sel(u32 b) {
-	b &= 0xffu;
-	const u32 v = b == 0u ? 0x00400000u : b == 255u ? 0x7fc00000u : b << 23;
-	return __uint_as_float(v);
-}
 DEV float e4m3_to_f32_fast(u32 b) {
 	float v[4];
 	e4m3x4_to_f32(b & 0xffu, v);
