@@ -80,32 +80,24 @@ extern "C" __global__ void __launch_bounds__(384, 1) linear_fp8_wg(
 	const int cw = wg - 1; // this math warpgroup's 64 rows: m0 + 64*cw ...
 	const int w = tid >> 5, l = tid & 31;
 	const int r0 = m0 + 64 * cw + 16 * w + (l >> 2), r1 = r0 + 8;
-	float acc[64], fin[64];
+	float accA[64], accB[64], fin[64];
 #pragma unroll
 	for (int i = 0; i < 64; i++) fin[i] = 0.f;
-	// The scale bytes are loaded one block ahead and decoded while the block's
-	// MMAs run: loaded and decoded in place they put three dependent global
-	// loads in front of every block's MMAs (SASS, 2026-12-04).
+	// Two accumulator sets: block i+1's wgmmas are issued before block i is
+	// promoted, so the tensor cores never wait for this warpgroup's FFMAs.
+	// Each block's scale bytes are loaded when its MMAs are issued and used
+	// only after the next block's issue.
 	const u8* wsr = ws + (size_t)(n0 / 128) * nkb;
 	const bool ok0 = r0 < M, ok1 = r1 < M;
 	const u8* xs0 = xs + (size_t)(ok0 ? r0 : 0) * nkb;
 	const u8* xs1 = xs + (size_t)(ok1 ? r1 : 0) * nkb;
-	u32 nw = 0, n0s = 0, n1s = 0;
-	if (kb0 < kb1) {
-		nw = wsr[kb0];
-		n0s = xs0[kb0];
-		n1s = xs1[kb0];
-	}
-	for (int kb = kb0, i = 0; kb < kb1; kb++, i++) {
+	const int nb = kb1 - kb0;
+	auto issue = [&](float (&acc)[64], int i, u32& bw, u32& b0, u32& b1) {
 		const int s = i % WG_STAGES;
-		const u32 ph = (i / WG_STAGES) & 1;
-		const u32 bw = nw, b0 = n0s, b1 = n1s;
-		if (kb + 1 < kb1) {
-			nw = wsr[kb + 1];
-			n0s = xs0[kb + 1];
-			n1s = xs1[kb + 1];
-		}
-		mbar_wait(&full[s], ph);
+		bw = wsr[kb0 + i];
+		b0 = xs0[kb0 + i];
+		b1 = xs1[kb0 + i];
+		mbar_wait(&full[s], (i / WG_STAGES) & 1);
 		const u8* As = smem + s * WG_STAGE_BYTES;
 		const u64 da = desc_sw128(As + 64 * cw * 128), db = desc_sw128(As + WG_TILE);
 		wg_pin(acc);
@@ -113,14 +105,40 @@ extern "C" __global__ void __launch_bounds__(384, 1) linear_fp8_wg(
 #pragma unroll
 		for (int ks = 0; ks < 4; ks++) wgmma_n128_e4m3(acc, da + 2 * ks, db + 2 * ks, ks);
 		wg_commit();
+	};
+	auto promote = [&](float (&acc)[64], int i, u32 bw, u32 b0, u32 b1) {
+		wg_pin(acc);
+		if (l == 0) mbar_arrive(&empty[i % WG_STAGES]);
 		const float wsc = e8m0_to_f32_sel(bw);
 		const float f0 = ok0 ? e8m0_to_f32_sel(b0) * wsc : 0.f;
 		const float f1 = ok1 ? e8m0_to_f32_sel(b1) * wsc : 0.f;
-		wg_wait<0>();
-		wg_pin(acc);
-		if (l == 0) mbar_arrive(&empty[s]);
 #pragma unroll
 		for (int j = 0; j < 64; j++) fin[j] = fmaf(acc[j], (j & 2) ? f1 : f0, fin[j]);
+	};
+	// Between iterations exactly block i (in accA) is in flight, so ptxas sees
+	// one pipeline state at every read of an accumulator set.
+	u32 aw = 0, a0 = 0, a1 = 0, bw = 0, b0 = 0, b1 = 0;
+	int i = 0;
+	if (nb > 0) {
+		issue(accA, 0, aw, a0, a1);
+		for (; i + 2 < nb; i += 2) {
+			issue(accB, i + 1, bw, b0, b1);
+			wg_wait<1>();
+			promote(accA, i, aw, a0, a1);
+			issue(accA, i + 2, aw, a0, a1);
+			wg_wait<1>();
+			promote(accB, i + 1, bw, b0, b1);
+		}
+		if (i + 1 < nb) {
+			issue(accB, i + 1, bw, b0, b1);
+			wg_wait<1>();
+			promote(accA, i, aw, a0, a1);
+			wg_wait<0>();
+			promote(accB, i + 1, bw, b0, b1);
+		} else {
+			wg_wait<0>();
+			promote(accA, i, aw, a0, a1);
+		}
 	}
 
 	// d[4q+0..1]: (r0, n0+8q+2c+{0,1}); d[4q+2..3]: (r1, same columns).
