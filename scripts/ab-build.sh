@@ -6,14 +6,18 @@
 # Binaries are stripped and gzipped so that both fit the device's 64 MiB
 # carry; then, with bin carried: (device) cd bin && ./ab-device.sh OUTDIR
 set -eu
-a=${1:?usage: ab-build.sh REV_A REV_B}
-b=${2:?usage: ab-build.sh REV_A REV_B}
+# More revisions go to bin/c, bin/d, ... (ab-device.sh compares a and b; the
+# others are for a device script of one's own).
+[ $# -ge 2 ] || { echo "usage: ab-build.sh REV_A REV_B [REV_C ...]" >&2; exit 2; }
 root=$(git rev-parse --show-toplevel)
 cd "$root"
-rm -rf bin/a bin/b && mkdir -p bin
-for v in a b; do
-	rev=$a
-	[ "$v" = b ] && rev=$b
+rm -rf bin/a bin/b bin/c bin/d bin/e && mkdir -p bin
+names=(a b c d e)
+[ $# -le ${#names[@]} ] || { echo "ab-build.sh: at most ${#names[@]} revisions" >&2; exit 2; }
+i=0
+for rev in "$@"; do
+	v=${names[$i]}
+	i=$((i + 1))
 	wt=$(mktemp -d)
 	git worktree add -q --detach "$wt" "$rev"
 	(cd "$wt" && mkdir -p "$root/bin/$v" &&
