@@ -2,8 +2,8 @@ package cuda
 
 import "fmt"
 
-// The sm_90a FP8 linear (kernels/linear_fp8_wg.cu): TMA loads, wgmma, one
-// 128x128 tile per CTA (384 threads, one CTA per SM), for more rows than the
+// The sm_90a FP8 linear (kernels/linear_fp8_wg.cu): TMA loads, wgmma,
+// 128x128 tiles (384 threads, one persistent CTA per SM), for more rows than the
 // decode kernel takes (H200, 2026-12-04, at 64 rows: 12.4 against 16.0 µs
 // for Flash wq_a, 30.9 against 43.5 µs for wo_b, ahead on every shape).
 
@@ -53,7 +53,14 @@ func linearFP8WG(s *Stream, y, xq, xs, w, ws DevicePtr, m, n, k int, scratch Dev
 		part = scratch
 	}
 	a := new(Args).Ptr(y).Map(&ma).Map(&mb).Ptr(xs).Ptr(ws).I32(m).I32(n).I32(k).Ptr(part).I32(p.per)
-	grid := Dim3{uint32(ceilDiv(n, 128)), uint32(ceilDiv(m, 128)), uint32(p.splits)}
+	// Persistent CTAs over the tiles (one per SM at 160 KB of ring); split K
+	// keeps one CTA per tile and slice.
+	tiles := ceilDiv(n, 128) * ceilDiv(m, 128)
+	ctas := tiles
+	if p.splits == 1 {
+		ctas = min(tiles, s.ctx.dev.SMs)
+	}
+	grid := Dim3{uint32(ctas), 1, uint32(p.splits)}
 	if err := launch(s, "linear_fp8_wg", "linear_fp8_wg", grid, Dim3{384, 1, 1}, wgSmem, a); err != nil || p.splits == 1 {
 		return err
 	}

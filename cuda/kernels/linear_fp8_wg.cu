@@ -2,7 +2,9 @@
 // as linear_fp8 (kernels/linear_fp8.cu) for the prefill shapes.
 //   y[m, n] = bf16( sum_kb xs[m, kb] * ws[n/128, kb] * sum_{k in kb} xq[m, k] * w[n, k] )
 //
-// A CTA computes a 128x128 output tile: one producer warpgroup whose first
+// A CTA computes 128x128 output tiles (persistent: tiles blockIdx.x,
+// blockIdx.x + gridDim.x, ...; the producer fills the next tile's stages
+// while the math warpgroups store the last one): one producer warpgroup whose first
 // thread streams 128x128-byte tiles of xq and w with TMA (128-byte swizzle)
 // into a ring of WG_STAGES stages guarded by mbarriers, and two math
 // warpgroups, each multiplying its 64 rows with four wgmma m64n128k32 e4m3
@@ -48,10 +50,11 @@ extern "C" __global__ void __launch_bounds__(384, 1) linear_fp8_wg(
 	u64* full = reinterpret_cast<u64*>(smem + WG_STAGES * WG_STAGE_BYTES);
 	u64* empty = full + WG_STAGES;
 	const int wg = threadIdx.x >> 7, tid = threadIdx.x & 127;
-	const int n0 = blockIdx.x * 128, m0 = blockIdx.y * 128;
+	const int ntn = (N + 127) / 128, ntiles = ntn * ((M + 127) / 128);
 	const int nkb = K / 128;
 	const int kb0 = part ? blockIdx.z * kbPer : 0;
 	const int kb1 = part ? min(kb0 + kbPer, nkb) : nkb;
+	const int nb = kb1 - kb0;
 	if (threadIdx.x == 0) {
 		for (int s = 0; s < WG_STAGES; s++) {
 			mbar_init(&full[s], 1);
@@ -61,17 +64,22 @@ extern "C" __global__ void __launch_bounds__(384, 1) linear_fp8_wg(
 	}
 	__syncthreads();
 
-	if (wg == 0) { // producer
+	// Tiles t = blockIdx.x + j * gridDim.x (n fastest); the ring's stage and
+	// phase run on across tiles (block g of this CTA uses stage g % WG_STAGES).
+	if (wg == 0) { // producer: runs ahead into the next tile during the epilogue
 		asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n");
 		if (tid == 0) {
-			for (int kb = kb0, i = 0; kb < kb1; kb++, i++) {
-				const int s = i % WG_STAGES;
-				const u32 ph = (i / WG_STAGES) & 1;
-				mbar_wait(&empty[s], ph ^ 1);
-				u8* As = smem + s * WG_STAGE_BYTES;
-				mbar_arrive_expect_tx(&full[s], WG_STAGE_BYTES);
-				tma_load2d(As, &mapA, &full[s], kb * 128, m0);
-				tma_load2d(As + WG_TILE, &mapB, &full[s], kb * 128, n0);
+			int g = 0;
+			for (int t = blockIdx.x; t < ntiles; t += gridDim.x) {
+				const int n0 = (t % ntn) * 128, m0 = (t / ntn) * 128;
+				for (int kb = kb0; kb < kb1; kb++, g++) {
+					const int s = g % WG_STAGES;
+					mbar_wait(&empty[s], ((g / WG_STAGES) & 1) ^ 1);
+					u8* As = smem + s * WG_STAGE_BYTES;
+					mbar_arrive_expect_tx(&full[s], WG_STAGE_BYTES);
+					tma_load2d(As, &mapA, &full[s], kb * 128, m0);
+					tma_load2d(As + WG_TILE, &mapB, &full[s], kb * 128, n0);
+				}
 			}
 		}
 		return;
@@ -80,81 +88,84 @@ extern "C" __global__ void __launch_bounds__(384, 1) linear_fp8_wg(
 	asm volatile("setmaxnreg.inc.sync.aligned.u32 232;\n");
 	const int cw = wg - 1; // this math warpgroup's 64 rows: m0 + 64*cw ...
 	const int w = tid >> 5, l = tid & 31;
-	const int r0 = m0 + 64 * cw + 16 * w + (l >> 2), r1 = r0 + 8;
 	float accA[64], accB[64], fin[64];
+	int g = 0;
+	for (int t = blockIdx.x; t < ntiles; t += gridDim.x, g += nb) {
+		const int n0 = (t % ntn) * 128, m0 = (t / ntn) * 128;
+		const int r0 = m0 + 64 * cw + 16 * w + (l >> 2), r1 = r0 + 8;
 #pragma unroll
-	for (int i = 0; i < 64; i++) fin[i] = 0.f;
-	// Two accumulator sets: block i+1's wgmmas are issued before block i is
-	// promoted, so the tensor cores never wait for this warpgroup's FFMAs.
-	// Each block's scale bytes are loaded when its MMAs are issued and used
-	// only after the next block's issue.
-	const u8* wsr = ws + (size_t)(n0 / 128) * nkb;
-	const bool ok0 = r0 < M, ok1 = r1 < M;
-	const u8* xs0 = xs + (size_t)(ok0 ? r0 : 0) * nkb;
-	const u8* xs1 = xs + (size_t)(ok1 ? r1 : 0) * nkb;
-	const int nb = kb1 - kb0;
-	auto issue = [&](float (&acc)[64], int i, u32& bw, u32& b0, u32& b1) {
-		const int s = i % WG_STAGES;
-		bw = wsr[kb0 + i];
-		b0 = xs0[kb0 + i];
-		b1 = xs1[kb0 + i];
-		mbar_wait(&full[s], (i / WG_STAGES) & 1);
-		const u8* As = smem + s * WG_STAGE_BYTES;
-		const u64 da = desc_sw128(As + 64 * cw * 128), db = desc_sw128(As + WG_TILE);
-		wg_pin(acc);
-		wg_fence();
+		for (int i = 0; i < 64; i++) fin[i] = 0.f;
+		// Two accumulator sets: block i+1's wgmmas are issued before block i is
+		// promoted, so the tensor cores never wait for this warpgroup's FFMAs.
+		// Each block's scale bytes are loaded when its MMAs are issued and used
+		// only after the next block's issue.
+		const u8* wsr = ws + (size_t)(n0 / 128) * nkb;
+		const bool ok0 = r0 < M, ok1 = r1 < M;
+		const u8* xs0 = xs + (size_t)(ok0 ? r0 : 0) * nkb;
+		const u8* xs1 = xs + (size_t)(ok1 ? r1 : 0) * nkb;
+		auto issue = [&](float (&acc)[64], int i, u32& bw, u32& b0, u32& b1) {
+			const int s = (g + i) % WG_STAGES;
+			bw = wsr[kb0 + i];
+			b0 = xs0[kb0 + i];
+			b1 = xs1[kb0 + i];
+			mbar_wait(&full[s], ((g + i) / WG_STAGES) & 1);
+			const u8* As = smem + s * WG_STAGE_BYTES;
+			const u64 da = desc_sw128(As + 64 * cw * 128), db = desc_sw128(As + WG_TILE);
+			wg_pin(acc);
+			wg_fence();
 #pragma unroll
-		for (int ks = 0; ks < 4; ks++) wgmma_n128_e4m3(acc, da + 2 * ks, db + 2 * ks, ks);
-		wg_commit();
-	};
-	auto promote = [&](float (&acc)[64], int i, u32 bw, u32 b0, u32 b1) {
-		wg_pin(acc);
-		if (l == 0) mbar_arrive(&empty[i % WG_STAGES]);
-		const float wsc = e8m0_to_f32_sel(bw);
-		const float f0 = ok0 ? e8m0_to_f32_sel(b0) * wsc : 0.f;
-		const float f1 = ok1 ? e8m0_to_f32_sel(b1) * wsc : 0.f;
+			for (int ks = 0; ks < 4; ks++) wgmma_n128_e4m3(acc, da + 2 * ks, db + 2 * ks, ks);
+			wg_commit();
+		};
+		auto promote = [&](float (&acc)[64], int i, u32 bw, u32 b0, u32 b1) {
+			wg_pin(acc);
+			if (l == 0) mbar_arrive(&empty[(g + i) % WG_STAGES]);
+			const float wsc = e8m0_to_f32_sel(bw);
+			const float f0 = ok0 ? e8m0_to_f32_sel(b0) * wsc : 0.f;
+			const float f1 = ok1 ? e8m0_to_f32_sel(b1) * wsc : 0.f;
 #pragma unroll
-		for (int j = 0; j < 64; j++) fin[j] = fmaf(acc[j], (j & 2) ? f1 : f0, fin[j]);
-	};
-	// Between iterations exactly block i (in accA) is in flight, so ptxas sees
-	// one pipeline state at every read of an accumulator set.
-	u32 aw = 0, a0 = 0, a1 = 0, bw = 0, b0 = 0, b1 = 0;
-	int i = 0;
-	if (nb > 0) {
-		issue(accA, 0, aw, a0, a1);
-		for (; i + 2 < nb; i += 2) {
-			issue(accB, i + 1, bw, b0, b1);
-			wg_wait<1>();
-			promote(accA, i, aw, a0, a1);
-			issue(accA, i + 2, aw, a0, a1);
-			wg_wait<1>();
-			promote(accB, i + 1, bw, b0, b1);
+			for (int j = 0; j < 64; j++) fin[j] = fmaf(acc[j], (j & 2) ? f1 : f0, fin[j]);
+		};
+		// Between iterations exactly block i (in accA) is in flight, so ptxas sees
+		// one pipeline state at every read of an accumulator set.
+		u32 aw = 0, a0 = 0, a1 = 0, bw = 0, b0 = 0, b1 = 0;
+		int i = 0;
+		if (nb > 0) {
+			issue(accA, 0, aw, a0, a1);
+			for (; i + 2 < nb; i += 2) {
+				issue(accB, i + 1, bw, b0, b1);
+				wg_wait<1>();
+				promote(accA, i, aw, a0, a1);
+				issue(accA, i + 2, aw, a0, a1);
+				wg_wait<1>();
+				promote(accB, i + 1, bw, b0, b1);
+			}
+			if (i + 1 < nb) {
+				issue(accB, i + 1, bw, b0, b1);
+				wg_wait<1>();
+				promote(accA, i, aw, a0, a1);
+				wg_wait<0>();
+				promote(accB, i + 1, bw, b0, b1);
+			} else {
+				wg_wait<0>();
+				promote(accA, i, aw, a0, a1);
+			}
 		}
-		if (i + 1 < nb) {
-			issue(accB, i + 1, bw, b0, b1);
-			wg_wait<1>();
-			promote(accA, i, aw, a0, a1);
-			wg_wait<0>();
-			promote(accB, i + 1, bw, b0, b1);
-		} else {
-			wg_wait<0>();
-			promote(accA, i, aw, a0, a1);
-		}
-	}
 
-	// d[4q+0..1]: (r0, n0+8q+2c+{0,1}); d[4q+2..3]: (r1, same columns).
-	const int c2 = 2 * (l & 3);
+		// d[4q+0..1]: (r0, n0+8q+2c+{0,1}); d[4q+2..3]: (r1, same columns).
+		const int c2 = 2 * (l & 3);
 #pragma unroll
-	for (int q = 0; q < 16; q++) {
-		const int col = n0 + 8 * q + c2;
-		if (col >= N) continue;
+		for (int q = 0; q < 16; q++) {
+			const int col = n0 + 8 * q + c2;
+			if (col >= N) continue;
 #pragma unroll
-		for (int h = 0; h < 2; h++) {
-			const int r = h ? r1 : r0;
-			if (r >= M) continue;
-			const float a = fin[4 * q + 2 * h], b = fin[4 * q + 2 * h + 1];
-			if (part) *reinterpret_cast<float2*>(part + ((size_t)blockIdx.z * M + r) * N + col) = make_float2(a, b);
-			else *reinterpret_cast<u32*>(y + (size_t)r * N + col) = pack_bf16x2(a, b);
+			for (int h = 0; h < 2; h++) {
+				const int r = h ? r1 : r0;
+				if (r >= M) continue;
+				const float a = fin[4 * q + 2 * h], b = fin[4 * q + 2 * h + 1];
+				if (part) *reinterpret_cast<float2*>(part + ((size_t)blockIdx.z * M + r) * N + col) = make_float2(a, b);
+				else *reinterpret_cast<u32*>(y + (size_t)r * N + col) = pack_bf16x2(a, b);
+			}
 		}
 	}
 #endif
