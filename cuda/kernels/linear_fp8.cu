@@ -66,9 +66,28 @@ extern "C" __global__ void __launch_bounds__(128) linear_fp8(
 #pragma unroll
 			for (int k = 0; k < 4; k++) acc[i][j][k] = 0.f;
 
+	// Scale bytes, loaded one block ahead and decoded by selects: loaded at the
+	// promotion behind bounds and decode branches they put dependent global
+	// loads between two blocks' MMAs (SASS, 2026-12-04). Two bytes a thread
+	// (fewer live registers; four held across the MMAs cost a stack): the
+	// weight scale and the act scale of row rA + 8c; thread (g, c) needs rows
+	// rA + 8q, q = 0..3, and gets those factors by shuffle from lane 4g + q.
+	// Rows >= M read row 0 and their factor is masked to +0.
+	const int kblocks = K / BK;
+	const int rA = m0 + wm * 32 + g, rOwn = rA + 8 * c;
+	const u32 maskOwn = rOwn < M ? ~0u : 0u;
+	const u8* wsr = ws + (size_t)(n0 / 128) * kblocks;
+	const u8* xsr = xs + (size_t)(rOwn < M ? rOwn : 0) * kblocks;
+	u32 nw = 0u, nx = 0u;
+	if (kb0 < kb1) nw = wsr[kb0], nx = xsr[kb0];
+
 	load_stage(0, kb0);
 	cp_async_commit();
 	for (int kb = kb0; kb < kb1; kb++) {
+		const u32 bw = nw, bx = nx;
+		const int kn = min(kb + 1, kb1 - 1); // the last block reloads its own (in bounds)
+		nw = wsr[kn];
+		nx = xsr[kn];
 		if (kb + 1 < kb1) load_stage((kb + 1 - kb0) & 1, kb + 1);
 		cp_async_commit();
 		cp_async_wait<1>();
@@ -126,13 +145,12 @@ extern "C" __global__ void __launch_bounds__(128) linear_fp8(
 #else
 		const float unit = 65536.0f;
 #endif
-		const int kblocks = K / BK;
-		const float wsc = e8m0_to_f32(ws[(size_t)(n0 / 128) * kblocks + kb]) * unit;
+		const float wsc = e8m0_to_f32_sel(bw) * unit;
+		const float fOwn = __uint_as_float(__float_as_uint(e8m0_to_f32_sel(bx) * wsc) & maskOwn);
 #pragma unroll
 		for (int mt = 0; mt < 2; mt++) {
-			int r0 = m0 + wm * 32 + mt * 16 + g, r1 = r0 + 8;
-			float f0 = r0 < M ? e8m0_to_f32(xs[(size_t)r0 * kblocks + kb]) * wsc : 0.f;
-			float f1 = r1 < M ? e8m0_to_f32(xs[(size_t)r1 * kblocks + kb]) * wsc : 0.f;
+			const float f0 = __shfl_sync(0xffffffffu, fOwn, (lane & ~3) | (2 * mt));
+			const float f1 = __shfl_sync(0xffffffffu, fOwn, (lane & ~3) | (2 * mt + 1));
 #pragma unroll
 			for (int nt = 0; nt < 8; nt++) {
 				acc[mt][nt][0] = fmaf(part[mt][nt][0], f0, acc[mt][nt][0]);
@@ -228,12 +246,20 @@ extern "C" __global__ void __launch_bounds__(512) linear_fp8_dec(
 	auto ld16 = [](const u8* base, u32 off) { return *reinterpret_cast<const uint4*>(base + off); };
 	const u8* wsr = ws + (size_t)(o0 < N ? o0 / 128 : 0) * nkb;
 	const uint4 zero = make_uint4(0u, 0u, 0u, 0u);
+	// Scale bytes, one per lane, fetched with the block's data and decoded by
+	// selects (loaded after the MMAs and decoded by branches, they stalled every
+	// block): lanes 0..15 the act scale of token lane (rows >= M read row 0,
+	// factor masked to +0), lanes 16..31 the weight scale; the factors reach
+	// the lanes that need them by shuffle.
+	const int xr = lane & 15;
+	const u8* scp = lane >= 16 ? wsr : xs + (size_t)(xr < M ? xr : 0) * nkb;
+	const u32 scMask = xr < M ? ~0u : 0u;
 
 	// T token tiles of 8 (T = 1 for M <= 8, else 2); sizeof picks it at compile time.
 	auto run = [&](auto tag) {
 		constexpr int T = sizeof(tag);
 		u32 offX[T];
-		bool okT[T], ok0[T], ok1[T];
+		bool okT[T];
 		int t0[T];
 #pragma unroll
 		for (int t = 0; t < T; t++) {
@@ -241,12 +267,11 @@ extern "C" __global__ void __launch_bounds__(512) linear_fp8_dec(
 			okT[t] = tok < M;
 			offX[t] = (u32)(okT[t] ? tok : 0) * (u32)K + 16u * c;
 			t0[t] = t * 8 + 2 * c;
-			ok0[t] = t0[t] < M;
-			ok1[t] = t0[t] + 1 < M;
 		}
 		// Two buffers (index sizeof(tag) - 1, a constant so that they stay in
 		// registers): weight rows A/B and tokens, two 16-byte halves each.
 		uint4 bA[2][2], bB[2][2], bX[2][T][2];
+		u32 bS[2];
 		// Weight blocks further ahead go to L2 only (no registers): a warp then
 		// has about 4 blocks of DRAM traffic in flight, and its register loads
 		// see L2 latency.
@@ -261,6 +286,7 @@ extern "C" __global__ void __launch_bounds__(512) linear_fp8_dec(
 		auto fetch = [&](auto buf, int kb) {
 			constexpr int b = sizeof(buf) - 1;
 			pf(kb + 4);
+			bS[b] = scp[kb];
 #pragma unroll
 			for (int h = 0; h < 2; h++) {
 				bA[b][h] = okA ? ld16(w, offA + 128u * kb + 64u * h) : zero;
@@ -282,14 +308,6 @@ extern "C" __global__ void __launch_bounds__(512) linear_fp8_dec(
 			for (int t = 0; t < T; t++)
 #pragma unroll
 				for (int i = 0; i < 4; i++) blk[t][i] = 0.f;
-			// Scale bytes: rows clamped into [0, M) so that the loads issue ahead
-			// of the MMAs (one tile; with two the registers are short).
-			const u32 sw = wsr[kb];
-			u32 sx[T][2];
-			if constexpr (T == 1) {
-				sx[0][0] = xs[(size_t)min(t0[0], M - 1) * nkb + kb];
-				sx[0][1] = xs[(size_t)min(t0[0] + 1, M - 1) * nkb + kb];
-			}
 #pragma unroll
 			for (int j = 0; j < 4; j++) {
 				const uint4 &va = bA[b][j >> 1], &vb = bB[b][j >> 1];
@@ -302,18 +320,13 @@ extern "C" __global__ void __launch_bounds__(512) linear_fp8_dec(
 					mma_k32(blk[t], a, bf);
 				}
 			}
-			if constexpr (T > 1) {
-#pragma unroll
-				for (int t = 0; t < T; t++) {
-					sx[t][0] = ok0[t] ? xs[(size_t)t0[t] * nkb + kb] : 0u;
-					sx[t][1] = ok1[t] ? xs[(size_t)(t0[t] + 1) * nkb + kb] : 0u;
-				}
-			}
-			const float wsc = e8m0_to_f32(sw);
+			const float d = e8m0_to_f32_sel(bS[b]);
+			const float wsc = __shfl_sync(0xffffffffu, d, 16);
+			const float fOwn = __uint_as_float(__float_as_uint(d * wsc) & scMask);
 #pragma unroll
 			for (int t = 0; t < T; t++) {
-				const float x0 = ok0[t] ? e8m0_to_f32(sx[t][0]) * wsc : 0.f;
-				const float x1 = ok1[t] ? e8m0_to_f32(sx[t][1]) * wsc : 0.f;
+				const float x0 = __shfl_sync(0xffffffffu, fOwn, t0[t]);
+				const float x1 = __shfl_sync(0xffffffffu, fOwn, t0[t] + 1);
 				acc[t][0] = fmaf(blk[t][0], x0, acc[t][0]);
 				acc[t][1] = fmaf(blk[t][1], x1, acc[t][1]);
 				acc[t][2] = fmaf(blk[t][2], x0, acc[t][2]);

@@ -145,9 +145,21 @@ extern "C" __global__ void __launch_bounds__(128) moe_fp4_gemm(
 #pragma unroll
 			for (int k = 0; k < 4; k++) acc[i][j][k] = 0.f;
 
+	// Act scales: one row a thread (thread (g, c) gets the factors of rows
+	// mBeg + wm*32 + g + 8q by shuffle from lane 4g + q), decoded by selects,
+	// the byte prefetched to L1 at the top of the iteration: four loads at the
+	// promotion, each behind its decode branches, stalled every block. Not
+	// loaded ahead into a register held across the MMAs as in linear_fp8, nor
+	// masked by bits: either gives 255 registers and an 88-byte stack here
+	// (NVRTC 12.4, sm_90a and sm_80).
+	const int kblocks = K / BK;
+	const int rOwn = mBeg + wm * 32 + g + 8 * c;
+	const u8* xsr = xs + (size_t)(rOwn < mEnd ? rOwn : 0) * kblocks; // in bounds for the prefetch
+
 	load_stage(0, kb0);
 	cp_async_commit();
 	for (int kb = kb0; kb < kb1; kb++) {
+		asm volatile("prefetch.global.L1 [%0];" ::"l"(xsr + kb));
 		if (kb + 1 < kb1) load_stage((kb + 1 - kb0) & 1, kb + 1);
 		cp_async_commit();
 		cp_async_wait<1>();
@@ -191,12 +203,11 @@ extern "C" __global__ void __launch_bounds__(128) moe_fp4_gemm(
 			}
 		}
 
-		const int kblocks = K / BK;
+		const float fOwn = rOwn < mEnd ? e8m0_to_f32_sel(xsr[kb]) : 0.f;
 #pragma unroll
 		for (int mt = 0; mt < 2; mt++) {
-			int r0 = mBeg + wm * 32 + mt * 16 + g, r1 = r0 + 8;
-			float f0 = r0 < mEnd ? e8m0_to_f32(xs[(size_t)r0 * kblocks + kb]) : 0.f;
-			float f1 = r1 < mEnd ? e8m0_to_f32(xs[(size_t)r1 * kblocks + kb]) : 0.f;
+			const float f0 = __shfl_sync(0xffffffffu, fOwn, (lane & ~3) | (2 * mt));
+			const float f1 = __shfl_sync(0xffffffffu, fOwn, (lane & ~3) | (2 * mt + 1));
 #pragma unroll
 			for (int nt = 0; nt < 8; nt++) {
 				acc[mt][nt][0] = fmaf(part[mt][nt][0], f0, acc[mt][nt][0]);
