@@ -214,3 +214,30 @@ func LinearF32Kernel(s *Stream, y, x, w, ws DevicePtr, sh LinearShape, rnd bool)
 	grid := Dim3{uint32(ceilDiv(sh.R, 64)), uint32(ceilDiv(sh.M, 64)), uint32(sh.N / sh.R)}
 	return launch(s, "linear_f32", "linear_f32", grid, Dim3{256, 1, 1}, 0, a)
 }
+
+// GroupedLinearBF16 runs linear_bf16 (kernels/linear_bf16.cu): the grouped
+// linear of LinearF32Kernel with rounding (faithful), on bf16 tensor cores,
+// for bf16 or FP8-block weights. x must hold bf16 values (its conversion to
+// bf16 is then exact); K % 32 == 0, LdX % 4 == 0, x and w 16-byte aligned.
+func GroupedLinearBF16(s *Stream, y, x, w, ws DevicePtr, sh LinearShape) error {
+	if !BF16GroupedFits(sh, x, w) {
+		return fmt.Errorf("cuda: linear_bf16: shape %+v or alignment (x %#x, w %#x) not supported", sh, uint64(x), uint64(w))
+	}
+	if sh.M == 0 {
+		return nil
+	}
+	name := "linear_bf16_w1"
+	if sh.Format == WeightFP8Block {
+		name = "linear_bf16_w2"
+	}
+	a := new(Args).Ptr(y).Ptr(x).Ptr(w).Ptr(ws).I32(sh.SCols).I32(sh.M).I32(sh.N).I32(sh.K).I32(sh.R).I32(sh.LdX)
+	grid := Dim3{uint32(ceilDiv(sh.R, 128)), uint32(ceilDiv(sh.M, 128)), uint32(sh.N / sh.R)}
+	return launch(s, "linear_bf16", name, grid, Dim3{256, 1, 1}, 0, a)
+}
+
+// BF16GroupedFits reports whether GroupedLinearBF16 takes this shape.
+func BF16GroupedFits(sh LinearShape, x, w DevicePtr) bool {
+	return (sh.Format == WeightBF16 || sh.Format == WeightFP8Block) && sh.M >= 0 && sh.R > 0 && sh.N%sh.R == 0 &&
+		sh.K > 0 && sh.K%32 == 0 && sh.LdX%4 == 0 && sh.LdX >= sh.K*(sh.N/sh.R) && x%16 == 0 && w%16 == 0 &&
+		ceilDiv(sh.M, 128) <= 65535 && sh.N/sh.R <= 65535
+}

@@ -125,5 +125,25 @@ func (b *Backend) GroupedOutProj(x backend.Tensor, w backend.Linear, groups int,
 	if err != nil {
 		return err
 	}
+	if b.faithful() && xt.rows > bf16MinRows {
+		// Faithful inputs are bf16 values: the tensor-core kernel forms the same
+		// products (docs/numerics.md).
+		var ws cuda.DevicePtr
+		if l.scale != nil {
+			ws = l.scale.Ptr
+		}
+		sh := cuda.LinearShape{M: xt.rows, N: l.out, K: l.in, R: l.out / groups, LdX: groups * l.in,
+			Format: weightFormat[l.format], SCols: l.sCols}
+		if cuda.BF16GroupedFits(sh, xt.ptr, l.w.Ptr) {
+			if err := cuda.GroupedLinearBF16(b.s, ot.ptr, xt.ptr, l.w.Ptr, ws, sh); err != nil {
+				return fmt.Errorf("grouped out proj %s: %w", l.name, err)
+			}
+			return nil
+		}
+	}
 	return b.simt(ot.ptr, xt.ptr, l, xt.rows, groups, groups*l.in, b.faithful())
 }
+
+// bf16MinRows: up to this many rows the grouped output projection stays on
+// the GEMV kernels (decode), which stream the weights once.
+const bf16MinRows = 8

@@ -18,7 +18,7 @@ func tinyDims() OpDims {
 		Experts: 32, TopK: 3, Inter: 128, ExpertSample: 8, Vocab: 1000,
 		SwigluLimit: 10, RouteScale: 1.5, NormEps: 1e-6, HcEps: 1e-6, RopeTheta: 10000, CompressTheta: 160000,
 		YaRN:   &rope.YaRN{Factor: 16, OriginalLen: 65536, BetaFast: 32, BetaSlow: 1},
-		Tokens: []int{1, 5, 67}, BigTokens: []int{1, 9}, HeadRows: []int{1, 3},
+		Tokens: []int{1, 5, 67}, BigTokens: []int{1, 9, 130}, HeadRows: []int{1, 3},
 		Prefill: 300, Prefill2: 37, DecodeSteps: 3, HashRows: 50}
 }
 

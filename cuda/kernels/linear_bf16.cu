@@ -1,0 +1,160 @@
+// Grouped linear on bf16 tensor cores for the faithful grouped output
+// projection (wo_a, spec §5.8): for output row o of group g = o / R,
+//   y[m, o] = bf16( sum_k x[m, g*K + k] * W[o, k] )   (fp32 sums, stored as f32)
+// with W bf16 (FMT 1) or FP8 128x128-block e8m0-scaled (FMT 2), dequantised
+// to bf16 while it is staged (exact: e4m3 times a power of two has 4
+// significant bits). x must hold bf16 values (faithful mode rounds the
+// attention output and the inverse RoPE to bf16), so its conversion is exact
+// and every product is the one the fp32 kernel (linear_f32) forms; only the
+// order of the fp32 sums differs. Scales below 2^-117 would give bf16
+// subnormal weights, which the tensor cores may flush (docs/numerics.md).
+//
+// A CTA computes a 128x128 tile with 8 warps (2 x 4, 64x32 each, mma.sync
+// m16n8k16 from ldmatrix), K in steps of 32 through two shared-memory
+// buffers; the next step's global loads are in flight during the MMAs.
+#include "common.cuh"
+
+#define BT_M 128
+#define BT_N 128
+#define BT_K 32
+#define BT_LD 40 // bf16 per shared row: 32 + 8 (80-byte rows: ldmatrix's 8 rows hit distinct banks)
+
+template <int FMT>
+DEV void bf16_grouped(float* __restrict__ y, const float* __restrict__ x, const u8* __restrict__ w,
+	const u8* __restrict__ ws, int sCols, int M, int N, int K, int R, int ldx)
+{
+	__shared__ __align__(16) u16 As[2][BT_M * BT_LD];
+	__shared__ __align__(16) u16 Bs[2][BT_N * BT_LD];
+	const int tid = threadIdx.x, lane = tid & 31, wid = tid >> 5;
+	const int g = blockIdx.z, m0 = blockIdx.y * BT_M;
+	const int o0 = g * R + blockIdx.x * BT_N, oEnd = min((g + 1) * R, N);
+
+	// Staging: thread tid owns row tid >> 1 of both tiles, 16 of its 32 columns.
+	const int sr = tid >> 1, sc = (tid & 1) * 16;
+	const bool aok = m0 + sr < M, bok = o0 + sr < oEnd;
+	const float* xa = x + (size_t)g * K + (size_t)(aok ? m0 + sr : 0) * ldx + sc;
+	const int wo = bok ? o0 + sr : 0;
+	float4 ra[4];
+	uint4 rb[2];
+	u32 rs = 0;
+	auto load = [&](int k0) {
+#pragma unroll
+		for (int i = 0; i < 4; i++)
+			ra[i] = aok ? *reinterpret_cast<const float4*>(xa + k0 + 4 * i) : make_float4(0.f, 0.f, 0.f, 0.f);
+		if (FMT == 1) {
+			const uint4* p = reinterpret_cast<const uint4*>(w + ((size_t)wo * K + k0 + sc) * 2);
+			rb[0] = bok ? p[0] : make_uint4(0, 0, 0, 0);
+			rb[1] = bok ? p[1] : make_uint4(0, 0, 0, 0);
+		} else {
+			rb[0] = bok ? *reinterpret_cast<const uint4*>(w + (size_t)wo * K + k0 + sc) : make_uint4(0, 0, 0, 0);
+			rs = ws[(size_t)(wo / 128) * sCols + k0 / 128];
+		}
+	};
+	auto store = [&](int buf) {
+		uint4 a[2];
+		u32* av = reinterpret_cast<u32*>(a);
+#pragma unroll
+		for (int i = 0; i < 4; i++) {
+			av[2 * i] = pack_bf16x2(ra[i].x, ra[i].y);
+			av[2 * i + 1] = pack_bf16x2(ra[i].z, ra[i].w);
+		}
+		uint4* ad = reinterpret_cast<uint4*>(&As[buf][sr * BT_LD + sc]);
+		ad[0] = a[0];
+		ad[1] = a[1];
+		uint4* bd = reinterpret_cast<uint4*>(&Bs[buf][sr * BT_LD + sc]);
+		if (FMT == 1) {
+			bd[0] = rb[0];
+			bd[1] = rb[1];
+		} else {
+			const float s = e8m0_to_f32_sel(rs);
+			const u32* q = reinterpret_cast<const u32*>(&rb[0]);
+			uint4 b[2];
+			u32* bv = reinterpret_cast<u32*>(b);
+#pragma unroll
+			for (int i = 0; i < 8; i++) {
+				const u32 c = q[i >> 1] >> (16 * (i & 1));
+				bv[i] = pack_bf16x2(e4m3_to_f32(c & 0xffu) * s, e4m3_to_f32((c >> 8) & 0xffu) * s);
+			}
+			bd[0] = b[0];
+			bd[1] = b[1];
+		}
+	};
+
+	// Warp (wm, wn) covers rows wm*64 .. +63 and columns wn*32 .. +31 of the tile.
+	const int wm = wid & 1, wn = wid >> 1;
+	float acc[4][4][4];
+#pragma unroll
+	for (int i = 0; i < 4; i++)
+#pragma unroll
+		for (int j = 0; j < 4; j++)
+#pragma unroll
+			for (int k = 0; k < 4; k++) acc[i][j][k] = 0.f;
+	// ldmatrix row addresses: A 16x16 blocks (lanes 0-15 rows at k, 16-31 at k+8);
+	// B pairs of n8 tiles (lanes 0-7 / 8-15: rows 0-7 at k / k+8, 16-31: rows 8-15).
+	const u32 aoff = ((wm * 64 + (lane & 15)) * BT_LD + (lane >> 4) * 8) * 2;
+	const u32 boff = ((wn * 32 + (lane & 7) + ((lane >> 4) << 3)) * BT_LD + ((lane >> 3) & 1) * 8) * 2;
+	auto compute = [&](int buf) {
+		const u32 a0 = smem_addr(&As[buf][0]) + aoff, b0 = smem_addr(&Bs[buf][0]) + boff;
+#pragma unroll
+		for (int ks = 0; ks < BT_K / 16; ks++) {
+			u32 a[4][4], b[4][2];
+#pragma unroll
+			for (int mt = 0; mt < 4; mt++) ldsm_x4(a[mt], a0 + (mt * 16 * BT_LD + ks * 16) * 2);
+#pragma unroll
+			for (int np = 0; np < 2; np++) {
+				u32 t[4];
+				ldsm_x4(t, b0 + (np * 16 * BT_LD + ks * 16) * 2);
+				b[2 * np][0] = t[0];
+				b[2 * np][1] = t[1];
+				b[2 * np + 1][0] = t[2];
+				b[2 * np + 1][1] = t[3];
+			}
+#pragma unroll
+			for (int mt = 0; mt < 4; mt++)
+#pragma unroll
+				for (int nt = 0; nt < 4; nt++) mma_bf16_16816(acc[mt][nt], a[mt], b[nt]);
+		}
+	};
+
+	const int nk = K / BT_K;
+	load(0);
+	store(0);
+	__syncthreads();
+	for (int kt = 0; kt < nk; kt++) {
+		if (kt + 1 < nk) load((kt + 1) * BT_K);
+		compute(kt & 1);
+		if (kt + 1 < nk) store((kt + 1) & 1); // its last readers passed the barrier below one step ago
+		__syncthreads();
+	}
+
+	// acc[mt][nt]: [0..1] row +0, [2..3] row +8; columns 2c, 2c+1 of the n8 tile.
+#pragma unroll
+	for (int mt = 0; mt < 4; mt++) {
+#pragma unroll
+		for (int h = 0; h < 2; h++) {
+			const int m = m0 + wm * 64 + mt * 16 + (lane >> 2) + 8 * h;
+			if (m >= M) continue;
+#pragma unroll
+			for (int nt = 0; nt < 4; nt++) {
+				const int o = o0 + wn * 32 + nt * 8 + 2 * (lane & 3);
+#pragma unroll
+				for (int j = 0; j < 2; j++)
+					if (o + j < oEnd) y[(size_t)m * N + o + j] = bf16_to_f32(f32_to_bf16(acc[mt][nt][2 * h + j]));
+			}
+		}
+	}
+}
+
+extern "C" __global__ void __launch_bounds__(256) linear_bf16_w1(float* __restrict__ y, const float* __restrict__ x,
+	const u8* __restrict__ w, const u8* __restrict__ ws, int sCols, int M, int N, int K, int R, int ldx)
+{
+	PDL_ENTRY();
+	bf16_grouped<1>(y, x, w, ws, sCols, M, N, K, R, ldx);
+}
+
+extern "C" __global__ void __launch_bounds__(256) linear_bf16_w2(float* __restrict__ y, const float* __restrict__ x,
+	const u8* __restrict__ w, const u8* __restrict__ ws, int sCols, int M, int N, int K, int R, int ldx)
+{
+	PDL_ENTRY();
+	bf16_grouped<2>(y, x, w, ws, sCols, M, N, K, R, ldx);
+}
