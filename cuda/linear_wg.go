@@ -91,7 +91,9 @@ func linearFP8TDec(s *Stream, y, yf, xq, xs, w, ws DevicePtr, m, n, k int) error
 // tdecWins reports the decode shapes where linear_fp8_tdec beats
 // linear_fp8_dec (H200, 2026-12-04e, 1 token, µs tdec/dec): Flash wo_b
 // 4096x8192 17.2/22.2, shared w13 4096x4096 11.5/12.4, Pro shared w13
-// 6144x7168 20.1/30.9, Pro wq_b 65536x1536 46.5/54.8; Pro wo_b 7168x16384
-// even (59.2/58.2); slower where n/16 CTAs or its four K slices are too few
-// (wq_a, wkv, shared w2, Flash wq_b 32768x1024: 23.2/21.9).
-func tdecWins(n, k int) bool { return n >= 4096 && k >= 4096 || n >= 65536 }
+// 6144x7168 20.1/30.9, Pro wq_b 65536x1536 46.5/54.8; slower where n/16 CTAs
+// or its four K slices are too few (wq_a, wkv, shared w2, Flash wq_b
+// 32768x1024: 23.2/21.9). Pro wo_b 7168x16384 was even (59.2/58.2) until
+// linear_fp8_dec's scale loads moved ahead of its MMAs (2026-12-04f run 4:
+// 59.0/54.3 at 1 token, 58.5/55.5 at 8), so K = 16384 stays on dec.
+func tdecWins(n, k int) bool { return n >= 4096 && k >= 4096 && k < 16384 || n >= 65536 }
