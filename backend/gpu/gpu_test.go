@@ -184,7 +184,7 @@ func TestLinears(t *testing.T) {
 				}
 			}
 			// Grouped output projection: 8 groups of R=128 rows over K=256 columns each.
-			// 1 and 3 rows take the decode GEMV, 33 the tiled kernel.
+			// 1 and 3 rows take the decode GEMV; 33 linear_bf16 (faithful) or the tiled fp32 kernel (exact).
 			const groups, R, K = 8, 128, 256
 			cl := randLinear(p.rng, checkpoint.FormatBF16, groups*R, K)
 			cw, err := p.c.PrepareLinear(cl)
