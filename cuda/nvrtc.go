@@ -87,9 +87,16 @@ func (n *NVRTC) Compile(src, arch string) ([]byte, string, error) {
 	return n.compileNamed(src, "kernel.cu", arch)
 }
 
-func (n *NVRTC) compileNamed(src, name, arch string) ([]byte, string, error) {
+// CompileVerbose is Compile with ptxas's resource and performance messages
+// in the log (registers, spills, wgmma serialisation), for inspection only:
+// the options differ from the cached builds'.
+func (n *NVRTC) CompileVerbose(src, arch string) ([]byte, string, error) {
+	return n.compileNamed(src, "kernel.cu", arch, "--ptxas-options=-v")
+}
+
+func (n *NVRTC) compileNamed(src, name, arch string, extra ...string) ([]byte, string, error) {
 	inc, txt := headers()
-	cubin, log, call, code := n.api.compile(src, name, txt, inc, CompileOptions(arch))
+	cubin, log, call, code := n.api.compile(src, name, txt, inc, append(CompileOptions(arch), extra...))
 	if code != 0 {
 		return nil, log, &Error{Call: call, What: name + " " + arch, Code: code, Name: n.api.errString(code), Log: log}
 	}

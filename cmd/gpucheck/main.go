@@ -1,7 +1,9 @@
 // Command gpucheck verifies MegaMoE's CUDA kernels.
 //
-//	gpucheck --compile-only [--arch sm_80,sm_90a,sm_100a] [--dump DIR]
-//	    compiles every embedded kernel with NVRTC (no GPU needed) and prints a table.
+//	gpucheck --compile-only [--arch sm_80,sm_90a,sm_100a] [--dump DIR] [--ptxas-v]
+//	    compiles every embedded kernel with NVRTC (no GPU needed) and prints a
+//	    table; --ptxas-v also prints ptxas's messages per kernel (registers,
+//	    spills, wgmma serialisation such as C7514).
 //	gpucheck [--model flash,pro] [--reps 20]
 //	    runs every kernel at the real DeepSeek-V4 Flash/Pro dimensions against
 //	    its CPU twin and prints component, shape, cosine, relative error, max
@@ -30,6 +32,7 @@ func main() {
 	compileOnly := flag.Bool("compile-only", false, "compile the kernels with NVRTC and exit")
 	archs := flag.String("arch", "sm_80,sm_90a,sm_100a", "targets for --compile-only")
 	dump := flag.String("dump", "", "with --compile-only: write <kernel>.<arch>.cubin files here")
+	ptxasV := flag.Bool("ptxas-v", false, "with --compile-only: print ptxas's resource and performance messages")
 	models := flag.String("model", "flash,pro", "models whose dimensions to check")
 	reps := flag.Int("reps", 20, "timed launches per case (median reported)")
 	ordinal := flag.Int("device", 0, "CUDA device ordinal")
@@ -44,7 +47,7 @@ func main() {
 	}
 	var err error
 	if *compileOnly {
-		err = compileAll(strings.Split(*archs, ","), *dump)
+		err = compileAll(strings.Split(*archs, ","), *dump, *ptxasV)
 	} else {
 		err = checkAll(*ordinal, strings.Split(*models, ","), *reps, *filter, *seed)
 		if *ops {
@@ -57,7 +60,7 @@ func main() {
 	}
 }
 
-func compileAll(archs []string, dump string) error {
+func compileAll(archs []string, dump string, ptxasV bool) error {
 	n, err := cuda.LoadNVRTC()
 	if err != nil {
 		return err
@@ -77,7 +80,11 @@ func compileAll(archs []string, dump string) error {
 		}
 		for _, arch := range archs {
 			t0 := time.Now()
-			cubin, log, err := n.Compile(src, arch)
+			compile := n.Compile
+			if ptxasV {
+				compile = n.CompileVerbose
+			}
+			cubin, log, err := compile(src, arch)
 			el := time.Since(t0)
 			status, note := "ok", firstLine(log)
 			if err != nil {
@@ -85,6 +92,9 @@ func compileAll(archs []string, dump string) error {
 				failed++
 			}
 			fmt.Printf("%-12s %-8s %-6s %10d %8.2fs  %s\n", name, arch, status, len(cubin), el.Seconds(), note)
+			if ptxasV && err == nil {
+				fmt.Println(strings.TrimSpace(log))
+			}
 			if err == nil && dump != "" {
 				if werr := os.WriteFile(filepath.Join(dump, name+"."+arch+".cubin"), cubin, 0o644); werr != nil {
 					return werr
