@@ -11,8 +11,8 @@ set -eu
 [ $# -ge 2 ] || { echo "usage: ab-build.sh REV_A REV_B [REV_C ...]" >&2; exit 2; }
 root=$(git rev-parse --show-toplevel)
 cd "$root"
-rm -rf bin/a bin/b bin/c bin/d bin/e && mkdir -p bin
 names=(a b c d e)
+rm -rf "${names[@]/#/bin/}" && mkdir -p bin
 [ $# -le ${#names[@]} ] || { echo "ab-build.sh: at most ${#names[@]} revisions" >&2; exit 2; }
 i=0
 for rev in "$@"; do

@@ -30,13 +30,20 @@ func (b *Backend) linArgs(x backend.Tensor, w backend.Linear, out backend.Tensor
 	return xt, l, ot, nil
 }
 
-// simt runs the fp32 SIMT linear on x (rows of stride ldx) in `groups` groups.
-func (b *Backend) simt(y, x cuda.DevicePtr, l *linear, m, groups, ldx int, rnd bool) error {
+// shape is l applied to m rows of stride ldx in `groups` groups, and its
+// scale grid (0 without one).
+func (l *linear) shape(m, groups, ldx int) (cuda.LinearShape, cuda.DevicePtr) {
 	var ws cuda.DevicePtr
 	if l.scale != nil {
 		ws = l.scale.Ptr
 	}
-	sh := cuda.LinearShape{M: m, N: l.out, K: l.in, R: l.out / groups, LdX: ldx, Format: weightFormat[l.format], Scale2: l.scale2, SCols: l.sCols}
+	return cuda.LinearShape{M: m, N: l.out, K: l.in, R: l.out / groups, LdX: ldx, Format: weightFormat[l.format],
+		Scale2: l.scale2, SCols: l.sCols}, ws
+}
+
+// simt runs the fp32 SIMT linear on x (rows of stride ldx) in `groups` groups.
+func (b *Backend) simt(y, x cuda.DevicePtr, l *linear, m, groups, ldx int, rnd bool) error {
+	sh, ws := l.shape(m, groups, ldx)
 	if err := cuda.LinearF32Kernel(b.s, y, x, l.w.Ptr, ws, sh, rnd); err != nil {
 		return fmt.Errorf("linear %s: %w", l.name, err)
 	}
@@ -128,12 +135,7 @@ func (b *Backend) GroupedOutProj(x backend.Tensor, w backend.Linear, groups int,
 	if b.faithful() && xt.rows > bf16MinRows {
 		// Faithful inputs are bf16 values: the tensor-core kernel forms the same
 		// products (docs/numerics.md).
-		var ws cuda.DevicePtr
-		if l.scale != nil {
-			ws = l.scale.Ptr
-		}
-		sh := cuda.LinearShape{M: xt.rows, N: l.out, K: l.in, R: l.out / groups, LdX: groups * l.in,
-			Format: weightFormat[l.format], SCols: l.sCols}
+		sh, ws := l.shape(xt.rows, groups, groups*l.in)
 		if cuda.BF16GroupedFits(sh, xt.ptr, l.w.Ptr) {
 			if err := cuda.GroupedLinearBF16(b.s, ot.ptr, xt.ptr, l.w.Ptr, ws, sh); err != nil {
 				return fmt.Errorf("grouped out proj %s: %w", l.name, err)

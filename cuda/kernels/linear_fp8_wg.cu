@@ -4,8 +4,8 @@
 //
 // A CTA computes 128x128 output tiles (persistent: tiles blockIdx.x,
 // blockIdx.x + gridDim.x, ...; the producer fills the next tile's stages
-// while the math warpgroups store the last one): one producer warpgroup whose first
-// thread streams 128x128-byte tiles of xq and w with TMA (128-byte swizzle)
+// while the math warpgroups store the last one): one producer warpgroup
+// whose first thread streams 128x128-byte tiles of xq and w with TMA (128-byte swizzle)
 // into a ring of WG_STAGES stages guarded by mbarriers, and two math
 // warpgroups, each multiplying its 64 rows with four wgmma m64n128k32 e4m3
 // per 128-K block. The block's products start from zero (scale-d = 0) and are
