@@ -6,11 +6,13 @@ Pro GEMM shapes at 1, 8, 64, 512 and 4096 tokens. Prints one JSON object per
 line: {"kind": ..., "shape": ..., "m":, "n":, "k":, "us":, "gbs":, "tflops":}.
 Times are CUDA-event medians of the mean of 10 back-to-back launches."""
 import json
+import os
 import sys
 
 import torch
 
-TOKENS = [1, 8, 64, 512, 4096]
+# TOKENS=4096 (environment) restricts the token counts.
+TOKENS = [int(t) for t in os.environ.get("TOKENS", "1,8,64,512,4096").split(",")]
 # (name, N, K): the dense linears of Flash and Pro (spec §1, configs) and the
 # per-expert MoE shapes (gate|up fused, down).
 SHAPES = {
