@@ -112,6 +112,16 @@ func (b *Backend) LinearF32(x backend.Tensor, w backend.Linear, out backend.Tens
 	if err != nil {
 		return err
 	}
+	if xt.rows > bf16MinRows {
+		// bf16 weights: the three-way bf16 split of x keeps every product exact.
+		sh := cuda.LinearShape{M: xt.rows, N: l.out, K: l.in, R: l.out, LdX: l.in, Format: weightFormat[l.format]}
+		if sh.Format == cuda.WeightBF16 && cuda.BF16GroupedFits(sh, xt.ptr, l.w.Ptr) {
+			if err := cuda.LinearF32BF16x3(b.s, ot.ptr, xt.ptr, l.w.Ptr, sh); err != nil {
+				return fmt.Errorf("linear-f32 %s: %w", l.name, err)
+			}
+			return nil
+		}
+	}
 	return b.simt(ot.ptr, xt.ptr, l, xt.rows, 1, l.in, false)
 }
 
