@@ -120,7 +120,7 @@ func (b *Backend) LinearF32(x backend.Tensor, w backend.Linear, out backend.Tens
 // three bf16 parts (every product exact); otherwise the SIMT kernels.
 func (b *Backend) linearF32(y, x cuda.DevicePtr, l *linear, m int) error {
 	if m > bf16MinRows {
-		sh := cuda.LinearShape{M: m, N: l.out, K: l.in, R: l.out, LdX: l.in, Format: weightFormat[l.format]}
+		sh, _ := l.shape(m, 1, l.in)
 		if sh.Format == cuda.WeightBF16 && cuda.BF16GroupedFits(sh, x, l.w.Ptr) {
 			if err := cuda.LinearF32BF16x3(b.s, y, x, l.w.Ptr, sh); err != nil {
 				return fmt.Errorf("linear-f32 %s: %w", l.name, err)
