@@ -235,6 +235,22 @@ func GroupedLinearBF16(s *Stream, y, x, w, ws DevicePtr, sh LinearShape) error {
 	return launch(s, "linear_bf16", name, grid, Dim3{256, 1, 1}, 0, a)
 }
 
+// LinearF32BF16x3 runs linear_bf16x3 (kernels/linear_bf16.cu): the fp32
+// linear of LinearF32Kernel without rounding, for bf16 weights, on bf16
+// tensor cores with x split exactly into three bf16 parts (exact products,
+// fp32 sums in another order). Same shape rules as GroupedLinearBF16.
+func LinearF32BF16x3(s *Stream, y, x, w DevicePtr, sh LinearShape) error {
+	if sh.Format != WeightBF16 || !BF16GroupedFits(sh, x, w) {
+		return fmt.Errorf("cuda: linear_bf16x3: shape %+v or alignment (x %#x, w %#x) not supported", sh, uint64(x), uint64(w))
+	}
+	if sh.M == 0 {
+		return nil
+	}
+	a := new(Args).Ptr(y).Ptr(x).Ptr(w).Ptr(0).I32(sh.SCols).I32(sh.M).I32(sh.N).I32(sh.K).I32(sh.R).I32(sh.LdX)
+	grid := Dim3{uint32(ceilDiv(sh.R, 128)), uint32(ceilDiv(sh.M, 128)), uint32(sh.N / sh.R)}
+	return launch(s, "linear_bf16", "linear_bf16x3_w1", grid, Dim3{256, 1, 1}, 0, a)
+}
+
 // BF16GroupedFits reports whether GroupedLinearBF16 takes this shape.
 func BF16GroupedFits(sh LinearShape, x, w DevicePtr) bool {
 	return (sh.Format == WeightBF16 || sh.Format == WeightFP8Block) && sh.M >= 0 && sh.R > 0 && sh.N%sh.R == 0 &&

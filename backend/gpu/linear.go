@@ -112,7 +112,23 @@ func (b *Backend) LinearF32(x backend.Tensor, w backend.Linear, out backend.Tens
 	if err != nil {
 		return err
 	}
-	return b.simt(ot.ptr, xt.ptr, l, xt.rows, 1, l.in, false)
+	return b.linearF32(ot.ptr, xt.ptr, l, xt.rows)
+}
+
+// linearF32 is the fp32 linear y[m, :] = x[m, :] · Wᵀ (no rounding): above
+// bf16MinRows rows with bf16 weights on tensor cores, x split exactly into
+// three bf16 parts (every product exact); otherwise the SIMT kernels.
+func (b *Backend) linearF32(y, x cuda.DevicePtr, l *linear, m int) error {
+	if m > bf16MinRows {
+		sh, _ := l.shape(m, 1, l.in)
+		if sh.Format == cuda.WeightBF16 && cuda.BF16GroupedFits(sh, x, l.w.Ptr) {
+			if err := cuda.LinearF32BF16x3(b.s, y, x, l.w.Ptr, sh); err != nil {
+				return fmt.Errorf("linear-f32 %s: %w", l.name, err)
+			}
+			return nil
+		}
+	}
+	return b.simt(y, x, l, m, 1, l.in, false)
 }
 
 // GroupedOutProj implements backend.Backend.

@@ -215,7 +215,7 @@ func (b *Backend) Router(f backend.Tensor, gate backend.Linear, a backend.Router
 			}
 		}
 	}
-	if err := b.simt(logits, ft.ptr, g, n, 1, g.in, false); err != nil {
+	if err := b.linearF32(logits, ft.ptr, g, n); err != nil {
 		return fmt.Errorf("router: %w", err)
 	}
 	return cuda.RouterTopK(b.s, logits, n, E, K, bias, table, tok, a.Scale, wt.ptr, it.ptr)

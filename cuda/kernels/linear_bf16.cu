@@ -1,5 +1,7 @@
-// Grouped linear on bf16 tensor cores for the faithful grouped output
-// projection (wo_a, spec §5.8): for output row o of group g = o / R,
+// Grouped linears on bf16 tensor cores.
+//
+// linear_bf16_w1/_w2: the faithful grouped output projection (wo_a, spec
+// §5.8): for output row o of group g = o / R,
 //   y[m, o] = bf16( sum_k x[m, g*K + k] * W[o, k] )   (fp32 sums, stored as f32)
 // with W bf16 (FMT 1) or FP8 128x128-block e8m0-scaled (FMT 2), dequantised
 // to bf16 while it is staged (exact: e4m3 times a power of two has 4
@@ -9,9 +11,18 @@
 // order of the fp32 sums differs. Scales below 2^-117 would give bf16
 // subnormal weights, which the tensor cores may flush (docs/numerics.md).
 //
+// linear_bf16x3_w1: the fp32 linears (compressor wkv/wgate: fp32 x, bf16
+// weights, fp32 out, no rounding). x is split exactly into three bf16 parts
+// (hi = x with its low 16 bits cleared, mid likewise of x - hi, lo = the
+// rest, at most 8 significant bits), so hi*w + mid*w + lo*w are exact
+// products whose fp32 sum differs from x*w only by fp32 summation order
+// (for |x| >= 2^-110; below, a remainder in fp32 subnormals loses < 2^-133;
+// cuda/bf16split_test.go); three MMAs per product instead of one.
+//
 // A CTA computes a 128x128 tile with 8 warps (2 x 4, 64x32 each, mma.sync
 // m16n8k16 from ldmatrix), K in steps of 32 through two shared-memory
-// buffers; the next step's global loads are in flight during the MMAs.
+// buffers (one for the split: three activation planes), the next step's
+// global loads in flight during the MMAs.
 #include "common.cuh"
 
 #define BT_M 128
@@ -19,12 +30,15 @@
 #define BT_K 32
 #define BT_LD 40 // bf16 per shared row: 32 + 8 (80-byte rows: ldmatrix's 8 rows hit distinct banks)
 
-template <int FMT>
+// SPLIT 1: x is bf16-valued, output rounded to bf16; SPLIT 3: fp32 x in three
+// bf16 planes, fp32 output.
+template <int FMT, int SPLIT>
 DEV void bf16_grouped(float* __restrict__ y, const float* __restrict__ x, const u8* __restrict__ w,
 	const u8* __restrict__ ws, int sCols, int M, int N, int K, int R, int ldx)
 {
-	__shared__ __align__(16) u16 As[2][BT_M * BT_LD];
-	__shared__ __align__(16) u16 Bs[2][BT_N * BT_LD];
+	constexpr int NBUF = SPLIT == 1 ? 2 : 1; // 40 KB of static shared memory either way
+	__shared__ __align__(16) u16 As[NBUF][SPLIT][BT_M * BT_LD];
+	__shared__ __align__(16) u16 Bs[NBUF][BT_N * BT_LD];
 	const int tid = threadIdx.x, lane = tid & 31, wid = tid >> 5;
 	const int g = blockIdx.z, m0 = blockIdx.y * BT_M;
 	const int o0 = g * R + blockIdx.x * BT_N, oEnd = min((g + 1) * R, N);
@@ -51,16 +65,45 @@ DEV void bf16_grouped(float* __restrict__ y, const float* __restrict__ x, const 
 		}
 	};
 	auto store = [&](int buf) {
-		uint4 a[2];
-		u32* av = reinterpret_cast<u32*>(a);
+		if (SPLIT == 1) {
+			uint4 a[2];
+			u32* av = reinterpret_cast<u32*>(a);
 #pragma unroll
-		for (int i = 0; i < 4; i++) {
-			av[2 * i] = pack_bf16x2(ra[i].x, ra[i].y);
-			av[2 * i + 1] = pack_bf16x2(ra[i].z, ra[i].w);
+			for (int i = 0; i < 4; i++) {
+				av[2 * i] = pack_bf16x2(ra[i].x, ra[i].y);
+				av[2 * i + 1] = pack_bf16x2(ra[i].z, ra[i].w);
+			}
+			uint4* ad = reinterpret_cast<uint4*>(&As[buf][0][sr * BT_LD + sc]);
+			ad[0] = a[0];
+			ad[1] = a[1];
+		} else {
+			// Planes by truncation: every part is exactly a bf16 (its low 16 bits are zero).
+			uint4 a[3][2];
+			const float* xv = reinterpret_cast<const float*>(ra);
+#pragma unroll
+			for (int i = 0; i < 16; i += 2) {
+				u32 hv[2], mv[2], lv[2];
+#pragma unroll
+				for (int j = 0; j < 2; j++) {
+					const float v = xv[i + j];
+					const float h = __uint_as_float(__float_as_uint(v) & 0xffff0000u);
+					const float r = v - h; // exact
+					const float m = __uint_as_float(__float_as_uint(r) & 0xffff0000u);
+					hv[j] = __float_as_uint(h) >> 16;
+					mv[j] = __float_as_uint(m) >> 16;
+					lv[j] = __float_as_uint(r - m) >> 16; // exact, at most 8 significant bits
+				}
+				reinterpret_cast<u32*>(a[0])[i >> 1] = hv[0] | (hv[1] << 16);
+				reinterpret_cast<u32*>(a[1])[i >> 1] = mv[0] | (mv[1] << 16);
+				reinterpret_cast<u32*>(a[2])[i >> 1] = lv[0] | (lv[1] << 16);
+			}
+#pragma unroll
+			for (int p = 0; p < SPLIT; p++) {
+				uint4* ad = reinterpret_cast<uint4*>(&As[buf][p][sr * BT_LD + sc]);
+				ad[0] = a[p][0];
+				ad[1] = a[p][1];
+			}
 		}
-		uint4* ad = reinterpret_cast<uint4*>(&As[buf][sr * BT_LD + sc]);
-		ad[0] = a[0];
-		ad[1] = a[1];
 		uint4* bd = reinterpret_cast<uint4*>(&Bs[buf][sr * BT_LD + sc]);
 		if (FMT == 1) {
 			bd[0] = rb[0];
@@ -94,12 +137,10 @@ DEV void bf16_grouped(float* __restrict__ y, const float* __restrict__ x, const 
 	const u32 aoff = ((wm * 64 + (lane & 15)) * BT_LD + (lane >> 4) * 8) * 2;
 	const u32 boff = ((wn * 32 + (lane & 7) + ((lane >> 4) << 3)) * BT_LD + ((lane >> 3) & 1) * 8) * 2;
 	auto compute = [&](int buf) {
-		const u32 a0 = smem_addr(&As[buf][0]) + aoff, b0 = smem_addr(&Bs[buf][0]) + boff;
+		const u32 b0 = smem_addr(&Bs[buf][0]) + boff;
 #pragma unroll
 		for (int ks = 0; ks < BT_K / 16; ks++) {
-			u32 a[4][4], b[4][2];
-#pragma unroll
-			for (int mt = 0; mt < 4; mt++) ldsm_x4(a[mt], a0 + (mt * 16 * BT_LD + ks * 16) * 2);
+			u32 b[4][2];
 #pragma unroll
 			for (int np = 0; np < 2; np++) {
 				u32 t[4];
@@ -110,9 +151,16 @@ DEV void bf16_grouped(float* __restrict__ y, const float* __restrict__ x, const 
 				b[2 * np + 1][1] = t[3];
 			}
 #pragma unroll
-			for (int mt = 0; mt < 4; mt++)
+			for (int p = 0; p < SPLIT; p++) {
+				const u32 a0 = smem_addr(&As[buf][p][0]) + aoff;
+				u32 a[4][4];
 #pragma unroll
-				for (int nt = 0; nt < 4; nt++) mma_bf16_16816(acc[mt][nt], a[mt], b[nt]);
+				for (int mt = 0; mt < 4; mt++) ldsm_x4(a[mt], a0 + (mt * 16 * BT_LD + ks * 16) * 2);
+#pragma unroll
+				for (int mt = 0; mt < 4; mt++)
+#pragma unroll
+					for (int nt = 0; nt < 4; nt++) mma_bf16_16816(acc[mt][nt], a[mt], b[nt]);
+			}
 		}
 	};
 
@@ -122,8 +170,9 @@ DEV void bf16_grouped(float* __restrict__ y, const float* __restrict__ x, const 
 	__syncthreads();
 	for (int kt = 0; kt < nk; kt++) {
 		if (kt + 1 < nk) load((kt + 1) * BT_K);
-		compute(kt & 1);
-		if (kt + 1 < nk) store((kt + 1) & 1); // its last readers passed the barrier below one step ago
+		compute(kt % NBUF);
+		if (NBUF == 1) __syncthreads(); // one buffer: every warp is done with it
+		if (kt + 1 < nk) store((kt + 1) % NBUF); // two: its last readers passed the barrier below one step ago
 		__syncthreads();
 	}
 
@@ -139,7 +188,10 @@ DEV void bf16_grouped(float* __restrict__ y, const float* __restrict__ x, const 
 				const int o = o0 + wn * 32 + nt * 8 + 2 * (lane & 3);
 #pragma unroll
 				for (int j = 0; j < 2; j++)
-					if (o + j < oEnd) y[(size_t)m * N + o + j] = bf16_to_f32(f32_to_bf16(acc[mt][nt][2 * h + j]));
+					if (o + j < oEnd) {
+						const float v = acc[mt][nt][2 * h + j];
+						y[(size_t)m * N + o + j] = SPLIT == 1 ? bf16_to_f32(f32_to_bf16(v)) : v;
+					}
 			}
 		}
 	}
@@ -149,12 +201,19 @@ extern "C" __global__ void __launch_bounds__(256) linear_bf16_w1(float* __restri
 	const u8* __restrict__ w, const u8* __restrict__ ws, int sCols, int M, int N, int K, int R, int ldx)
 {
 	PDL_ENTRY();
-	bf16_grouped<1>(y, x, w, ws, sCols, M, N, K, R, ldx);
+	bf16_grouped<1, 1>(y, x, w, ws, sCols, M, N, K, R, ldx);
 }
 
 extern "C" __global__ void __launch_bounds__(256) linear_bf16_w2(float* __restrict__ y, const float* __restrict__ x,
 	const u8* __restrict__ w, const u8* __restrict__ ws, int sCols, int M, int N, int K, int R, int ldx)
 {
 	PDL_ENTRY();
-	bf16_grouped<2>(y, x, w, ws, sCols, M, N, K, R, ldx);
+	bf16_grouped<2, 1>(y, x, w, ws, sCols, M, N, K, R, ldx);
+}
+
+extern "C" __global__ void __launch_bounds__(256) linear_bf16x3_w1(float* __restrict__ y, const float* __restrict__ x,
+	const u8* __restrict__ w, const u8* __restrict__ ws, int sCols, int M, int N, int K, int R, int ldx)
+{
+	PDL_ENTRY();
+	bf16_grouped<1, 3>(y, x, w, ws, sCols, M, N, K, R, ldx);
 }
