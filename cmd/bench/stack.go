@@ -26,6 +26,7 @@ import (
 type stackFlags struct {
 	preset, format, device, numerics string
 	layers, prefill, decode, batch   int
+	warmup                           int
 	threads                          int
 	seed                             uint64
 	mtp, trace, profile, graphs, pdl bool
@@ -46,6 +47,7 @@ func parseStack(args []string, stderr io.Writer) (*stackFlags, error) {
 	fs.IntVar(&f.prefill, "prefill", 512, "prefill tokens per sequence (one chunk)")
 	fs.IntVar(&f.decode, "decode", 16, "decode steps")
 	fs.IntVar(&f.batch, "batch", 1, "sequences")
+	fs.IntVar(&f.warmup, "warmup", 1, "untimed prefills of --prefill tokens before the timed ones (first-use costs: module loads, memory pool growth, tensor maps)")
 	fs.Uint64Var(&f.seed, "seed", 1, "weight and token seed")
 	fs.StringVar(&f.numerics, "numerics", "faithful", "faithful | exact")
 	fs.IntVar(&f.threads, "threads", 0, "CPU backend workers (0 = GOMAXPROCS)")
@@ -65,8 +67,8 @@ func parseStack(args []string, stderr io.Writer) (*stackFlags, error) {
 	switch {
 	case f.layers < 0:
 		return nil, errors.New("--layers must be >= 0")
-	case f.prefill < 1 || f.batch < 1 || f.decode < 0:
-		return nil, errors.New("--prefill and --batch must be >= 1, --decode >= 0")
+	case f.prefill < 1 || f.batch < 1 || f.decode < 0 || f.warmup < 0:
+		return nil, errors.New("--prefill and --batch must be >= 1, --decode and --warmup >= 0")
 	case f.threads < 0 || f.reserveGiB < 0:
 		return nil, errors.New("--threads and --reserve-gib must be >= 0")
 	case f.tp < 1 || f.tp > 64:
@@ -185,7 +187,7 @@ func stack(f *stackFlags, stdout, stderr io.Writer) error {
 			return fmt.Errorf("copy bandwidth: %w", err)
 		}
 	}
-	r, err := runPlan(m, f, prof)
+	r, err := runPlan(m, f, prof, nil)
 	graphs := ""
 	g, onGPU := be.(*gpu.Backend)
 	if onGPU {
@@ -210,7 +212,7 @@ func stack(f *stackFlags, stdout, stderr io.Writer) error {
 			closeBE()
 			return fmt.Errorf("%v; traced rerun: load: %w", first, err)
 		}
-		_, err = runPlan(m, f, nil)
+		_, err = runPlan(m, f, nil, nil)
 		if err == nil {
 			err = fmt.Errorf("%v; none on the traced rerun", first)
 		}
@@ -340,13 +342,24 @@ type stackResult struct {
 // runs the decode steps with all sequences in one batch, feeding back the
 // argmax token. The same flags always give the same plan. With prof, the
 // prefill and the decode steps each get an op breakdown.
-func runPlan(m engine.Stepper, f *stackFlags, prof *timedBackend) (*stackResult, error) {
+// warmed, if set, runs after the warm-up (to clear counters that must not
+// include it).
+func runPlan(m engine.Stepper, f *stackFlags, prof *timedBackend, warmed func()) (*stackResult, error) {
 	c := m.Config()
 	rng := rand.New(rand.NewPCG(f.seed, 0x737461636b))
 	seqs := make([]*kvcache.Sequence, f.batch)
 	for i := range seqs {
 		seqs[i] = m.Cache().NewSequence()
 		defer m.FreeSequence(seqs[i])
+	}
+	if err := warmUp(m, f); err != nil {
+		return nil, err
+	}
+	if prof != nil {
+		prof.reset()
+	}
+	if warmed != nil {
+		warmed()
 	}
 	r := &stackResult{tokens: make([]int32, f.batch)}
 	t0 := time.Now()
@@ -429,4 +442,26 @@ func gib(b int64) string {
 		return fmt.Sprintf("%.1f MiB", float64(b)/(1<<20))
 	}
 	return fmt.Sprintf("%.2f GiB", float64(b)/(1<<30))
+}
+
+// warmUp runs f.warmup untimed prefills on a scratch sequence (the KV cache
+// holds one sequence beyond the batch), so that the timed prefills do not
+// carry the step's first-use costs. Its tokens come from their own stream:
+// the timed tokens do not depend on --warmup.
+func warmUp(m engine.Stepper, f *stackFlags) error {
+	c := m.Config()
+	rng := rand.New(rand.NewPCG(f.seed, 0x7761726d))
+	for i := range f.warmup {
+		s := m.Cache().NewSequence()
+		toks := make([]int32, f.prefill)
+		for k := range toks {
+			toks[k] = int32(rng.IntN(c.Vocab))
+		}
+		_, err := m.Forward(&model.Batch{Items: []model.BatchItem{{Seq: s, Tokens: toks}}})
+		m.FreeSequence(s)
+		if err != nil {
+			return fmt.Errorf("warm-up prefill %d: %w", i, err)
+		}
+	}
+	return nil
 }

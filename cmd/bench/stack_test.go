@@ -81,6 +81,7 @@ func TestStackBadFlags(t *testing.T) {
 		{"--prefill", "0", "--device", "cpu"},
 		{"--batch", "0", "--device", "cpu"},
 		{"--decode", "-1", "--device", "cpu"},
+		{"--warmup", "-1", "--device", "cpu"},
 		{"--layers", "-1", "--device", "cpu"},
 		{"--layers", "7", "--preset", "small", "--device", "cpu"},
 		{"--numerics", "sloppy", "--device", "cpu"},

@@ -78,7 +78,11 @@ func stackParallel(f *stackFlags, full *checkpoint.Config, stdout io.Writer) err
 		f.preset, c.Layers, full.Layers, f.format, kind, f.numerics, f.tp)
 	fmt.Fprintf(stdout, "weights %s (checkpoint bytes, all ranks)  load %v\n",
 		gib(checkpoint.TotalBytes(checkpoint.Tensors(c, formatsOf(f.format)))), time.Since(t0).Round(time.Millisecond))
-	r, err := runPlan(p, f, nil)
+	r, err := runPlan(p, f, nil, func() {
+		for _, t := range timed {
+			t.reset()
+		}
+	})
 	if err != nil {
 		return err
 	}
@@ -106,6 +110,12 @@ type timedComm struct {
 	mu                     sync.Mutex
 	reduces, gathers       int
 	reduceTime, gatherTime time.Duration
+}
+
+func (t *timedComm) reset() {
+	t.mu.Lock()
+	t.reduces, t.gathers, t.reduceTime, t.gatherTime = 0, 0, 0, 0
+	t.mu.Unlock()
 }
 
 func (t *timedComm) timed(count *int, total *time.Duration, f func() error) error {
