@@ -18,7 +18,7 @@ func HcPreF32(s *Stream, out, mix, x, fn, base DevicePtr, rows, n, d int, scale 
 	if rows == 0 {
 		return nil
 	}
-	if p, ok := planHcPre(rows, n, d, s.ctx.dev.SMs); ok {
+	if p, ok := planHcPre(rows, n, (2+n)*n, d, s.ctx.dev.SMs); ok {
 		a := new(Args).Ptr(out).Ptr(x).Ptr(fn).I32(rows).I32(d).I32(p.cols).I32(p.splits)
 		grid := Dim3{uint32(p.splits), uint32(ceilDiv(rows, p.rowsPer)), 1}
 		if err := launch(s, "hc_f32", fmt.Sprintf("hc_pre_part_f32_n%d", n), grid, Dim3{256, 1, 1}, 4*p.rowsPer*p.cols, a); err != nil {
@@ -37,13 +37,13 @@ func HcPreF32(s *Stream, out, mix, x, fn, base DevicePtr, rows, n, d int, scale 
 // (multiple of 4) of the flattened n·d width, rowsPer rows per CTA.
 type hcPrePlan struct{ splits, cols, rowsPer int }
 
-// planHcPre splits the n·d-long projections over about two CTAs per SM (the
+// planHcPre splits the n·d-long projections (mix of them: (2+n)·n for hc
+// pre, n for hc head) over about two CTAs per SM (the
 // count only steers speed), chunks of 128 to 1024 columns. The partials live
 // in out itself (splits float64 sums of squares, then splits·mix floats per
 // row), so the split needs them to fit in d floats; ok false: the fused
 // one-CTA-per-row kernel.
-func planHcPre(rows, n, d, sms int) (hcPrePlan, bool) {
-	mix := (2 + n) * n
+func planHcPre(rows, n, mix, d, sms int) (hcPrePlan, bool) {
 	p := hcPrePlan{rowsPer: 8}
 	if n > 4 {
 		p.rowsPer = 4
@@ -66,13 +66,23 @@ func planHcPre(rows, n, d, sms int) (hcPrePlan, bool) {
 	return p, true
 }
 
-// HcHeadF32 is the final collapse: fn [n, n*d], base [n], one scale, no Sinkhorn.
+// HcHeadF32 is the final collapse: fn [n, n*d], base [n], one scale, no
+// Sinkhorn; split over CTAs like hc pre where the partials fit.
 func HcHeadF32(s *Stream, out, x, fn, base DevicePtr, rows, n, d int, scale, eps, normEps float32, rnd bool) error {
 	if rows < 0 || !hcStreams(n) || d <= 0 || int64(n)*int64(d) > 1<<31-1 {
 		return fmt.Errorf("cuda: hc_head_f32: bad shape rows=%d n=%d (1, 2, 4 or 8) d=%d", rows, n, d)
 	}
 	if rows == 0 {
 		return nil
+	}
+	if p, ok := planHcPre(rows, n, n, d, s.ctx.dev.SMs); ok {
+		a := new(Args).Ptr(out).Ptr(x).Ptr(fn).I32(rows).I32(d).I32(p.cols).I32(p.splits)
+		grid := Dim3{uint32(p.splits), uint32(ceilDiv(rows, p.rowsPer)), 1}
+		if err := launch(s, "hc_f32", fmt.Sprintf("hc_head_part_f32_n%d", n), grid, Dim3{256, 1, 1}, 4*p.rowsPer*p.cols, a); err != nil {
+			return err
+		}
+		a = new(Args).Ptr(out).Ptr(x).Ptr(base).I32(d).F32(scale).F32(eps).F32(normEps).I32(b2i(rnd)).I32(p.splits)
+		return launch(s, "hc_f32", fmt.Sprintf("hc_head_fin_f32_n%d", n), Dim3{uint32(rows), 1, 1}, Dim3{256, 1, 1}, 0, a)
 	}
 	a := new(Args).Ptr(out).Ptr(x).Ptr(fn).Ptr(base).I32(d).F32(scale).F32(eps).F32(normEps).I32(b2i(rnd))
 	return launch(s, "hc_f32", fmt.Sprintf("hc_head_f32_n%d", n), Dim3{uint32(rows), 1, 1}, Dim3{256, 1, 1}, 0, a)

@@ -10,14 +10,21 @@ import "fmt"
 // (bias != 0), or table[tok[r]] rows of k ids (bias == 0; ids validated by
 // the caller). weights = s/max(Σs, 1e-20)·scale.
 func RouterTopK(s *Stream, logits DevicePtr, rows, experts, k int, bias, table, tok DevicePtr, scale float32, weights, ids DevicePtr) error {
-	if rows < 0 || experts <= 0 || experts > 1024 || k <= 0 || k > experts || (bias == 0 && (table == 0 || tok == 0)) {
-		return fmt.Errorf("cuda: router_topk: bad arguments rows=%d experts=%d k=%d (experts <= 1024)", rows, experts, k)
+	if rows < 0 || experts <= 0 || experts > 1024 || k <= 0 || k > experts || k > 32 || (bias == 0 && (table == 0 || tok == 0)) {
+		return fmt.Errorf("cuda: router_topk: bad arguments rows=%d experts=%d k=%d (experts <= 1024, k <= 32)", rows, experts, k)
 	}
 	if rows == 0 {
 		return nil
 	}
 	a := new(Args).Ptr(logits).I32(rows).I32(experts).I32(k).Ptr(bias).Ptr(table).Ptr(tok).F32(scale).Ptr(weights).Ptr(ids)
-	return launch(s, "moe_route", "router_topk", Dim3{uint32(ceilDiv(rows, 4)), 1, 1}, Dim3{128, 1, 1}, 0, a)
+	name := "router_topk32"
+	switch {
+	case experts <= 256:
+		name = "router_topk8"
+	case experts <= 384:
+		name = "router_topk12"
+	}
+	return launch(s, "moe_route", name, Dim3{uint32(ceilDiv(rows, 4)), 1, 1}, Dim3{128, 1, 1}, 0, a)
 }
 
 // MoEPermute sorts the nk (row, slot) pairs of ids [nk] into expert order:

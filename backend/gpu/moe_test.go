@@ -18,7 +18,7 @@ func TestRouter(t *testing.T) {
 		t.Run(mode.String(), func(t *testing.T) {
 			p := newPair(t, mode)
 			const dim, vocab = 256, 50
-			for _, c := range []struct{ E, K int }{{8, 2}, {64, 6}, {256, 6}, {384, 6}} {
+			for _, c := range []struct{ E, K int }{{8, 2}, {64, 6}, {256, 6}, {384, 6}, {1000, 32}} {
 				gl := randLinear(p.rng, checkpoint.FormatBF16, c.E, dim)
 				cg, err := p.c.PrepareLinear(gl)
 				must(t, err)

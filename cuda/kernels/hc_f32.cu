@@ -158,18 +158,18 @@ HC_KERNELS(8)
 // (the launcher checks they fit in d floats): ss[S] doubles, then part[S][MIX].
 // hc_pre_fin (one CTA per row) sums them (a fixed order), runs the scalar mHC
 // recipe and only then overwrites out, so no extra buffer is needed.
-template <int N>
+template <int N, bool PRE>
 struct HcSplit {
-	static constexpr int MIX = (2 + N) * N;
+	static constexpr int MIX = PRE ? (2 + N) * N : N; // hc head: the N pre weights only
 	static constexpr int R = N <= 4 ? 8 : 4;    // rows per CTA (fn loads shared)
 	static constexpr int RW = (MIX + 7) / 8;   // fn rows per warp
 };
 
-template <int N>
+template <int N, bool PRE>
 DEV void hc_part_body(float* __restrict__ out, const float* __restrict__ x, const float* __restrict__ fn,
 	int rows, int d, int C, int S)
 {
-	constexpr int MIX = HcSplit<N>::MIX, R = HcSplit<N>::R, RW = HcSplit<N>::RW;
+	constexpr int MIX = HcSplit<N, PRE>::MIX, R = HcSplit<N, PRE>::R, RW = HcSplit<N, PRE>::RW;
 	extern __shared__ float4 xs4[]; // [R][C/4]
 	const int s = blockIdx.x, r0 = blockIdx.y * R;
 	const int tid = threadIdx.x, lane = tid & 31, w = tid >> 5;
@@ -273,12 +273,13 @@ DEV void sinkhorn_warp(float* c, int iters, float eps, int lane) {
 	}
 }
 
-template <int N>
+// PRE false: hc head (N mix entries, one scale, no Sinkhorn, mixo unused).
+template <int N, bool PRE>
 DEV void hc_fin_body(float* __restrict__ out, float* __restrict__ mixo, const float* __restrict__ x,
 	const float* __restrict__ base, int d, float s0, float s1, float s2, int iters, float eps, float normEps,
 	int rnd, int S)
 {
-	constexpr int MIX = HcSplit<N>::MIX;
+	constexpr int MIX = HcSplit<N, PRE>::MIX;
 	__shared__ float m[MIX];
 	__shared__ float c[N * N];
 	__shared__ float pre[N];
@@ -312,7 +313,7 @@ DEV void hc_fin_body(float* __restrict__ out, float* __restrict__ mixo, const fl
 	const int width = N * d;
 	const float ms = __fadd_rn((float)(tot / (double)width), normEps);
 	const float rr = (float)(1.0 / sqrt((double)ms));
-	float* mr = mixo + (size_t)r * (N + N * N);
+	float* mr = PRE ? mixo + (size_t)r * (N + N * N) : nullptr;
 	if (tid < MIX) {
 		const float v = __fmul_rn(m[tid], rr);
 		if (tid < N) pre[tid] = __fadd_rn(sigmoid_d(__fadd_rn(__fmul_rn(v, s0), base[tid])), eps);
@@ -322,18 +323,19 @@ DEV void hc_fin_body(float* __restrict__ out, float* __restrict__ mixo, const fl
 	__syncthreads();
 	// Warp 0 runs Sinkhorn while warps 1.. form the pre-weighted sum, which
 	// does not need it.
-	if (w == 0) {
+	if (PRE && w == 0) {
 		sinkhorn_warp<N>(c, max(iters, 1), eps, lane);
 		for (int i = lane; i < N * N; i += 32) mr[N + i] = c[i];
 		return;
 	}
+	constexpr int T0 = PRE ? 32 : 0; // first thread of the weighted sum
 	float p[N];
 #pragma unroll
 	for (int j = 0; j < N; j++) p[j] = pre[j];
 	const float* xr = x + (size_t)r * width;
 	const int d4 = d >> 2;
 #pragma unroll(N >= 8 ? 1 : 2) // (n8 spills when unrolled)
-	for (int i = tid - 32; i < d4; i += HC_THREADS - 32) {
+	for (int i = tid - T0; i < d4; i += HC_THREADS - T0) {
 		float4 v[N];
 #pragma unroll
 		for (int j = 0; j < N; j++) v[j] = *reinterpret_cast<const float4*>(xr + (size_t)j * d + 4 * i);
@@ -354,13 +356,24 @@ DEV void hc_fin_body(float* __restrict__ out, float* __restrict__ mixo, const fl
 	extern "C" __global__ void __launch_bounds__(HC_THREADS) hc_pre_part_f32_n##N(                           \
 		float* out, const float* x, const float* fn, int rows, int d, int C, int S)                            \
 	{ PDL_ENTRY();                                                                                             \
-		hc_part_body<N>(out, x, fn, rows, d, C, S);                                                            \
+		hc_part_body<N, true>(out, x, fn, rows, d, C, S);                                                      \
 	}                                                                                                          \
 	extern "C" __global__ void __launch_bounds__(HC_THREADS) hc_pre_fin_f32_n##N(                            \
 		float* out, float* mix, const float* x, const float* base, int d, float s0, float s1, float s2,        \
 		int iters, float eps, float normEps, int rnd, int S)                                                   \
 	{ PDL_ENTRY();                                                                                             \
-		hc_fin_body<N>(out, mix, x, base, d, s0, s1, s2, iters, eps, normEps, rnd, S);                         \
+		hc_fin_body<N, true>(out, mix, x, base, d, s0, s1, s2, iters, eps, normEps, rnd, S);                   \
+	}                                                                                                          \
+	extern "C" __global__ void __launch_bounds__(HC_THREADS) hc_head_part_f32_n##N(                          \
+		float* out, const float* x, const float* fn, int rows, int d, int C, int S)                            \
+	{ PDL_ENTRY();                                                                                             \
+		hc_part_body<N, false>(out, x, fn, rows, d, C, S);                                                     \
+	}                                                                                                          \
+	extern "C" __global__ void __launch_bounds__(HC_THREADS) hc_head_fin_f32_n##N(                           \
+		float* out, const float* x, const float* base, int d, float s0, float eps, float normEps, int rnd,     \
+		int S)                                                                                                 \
+	{ PDL_ENTRY();                                                                                             \
+		hc_fin_body<N, false>(out, nullptr, x, base, d, s0, 0.0f, 0.0f, 0, eps, normEps, rnd, S);              \
 	}
 
 HC_SPLIT_KERNELS(1)

@@ -15,33 +15,45 @@ DEV bool ranks_before(float a, int ia, float b, int ib) {
 
 // One warp per row. logits [rows, E] are replaced by s = sqrt(softplus(z))
 // (double inside, rounded to fp32 like the CPU). bias != 0: top-k of s + bias
-// in that order, K rounds of a warp arg-best over the experts not yet taken
-// (E <= 32*32). bias == 0: ids come from table[tok[r]] (validated by the host).
-extern "C" __global__ void router_topk(
-	float* __restrict__ logits, int rows, int E, int K, const float* __restrict__ bias,
-	const int* __restrict__ table, const int* __restrict__ tok, float scale,
-	float* __restrict__ weights, int* __restrict__ ids)
+// in that order, K rounds of a warp arg-best over the experts not yet taken.
+// bias == 0: ids come from table[tok[r]] (validated by the host). Expert
+// lane + 32 i lives in register i of its lane (PER >= ceil(E / 32)); lane k
+// keeps the k-th choice and its s, so the weights need no reread of s.
+// K <= 32 (the launcher checks).
+template <int PER>
+DEV void router_row(float* __restrict__ s, int E, int K, const float* __restrict__ bias,
+	const int* __restrict__ table, const int* __restrict__ tok, float scale, float* __restrict__ w,
+	int* __restrict__ idx, int r, int lane)
 {
-	PDL_ENTRY();
-	const int r = (blockIdx.x * blockDim.x + threadIdx.x) >> 5, lane = threadIdx.x & 31;
-	if (r >= rows) return;
-	float* s = logits + (size_t)r * E;
-	for (int e = lane; e < E; e += 32) {
-		float z = s[e];
-		float sp = z > 20.0f ? z : (float)log1p(exp((double)z));
-		s[e] = (float)sqrt((double)sp);
+	float sv[PER];
+#pragma unroll
+	for (int i = 0; i < PER; i++) {
+		const int e = lane + 32 * i;
+		sv[i] = 0.f;
+		if (e < E) {
+			const float z = s[e];
+			const float sp = z > 20.0f ? z : (float)log1p(exp((double)z));
+			sv[i] = (float)sqrt((double)sp);
+			s[e] = sv[i];
+		}
 	}
-	__syncwarp();
-	int* idx = ids + (size_t)r * K;
+	float mys = 0.f; // lane k < K: s of the k-th choice
+	int myid = -1;
 	if (bias) {
+		float v[PER];
+#pragma unroll
+		for (int i = 0; i < PER; i++) {
+			const int e = lane + 32 * i;
+			v[i] = e < E ? sv[i] + bias[e] : 0.f;
+		}
 		u32 taken = 0; // bit i: expert lane + 32 i is chosen
 		for (int k = 0; k < K; k++) {
 			float bv = 0.f;
 			int bi = -1;
-			for (int i = 0, e = lane; e < E; i++, e += 32) {
-				if (taken >> i & 1u) continue;
-				const float x = s[e] + bias[e];
-				if (bi < 0 || ranks_before(x, e, bv, bi)) { bv = x; bi = e; }
+#pragma unroll
+			for (int i = 0; i < PER; i++) {
+				const int e = lane + 32 * i;
+				if (e < E && !(taken >> i & 1u) && (bi < 0 || ranks_before(v[i], e, bv, bi))) { bv = v[i]; bi = e; }
 			}
 #pragma unroll
 			for (int o = 16; o > 0; o >>= 1) {
@@ -49,21 +61,47 @@ extern "C" __global__ void router_topk(
 				const int oi = __shfl_xor_sync(0xffffffffu, bi, o);
 				if (oi >= 0 && (bi < 0 || ranks_before(ov, oi, bv, bi))) { bv = ov; bi = oi; }
 			}
+			float ws = 0.f; // the winner's s, from the lane that holds it
+#pragma unroll
+			for (int i = 0; i < PER; i++)
+				if ((bi >> 5) == i) ws = sv[i];
+			ws = __shfl_sync(0xffffffffu, ws, bi & 31);
 			if (bi >= 0 && (bi & 31) == lane) taken |= 1u << (bi >> 5);
-			if (lane == 0) idx[k] = bi;
+			if (lane == k) { myid = bi; mys = ws; }
 		}
-	} else if (lane == 0) {
-		const int* row = table + (size_t)tok[r] * K;
-		for (int k = 0; k < K; k++) idx[k] = row[k];
+	} else {
+		__syncwarp(); // s written by every lane
+		if (lane < K) {
+			myid = table[(size_t)tok[r] * K + lane];
+			mys = s[myid];
+		}
 	}
-	__syncwarp();
-	if (lane != 0) return;
+	// The CPU's sequential sum over the K choices, on every lane.
 	float sum = 0.0f;
-	for (int k = 0; k < K; k++) sum += s[idx[k]];
+	for (int k = 0; k < K; k++) sum += __shfl_sync(0xffffffffu, mys, k);
 	if (sum == sum) sum = fmaxf(sum, 1e-20f); // Go's max keeps NaN
-	float* w = weights + (size_t)r * K;
-	for (int k = 0; k < K; k++) w[k] = s[idx[k]] / sum * scale;
+	if (lane < K) {
+		idx[lane] = myid;
+		w[lane] = mys / sum * scale;
+	}
 }
+
+// Entry points by experts per lane: router_topk8 (E <= 256), router_topk12
+// (E <= 384), router_topk32 (E <= 1024; the wide one needs a stack, so the
+// real configs keep their own).
+#define ROUTER_TOPK(PER)                                                                                        \
+	extern "C" __global__ void router_topk##PER(float* __restrict__ logits, int rows, int E, int K,            \
+		const float* __restrict__ bias, const int* __restrict__ table, const int* __restrict__ tok, float scale, \
+		float* __restrict__ weights, int* __restrict__ ids)                                                    \
+	{ PDL_ENTRY();                                                                                             \
+		const int r = (blockIdx.x * blockDim.x + threadIdx.x) >> 5, lane = threadIdx.x & 31;                   \
+		if (r >= rows) return;                                                                                 \
+		router_row<PER>(logits + (size_t)r * E, E, K, bias, table, tok, scale, weights + (size_t)r * K,        \
+			ids + (size_t)r * K, r, lane);                                                                     \
+	}
+ROUTER_TOPK(8)
+ROUTER_TOPK(12)
+ROUTER_TOPK(32)
 
 // One warp per expert: counts[e] = #{i : ids[i] == e}; and inv[i] = -1 for
 // every pair (moe_scatter, which runs after, sets those of valid ids).
