@@ -14,7 +14,7 @@ import "fmt"
 // 2026-12-04: median 16.9 % against 6.5 %; 7.7 % with the mma.sync path), so
 // short prefills keep the exact-accumulating kernels.
 const (
-	wgStages = 5
+	wgStages = 6
 	wgSmem   = wgStages*2*128*128 + 2*wgStages*8 + 1024 // ring, barriers, alignment slack
 	wgMinRow = 65
 )

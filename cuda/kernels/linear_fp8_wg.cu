@@ -21,7 +21,7 @@
 // [z*kbPer, (z+1)*kbPer) and stores fp32 sums to part[z][M][N].
 #include "sm90.cuh"
 
-#define WG_STAGES 5
+#define WG_STAGES 6
 #define WG_TILE (128 * 128)          // bytes of one operand tile per stage
 #define WG_STAGE_BYTES (2 * WG_TILE) // A (activations) then B (weights)
 
