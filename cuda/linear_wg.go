@@ -53,7 +53,7 @@ func linearFP8WG(s *Stream, y, xq, xs, w, ws DevicePtr, m, n, k int, scratch Dev
 		part = scratch
 	}
 	a := new(Args).Ptr(y).Map(&ma).Map(&mb).Ptr(xs).Ptr(ws).I32(m).I32(n).I32(k).Ptr(part).I32(p.per)
-	// Persistent CTAs over the tiles (one per SM at 160 KB of ring); split K
+	// Persistent CTAs over the tiles (one per SM at 192 KB of ring); split K
 	// keeps one CTA per tile and slice.
 	tiles := ceilDiv(n, 128) * ceilDiv(m, 128)
 	ctas := tiles
