@@ -7,7 +7,7 @@
 # carry; then, with bin carried: (device) cd bin && ./ab-device.sh OUTDIR
 set -eu
 # More revisions go to bin/c, bin/d, ... (ab-device.sh compares a and b; the
-# others are for a device script of one's own).
+# others are for ab-multi.sh, which compares all of them).
 [ $# -ge 2 ] || { echo "usage: ab-build.sh REV_A REV_B [REV_C ...]" >&2; exit 2; }
 root=$(git rev-parse --show-toplevel)
 cd "$root"
@@ -28,5 +28,5 @@ for rev in "$@"; do
 	git rev-parse --short "$rev" > "bin/$v/REV"
 	gzip -f "bin/$v/cuda.test" "bin/$v/gpu.test" "bin/$v/bench"
 done
-cp scripts/ab-device.sh bin/
+cp scripts/ab-device.sh scripts/ab-multi.sh bin/
 du -sh bin
