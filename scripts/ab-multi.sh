@@ -2,8 +2,9 @@
 # The device half of ab-build.sh for up to five trees (bin/a .. bin/e), in one
 # call: each tree's tests (the test binaries it carries), then the same
 # `bench kernels` and `bench stack` commands from every tree, and the "% of
-# copy" of every kernel row side by side. Everything lands in OUT; OUT.tgz is
-# the one file to bring back (a device call returns at most eight).
+# copy" of every kernel row side by side. Everything lands in OUT, then in
+# OUT.tgz, the one file to bring back (a device call returns at most eight
+# files; OUT itself is removed unless KEEP=1).
 #   (device) cd bin && ./ab-multi.sh OUT
 # Environment (defaults in brackets):
 #   CUDA_TESTS  cuda.test -test.run regex    [TestKernelsVsCPU|TestKernelResources]
@@ -83,3 +84,4 @@ if [ "$stacks" != none ]; then
 	el
 fi
 tar czf "$out.tgz" -C "$(dirname "$out")" "$(basename "$out")"
+[ "${KEEP:-0}" = 1 ] || rm -rf "$out" # OUT.tgz alone comes back whole
