@@ -230,6 +230,12 @@ func GroupedLinearBF16(s *Stream, y, x, w, ws DevicePtr, sh LinearShape) error {
 	if sh.Format == WeightFP8Block {
 		name = "linear_bf16_w2"
 	}
+	return launchLinearBF16(s, name, y, x, w, ws, sh)
+}
+
+// launchLinearBF16 launches a kernel of linear_bf16.cu: 128x128 output tiles,
+// one grid z per group.
+func launchLinearBF16(s *Stream, name string, y, x, w, ws DevicePtr, sh LinearShape) error {
 	a := new(Args).Ptr(y).Ptr(x).Ptr(w).Ptr(ws).I32(sh.SCols).I32(sh.M).I32(sh.N).I32(sh.K).I32(sh.R).I32(sh.LdX)
 	grid := Dim3{uint32(ceilDiv(sh.R, 128)), uint32(ceilDiv(sh.M, 128)), uint32(sh.N / sh.R)}
 	return launch(s, "linear_bf16", name, grid, Dim3{256, 1, 1}, 0, a)
@@ -246,9 +252,7 @@ func LinearF32BF16x3(s *Stream, y, x, w DevicePtr, sh LinearShape) error {
 	if sh.M == 0 {
 		return nil
 	}
-	a := new(Args).Ptr(y).Ptr(x).Ptr(w).Ptr(0).I32(sh.SCols).I32(sh.M).I32(sh.N).I32(sh.K).I32(sh.R).I32(sh.LdX)
-	grid := Dim3{uint32(ceilDiv(sh.R, 128)), uint32(ceilDiv(sh.M, 128)), uint32(sh.N / sh.R)}
-	return launch(s, "linear_bf16", "linear_bf16x3_w1", grid, Dim3{256, 1, 1}, 0, a)
+	return launchLinearBF16(s, "linear_bf16x3_w1", y, x, w, 0, sh)
 }
 
 // BF16GroupedFits reports whether GroupedLinearBF16 takes this shape.

@@ -19,12 +19,10 @@ func HcPreF32(s *Stream, out, mix, x, fn, base DevicePtr, rows, n, d int, scale 
 		return nil
 	}
 	if p, ok := planHcPre(rows, n, (2+n)*n, d, s.ctx.dev.SMs); ok {
-		a := new(Args).Ptr(out).Ptr(x).Ptr(fn).I32(rows).I32(d).I32(p.cols).I32(p.splits)
-		grid := Dim3{uint32(p.splits), uint32(ceilDiv(rows, p.rowsPer)), 1}
-		if err := launch(s, "hc_f32", fmt.Sprintf("hc_pre_part_f32_n%d", n), grid, Dim3{256, 1, 1}, 4*p.rowsPer*p.cols, a); err != nil {
+		if err := p.launchPart(s, fmt.Sprintf("hc_pre_part_f32_n%d", n), out, x, fn, rows, d); err != nil {
 			return err
 		}
-		a = new(Args).Ptr(out).Ptr(mix).Ptr(x).Ptr(base).I32(d).F32(scale[0]).F32(scale[1]).F32(scale[2]).
+		a := new(Args).Ptr(out).Ptr(mix).Ptr(x).Ptr(base).I32(d).F32(scale[0]).F32(scale[1]).F32(scale[2]).
 			I32(iters).F32(eps).F32(normEps).I32(b2i(rnd)).I32(p.splits)
 		return launch(s, "hc_f32", fmt.Sprintf("hc_pre_fin_f32_n%d", n), Dim3{uint32(rows), 1, 1}, Dim3{256, 1, 1}, 0, a)
 	}
@@ -66,6 +64,14 @@ func planHcPre(rows, n, mix, d, sms int) (hcPrePlan, bool) {
 	return p, true
 }
 
+// launchPart launches the split's partial-sum kernel (hc_pre_part or
+// hc_head_part): the partials go to out's rows.
+func (p hcPrePlan) launchPart(s *Stream, name string, out, x, fn DevicePtr, rows, d int) error {
+	a := new(Args).Ptr(out).Ptr(x).Ptr(fn).I32(rows).I32(d).I32(p.cols).I32(p.splits)
+	grid := Dim3{uint32(p.splits), uint32(ceilDiv(rows, p.rowsPer)), 1}
+	return launch(s, "hc_f32", name, grid, Dim3{256, 1, 1}, 4*p.rowsPer*p.cols, a)
+}
+
 // HcHeadF32 is the final collapse: fn [n, n*d], base [n], one scale, no
 // Sinkhorn; split over CTAs like hc pre where the partials fit.
 func HcHeadF32(s *Stream, out, x, fn, base DevicePtr, rows, n, d int, scale, eps, normEps float32, rnd bool) error {
@@ -76,12 +82,10 @@ func HcHeadF32(s *Stream, out, x, fn, base DevicePtr, rows, n, d int, scale, eps
 		return nil
 	}
 	if p, ok := planHcPre(rows, n, n, d, s.ctx.dev.SMs); ok {
-		a := new(Args).Ptr(out).Ptr(x).Ptr(fn).I32(rows).I32(d).I32(p.cols).I32(p.splits)
-		grid := Dim3{uint32(p.splits), uint32(ceilDiv(rows, p.rowsPer)), 1}
-		if err := launch(s, "hc_f32", fmt.Sprintf("hc_head_part_f32_n%d", n), grid, Dim3{256, 1, 1}, 4*p.rowsPer*p.cols, a); err != nil {
+		if err := p.launchPart(s, fmt.Sprintf("hc_head_part_f32_n%d", n), out, x, fn, rows, d); err != nil {
 			return err
 		}
-		a = new(Args).Ptr(out).Ptr(x).Ptr(base).I32(d).F32(scale).F32(eps).F32(normEps).I32(b2i(rnd)).I32(p.splits)
+		a := new(Args).Ptr(out).Ptr(x).Ptr(base).I32(d).F32(scale).F32(eps).F32(normEps).I32(b2i(rnd)).I32(p.splits)
 		return launch(s, "hc_f32", fmt.Sprintf("hc_head_fin_f32_n%d", n), Dim3{uint32(rows), 1, 1}, Dim3{256, 1, 1}, 0, a)
 	}
 	a := new(Args).Ptr(out).Ptr(x).Ptr(fn).Ptr(base).I32(d).F32(scale).F32(eps).F32(normEps).I32(b2i(rnd))
