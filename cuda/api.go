@@ -106,6 +106,8 @@ type driverAPI interface {
 	hasTensorMaps() bool
 	hasLaunchEx() bool
 	tensorMap2D(c uintptr, out *TensorMap, dtype int, addr DevicePtr, inner, outer, stride uint64, boxInner, boxOuter uint32, swizzle int) int
+	// tensorMap3D: dims innermost first, strides in bytes of dimensions 1 and 2.
+	tensorMap3D(c uintptr, out *TensorMap, dtype int, addr DevicePtr, dims [3]uint64, strides [2]uint64, box [3]uint32, swizzle int) int
 }
 
 // nvrtcAPI is the subset of NVRTC we use.

@@ -225,6 +225,19 @@ static CUresult w_tensorMap2D(mm_driver* d, H c, void* out, int dtype, CUdevicep
 	return d->cuTensorMapEncodeTiled(out, dtype, 2, (void*)addr, dims, strides, box, es, 0, swizzle, 3, 0);
 }
 
+// w_tensorMap3D is w_tensorMap2D at rank 3: dims innermost first, strides
+// (bytes) of dimensions 1 and 2.
+static CUresult w_tensorMap3D(mm_driver* d, H c, void* out, int dtype, CUdeviceptr addr,
+		unsigned long long d0, unsigned long long d1, unsigned long long d2,
+		unsigned long long s1, unsigned long long s2,
+		unsigned int b0, unsigned int b1, unsigned int b2, int swizzle) {
+	if (!d->cuTensorMapEncodeTiled) return (CUresult)1;
+	CTX(d, c);
+	unsigned long long dims[3] = {d0, d1, d2}, strides[2] = {s1, s2};
+	unsigned int box[3] = {b0, b1, b2}, es[3] = {1, 1, 1};
+	return d->cuTensorMapEncodeTiled(out, dtype, 3, (void*)addr, dims, strides, box, es, 0, swizzle, 3, 0);
+}
+
 static CUresult w_graphNodes(mm_driver* d, H c, H g, size_t* n) { CTX(d, c); *n = 0; return d->cuGraphGetNodes((CUgraph)g, NULL, n); }
 static CUresult w_graphExecDestroy(mm_driver* d, H c, H e) { CTX(d, c); return d->cuGraphExecDestroy((CUgraphExec)e); }
 
@@ -640,6 +653,12 @@ func (g *cgoDriver) hasLaunchEx() bool { return g.d.cuLaunchKernelEx != nil }
 func (g *cgoDriver) tensorMap2D(c uintptr, out *TensorMap, dtype int, addr DevicePtr, inner, outer, stride uint64, boxInner, boxOuter uint32, swizzle int) int {
 	return int(C.w_tensorMap2D(g.d, h(c), unsafe.Pointer(&out[0]), C.int(dtype), C.CUdeviceptr(addr),
 		C.ulonglong(inner), C.ulonglong(outer), C.ulonglong(stride), C.uint(boxInner), C.uint(boxOuter), C.int(swizzle)))
+}
+
+func (g *cgoDriver) tensorMap3D(c uintptr, out *TensorMap, dtype int, addr DevicePtr, dims [3]uint64, strides [2]uint64, box [3]uint32, swizzle int) int {
+	return int(C.w_tensorMap3D(g.d, h(c), unsafe.Pointer(&out[0]), C.int(dtype), C.CUdeviceptr(addr),
+		C.ulonglong(dims[0]), C.ulonglong(dims[1]), C.ulonglong(dims[2]), C.ulonglong(strides[0]), C.ulonglong(strides[1]),
+		C.uint(box[0]), C.uint(box[1]), C.uint(box[2]), C.int(swizzle)))
 }
 
 func (g *cgoDriver) graphNodes(c, gr uintptr) (int, int) {

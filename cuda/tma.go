@@ -36,6 +36,27 @@ func (c *Context) TensorMapBytes2D(p DevicePtr, rows, cols, boxRows, boxCols int
 	return m, c.check("cuTensorMapEncodeTiled", fmt.Sprintf("%dx%d", rows, cols), r)
 }
 
+// TensorMapBytes3D describes a row-major byte matrix [rows][cols] at p as
+// [rows][cols/128][128], for TMA loads of boxes of boxRows rows x boxBlocks
+// consecutive 128-byte blocks with the 128-byte swizzle: each row brings
+// boxBlocks*128 contiguous bytes, and the box lands in shared memory as
+// [boxRows][boxBlocks][128] (the swizzle XORs a 16-byte chunk's index with
+// the 128-byte line's index mod 8, counted over the whole box).
+func (c *Context) TensorMapBytes3D(p DevicePtr, rows, cols, boxRows, boxBlocks int) (TensorMap, error) {
+	var m TensorMap
+	switch {
+	case p%16 != 0 || cols%128 != 0 || rows <= 0 || cols <= 0:
+		return m, fmt.Errorf("cuda: tensor map %dx%d at %#x: rows must start on 16 bytes and hold whole 128-byte blocks", rows, cols, uint64(p))
+	case boxRows < 1 || boxRows > 256 || boxBlocks < 1 || boxBlocks > 256 || boxBlocks > cols/128:
+		return m, fmt.Errorf("cuda: tensor map %dx%d: bad box of %d rows x %d 128-byte blocks", rows, cols, boxRows, boxBlocks)
+	}
+	dims := [3]uint64{128, uint64(cols / 128), uint64(rows)}
+	strides := [2]uint64{128, uint64(cols)}
+	box := [3]uint32{128, uint32(boxBlocks), uint32(boxRows)}
+	r := c.drv.api.tensorMap3D(c.h, &m, tmaUint8, p, dims, strides, box, tmaSwizzle128)
+	return m, c.check("cuTensorMapEncodeTiled", fmt.Sprintf("%dx%d as %dx%dx128, box %dx%dx128", rows, cols, rows, cols/128, boxRows, boxBlocks), r)
+}
+
 // Map appends a tensor map (a 128-byte, 64-byte aligned parameter).
 func (a *Args) Map(m *TensorMap) *Args {
 	if b := a.slot(128, 64); b != nil {

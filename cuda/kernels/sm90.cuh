@@ -48,6 +48,16 @@ DEV void tma_load2d(void* dst, const TmaMap* map, u64* bar, int inner, int outer
 		: "memory");
 }
 
+// TMA load of the rank-3 box at element (x, y, z) of map into dst (the box
+// lands densely, innermost dimension first, swizzled by address bits as in 2D).
+DEV void tma_load3d(void* dst, const TmaMap* map, u64* bar, int x, int y, int z) {
+	asm volatile(
+		"cp.async.bulk.tensor.3d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%3, %4, %5}], [%2];\n" ::"r"(
+			smem_addr(dst)),
+		"l"(reinterpret_cast<u64>(map)), "r"(smem_addr(bar)), "r"(x), "r"(y), "r"(z)
+		: "memory");
+}
+
 // Shared-memory matrix descriptor: K-major, 128-byte swizzle, 8-row core
 // groups 1024 bytes apart (what TMA's SWIZZLE_128B writes for 128-byte rows;
 // the tile must start on 1024 bytes).
