@@ -344,10 +344,11 @@ func (a *Args) F32(v float32) *Args { return a.put(4, uint64(math.Float32bits(v)
 
 // Function is a kernel entry point in a loaded module.
 type Function struct {
-	ctx     *Context
-	h       uintptr
-	Name    string
-	maxSmem int // dynamic shared memory limit raised so far
+	ctx      *Context
+	h        uintptr
+	Name     string
+	maxSmem  int  // dynamic shared memory limit raised so far
+	carveout bool // preferMaxShared done
 }
 
 // Launch enqueues f on s. Errors name the kernel.
@@ -368,6 +369,7 @@ const (
 	funcAttrLocalBytes      = 3
 	funcAttrMaxDynamicSmem  = 8
 	funcAttrStaticSmemBytes = 1
+	funcAttrCarveout        = 9 // CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT
 )
 
 // Resources reports a kernel's registers per thread, local (spill) bytes per
@@ -385,6 +387,21 @@ func (f *Function) Resources() (regs, local, smem int, err error) {
 		return 0, 0, 0, f.ctx.check("cuFuncGetAttribute", f.Name, r)
 	}
 	return regs, local, smem, nil
+}
+
+// preferMaxShared asks for the largest shared-memory carveout for f (once),
+// so an SM holds as many of its CTAs as their shared memory allows.
+func (f *Function) preferMaxShared() error {
+	f.ctx.fnMu.Lock()
+	defer f.ctx.fnMu.Unlock()
+	if f.carveout {
+		return nil
+	}
+	if err := f.ctx.check("cuFuncSetAttribute", f.Name, f.ctx.drv.api.funcSetAttribute(f.ctx.h, f.h, funcAttrCarveout, 100)); err != nil {
+		return err
+	}
+	f.carveout = true
+	return nil
 }
 
 // SetMaxDynamicSmem allows launches of f with up to n bytes of dynamic shared memory.

@@ -67,25 +67,111 @@ func linearFP8WG(s *Stream, y, xq, xs, w, ws DevicePtr, m, n, k int, scratch Dev
 	return fp8Reduce(s, y, part, p.splits, m, n, 0, 0)
 }
 
-// tdecSmem is linear_fp8_tdec's dynamic shared memory (TBYTES in the kernel:
-// four warp rings of 4 stages of 4 KB and their barriers, plus the slack that
-// aligns them to 1024 bytes).
-const tdecSmem = 4*4*4096 + 8*4*4 + 1024
+// linear_fp8_tdec's shared memory: an SM holds tdecSMSmem bytes, each CTA
+// also takes tdecCTAReserve of them (the 1 KB the system reserves and the
+// 1 KB of static shared memory the cubin reports), and one CTA may have at
+// most tdecMaxSmem of dynamic shared memory (sm_90). tdecMaxCTAs is the
+// kernel's __launch_bounds__ minimum: 72 registers a thread (NVRTC 12.4).
+const (
+	tdecSMSmem     = 228 * 1024
+	tdecCTAReserve = 2048
+	tdecMaxSmem    = 227*1024 - 1024
+	tdecMaxCTAs    = 7
+	tdecMaxKBS     = 4 // K blocks per stage: 512 contiguous bytes of each weight row
+	tdecMaxStages  = 8
+	tdecFlightGoal = 96 * 1024 // weight bytes in flight per SM (planTDec)
+)
+
+// tdecPlan is linear_fp8_tdec's stage geometry: kbs K blocks per stage, ts
+// stages per warp; a stage is the weights (kbs*2048 bytes) and at xoff the
+// activations (xrows*kbs*128 bytes rounded up to 1024), stride bytes in all.
+// smem is the dynamic shared memory (4 rings, their barriers, 1024 bytes of
+// alignment slack); ctas how many CTAs an SM holds by it and flight the
+// weight bytes an SM has requested after the first stages' loads.
+type tdecPlan struct {
+	kbs, ts, xoff, stride, smem int
+	ctas, flight                int
+}
+
+// planTDec picks the stage geometry. flight, the weight bytes an SM asks
+// for up front, is resident CTAs x 4 warps x min(ts*kbs, per) x 2048, where
+// per = ceil(K/128 / 4) is a warp's slice and the resident CTAs are those
+// its shared memory allows, at most the grid's ceil(n/16 / sms). Plans are
+// ranked by flight up to tdecFlightGoal, then by whether the whole grid is
+// resident at once (only the first wave's weight loads overlap the previous
+// kernel under PDL), then by kbs (longer contiguous reads), then by flight,
+// then by smaller shared memory. ts is at least 2 (a warp loads a chunk while it
+// computes the one before) and never more than a warp's chunk count, so a
+// warp whose slice fits its ring asks for all of it before the PDL wait. The
+// slices themselves are linear_fp8_dec's, so the sums are the same.
+func planTDec(m, n, k, sms int) tdecPlan {
+	xrows := min(m, 16)
+	per := ceilDiv(k/128, 4)
+	waves := ceilDiv(ceilDiv(n, 16), max(sms, 1))
+	var best tdecPlan
+	better := func(p tdecPlan) bool {
+		a, b := min(p.flight, tdecFlightGoal), min(best.flight, tdecFlightGoal)
+		switch {
+		case a != b:
+			return a > b
+		case (p.ctas >= waves) != (best.ctas >= waves):
+			return p.ctas >= waves
+		case p.kbs != best.kbs:
+			return p.kbs > best.kbs
+		case p.flight != best.flight:
+			return p.flight > best.flight
+		}
+		return p.smem < best.smem
+	}
+	for kbs := 1; kbs <= min(tdecMaxKBS, per); kbs++ {
+		chunks := ceilDiv(per, kbs)
+		xb := ceilDiv(xrows*kbs*128, 1024) * 1024
+		stride := kbs*2048 + xb
+		for ts := min(2, chunks); ts <= min(chunks, tdecMaxStages); ts++ { // double-buffered where a slice has 2 chunks
+			smem := 4*ts*stride + 4*ts*8 + 1024
+			if smem > tdecMaxSmem {
+				break
+			}
+			ctas := min(tdecSMSmem/(smem+tdecCTAReserve), tdecMaxCTAs)
+			res := min(ctas, waves)
+			p := tdecPlan{kbs: kbs, ts: ts, xoff: kbs * 2048, stride: stride, smem: smem, ctas: ctas,
+				flight: res * 4 * min(ts*kbs, per) * 2048}
+			if best.kbs == 0 || better(p) {
+				best = p
+			}
+		}
+	}
+	return best
+}
 
 // linearFP8TDec runs linear_fp8_tdec (m <= 16, sm_90a): 16 output rows per
-// CTA, weights and activations by TMA (128-byte boxes of 16 rows).
+// CTA, weights and activations by TMA in chunks of up to tdecMaxKBS K blocks
+// (planTDec).
 func linearFP8TDec(s *Stream, y, yf, xq, xs, w, ws DevicePtr, m, n, k int) error {
-	wm, err := s.ctx.TensorMapBytes2D(w, n, k, 16, 128)
-	if err != nil {
-		return fmt.Errorf("cuda: linear_fp8_tdec: %w", err)
-	}
+	p := planTDec(m, n, k, s.ctx.dev.SMs)
 	xrows := min(m, 16) // a box no taller than the tensor
-	xm, err := s.ctx.TensorMapBytes2D(xq, m, k, xrows, 128)
+	wm, err := s.ctx.TensorMapBytes3D(w, n, k, 16, p.kbs)
 	if err != nil {
 		return fmt.Errorf("cuda: linear_fp8_tdec: %w", err)
 	}
-	a := new(Args).Ptr(y).Ptr(xs).Ptr(ws).I32(m).I32(n).I32(k).Ptr(yf).Map(&wm).Map(&xm).I32(xrows)
-	return launch(s, "linear_fp8_tdec", "linear_fp8_tdec", Dim3{uint32(ceilDiv(n, 16)), 1, 1}, Dim3{128, 1, 1}, tdecSmem, a)
+	wm1, err := s.ctx.TensorMapBytes2D(w, n, k, 16, 128)
+	if err != nil {
+		return fmt.Errorf("cuda: linear_fp8_tdec: %w", err)
+	}
+	xm, err := s.ctx.TensorMapBytes3D(xq, m, k, xrows, p.kbs)
+	if err != nil {
+		return fmt.Errorf("cuda: linear_fp8_tdec: %w", err)
+	}
+	f, err := s.ctx.kernel("linear_fp8_tdec", "linear_fp8_tdec", p.smem)
+	if err != nil {
+		return err
+	}
+	if err := f.preferMaxShared(); err != nil {
+		return err
+	}
+	a := new(Args).Ptr(y).Ptr(xs).Ptr(ws).I32(m).I32(n).I32(k).Ptr(yf).Map(&wm).Map(&wm1).Map(&xm).
+		I32(xrows).I32(p.kbs).I32(p.ts).I32(p.xoff).I32(p.stride)
+	return s.Launch(f, Dim3{uint32(ceilDiv(n, 16)), 1, 1}, Dim3{128, 1, 1}, p.smem, a)
 }
 
 // tdecWins reports the decode shapes where linear_fp8_tdec beats
