@@ -211,6 +211,36 @@ func TestPlanLinearDec(t *testing.T) {
 	}
 }
 
+// TestPlanTDec: linear_fp8_tdec's stage geometry stays inside a CTA's and
+// an SM's shared memory, never reads past a warp's slice in a whole chunk,
+// and takes the long contiguous reads at the decode shapes it runs.
+func TestPlanTDec(t *testing.T) {
+	for _, c := range []struct{ m, n, k, kbs int }{
+		{1, 4096, 8192, 4}, {8, 4096, 8192, 4}, {16, 4096, 8192, 3}, // Flash wo_b
+		{1, 4096, 4096, 4}, {16, 4096, 4096, 3}, // shared w13
+		{1, 6144, 7168, 4}, {16, 6144, 7168, 2}, // Pro shared w13
+		{1, 65536, 1536, 3}, {16, 65536, 1536, 3}, // Pro wq_b: 3 blocks a slice
+		{1, 256, 512, 1}, {9, 264, 1664, 4}, {2, 1040, 14720, 4}, {16, 8, 128, 1},
+	} {
+		p := planTDec(c.m, c.n, c.k, 132)
+		per := ceilDiv(c.k/128, 4)
+		chunks := ceilDiv(per, p.kbs)
+		xb := ceilDiv(min(c.m, 16)*p.kbs*128, 1024) * 1024
+		switch {
+		case p.kbs != c.kbs:
+			t.Errorf("planTDec(%d, %d, %d) = %+v: kbs %d, want %d", c.m, c.n, c.k, p, p.kbs, c.kbs)
+		case p.kbs < 1 || p.kbs > per || p.kbs > tdecMaxKBS || p.ts < min(2, chunks) || p.ts > chunks:
+			t.Errorf("planTDec(%d, %d, %d) = %+v: bad stages for %d blocks a slice", c.m, c.n, c.k, p, per)
+		case p.xoff != 2048*p.kbs || p.stride != p.xoff+xb || p.stride%1024 != 0:
+			t.Errorf("planTDec(%d, %d, %d) = %+v: bad stage layout", c.m, c.n, c.k, p)
+		case p.smem != 4*p.ts*p.stride+32*p.ts+1024 || p.smem > tdecMaxSmem:
+			t.Errorf("planTDec(%d, %d, %d) = %+v: bad shared memory", c.m, c.n, c.k, p)
+		case p.ctas < 1 || p.ctas > tdecMaxCTAs || p.ctas*(p.smem+tdecCTAReserve) > tdecSMSmem:
+			t.Errorf("planTDec(%d, %d, %d) = %+v: %d CTAs do not fit an SM", c.m, c.n, c.k, p, p.ctas)
+		}
+	}
+}
+
 // TestLoadNCCL: without the library the loader says so (no crash); with it
 // the version is read and NVLink multicast is off unless set explicitly.
 func TestLoadNCCL(t *testing.T) {
