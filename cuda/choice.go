@@ -65,9 +65,6 @@ func (c *Context) LinearPaths(m, n, k int) []Path {
 	if m < wgMinRow && c.HasTMA() {
 		ps = append(ps, PathWG)
 	}
-	if m > decMaxRows && m <= tdecMaxRows && c.HasTMA() {
-		ps = append(ps, PathDecWG) // linear_fp8_tdec64, never picked by itself
-	}
 	return ps
 }
 

@@ -186,7 +186,7 @@ func TestKernelResources(t *testing.T) {
 		module, name string
 		local        int
 	}{
-		{"linear_fp8", "linear_fp8", 24}, {"linear_fp8", "linear_fp8_dec", 0}, {"linear_fp8_tdec", "linear_fp8_tdec", 0}, {"linear_fp8_tdec", "linear_fp8_tdec64", 0},
+		{"linear_fp8", "linear_fp8", 24}, {"linear_fp8", "linear_fp8_dec", 0}, {"linear_fp8_tdec", "linear_fp8_tdec", 0},
 		{"moe_fp4", "moe_fp4_gemm", 0}, {"moe_fp4_dec", "moe_fp4_dec", 0}, {"moe_fp4_dec", "moe_fp4_dec_nv", 8},
 		{"rmsnorm", "rmsnorm_bf16", 0},
 		{"linear_fp8_wg", "linear_fp8_wg", 0}, {"moe_fp4_wg", "moe_fp4_wg32", 0}, {"moe_fp4_wg", "moe_fp4_wg128", 0},

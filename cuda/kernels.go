@@ -190,9 +190,6 @@ func linearFP8(s *Stream, y, yf, xq, xs, w, ws DevicePtr, m, n, k int, scratch D
 	}
 	p := planLinear(m, n, k)
 	choice := s.ctx.kernelChoice().Linear
-	if choice == PathDecWG && m > decMaxRows && m <= tdecMaxRows && s.ctx.HasTMA() {
-		return linearFP8TDec(s, y, yf, xq, xs, w, ws, m, n, k) // linear_fp8_tdec64: forced only
-	}
 	dec := p.dec && choice == PathAuto
 	if (choice == PathDec || choice == PathDecWG) && m <= decMaxRows {
 		p = planLinear(1, n, k) // forced: the geometry depends on n and k only

@@ -77,8 +77,6 @@ const (
 	tdecCTAReserve = 2048
 	tdecMaxSmem    = 227*1024 - 1024
 	tdecMaxCTAs    = 7
-	tdecMaxRows    = 64 // linear_fp8_tdec64 from 17 rows: 163 registers, 3 CTAs an SM
-	tdec64MaxCTAs  = 3
 	tdecMaxKBS     = 4 // K blocks per stage: 512 contiguous bytes of each weight row
 	tdecMaxStages  = 8
 	tdecFlightGoal = 96 * 1024 // weight bytes in flight per SM (planTDec)
@@ -91,7 +89,6 @@ const (
 // alignment slack); ctas how many CTAs an SM holds by it and flight the
 // weight bytes an SM has requested after the first stages' loads.
 type tdecPlan struct {
-	kernel                      string
 	kbs, ts, xoff, stride, smem int
 	ctas, flight                int
 }
@@ -107,15 +104,8 @@ type tdecPlan struct {
 // computes the one before) and never more than a warp's chunk count, so a
 // warp whose slice fits its ring asks for all of it before the PDL wait. The
 // slices themselves are linear_fp8_dec's, so the sums are the same.
-//
-// Above 16 rows the kernel is linear_fp8_tdec64 (eight token tiles): boxes of
-// up to 64 activation rows, and rings of at least the 16 KB its slice sums
-// take.
 func planTDec(m, n, k, sms int) tdecPlan {
-	kernel, xrows, maxCTAs, red := "linear_fp8_tdec", min(m, 16), tdecMaxCTAs, 2*2048
-	if m > 16 {
-		kernel, xrows, maxCTAs, red = "linear_fp8_tdec64", min(m, tdecMaxRows), tdec64MaxCTAs, 8*2048
-	}
+	xrows := min(m, 16)
 	per := ceilDiv(k/128, 4)
 	waves := ceilDiv(ceilDiv(n, 16), max(sms, 1))
 	var best tdecPlan
@@ -142,12 +132,9 @@ func planTDec(m, n, k, sms int) tdecPlan {
 			if smem > tdecMaxSmem {
 				break
 			}
-			if 4*ts*stride < red {
-				continue
-			}
-			ctas := min(tdecSMSmem/(smem+tdecCTAReserve), maxCTAs)
+			ctas := min(tdecSMSmem/(smem+tdecCTAReserve), tdecMaxCTAs)
 			res := min(ctas, waves)
-			p := tdecPlan{kernel: kernel, kbs: kbs, ts: ts, xoff: kbs * 2048, stride: stride, smem: smem, ctas: ctas,
+			p := tdecPlan{kbs: kbs, ts: ts, xoff: kbs * 2048, stride: stride, smem: smem, ctas: ctas,
 				flight: res * 4 * min(ts*kbs, per) * 2048}
 			if best.kbs == 0 || better(p) {
 				best = p
@@ -157,15 +144,12 @@ func planTDec(m, n, k, sms int) tdecPlan {
 	return best
 }
 
-// linearFP8TDec runs linear_fp8_tdec (m <= 16) or linear_fp8_tdec64 (m <=
-// tdecMaxRows), sm_90a: 16 output rows per CTA, weights and activations by
-// TMA in chunks of up to tdecMaxKBS K blocks (planTDec).
+// linearFP8TDec runs linear_fp8_tdec (m <= 16, sm_90a): 16 output rows per
+// CTA, weights and activations by TMA in chunks of up to tdecMaxKBS K blocks
+// (planTDec).
 func linearFP8TDec(s *Stream, y, yf, xq, xs, w, ws DevicePtr, m, n, k int) error {
-	if m < 1 || m > tdecMaxRows {
-		return fmt.Errorf("cuda: linear_fp8_tdec: %d rows (1 to %d)", m, tdecMaxRows)
-	}
 	p := planTDec(m, n, k, s.ctx.dev.SMs)
-	xrows := min(m, tdecMaxRows) // a box no taller than the tensor
+	xrows := min(m, 16) // a box no taller than the tensor
 	wm, err := s.ctx.TensorMapBytes3D(w, n, k, 16, p.kbs)
 	if err != nil {
 		return fmt.Errorf("cuda: linear_fp8_tdec: %w", err)
@@ -178,7 +162,7 @@ func linearFP8TDec(s *Stream, y, yf, xq, xs, w, ws DevicePtr, m, n, k int) error
 	if err != nil {
 		return fmt.Errorf("cuda: linear_fp8_tdec: %w", err)
 	}
-	f, err := s.ctx.kernel("linear_fp8_tdec", p.kernel, p.smem)
+	f, err := s.ctx.kernel("linear_fp8_tdec", "linear_fp8_tdec", p.smem)
 	if err != nil {
 		return err
 	}

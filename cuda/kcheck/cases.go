@@ -461,9 +461,6 @@ func SmallCases() []Case {
 		// chunks); one-block slices with two idle warps.
 		LinearCase(2, 1048, 6656, 0), LinearCase(9, 264, 14720, 0), LinearCase(16, 520, 3328, 0),
 		LinearCase(4, 2056, 1536, 0), LinearCase(1, 24, 256, 0),
-		// linear_fp8_tdec64 (PathDecWG from 17 rows; also 40 above): 17 tokens
-		// (a lone tile in its pair), 64 (eight tiles, 40 KB stages).
-		LinearCase(17, 264, 3328, 0), LinearCase(64, 136, 1664, 0),
 		// sm_90a wgmma kernel: row and column tails with split K, split K over 8, the stage ring wrapping.
 		LinearCase(300, 1032, 2048, 0), LinearCase(512, 512, 4096, 64), LinearCase(1100, 1280, 1024, 64),
 		SwiGLUCase(1, 256, true), SwiGLUCase(9, 2048, true), SwiGLUCase(4, 3072, false),

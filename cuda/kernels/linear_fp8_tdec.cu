@@ -1,7 +1,6 @@
-// Decode-shaped FP8 linear (M <= 16, or M <= 64 in linear_fp8_tdec64) on
-// Hopper (sm_90a): the function of linear_fp8_dec (kernels/linear_fp8.cu)
-// with the weights and activations streamed by TMA instead of per-thread
-// loads. A CTA is 4 warps on the same
+// Decode-shaped FP8 linear (M <= 16) on Hopper (sm_90a): the function of
+// linear_fp8_dec (kernels/linear_fp8.cu) with the weights and activations
+// streamed by TMA instead of per-thread loads. A CTA is 4 warps on the same
 // 16 output rows, warp w taking K blocks [w*per, (w+1)*per); each warp owns
 // a ring of ts stages, filled by its lane 0 and guarded by its own
 // mbarriers, so warps never wait for each other inside the K loop.
@@ -18,24 +17,23 @@
 // byte outside the slice is read; its activation box is a whole one (blocks
 // past the slice are read and ignored; past K they read zero).
 //
-// The MMA is mma.sync m16n8k32 e4m3 (weights as A, up to NT 8-token tiles
+// The MMA is mma.sync m16n8k32 e4m3 (weights as A, one or two 8-token tiles
 // as B, read by ldmatrix), exact as in linear_fp8_dec; each 128-K block is
 // promoted by its weight and activation scales in fp32, in block order. The
 // four K slices are summed through shared memory in slice order
 // (deterministic), as in linear_fp8_dec. yf != 0: the bf16-rounded outputs
-// are stored widened to fp32 there. The activation box is xrows = M rows
-// (M <= 8*NT): the ldmatrix rows of tokens past it read token xrows-1 again, which
+// are stored widened to fp32 there. The activation box is xrows = min(M, 16)
+// rows: the ldmatrix rows of tokens past it read token xrows-1 again, which
 // reaches only output columns that are never stored.
 //
 // Shared memory (the launcher's tdecPlan): 4 rings of ts stages of sstride
-// bytes, then 4*ts mbarriers, plus 1024 bytes of alignment slack; the slice
-// sums reuse the rings' first NT*2 KB.
+// bytes, then 4*ts mbarriers, plus 1024 bytes of alignment slack.
 #include "sm90.cuh"
 
-template <int NT>
-DEV void tdec_body(u16* __restrict__ y, const u8* __restrict__ xs, const u8* __restrict__ ws, int M, int N, int K,
-	float* __restrict__ yf, const TmaMap* wmap, const TmaMap* wmap1, const TmaMap* xmap, int xrows, int kbs, int ts,
-	int xoff, int sstride)
+extern "C" __global__ void __launch_bounds__(128, 7) linear_fp8_tdec(
+	u16* __restrict__ y, const u8* __restrict__ xs, const u8* __restrict__ ws, int M, int N, int K,
+	float* __restrict__ yf, const __grid_constant__ TmaMap wmap, const __grid_constant__ TmaMap wmap1,
+	const __grid_constant__ TmaMap xmap, int xrows, int kbs, int ts, int xoff, int sstride)
 {
 #ifdef SM90A
 	extern __shared__ __align__(1024) u8 smem_raw[];
@@ -61,15 +59,15 @@ DEV void tdec_body(u16* __restrict__ y, const u8* __restrict__ xs, const u8* __r
 		u8* S = ring + s * sstride;
 		if (ch < nfull) {
 			mbar_arrive_expect_tx(full + s, kbs * 2048 + xbytes);
-			tma_load3d(S, wmap, full + s, 0, kb, o0);
+			tma_load3d(S, &wmap, full + s, 0, kb, o0);
 		} else {
 			mbar_arrive_expect_tx(full + s, tail * 2048 + xbytes);
-			for (int j = 0; j < tail; j++) tma_load2d(S + j * 2048, wmap1, full + s, (kb + j) * 128, o0);
+			for (int j = 0; j < tail; j++) tma_load2d(S + j * 2048, &wmap1, full + s, (kb + j) * 128, o0);
 		}
 	};
 	auto xload = [&](int ch) {
 		const int s = ch % ts;
-		tma_load3d(ring + s * sstride + xoff, xmap, full + s, 0, kb0 + ch * kbs, 0);
+		tma_load3d(ring + s * sstride + xoff, &xmap, full + s, 0, kb0 + ch * kbs, 0);
 	};
 	// The first stages' weights before the PDL wait (no kernel writes them),
 	// their activations after it.
@@ -81,26 +79,22 @@ DEV void tdec_body(u16* __restrict__ y, const u8* __restrict__ xs, const u8* __r
 		for (int ch = 0; ch < pre; ch++) xload(ch);
 
 	// ldmatrix lanes: A (16 rows x 32 bytes per k32 step kk): matrices (rows
-	// 0-7 | 8-15) x (bytes 0-15 | 16-31); B (tokens), per pair of 8-token
-	// tiles: matrices (tile 2p | 2p+1) x (bytes 0-15 | 16-31), or tile 2p
-	// alone (lanes 0-15) where 2p+1 holds no token. nt = tiles with tokens.
-	const int nt = min((M + 7) / 8, NT);
+	// 0-7 | 8-15) x (bytes 0-15 | 16-31); B (tokens): matrices (tile 0 | 1) x
+	// (bytes 0-15 | 16-31), or tile 0 alone (lanes 0-15) for M <= 8.
+	const bool two = M > 8;
 	const int ar = (lane & 7) + 8 * ((lane >> 3) & 1), ac = lane >> 4;
-	const int bt = (lane & 7) + 8 * (lane >> 4), bc = (lane >> 3) & 1;
+	const int bt = two ? (lane & 7) + 8 * (lane >> 4) : (lane & 7);
+	const int br = min(bt, xrows - 1), bc = (lane >> 3) & 1;
 	const u32 ring_s = smem_addr(ring);
-	float acc[NT][4]; // [tile]: (g, 2c), (g, 2c+1), (g+8, 2c), (g+8, 2c+1)
-#pragma unroll
-	for (int t = 0; t < NT; t++) acc[t][0] = acc[t][1] = acc[t][2] = acc[t][3] = 0.f;
+	float acc[2][4] = {{0.f, 0.f, 0.f, 0.f}, {0.f, 0.f, 0.f, 0.f}}; // [tile]: (g, 2c), (g, 2c+1), (g+8, 2c), (g+8, 2c+1)
 	const u8* wsr = ws + (size_t)(o0 / 128) * nkb;
 	// Scales one block ahead (their loads overlap the block before).
-	u32 nsw = 0, nsx[NT][2];
-#pragma unroll
-	for (int t = 0; t < NT; t++) nsx[t][0] = nsx[t][1] = 0u;
+	u32 nsw = 0, nsx[2][2] = {{0u, 0u}, {0u, 0u}};
 	const u8* xsc = xs + 2 * c * nkb; // token 2c's scales (M*nkb is small)
 	auto scales = [&](int kb) {
 		nsw = wsr[kb];
 #pragma unroll
-		for (int t = 0; t < NT; t++)
+		for (int t = 0; t < 2; t++)
 #pragma unroll
 			for (int h = 0; h < 2; h++) nsx[t][h] = 8 * t + 2 * c + h < M ? xsc[(8 * t + h) * nkb + kb] : 0u;
 	};
@@ -109,36 +103,28 @@ DEV void tdec_body(u16* __restrict__ y, const u8* __restrict__ xs, const u8* __r
 	u32 ph = 0;
 	for (int i = 0; i < nb; i++) {
 		const u32 sw = nsw;
-		u32 sx[NT][2];
+		u32 sx[2][2];
 #pragma unroll
-		for (int t = 0; t < NT; t++)
+		for (int t = 0; t < 2; t++)
 #pragma unroll
 			for (int h = 0; h < 2; h++) sx[t][h] = nsx[t][h];
 		if (i + 1 < nb) scales(kb0 + i + 1);
 		if (j == 0) mbar_wait(full + s, ph);
 		const u32 W = ring_s + s * sstride, X = W + xoff;
 		const int la = ch < nfull ? ar * kbs + j : 16 * j + ar; // 128-byte lines
-		float blk[NT][4];
-#pragma unroll
-		for (int t = 0; t < NT; t++) blk[t][0] = blk[t][1] = blk[t][2] = blk[t][3] = 0.f;
+		const int lb = br * kbs + j;
+		float blk[2][4] = {{0.f, 0.f, 0.f, 0.f}, {0.f, 0.f, 0.f, 0.f}};
 #pragma unroll
 		for (int kk = 0; kk < 4; kk++) {
-			u32 a[4];
+			u32 a[4], b[4];
 			const int ja = 2 * kk + ac, jb = 2 * kk + bc;
 			ldsm_x4(a, W + la * 128 + ((ja ^ (la & 7)) << 4));
+			if (two) ldsm_x4(b, X + lb * 128 + ((jb ^ (lb & 7)) << 4));
+			else ldsm_x2(b, X + lb * 128 + ((jb ^ (lb & 7)) << 4));
 			// ldmatrix gives a0 = (row g, k 4c..), a1 = (g+8, 4c..), a2 = (g, 16+4c..),
 			// a3 = (g+8, 16+4c..) and b = (token g, k 4c..), (g, 16+4c..) per tile.
-#pragma unroll
-			for (int p = 0; p < NT / 2; p++) {
-				if (2 * p >= nt) break;
-				const bool two = 2 * p + 1 < nt;
-				const int lb = min(16 * p + (two ? bt : lane & 7), xrows - 1) * kbs + j; // token rows past the box: the last one
-				u32 b[4];
-				if (two) ldsm_x4(b, X + lb * 128 + ((jb ^ (lb & 7)) << 4));
-				else ldsm_x2(b, X + lb * 128 + ((jb ^ (lb & 7)) << 4));
-				mma_k32(blk[2 * p], a, b);
-				if (two) mma_k32(blk[2 * p + 1], a, b + 2);
-			}
+			mma_k32(blk[0], a, b);
+			if (two) mma_k32(blk[1], a, b + 2);
 		}
 		if (++j == (ch < nfull ? kbs : tail)) { // the chunk's last block
 			__syncwarp(); // every lane's ldmatrix of stage s done before it is refilled
@@ -151,7 +137,7 @@ DEV void tdec_body(u16* __restrict__ y, const u8* __restrict__ xs, const u8* __r
 		}
 		const float wsc = e8m0_to_f32(sw);
 #pragma unroll
-		for (int t = 0; t < NT; t++) {
+		for (int t = 0; t < 2; t++) {
 			const float x0 = e8m0_to_f32(sx[t][0]) * wsc, x1 = e8m0_to_f32(sx[t][1]) * wsc;
 			acc[t][0] = fmaf(blk[t][0], x0, acc[t][0]);
 			acc[t][1] = fmaf(blk[t][1], x1, acc[t][1]);
@@ -161,22 +147,21 @@ DEV void tdec_body(u16* __restrict__ y, const u8* __restrict__ xs, const u8* __r
 	}
 	// Sum the four K slices in slice order (the rings are free now).
 	__syncthreads();
-	float* red = reinterpret_cast<float*>(smem); // [warp][tile][4][32]: NT*2 KB
+	float* red = reinterpret_cast<float*>(smem); // [warp][tile][4][32]
 #pragma unroll
-	for (int t = 0; t < NT; t++)
+	for (int t = 0; t < 2; t++)
 #pragma unroll
-		for (int k = 0; k < 4; k++) red[((wid * NT + t) * 4 + k) * 32 + lane] = acc[t][k];
+		for (int k = 0; k < 4; k++) red[((wid * 2 + t) * 4 + k) * 32 + lane] = acc[t][k];
 	__syncthreads();
 	if (wid != 0) return;
 #pragma unroll
-	for (int t = 0; t < NT; t++) {
-		if (t >= nt) break;
+	for (int t = 0; t < 2; t++) {
 		float v[4];
 #pragma unroll
 		for (int k = 0; k < 4; k++) {
 			float sum = 0.f;
 #pragma unroll
-			for (int w = 0; w < 4; w++) sum += red[((w * NT + t) * 4 + k) * 32 + lane];
+			for (int w = 0; w < 4; w++) sum += red[((w * 2 + t) * 4 + k) * 32 + lane];
 			v[k] = sum;
 		}
 		const int oA = o0 + g, oB = oA + 8, t0 = 8 * t + 2 * c;
@@ -192,23 +177,4 @@ DEV void tdec_body(u16* __restrict__ y, const u8* __restrict__ xs, const u8* __r
 #else
 	PDL_ENTRY();
 #endif
-}
-
-// linear_fp8_tdec: M <= 16 (two token tiles); 72 registers, so 7 CTAs an SM.
-extern "C" __global__ void __launch_bounds__(128, 7) linear_fp8_tdec(
-	u16* __restrict__ y, const u8* __restrict__ xs, const u8* __restrict__ ws, int M, int N, int K,
-	float* __restrict__ yf, const __grid_constant__ TmaMap wmap, const __grid_constant__ TmaMap wmap1,
-	const __grid_constant__ TmaMap xmap, int xrows, int kbs, int ts, int xoff, int sstride)
-{
-	tdec_body<2>(y, xs, ws, M, N, K, yf, &wmap, &wmap1, &xmap, xrows, kbs, ts, xoff, sstride);
-}
-
-// linear_fp8_tdec64: the same for M <= 64 (eight token tiles, activation
-// boxes of up to 64 rows); 163 registers (NVRTC 12.4), 3 CTAs an SM.
-extern "C" __global__ void __launch_bounds__(128, 3) linear_fp8_tdec64(
-	u16* __restrict__ y, const u8* __restrict__ xs, const u8* __restrict__ ws, int M, int N, int K,
-	float* __restrict__ yf, const __grid_constant__ TmaMap wmap, const __grid_constant__ TmaMap wmap1,
-	const __grid_constant__ TmaMap xmap, int xrows, int kbs, int ts, int xoff, int sstride)
-{
-	tdec_body<8>(y, xs, ws, M, N, K, yf, &wmap, &wmap1, &xmap, xrows, kbs, ts, xoff, sstride);
 }
