@@ -19,12 +19,18 @@ const (
 type KernelChoice struct {
 	Linear Path // LinearFP8
 	MoE    Path // MoEFP4
+	// TDec forces linear_fp8_tdec's stage geometry: KBS K blocks per stage
+	// and Stages stages per warp (clamped to the shape; zero: planTDec).
+	TDec struct{ KBS, Stages int }
 }
 
 // SetKernelChoice forces the GEMM paths for later launches on this context
 // where they apply (the decode kernels take only decode shapes; a forced
 // wgmma path on a device without TMA is an error at launch).
 func (c *Context) SetKernelChoice(k KernelChoice) error {
+	if k.TDec.KBS < 0 || k.TDec.KBS > tdecMaxKBS || k.TDec.Stages < 0 || k.TDec.Stages > tdecMaxStages {
+		return fmt.Errorf("cuda: tdec geometry %d blocks x %d stages (at most %d x %d)", k.TDec.KBS, k.TDec.Stages, tdecMaxKBS, tdecMaxStages)
+	}
 	for _, p := range []Path{k.Linear, k.MoE} {
 		switch p {
 		case PathAuto, PathDec, PathDecWG, PathTiled, PathWG:

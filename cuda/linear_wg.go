@@ -144,11 +144,27 @@ func planTDec(m, n, k, sms int) tdecPlan {
 	return best
 }
 
+// tdecGeometry is the plan of kbs K blocks a stage and ts stages a warp,
+// clamped to the slice of k (ctas and flight are left zero).
+func tdecGeometry(m, k, kbs, ts int) tdecPlan {
+	per := ceilDiv(k/128, 4)
+	kbs = min(kbs, per)
+	ts = min(ts, ceilDiv(per, kbs))
+	stride := kbs*2048 + ceilDiv(min(m, 16)*kbs*128, 1024)*1024
+	for ts > 1 && 4*ts*stride+4*ts*8+1024 > tdecMaxSmem {
+		ts--
+	}
+	return tdecPlan{kbs: kbs, ts: ts, xoff: kbs * 2048, stride: stride, smem: 4*ts*stride + 4*ts*8 + 1024}
+}
+
 // linearFP8TDec runs linear_fp8_tdec (m <= 16, sm_90a): 16 output rows per
 // CTA, weights and activations by TMA in chunks of up to tdecMaxKBS K blocks
 // (planTDec).
 func linearFP8TDec(s *Stream, y, yf, xq, xs, w, ws DevicePtr, m, n, k int) error {
 	p := planTDec(m, n, k, s.ctx.dev.SMs)
+	if g := s.ctx.kernelChoice().TDec; g.KBS > 0 {
+		p = tdecGeometry(m, k, g.KBS, max(g.Stages, 1))
+	}
 	xrows := min(m, 16) // a box no taller than the tensor
 	wm, err := s.ctx.TensorMapBytes3D(w, n, k, 16, p.kbs)
 	if err != nil {

@@ -56,9 +56,21 @@ func runKernels(args []string, stdout, stderr io.Writer) error {
 	reps := fs.Int("reps", 20, "timed launches per case (median)")
 	only := fs.String("only", "", "run only shapes whose op or name contains this")
 	allPaths := fs.Bool("paths", false, "time every kernel path that applies to a shape, not only the one picked")
+	onlyPath := fs.String("path", "", "with --paths: time only this path (dec, decwg, tiled, wg)")
+	tdec := fs.String("tdec", "", "force linear_fp8_tdec's stage geometry: KBS,STAGES (K blocks per stage, stages per warp)")
 	jsonPath := fs.String("json", "", "also write one JSON record per line to this file")
 	if err := fs.Parse(args); err != nil {
 		return err
+	}
+	var geom [2]int
+	if *tdec != "" {
+		a, b, ok := strings.Cut(*tdec, ",")
+		var e1, e2 error
+		geom[0], e1 = strconv.Atoi(a)
+		geom[1], e2 = strconv.Atoi(b)
+		if !ok || e1 != nil || e2 != nil || geom[0] < 1 || geom[1] < 1 {
+			return fmt.Errorf("--tdec: %q is not KBS,STAGES (two counts >= 1)", *tdec)
+		}
 	}
 	var toks []int
 	for _, s := range strings.Split(*tokens, ",") {
@@ -149,7 +161,12 @@ func runKernels(args []string, stdout, stderr io.Writer) error {
 				paths = j.paths
 			}
 			for i, path := range paths {
-				if err := ctx.SetKernelChoice(cuda.KernelChoice{Linear: path, MoE: path}); err != nil {
+				if *onlyPath != "" && string(path) != *onlyPath {
+					continue
+				}
+				kc := cuda.KernelChoice{Linear: path, MoE: path}
+				kc.TDec.KBS, kc.TDec.Stages = geom[0], geom[1]
+				if err := ctx.SetKernelChoice(kc); err != nil {
 					return err
 				}
 				r := kcheck.Run(env, j.c)
