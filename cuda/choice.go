@@ -19,7 +19,7 @@ const (
 type KernelChoice struct {
 	Linear Path // LinearFP8
 	MoE    Path // MoEFP4
-	// TDec forces linear_fp8_tdec's stage geometry: KBS K blocks per stage
+	// TDec forces linear_fp8_tdec3 with this stage geometry: KBS K blocks per stage
 	// and Stages stages per warp (clamped to the shape; zero: planTDec).
 	TDec struct{ KBS, Stages int }
 }

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"math"
 	"math/rand/v2"
 	"strings"
@@ -186,7 +187,7 @@ func TestKernelResources(t *testing.T) {
 		module, name string
 		local        int
 	}{
-		{"linear_fp8", "linear_fp8", 24}, {"linear_fp8", "linear_fp8_dec", 0}, {"linear_fp8_tdec", "linear_fp8_tdec", 0},
+		{"linear_fp8", "linear_fp8", 24}, {"linear_fp8", "linear_fp8_dec", 0}, {"linear_fp8_tdec", "linear_fp8_tdec", 0}, {"linear_fp8_tdec3", "linear_fp8_tdec3", 0},
 		{"moe_fp4", "moe_fp4_gemm", 0}, {"moe_fp4_dec", "moe_fp4_dec", 0}, {"moe_fp4_dec", "moe_fp4_dec_nv", 8},
 		{"rmsnorm", "rmsnorm_bf16", 0},
 		{"linear_fp8_wg", "linear_fp8_wg", 0}, {"moe_fp4_wg", "moe_fp4_wg32", 0}, {"moe_fp4_wg", "moe_fp4_wg128", 0},
@@ -194,7 +195,7 @@ func TestKernelResources(t *testing.T) {
 		{"moe_fused", "moe_gather_q", 0}, {"moe_fused", "moe_swiglu_q", 0},
 		{"moe_route", "router_topk8", 0}, {"moe_route", "router_topk12", 0},
 	} {
-		if (strings.HasSuffix(k.module, "_wg") || strings.HasSuffix(k.module, "_tdec")) && !ctx.HasTMA() {
+		if (strings.HasSuffix(k.module, "_wg") || strings.Contains(k.module, "_tdec")) && !ctx.HasTMA() {
 			continue
 		}
 		f, err := ctx.Kernel(k.module, k.name)
@@ -330,23 +331,38 @@ func TestKernelsVsCPU(t *testing.T) {
 	ctx, s := gpu(t)
 	env := &kcheck.Env{Ctx: ctx, S: s, Seed: rand.Uint64()}
 	defer env.Close()
+	type choice struct {
+		name string
+		kc   cuda.KernelChoice
+	}
+	var choices []choice
 	paths := []cuda.Path{cuda.PathAuto, cuda.PathDec, cuda.PathTiled}
 	if ctx.HasTMA() {
 		paths = append(paths, cuda.PathWG, cuda.PathDecWG)
 	}
 	for _, p := range paths {
-		if err := ctx.SetKernelChoice(cuda.KernelChoice{Linear: p, MoE: p}); err != nil {
+		name := string(p)
+		if p == cuda.PathAuto {
+			name = "auto"
+		}
+		choices = append(choices, choice{name, cuda.KernelChoice{Linear: p, MoE: p}})
+	}
+	if ctx.HasTMA() { // linear_fp8_tdec3, which the planner keeps for large grids, in several geometries
+		for _, g := range [][2]int{{1, 4}, {2, 3}, {3, 2}, {4, 2}, {4, 1}} {
+			kc := cuda.KernelChoice{Linear: cuda.PathDecWG}
+			kc.TDec.KBS, kc.TDec.Stages = g[0], g[1]
+			choices = append(choices, choice{fmt.Sprintf("tdec3_%dx%d", g[0], g[1]), kc})
+		}
+	}
+	for _, ch := range choices {
+		if err := ctx.SetKernelChoice(ch.kc); err != nil {
 			t.Fatal(err)
 		}
 		for _, c := range kcheck.SmallCases() {
-			if p != cuda.PathAuto && c.Component != "linear_fp8" && c.Component != "moe_fp4" {
+			if ch.kc.Linear != cuda.PathAuto && c.Component != "linear_fp8" && (c.Component != "moe_fp4" || ch.kc.TDec.KBS > 0) {
 				continue
 			}
-			name := string(p)
-			if p == cuda.PathAuto {
-				name = "auto"
-			}
-			t.Run(name+"/"+c.Component+"/"+strings.ReplaceAll(c.Shape, " ", "_"), func(t *testing.T) {
+			t.Run(ch.name+"/"+c.Component+"/"+strings.ReplaceAll(c.Shape, " ", "_"), func(t *testing.T) {
 				r := kcheck.Run(env, c)
 				t.Log(kcheck.Row(r))
 				if !r.Pass {

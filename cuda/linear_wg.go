@@ -67,7 +67,7 @@ func linearFP8WG(s *Stream, y, xq, xs, w, ws DevicePtr, m, n, k int, scratch Dev
 	return fp8Reduce(s, y, part, p.splits, m, n, 0, 0)
 }
 
-// linear_fp8_tdec's shared memory: an SM holds tdecSMSmem bytes, each CTA
+// linear_fp8_tdec3's shared memory: an SM holds tdecSMSmem bytes, each CTA
 // also takes tdecCTAReserve of them (the 1 KB the system reserves and the
 // 1 KB of static shared memory the cubin reports), and one CTA may have at
 // most tdecMaxSmem of dynamic shared memory (sm_90). tdecMaxCTAs is the
@@ -82,7 +82,7 @@ const (
 	tdecFlightGoal = 96 * 1024 // weight bytes in flight per SM (planTDec)
 )
 
-// tdecPlan is linear_fp8_tdec's stage geometry: kbs K blocks per stage, ts
+// tdecPlan is linear_fp8_tdec3's stage geometry: kbs K blocks per stage, ts
 // stages per warp; a stage is the weights (kbs*2048 bytes) and at xoff the
 // activations (xrows*kbs*128 bytes rounded up to 1024), stride bytes in all.
 // smem is the dynamic shared memory (4 rings, their barriers, 1024 bytes of
@@ -157,28 +157,52 @@ func tdecGeometry(m, k, kbs, ts int) tdecPlan {
 	return tdecPlan{kbs: kbs, ts: ts, xoff: kbs * 2048, stride: stride, smem: 4*ts*stride + 4*ts*8 + 1024}
 }
 
-// linearFP8TDec runs linear_fp8_tdec (m <= 16, sm_90a): 16 output rows per
-// CTA, weights and activations by TMA in chunks of up to tdecMaxKBS K blocks
-// (planTDec).
+// tdecSmem is linear_fp8_tdec's dynamic shared memory (TBYTES in the kernel:
+// four warp rings of 4 stages of 4 KB and their barriers, plus the slack that
+// aligns them to 1024 bytes).
+const tdecSmem = 4*4*4096 + 8*4*4 + 1024
+
+// linearFP8TDec runs a TMA-fed decode kernel (m <= 16, sm_90a):
+// linear_fp8_tdec3 on the large grids (tdec3Wins) or when a stage geometry is
+// forced, linear_fp8_tdec (fixed 4 stages of one K block) otherwise.
 func linearFP8TDec(s *Stream, y, yf, xq, xs, w, ws DevicePtr, m, n, k int) error {
-	p := planTDec(m, n, k, s.ctx.dev.SMs)
 	if g := s.ctx.kernelChoice().TDec; g.KBS > 0 {
-		p = tdecGeometry(m, k, g.KBS, max(g.Stages, 1))
+		return linearFP8TDec3(s, y, yf, xq, xs, w, ws, m, n, k, tdecGeometry(m, k, g.KBS, max(g.Stages, 1)))
 	}
+	if tdec3Wins(n, k) {
+		return linearFP8TDec3(s, y, yf, xq, xs, w, ws, m, n, k, planTDec(m, n, k, s.ctx.dev.SMs))
+	}
+	wm, err := s.ctx.TensorMapBytes2D(w, n, k, 16, 128)
+	if err != nil {
+		return fmt.Errorf("cuda: linear_fp8_tdec: %w", err)
+	}
+	xrows := min(m, 16) // a box no taller than the tensor
+	xm, err := s.ctx.TensorMapBytes2D(xq, m, k, xrows, 128)
+	if err != nil {
+		return fmt.Errorf("cuda: linear_fp8_tdec: %w", err)
+	}
+	a := new(Args).Ptr(y).Ptr(xs).Ptr(ws).I32(m).I32(n).I32(k).Ptr(yf).Map(&wm).Map(&xm).I32(xrows)
+	return launch(s, "linear_fp8_tdec", "linear_fp8_tdec", Dim3{uint32(ceilDiv(n, 16)), 1, 1}, Dim3{128, 1, 1}, tdecSmem, a)
+}
+
+// linearFP8TDec3 runs linear_fp8_tdec3 (m <= 16, sm_90a) with plan p: 16
+// output rows per CTA, weights and activations by TMA in chunks of p.kbs K
+// blocks.
+func linearFP8TDec3(s *Stream, y, yf, xq, xs, w, ws DevicePtr, m, n, k int, p tdecPlan) error {
 	xrows := min(m, 16) // a box no taller than the tensor
 	wm, err := s.ctx.TensorMapBytes3D(w, n, k, 16, p.kbs)
 	if err != nil {
-		return fmt.Errorf("cuda: linear_fp8_tdec: %w", err)
+		return fmt.Errorf("cuda: linear_fp8_tdec3: %w", err)
 	}
 	wm1, err := s.ctx.TensorMapBytes2D(w, n, k, 16, 128)
 	if err != nil {
-		return fmt.Errorf("cuda: linear_fp8_tdec: %w", err)
+		return fmt.Errorf("cuda: linear_fp8_tdec3: %w", err)
 	}
 	xm, err := s.ctx.TensorMapBytes3D(xq, m, k, xrows, p.kbs)
 	if err != nil {
-		return fmt.Errorf("cuda: linear_fp8_tdec: %w", err)
+		return fmt.Errorf("cuda: linear_fp8_tdec3: %w", err)
 	}
-	f, err := s.ctx.kernel("linear_fp8_tdec", "linear_fp8_tdec", p.smem)
+	f, err := s.ctx.kernel("linear_fp8_tdec3", "linear_fp8_tdec3", p.smem)
 	if err != nil {
 		return err
 	}
@@ -198,4 +222,13 @@ func linearFP8TDec(s *Stream, y, yf, xq, xs, w, ws DevicePtr, m, n, k int) error
 // 32768x1024: 23.2/21.9). Pro wo_b 7168x16384 was even (59.2/58.2) until
 // linear_fp8_dec's scale loads moved ahead of its MMAs (2026-12-04f run 4:
 // 59.0/54.3 at 1 token, 58.5/55.5 at 8), so K = 16384 stays on dec.
-func tdecWins(n, k int) bool { return n >= 4096 && k >= 4096 && k < 16384 || n >= 65536 }
+//
+// 2026-12-04g (run 2/3, 1 token, % of copy): linear_fp8_tdec3 beats both on
+// Pro wq_b (61.7 against 51.0 for tdec, 48.0 for dec), Pro wo_b (59.7
+// against 47.9 / 50.7) and Flash wq_b (42.1 against 34.7 / 39.4), and loses
+// to linear_fp8_tdec where the grid is ~2 CTAs an SM (Flash wo_b 31.9-36.7
+// against 46.9 in every geometry tried).
+func tdecWins(n, k int) bool { return n >= 4096 && k >= 4096 || tdec3Wins(n, k) }
+
+// tdec3Wins reports the TMA decode shapes linear_fp8_tdec3 takes.
+func tdec3Wins(n, k int) bool { return n >= 32768 || k >= 16384 }

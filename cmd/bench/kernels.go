@@ -57,7 +57,7 @@ func runKernels(args []string, stdout, stderr io.Writer) error {
 	only := fs.String("only", "", "run only shapes whose op or name contains this")
 	allPaths := fs.Bool("paths", false, "time every kernel path that applies to a shape, not only the one picked")
 	onlyPath := fs.String("path", "", "with --paths: time only this path (dec, decwg, tiled, wg)")
-	tdec := fs.String("tdec", "", "force linear_fp8_tdec's stage geometry: KBS,STAGES (K blocks per stage, stages per warp)")
+	tdec := fs.String("tdec", "", "run linear_fp8_tdec3 with this stage geometry: KBS,STAGES (K blocks per stage, stages per warp)")
 	jsonPath := fs.String("json", "", "also write one JSON record per line to this file")
 	if err := fs.Parse(args); err != nil {
 		return err
