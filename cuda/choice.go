@@ -21,7 +21,13 @@ type KernelChoice struct {
 	MoE    Path // MoEFP4
 	// TDec forces linear_fp8_tdec3 with this stage geometry: KBS K blocks per stage
 	// and Stages stages per warp (clamped to the shape; zero: planTDec).
-	TDec struct{ KBS, Stages int }
+	// Bounds3 takes its entry compiled for 3 CTAs an SM (the register bound
+	// of linear_fp8_tdec) and DefaultCarveout skips the maximum shared-memory
+	// carveout: knobs for finding why it trails linear_fp8_tdec on small grids.
+	TDec struct {
+		KBS, Stages              int
+		Bounds3, DefaultCarveout bool
+	}
 }
 
 // SetKernelChoice forces the GEMM paths for later launches on this context

@@ -187,7 +187,7 @@ func TestKernelResources(t *testing.T) {
 		module, name string
 		local        int
 	}{
-		{"linear_fp8", "linear_fp8", 24}, {"linear_fp8", "linear_fp8_dec", 0}, {"linear_fp8_tdec", "linear_fp8_tdec", 0}, {"linear_fp8_tdec3", "linear_fp8_tdec3", 0},
+		{"linear_fp8", "linear_fp8", 24}, {"linear_fp8", "linear_fp8_dec", 0}, {"linear_fp8_tdec", "linear_fp8_tdec", 0}, {"linear_fp8_tdec3", "linear_fp8_tdec3", 0}, {"linear_fp8_tdec3", "linear_fp8_tdec3_b3", 0},
 		{"moe_fp4", "moe_fp4_gemm", 0}, {"moe_fp4_dec", "moe_fp4_dec", 0}, {"moe_fp4_dec", "moe_fp4_dec_nv", 8},
 		{"rmsnorm", "rmsnorm_bf16", 0},
 		{"linear_fp8_wg", "linear_fp8_wg", 0}, {"moe_fp4_wg", "moe_fp4_wg32", 0}, {"moe_fp4_wg", "moe_fp4_wg128", 0},
@@ -353,6 +353,9 @@ func TestKernelsVsCPU(t *testing.T) {
 			kc.TDec.KBS, kc.TDec.Stages = g[0], g[1]
 			choices = append(choices, choice{fmt.Sprintf("tdec3_%dx%d", g[0], g[1]), kc})
 		}
+		kc := cuda.KernelChoice{Linear: cuda.PathDecWG}
+		kc.TDec.KBS, kc.TDec.Stages, kc.TDec.Bounds3, kc.TDec.DefaultCarveout = 2, 3, true, true
+		choices = append(choices, choice{"tdec3_2x3_b3", kc})
 	}
 	for _, ch := range choices {
 		if err := ctx.SetKernelChoice(ch.kc); err != nil {

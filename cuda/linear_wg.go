@@ -202,12 +202,19 @@ func linearFP8TDec3(s *Stream, y, yf, xq, xs, w, ws DevicePtr, m, n, k int, p td
 	if err != nil {
 		return fmt.Errorf("cuda: linear_fp8_tdec3: %w", err)
 	}
-	f, err := s.ctx.kernel("linear_fp8_tdec3", "linear_fp8_tdec3", p.smem)
+	knobs := s.ctx.kernelChoice().TDec
+	name := "linear_fp8_tdec3"
+	if knobs.Bounds3 {
+		name = "linear_fp8_tdec3_b3"
+	}
+	f, err := s.ctx.kernel("linear_fp8_tdec3", name, p.smem)
 	if err != nil {
 		return err
 	}
-	if err := f.preferMaxShared(); err != nil {
-		return err
+	if !knobs.DefaultCarveout {
+		if err := f.preferMaxShared(); err != nil {
+			return err
+		}
 	}
 	a := new(Args).Ptr(y).Ptr(xs).Ptr(ws).I32(m).I32(n).I32(k).Ptr(yf).Map(&wm).Map(&wm1).Map(&xm).
 		I32(xrows).I32(p.kbs).I32(p.ts).I32(p.xoff).I32(p.stride)

@@ -58,6 +58,8 @@ func runKernels(args []string, stdout, stderr io.Writer) error {
 	allPaths := fs.Bool("paths", false, "time every kernel path that applies to a shape, not only the one picked")
 	onlyPath := fs.String("path", "", "with --paths: time only this path (dec, decwg, tiled, wg)")
 	tdec := fs.String("tdec", "", "run linear_fp8_tdec3 with this stage geometry: KBS,STAGES (K blocks per stage, stages per warp)")
+	tdecB3 := fs.Bool("tdec-bounds3", false, "with --tdec: linear_fp8_tdec3's entry compiled for 3 CTAs an SM")
+	tdecCarve := fs.Bool("tdec-default-carveout", false, "with --tdec: leave the shared-memory carveout to the driver")
 	jsonPath := fs.String("json", "", "also write one JSON record per line to this file")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -166,6 +168,7 @@ func runKernels(args []string, stdout, stderr io.Writer) error {
 				}
 				kc := cuda.KernelChoice{Linear: path, MoE: path}
 				kc.TDec.KBS, kc.TDec.Stages = geom[0], geom[1]
+				kc.TDec.Bounds3, kc.TDec.DefaultCarveout = *tdecB3, *tdecCarve
 				if err := ctx.SetKernelChoice(kc); err != nil {
 					return err
 				}

@@ -32,10 +32,10 @@
 // bytes, then 4*ts mbarriers, plus 1024 bytes of alignment slack.
 #include "sm90.cuh"
 
-extern "C" __global__ void __launch_bounds__(128, 7) linear_fp8_tdec3(
+DEV void tdec3_body(
 	u16* __restrict__ y, const u8* __restrict__ xs, const u8* __restrict__ ws, int M, int N, int K,
-	float* __restrict__ yf, const __grid_constant__ TmaMap wmap, const __grid_constant__ TmaMap wmap1,
-	const __grid_constant__ TmaMap xmap, int xrows, int kbs, int ts, int xoff, int sstride)
+	float* __restrict__ yf, const TmaMap& wmap, const TmaMap& wmap1,
+	const TmaMap& xmap, int xrows, int kbs, int ts, int xoff, int sstride)
 {
 #ifdef SM90A
 	extern __shared__ __align__(1024) u8 smem_raw[];
@@ -180,3 +180,17 @@ extern "C" __global__ void __launch_bounds__(128, 7) linear_fp8_tdec3(
 	PDL_ENTRY();
 #endif
 }
+
+// Entry points by CTAs per SM in the register bound: linear_fp8_tdec3 (7: 72
+// registers) and linear_fp8_tdec3_b3 (3, as linear_fp8_tdec), the latter for
+// measuring what the bound costs (KernelChoice.TDec.Bounds3).
+#define TDEC3_ENTRY(NAME, CTAS)                                                                                  \
+	extern "C" __global__ void __launch_bounds__(128, CTAS) NAME(u16* __restrict__ y, const u8* __restrict__ xs, \
+		const u8* __restrict__ ws, int M, int N, int K, float* __restrict__ yf,                                  \
+		const __grid_constant__ TmaMap wmap, const __grid_constant__ TmaMap wmap1,                               \
+		const __grid_constant__ TmaMap xmap, int xrows, int kbs, int ts, int xoff, int sstride)                  \
+	{                                                                                                          \
+		tdec3_body(y, xs, ws, M, N, K, yf, wmap, wmap1, xmap, xrows, kbs, ts, xoff, sstride);                  \
+	}
+TDEC3_ENTRY(linear_fp8_tdec3, 7)
+TDEC3_ENTRY(linear_fp8_tdec3_b3, 3)
