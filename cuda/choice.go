@@ -24,9 +24,12 @@ type KernelChoice struct {
 	// Bounds3 takes its entry compiled for 3 CTAs an SM (the register bound
 	// of linear_fp8_tdec) and DefaultCarveout skips the maximum shared-memory
 	// carveout: knobs for finding why it trails linear_fp8_tdec on small grids.
+	// MinSmem raises its dynamic shared memory to at least that many bytes
+	// (fewer CTAs an SM: does the block scheduler pack a small grid onto few SMs?).
 	TDec struct {
 		KBS, Stages              int
 		Bounds3, DefaultCarveout bool
+		MinSmem                  int
 	}
 }
 
@@ -34,7 +37,7 @@ type KernelChoice struct {
 // where they apply (the decode kernels take only decode shapes; a forced
 // wgmma path on a device without TMA is an error at launch).
 func (c *Context) SetKernelChoice(k KernelChoice) error {
-	if k.TDec.KBS < 0 || k.TDec.KBS > tdecMaxKBS || k.TDec.Stages < 0 || k.TDec.Stages > tdecMaxStages {
+	if k.TDec.KBS < 0 || k.TDec.KBS > tdecMaxKBS || k.TDec.Stages < 0 || k.TDec.Stages > tdecMaxStages || k.TDec.MinSmem < 0 || k.TDec.MinSmem > tdecMaxSmem {
 		return fmt.Errorf("cuda: tdec geometry %d blocks x %d stages (at most %d x %d)", k.TDec.KBS, k.TDec.Stages, tdecMaxKBS, tdecMaxStages)
 	}
 	for _, p := range []Path{k.Linear, k.MoE} {

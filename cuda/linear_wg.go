@@ -203,6 +203,7 @@ func linearFP8TDec3(s *Stream, y, yf, xq, xs, w, ws DevicePtr, m, n, k int, p td
 		return fmt.Errorf("cuda: linear_fp8_tdec3: %w", err)
 	}
 	knobs := s.ctx.kernelChoice().TDec
+	p.smem = max(p.smem, knobs.MinSmem)
 	name := "linear_fp8_tdec3"
 	if knobs.Bounds3 {
 		name = "linear_fp8_tdec3_b3"
