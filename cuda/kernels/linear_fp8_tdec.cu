@@ -12,7 +12,7 @@
 // yf != 0: the bf16-rounded outputs are stored widened to fp32 there. The
 // activation box is xrows = min(M, 16) rows: token rows past it hold stale
 // bytes, which reach only output columns that are never stored.
-#include "sm90.cuh"
+#include "tdec.cuh"
 
 #define TS 4                      // ring stages per warp
 #define TSTAGE 4096               // weights 2048 + activations 2048
@@ -27,7 +27,7 @@ extern "C" __global__ void __launch_bounds__(128, 3) linear_fp8_tdec(
 	extern __shared__ __align__(1024) u8 smem_raw[]; // TBYTES + 1024 slack
 	u8* const smem = smem_raw + ((1024u - (smem_addr(smem_raw) & 1023u)) & 1023u);
 	const int lane = threadIdx.x & 31, wid = threadIdx.x >> 5;
-	const int g = lane >> 2, c = lane & 3;
+	const int c = lane & 3;
 	u8* const ring = smem + wid * TWARP;
 	u64* const full = reinterpret_cast<u64*>(smem + 4 * TWARP) + wid * TS;
 	const int o0 = blockIdx.x * 16;
@@ -94,45 +94,9 @@ extern "C" __global__ void __launch_bounds__(128, 3) linear_fp8_tdec(
 		}
 		__syncwarp(); // every lane's ldmatrix of stage s done before it is refilled
 		if (i + TS < nb) issue(s, kb + TS);
-		const float wsc = e8m0_to_f32(sw);
-#pragma unroll
-		for (int t = 0; t < 2; t++) {
-			const float x0 = e8m0_to_f32(sx[t][0]) * wsc, x1 = e8m0_to_f32(sx[t][1]) * wsc;
-			acc[t][0] = fmaf(blk[t][0], x0, acc[t][0]);
-			acc[t][1] = fmaf(blk[t][1], x1, acc[t][1]);
-			acc[t][2] = fmaf(blk[t][2], x0, acc[t][2]);
-			acc[t][3] = fmaf(blk[t][3], x1, acc[t][3]);
-		}
+		tdec_promote(acc, blk, sw, sx);
 	}
-	// Sum the four K slices in slice order (the rings are free now).
-	__syncthreads();
-	float* red = reinterpret_cast<float*>(smem); // [warp][tile][4][32]
-#pragma unroll
-	for (int t = 0; t < 2; t++)
-#pragma unroll
-		for (int k = 0; k < 4; k++) red[((wid * 2 + t) * 4 + k) * 32 + lane] = acc[t][k];
-	__syncthreads();
-	if (wid != 0) return;
-#pragma unroll
-	for (int t = 0; t < 2; t++) {
-		float v[4];
-#pragma unroll
-		for (int k = 0; k < 4; k++) {
-			float sum = 0.f;
-#pragma unroll
-			for (int w = 0; w < 4; w++) sum += red[((w * 2 + t) * 4 + k) * 32 + lane];
-			v[k] = sum;
-		}
-		const int oA = o0 + g, oB = oA + 8, t0 = 8 * t + 2 * c;
-		const int os[4] = {oA, oA, oB, oB}, ts[4] = {t0, t0 + 1, t0, t0 + 1};
-#pragma unroll
-		for (int k = 0; k < 4; k++) {
-			if (os[k] >= N || ts[k] >= M) continue;
-			const u16 r = (u16)f32_to_bf16(v[k]);
-			if (yf) yf[(size_t)ts[k] * N + os[k]] = __uint_as_float((u32)r << 16);
-			else y[(size_t)ts[k] * N + os[k]] = r;
-		}
-	}
+	tdec_finish(smem, acc, wid, lane, o0, M, N, y, yf);
 #else
 	PDL_ENTRY();
 #endif

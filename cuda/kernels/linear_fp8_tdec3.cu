@@ -30,7 +30,7 @@
 //
 // Shared memory (the launcher's tdecPlan): 4 rings of ts stages of sstride
 // bytes, then 4*ts mbarriers, plus 1024 bytes of alignment slack.
-#include "sm90.cuh"
+#include "tdec.cuh"
 
 DEV void tdec3_body(
 	u16* __restrict__ y, const u8* __restrict__ xs, const u8* __restrict__ ws, int M, int N, int K,
@@ -41,7 +41,7 @@ DEV void tdec3_body(
 	extern __shared__ __align__(1024) u8 smem_raw[];
 	u8* const smem = smem_raw + ((1024u - (smem_addr(smem_raw) & 1023u)) & 1023u);
 	const int lane = threadIdx.x & 31, wid = threadIdx.x >> 5;
-	const int g = lane >> 2, c = lane & 3;
+	const int c = lane & 3;
 	u8* const ring = smem + wid * ts * sstride;
 	u64* const full = reinterpret_cast<u64*>(smem + 4 * ts * sstride) + wid * ts;
 	const int o0 = blockIdx.x * 16;
@@ -137,45 +137,9 @@ DEV void tdec3_body(
 			j = 0, ch++;
 			if (++s == ts) s = 0, ph ^= 1;
 		}
-		const float wsc = e8m0_to_f32(sw);
-#pragma unroll
-		for (int t = 0; t < 2; t++) {
-			const float x0 = e8m0_to_f32(sx[t][0]) * wsc, x1 = e8m0_to_f32(sx[t][1]) * wsc;
-			acc[t][0] = fmaf(blk[t][0], x0, acc[t][0]);
-			acc[t][1] = fmaf(blk[t][1], x1, acc[t][1]);
-			acc[t][2] = fmaf(blk[t][2], x0, acc[t][2]);
-			acc[t][3] = fmaf(blk[t][3], x1, acc[t][3]);
-		}
+		tdec_promote(acc, blk, sw, sx);
 	}
-	// Sum the four K slices in slice order (the rings are free now).
-	__syncthreads();
-	float* red = reinterpret_cast<float*>(smem); // [warp][tile][4][32]
-#pragma unroll
-	for (int t = 0; t < 2; t++)
-#pragma unroll
-		for (int k = 0; k < 4; k++) red[((wid * 2 + t) * 4 + k) * 32 + lane] = acc[t][k];
-	__syncthreads();
-	if (wid != 0) return;
-#pragma unroll
-	for (int t = 0; t < 2; t++) {
-		float v[4];
-#pragma unroll
-		for (int k = 0; k < 4; k++) {
-			float sum = 0.f;
-#pragma unroll
-			for (int w = 0; w < 4; w++) sum += red[((w * 2 + t) * 4 + k) * 32 + lane];
-			v[k] = sum;
-		}
-		const int oA = o0 + g, oB = oA + 8, t0 = 8 * t + 2 * c;
-		const int os[4] = {oA, oA, oB, oB}, ts4[4] = {t0, t0 + 1, t0, t0 + 1};
-#pragma unroll
-		for (int k = 0; k < 4; k++) {
-			if (os[k] >= N || ts4[k] >= M) continue;
-			const u16 r = (u16)f32_to_bf16(v[k]);
-			if (yf) yf[(size_t)ts4[k] * N + os[k]] = __uint_as_float((u32)r << 16);
-			else y[(size_t)ts4[k] * N + os[k]] = r;
-		}
-	}
+	tdec_finish(smem, acc, wid, lane, o0, M, N, y, yf);
 #else
 	PDL_ENTRY();
 #endif
