@@ -163,8 +163,13 @@ func (l *Layer) Forward(be backend.Backend, st backend.KVStore, a backend.Tensor
 		}
 		return check.Check("attn "+name, out, in...)
 	}
+	// wq_a and wkv read the same input (one activation quantisation on the GPU).
 	qa := be.Empty(n, l.WqA.Out(), backend.F32)
-	if err := step("wq_a", qa, be.Linear(a, l.WqA, qa), a); err != nil {
+	kvr := be.Empty(n, D, backend.F32)
+	if err := step("wq_a", qa, backend.Linears(be, a, []backend.Linear{l.WqA, l.WKV}, []backend.Tensor{qa, kvr}), a); err != nil {
+		return nil, err
+	}
+	if err := step("wkv", kvr, nil, a); err != nil {
 		return nil, err
 	}
 	qr := be.Empty(n, l.WqA.Out(), backend.F32)
@@ -180,10 +185,6 @@ func (l *Layer) Forward(be backend.Backend, st backend.KVStore, a backend.Tensor
 		err = be.Rope(q, backend.RopeArgs{Freqs: l.Rope, HeadDim: D}, b)
 	}
 	if err := step("q", q, err); err != nil {
-		return nil, err
-	}
-	kvr := be.Empty(n, D, backend.F32)
-	if err := step("wkv", kvr, be.Linear(a, l.WKV, kvr), a); err != nil {
 		return nil, err
 	}
 	kv := be.Empty(n, D, backend.F32)
