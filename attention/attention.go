@@ -176,8 +176,15 @@ func (l *Layer) Forward(be backend.Backend, st backend.KVStore, a backend.Tensor
 	if err := step("q_norm", qr, be.RMSNorm(qa, l.QNorm, l.Eps, qr), qa); err != nil {
 		return nil, err
 	}
+	// wq_b and the indexer's wq_b read the same input.
 	q := be.Empty(n, H*D, backend.F32)
-	if err := step("wq_b", q, be.Linear(qr, l.WqB, q), qr); err != nil {
+	ws, outs := []backend.Linear{l.WqB}, []backend.Tensor{q}
+	var qi backend.Tensor
+	if ix := l.Idx; ix != nil {
+		qi = be.Empty(n, ix.Heads*ix.Dim, backend.F32)
+		ws, outs = append(ws, ix.WqB), append(outs, qi)
+	}
+	if err := step("wq_b", q, backend.Linears(be, qr, ws, outs), qr); err != nil {
 		return nil, err
 	}
 	err := be.HeadNorm(q, D, l.Eps)
@@ -200,11 +207,7 @@ func (l *Layer) Forward(be backend.Backend, st backend.KVStore, a backend.Tensor
 	}
 	var sel backend.Tensor
 	if ix := l.Idx; ix != nil {
-		qi := be.Empty(n, ix.Heads*ix.Dim, backend.F32)
-		err := be.Linear(qr, ix.WqB, qi)
-		if err == nil {
-			err = be.Rope(qi, backend.RopeArgs{Freqs: l.Rope, HeadDim: ix.Dim}, b)
-		}
+		err := be.Rope(qi, backend.RopeArgs{Freqs: l.Rope, HeadDim: ix.Dim}, b)
 		if err == nil {
 			err = be.HadamardFP4(qi, ix.Dim)
 		}
