@@ -63,6 +63,17 @@ func (b *Backend) Linear(x backend.Tensor, w backend.Linear, out backend.Tensor)
 	if m == 0 {
 		return nil
 	}
+	if !l.quant && l.format == checkpoint.FormatBF16 && m > bf16MinRows {
+		// bf16 weights (the indexer's weights_proj): the fp32 linear on tensor
+		// cores (every product exact), then faithful mode's bf16 rounding.
+		if err := b.linearF32(ot.ptr, xt.ptr, l, m); err != nil {
+			return err
+		}
+		if b.faithful() {
+			return cuda.ScaleF32(b.s, ot.ptr, 1, int64(m*l.out), true)
+		}
+		return nil
+	}
 	if !l.quant || !b.faithful() {
 		return b.simt(ot.ptr, xt.ptr, l, m, 1, l.in, b.faithful())
 	}
