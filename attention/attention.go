@@ -163,16 +163,28 @@ func (l *Layer) Forward(be backend.Backend, st backend.KVStore, a backend.Tensor
 		}
 		return check.Check("attn "+name, out, in...)
 	}
+	// wq_a and wkv read the same input (one activation quantisation on the GPU).
 	qa := be.Empty(n, l.WqA.Out(), backend.F32)
-	if err := step("wq_a", qa, be.Linear(a, l.WqA, qa), a); err != nil {
+	kvr := be.Empty(n, D, backend.F32)
+	if err := step("wq_a", qa, backend.Linears(be, a, []backend.Linear{l.WqA, l.WKV}, []backend.Tensor{qa, kvr}), a); err != nil {
+		return nil, err
+	}
+	if err := step("wkv", kvr, nil, a); err != nil {
 		return nil, err
 	}
 	qr := be.Empty(n, l.WqA.Out(), backend.F32)
 	if err := step("q_norm", qr, be.RMSNorm(qa, l.QNorm, l.Eps, qr), qa); err != nil {
 		return nil, err
 	}
+	// wq_b and the indexer's wq_b read the same input.
 	q := be.Empty(n, H*D, backend.F32)
-	if err := step("wq_b", q, be.Linear(qr, l.WqB, q), qr); err != nil {
+	ws, outs := []backend.Linear{l.WqB}, []backend.Tensor{q}
+	var qi backend.Tensor
+	if ix := l.Idx; ix != nil {
+		qi = be.Empty(n, ix.Heads*ix.Dim, backend.F32)
+		ws, outs = append(ws, ix.WqB), append(outs, qi)
+	}
+	if err := step("wq_b", q, backend.Linears(be, qr, ws, outs), qr); err != nil {
 		return nil, err
 	}
 	err := be.HeadNorm(q, D, l.Eps)
@@ -180,10 +192,6 @@ func (l *Layer) Forward(be backend.Backend, st backend.KVStore, a backend.Tensor
 		err = be.Rope(q, backend.RopeArgs{Freqs: l.Rope, HeadDim: D}, b)
 	}
 	if err := step("q", q, err); err != nil {
-		return nil, err
-	}
-	kvr := be.Empty(n, D, backend.F32)
-	if err := step("wkv", kvr, be.Linear(a, l.WKV, kvr), a); err != nil {
 		return nil, err
 	}
 	kv := be.Empty(n, D, backend.F32)
@@ -199,11 +207,7 @@ func (l *Layer) Forward(be backend.Backend, st backend.KVStore, a backend.Tensor
 	}
 	var sel backend.Tensor
 	if ix := l.Idx; ix != nil {
-		qi := be.Empty(n, ix.Heads*ix.Dim, backend.F32)
-		err := be.Linear(qr, ix.WqB, qi)
-		if err == nil {
-			err = be.Rope(qi, backend.RopeArgs{Freqs: l.Rope, HeadDim: ix.Dim}, b)
-		}
+		err := be.Rope(qi, backend.RopeArgs{Freqs: l.Rope, HeadDim: ix.Dim}, b)
 		if err == nil {
 			err = be.HadamardFP4(qi, ix.Dim)
 		}

@@ -11,6 +11,7 @@
 package backend
 
 import (
+	"fmt"
 	"math"
 
 	"github.com/megamoe/megamoe/checkpoint"
@@ -355,6 +356,30 @@ type StepRecorder interface {
 	// effects besides issuing ops, and take every per-step value from bt and
 	// ids. The output stays valid until the next step.
 	RecordStep(bt *Batch, ids []int32, forward func() (Tensor, error)) (Tensor, error)
+}
+
+// SharedInputLinears is implemented by backends that run several Linear ops
+// of one input faster together (the GPU quantises the input once); the
+// results are those of separate Linear calls.
+type SharedInputLinears interface {
+	Linears(x Tensor, ws []Linear, outs []Tensor) error
+}
+
+// Linears runs Linear(x, ws[i], outs[i]) for every i, in one call where be
+// offers SharedInputLinears.
+func Linears(be Backend, x Tensor, ws []Linear, outs []Tensor) error {
+	if len(ws) != len(outs) {
+		return fmt.Errorf("linears: %d weights, %d outputs", len(ws), len(outs))
+	}
+	if m, ok := be.(SharedInputLinears); ok {
+		return m.Linears(x, ws, outs)
+	}
+	for i, w := range ws {
+		if err := be.Linear(x, w, outs[i]); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // SliceStats summarises x (non-finite values excluded from min/max).

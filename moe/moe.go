@@ -117,14 +117,11 @@ func (l *Layer) Forward(be backend.Backend, f backend.Tensor, ids []int32, check
 	u := be.Empty(n, I, backend.F32)
 	h := be.Empty(n, I, backend.F32)
 	s := be.Empty(n, d, backend.F32)
-	if err := be.Linear(f, l.SW1, g); err != nil {
-		return nil, fmt.Errorf("moe shared w1: %w", err)
+	if err := backend.Linears(be, f, []backend.Linear{l.SW1, l.SW3}, []backend.Tensor{g, u}); err != nil {
+		return nil, fmt.Errorf("moe shared w1|w3: %w", err)
 	}
 	if err := check.Check("moe shared w1", g, f); err != nil {
 		return nil, err
-	}
-	if err := be.Linear(f, l.SW3, u); err != nil {
-		return nil, fmt.Errorf("moe shared w3: %w", err)
 	}
 	if err := check.Check("moe shared w3", u, f); err != nil {
 		return nil, err

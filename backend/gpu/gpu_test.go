@@ -208,3 +208,60 @@ func TestLinears(t *testing.T) {
 		})
 	}
 }
+
+// TestSharedInputLinears: the GPU's Linears (one activation quantisation for
+// the FP8 tensor-core linears of one input) gives exactly what separate
+// Linear calls give, also with a linear of another format in the list.
+func TestSharedInputLinears(t *testing.T) {
+	for _, mode := range []backend.Numerics{backend.Faithful, backend.Exact} {
+		t.Run(mode.String(), func(t *testing.T) {
+			p := newPair(t, mode)
+			multi, ok := p.g.(backend.SharedInputLinears)
+			if !ok {
+				t.Fatal("the GPU backend does not implement SharedInputLinears")
+			}
+			for _, m := range []int{1, 9, 130} {
+				const in = 512
+				var cws, gws []backend.Linear
+				var outs []twin
+				for _, l := range []struct {
+					f   checkpoint.Format
+					out int
+				}{{checkpoint.FormatFP8Block, 1024}, {checkpoint.FormatFP8Block, 256}, {checkpoint.FormatBF16, 128}} {
+					cl := randLinear(p.rng, l.f, l.out, in)
+					cw, err := p.c.PrepareLinear(cl)
+					must(t, err)
+					gw, err := p.g.PrepareLinear(cl)
+					must(t, err)
+					cws, gws = append(cws, cw), append(gws, gw)
+					outs = append(outs, p.out(m, l.out))
+				}
+				x := p.rand(m, in, 1)
+				gouts := make([]backend.Tensor, len(outs))
+				for i, o := range outs {
+					gouts[i] = o.g
+					must(t, p.c.Linear(x.c, cws[i], o.c))
+				}
+				must(t, multi.Linears(x.g, gws, gouts))
+				for i, o := range outs {
+					tag := fmt.Sprintf("linears m=%d #%d", m, i)
+					p.check(tag, o, 1e-2)
+					got := make([]float32, m*gws[i].Out())
+					must(t, p.g.Download(o.g, got))
+					sep := p.out(m, gws[i].Out())
+					must(t, p.g.Linear(x.g, gws[i], sep.g))
+					want := make([]float32, len(got))
+					must(t, p.g.Download(sep.g, want))
+					for j := range got {
+						if math.Float32bits(got[j]) != math.Float32bits(want[j]) {
+							t.Fatalf("%s: element %d is %g, separate Linear gives %g", tag, j, got[j], want[j])
+						}
+					}
+				}
+			}
+			if err := multi.Linears(p.rand(1, 64, 1).g, nil, []backend.Tensor{p.out(1, 8).g}); err == nil {
+				t.Error("Linears accepted one output for no weights")
+			}
+		})
+	}
+}

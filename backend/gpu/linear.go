@@ -63,10 +63,21 @@ func (b *Backend) Linear(x backend.Tensor, w backend.Linear, out backend.Tensor)
 	if m == 0 {
 		return nil
 	}
+	if !l.quant && l.format == checkpoint.FormatBF16 && m > bf16MinRows {
+		// bf16 weights (the indexer's weights_proj): the fp32 linear on tensor
+		// cores (every product exact), then faithful mode's bf16 rounding.
+		if err := b.linearF32(ot.ptr, xt.ptr, l, m); err != nil {
+			return err
+		}
+		if b.faithful() {
+			return cuda.ScaleF32(b.s, ot.ptr, 1, int64(m*l.out), true)
+		}
+		return nil
+	}
 	if !l.quant || !b.faithful() {
 		return b.simt(ot.ptr, xt.ptr, l, m, 1, l.in, b.faithful())
 	}
-	if l.format == checkpoint.FormatFP8Block && l.in%128 == 0 && l.out%8 == 0 {
+	if l.tensorCoreFP8() {
 		return b.linearFP8(xt, l, ot)
 	}
 	sim, err := b.scratch(4 * m * l.in)
@@ -80,11 +91,26 @@ func (b *Backend) Linear(x backend.Tensor, w backend.Linear, out backend.Tensor)
 	return b.simt(ot.ptr, sim.Ptr, l, m, 1, l.in, true)
 }
 
+// tensorCoreFP8 reports whether faithful Linear runs l on the FP8 tensor-core path.
+func (l *linear) tensorCoreFP8() bool {
+	return l.quant && l.format == checkpoint.FormatFP8Block && l.in%128 == 0 && l.out%8 == 0
+}
+
 // linearFP8 quantises x to e4m3 codes and runs the tensor-core FP8 GEMM.
 func (b *Backend) linearFP8(xt *Tensor, l *linear, ot *Tensor) error {
-	m, k, n := xt.rows, l.in, l.out
-	yBytes := (2*m*n + 255) &^ 255
-	split := cuda.LinearFP8ScratchBytes(m, n, k)
+	return b.linearsFP8(xt, []*linear{l}, []*Tensor{ot})
+}
+
+// linearsFP8 quantises x once and runs the FP8 GEMM of every ls[i] into
+// ots[i] (the GEMMs run one after another on the stream, so they share the
+// bf16 staging and split-K scratch).
+func (b *Backend) linearsFP8(xt *Tensor, ls []*linear, ots []*Tensor) error {
+	m, k := xt.rows, xt.cols
+	yBytes, split := 0, 0
+	for _, l := range ls {
+		yBytes = max(yBytes, (2*m*l.out+255)&^255)
+		split = max(split, cuda.LinearFP8ScratchBytes(m, l.out, k))
+	}
 	tmp, err := b.scratch(m*k + m*(k/128) + yBytes + split + 512)
 	if err != nil {
 		return err
@@ -100,10 +126,43 @@ func (b *Backend) linearFP8(xt *Tensor, l *linear, ot *Tensor) error {
 	if err := cuda.QuantFP8F32(b.s, q, qs, 0, xt.ptr, m, k, k, 128); err != nil {
 		return err
 	}
-	if err := cuda.LinearFP8F32(b.s, ot.ptr, y, q, qs, l.w.Ptr, l.scale.Ptr, m, n, k, part); err != nil {
-		return fmt.Errorf("linear %s: %w", l.name, err)
+	for i, l := range ls {
+		if err := cuda.LinearFP8F32(b.s, ots[i].ptr, y, q, qs, l.w.Ptr, l.scale.Ptr, m, l.out, k, part); err != nil {
+			return fmt.Errorf("linear %s: %w", l.name, err)
+		}
 	}
 	return nil
+}
+
+// Linears implements backend.SharedInputLinears: in faithful mode the FP8
+// tensor-core linears of x share one quantisation; the others run as Linear.
+func (b *Backend) Linears(x backend.Tensor, ws []backend.Linear, outs []backend.Tensor) error {
+	if len(ws) != len(outs) {
+		return fmt.Errorf("linears: %d weights, %d outputs", len(ws), len(outs))
+	}
+	var (
+		xt  *Tensor
+		fls []*linear
+		fos []*Tensor
+	)
+	for i, w := range ws {
+		t, l, ot, err := b.linArgs(x, w, outs[i], "linear")
+		if err != nil {
+			return err
+		}
+		if !b.faithful() || !l.tensorCoreFP8() {
+			if err := b.Linear(x, w, outs[i]); err != nil {
+				return err
+			}
+			continue
+		}
+		xt = t
+		fls, fos = append(fls, l), append(fos, ot)
+	}
+	if len(fls) == 0 || xt.rows == 0 {
+		return nil
+	}
+	return b.linearsFP8(xt, fls, fos)
 }
 
 // LinearF32 implements backend.Backend.
