@@ -191,9 +191,10 @@ func LinearCase(m, n, k, checkRows int) Case {
 type Routing int
 
 const (
-	RouteUniform Routing = iota // rows spread at random over all experts
-	RouteSkewed                 // one expert takes most rows, many get none
-	RouteGap                    // like uniform, but 3 leading and 5 trailing rows belong to no expert
+	RouteUniform    Routing = iota // rows spread at random over all experts
+	RouteSkewed                    // one expert takes most rows, many get none
+	RouteGap                       // like uniform, but 3 leading and 5 trailing rows belong to no expert
+	RouteWideScales                // like uniform, with weight scales over a wide range (MXFP4 2^-31..2^32, NVFP4 e4m3 subnormals to 448)
 )
 
 // MoECase checks moe_fp4_gemm with E experts, mTotal permuted rows, and
@@ -206,6 +207,8 @@ func MoECase(experts, mTotal, n, k int, format cuda.FP4Format, route Routing, ch
 		shape += " skewed"
 	} else if route == RouteGap {
 		shape += " gap"
+	} else if route == RouteWideScales {
+		shape += " widescale"
 	}
 	return Case{Component: "moe_fp4", Shape: shape, Run: func(env *Env) Result {
 		r := Result{Component: "moe_fp4", Shape: shape, Limit: LimitGEMM}
@@ -246,11 +249,11 @@ func MoECase(experts, mTotal, n, k int, format cuda.FP4Format, route Routing, ch
 		dxq, dxs, doff := b.upload(xq), b.upload(xs), b.upload(cuda.Bytes(off))
 		var mw *moeWeights
 		if env.ShareWeights {
-			mw = env.sharedMoE(rng, experts, n, k, format, b)
+			mw = env.sharedMoE(rng, experts, n, k, format, b) // benchmarks: the usual scales
 		} else {
 			// Weights only for experts with rows; the others stay poisoned on the
 			// device (0xFF scales are NaN), which the kernel must never read.
-			mw = newMoEWeights(rng, experts, n, k, format, func(e int) bool { return counts[e] > 0 })
+			mw = newMoEWeights(rng, experts, n, k, format, route == RouteWideScales, func(e int) bool { return counts[e] > 0 })
 			mw.dw, mw.dws = b.buffer(len(mw.w)), b.buffer(len(mw.ws))
 			b.poison(mw.dw.Ptr, len(mw.w))
 			b.poison(mw.dws.Ptr, len(mw.ws))
@@ -339,8 +342,10 @@ func MoECase(experts, mTotal, n, k int, format cuda.FP4Format, route Routing, ch
 
 // newMoEWeights draws random expert weights for the experts fill picks (the
 // rest stay zero on the host): FP4 codes of every value, MXFP4 scales near
-// 2^-6, NVFP4 scales in [2^-3, 2^3) with global scales 2^-12..2^-8.
-func newMoEWeights(rng *rand.Rand, experts, n, k int, format cuda.FP4Format, fill func(e int) bool) *moeWeights {
+// 2^-6, NVFP4 scales in [2^-3, 2^3) with global scales 2^-12..2^-8; wide
+// scales span MXFP4 2^-31..2^32 and NVFP4 e4m3 subnormals up to 448, so that
+// kernels which fold the scales into other factors meet every exponent case.
+func newMoEWeights(rng *rand.Rand, experts, n, k int, format cuda.FP4Format, wide bool, fill func(e int) bool) *moeWeights {
 	group := 32
 	if format == cuda.NVFP4 {
 		group = 16
@@ -353,10 +358,16 @@ func newMoEWeights(rng *rand.Rand, experts, n, k int, format cuda.FP4Format, fil
 		}
 		randomBytes(rng, mw.w[e*perW:(e+1)*perW], func(x byte) byte { return x })
 		sc := mw.ws[e*perS : (e+1)*perS]
-		if format == cuda.NVFP4 {
+		switch {
+		case format == cuda.NVFP4 && wide:
+			randomBytes(rng, sc, func(x byte) byte { return 1 + x%0x7e })
+			mw.gs[e] = float32(math.Ldexp(1+rng.Float64(), -12+rng.IntN(4)))
+		case format == cuda.NVFP4:
 			randomBytes(rng, sc, func(x byte) byte { return 0x20 + x%0x30 })
 			mw.gs[e] = float32(math.Ldexp(1+rng.Float64(), -12+rng.IntN(4)))
-		} else {
+		case wide:
+			randomBytes(rng, sc, func(x byte) byte { return 96 + x%64 })
+		default:
 			randomBytes(rng, sc, func(x byte) byte { return 118 + x%8 })
 		}
 	}
@@ -370,7 +381,7 @@ func (e *Env) sharedMoE(rng *rand.Rand, experts, n, k int, format cuda.FP4Format
 	if mw := e.weights[key]; mw != nil {
 		return mw
 	}
-	mw := newMoEWeights(rng, experts, n, k, format, func(int) bool { return true })
+	mw := newMoEWeights(rng, experts, n, k, format, false, func(int) bool { return true })
 	up := func(data []byte) *cuda.Buffer {
 		if b.err != nil {
 			return nil
@@ -481,6 +492,9 @@ func SmallCases() []Case {
 			MoECase(8, 200, 256, 512, f, RouteSkewed, 0),
 			MoECase(4, 200, 384, 256, f, RouteGap, 0),
 			MoECase(4, 1000, 256, 640, f, RouteUniform, 128),
+			// Scales over every exponent case (the wgmma path folds them).
+			MoECase(4, 1000, 256, 256, f, RouteWideScales, 128),
+			MoECase(256, 8, 256, 512, f, RouteWideScales, 0),
 		)
 	}
 	return cs

@@ -21,6 +21,10 @@
 
 // Producer warpgroups (unpacking), then two math warpgroups (wgmma).
 #define MW_PRODUCERS 2
+// K blocks of weight codes each producer thread keeps in flight.
+#ifndef MW_PF
+#define MW_PF 4
+#endif
 
 // xb[r, k] = bf16(e4m3(xq[r, k]) * 2^(xs[r, k/128] - 127)) for r < rows; 8 per thread.
 extern "C" __global__ void fp8_dequant_bf16(u16* __restrict__ xb, const u8* __restrict__ xq,
@@ -78,17 +82,20 @@ DEV u32 bf16x2_mul(u32 a, u32 b) {
 	return d;
 }
 
-// Four e2m1 codes (16 bits, element i in nibble i) -> two bf16x2 words
-// (elements 0,1 and 2,3), exact, by byte-table permutes.
-DEV void e2m1x4_to_bf16x4(u32 v, u32& lo, u32& hi) {
-	u32 s, m = v & 0x7777u;
-	// Magnitudes 0, .5, 1, 1.5, 2, 3, 4, 6 as bf16: low bytes and high bytes.
-	const u32 lb = __byte_perm(0xC0800000u, 0xC0804000u, m), hb = __byte_perm(0x3F3F3F00u, 0x40404040u, m);
-	lo = __byte_perm(lb, hb, 0x5140);
-	hi = __byte_perm(lb, hb, 0x7362);
-	s = v & 0x8888u;
-	lo |= ((s & 0x8u) << 12) | ((s & 0x80u) << 24);
-	hi |= ((s & 0x800u) << 4) | ((s & 0x8000u) << 16);
+// Eight e2m1 codes (element i in nibble i) times a bf16x2 scale -> four
+// bf16x2 words (elements 0,1 .. 6,7), exact. A byte permute puts nibbles 2p
+// and 2p+1 at the bottom of the two halves; sign << 15 | (q & 7) << 6 is then
+// the bf16 of e2m1(q) * 2^-126 (code 1, 0.5, is the subnormal 2^-127), and
+// the scale carries the 2^126 back.
+DEV uint4 e2m1x8_scaled(u32 w, u32 s2) {
+	const u32 w4 = w >> 4;
+	u32 o[4];
+#pragma unroll
+	for (int p = 0; p < 4; p++) {
+		const u32 x = __byte_perm(w, w4, p | ((4 + p) << 8));
+		o[p] = bf16x2_mul(((x << 12) & 0x80008000u) | ((x << 6) & 0x01C001C0u), s2);
+	}
+	return make_uint4(o[0], o[1], o[2], o[3]);
 }
 
 template <int BT>
@@ -136,22 +143,30 @@ DEV void moe_fp4_wg_body(u16* __restrict__ y, const TmaMap* mapX, const int* __r
 		const uint4* wr = reinterpret_cast<const uint4*>(w + ((size_t)e * N + (ok ? n : 0)) * (K / 2)) + 2 * part;
 		const u8* sr = wscale + ((size_t)e * N + (ok ? n : 0)) * gpr;
 		const uint4 z4 = make_uint4(0u, 0u, 0u, 0u);
-		uint4 raw[2];
-		uint2 rs;
-		// Codes and scales of block kb+1 load into registers while block kb is unpacked.
-		auto fetch = [&](int kb) {
+		// Codes and scales of the next MW_PF blocks stay in flight in registers:
+		// with one CTA an SM, one block of look-ahead (8 KB an SM) capped the
+		// weight stream near 1 TB/s by Little's law.
+		uint4 raw[MW_PF][2];
+		uint2 rs[MW_PF];
+		auto fetch = [&](int kb, int j) {
 #pragma unroll
-			for (int j = 0; j < 2; j++) raw[j] = ok ? wr[kb * 4 + j] : z4;
-			if (nvfp4) rs = ok ? *reinterpret_cast<const uint2*>(sr + kb * 8) : make_uint2(0u, 0u);
-			else rs = make_uint2(ok ? *reinterpret_cast<const u32*>(sr + kb * 4) : 0u, 0u);
+			for (int i = 0; i < 2; i++) raw[j][i] = ok ? wr[kb * 4 + i] : z4;
+			if (nvfp4) rs[j] = ok ? *reinterpret_cast<const uint2*>(sr + kb * 8) : make_uint2(0u, 0u);
+			else rs[j] = make_uint2(ok ? *reinterpret_cast<const u32*>(sr + kb * 4) : 0u, 0u);
 		};
-		if (nkb > 0) fetch(0);
-		for (int kb = 0; kb < nkb; kb++) {
+#pragma unroll
+		for (int j = 0; j < MW_PF; j++)
+			if (j < nkb) fetch(j, j);
+		for (int kb0 = 0; kb0 < nkb; kb0 += MW_PF) {
+#pragma unroll
+		for (int j = 0; j < MW_PF; j++) {
+			const int kb = kb0 + j;
+			if (kb >= nkb) break;
 			const int s = kb % C::STAGES;
 			const u32 ph = (kb / C::STAGES) & 1;
-			const uint4 cur[2] = {raw[0], raw[1]};
-			const uint2 cs = rs;
-			if (kb + 1 < nkb) fetch(kb + 1);
+			const uint4 cur[2] = {raw[j][0], raw[j][1]};
+			const uint2 cs = rs[j];
+			if (kb + MW_PF < nkb) fetch(kb + MW_PF, j);
 			mbar_wait(&empty[s], ph ^ 1);
 			u8* Ws = smem + s * C::STAGE;
 			if (pt == 0) {
@@ -166,23 +181,30 @@ DEV void moe_fp4_wg_body(u16* __restrict__ y, const TmaMap* mapX, const int* __r
 				const int ch = 8 * part + c8; // chunk of the 128-K block
 				const uint4 q = cur[c8 >> 2];
 				const u32 codes = (c8 & 3) == 0 ? q.x : (c8 & 3) == 1 ? q.y : (c8 & 3) == 2 ? q.z : q.w;
-				u32 sb;
+				uint4 o;
 				if (nvfp4) {
 					const int grp = ch >> 1; // 16-groups of this block
 					const u32 sw = grp < 4 ? cs.x : cs.y;
-					sb = f32_to_bf16(e4m3_to_f32((sw >> (8 * (grp & 3))) & 0xffu)); // NaN stays NaN
+					// e4m3 * 2^117 < 2^126: the bf16 scale times the codes' 2^-126 is
+					// the weight times 2^-9, which the epilogue gives back.
+					const u32 sb = f32_to_bf16(e4m3_to_f32((sw >> (8 * (grp & 3))) & 0xffu) * 0x1p117f); // NaN stays NaN
+					o = e2m1x8_scaled(codes, sb | (sb << 16));
 				} else {
-					sb = f32_to_bf16(e8m0_to_f32((cs.x >> (8 * (ch >> 2))) & 0xffu));
+					const u32 E = (cs.x >> (8 * (ch >> 2))) & 0xffu;
+					// 2^(E-127) * 2^126 is a bf16 up to E = 128; larger scales take a second factor.
+					const u32 sb = (min(E, 128u) + 126u) << 7;
+					o = e2m1x8_scaled(codes, sb | (sb << 16));
+					if (E > 128u) {
+						const u32 x = E == 255u ? 0x7fc0u : (E - 1u) << 7;
+						o = make_uint4(bf16x2_mul(o.x, x | (x << 16)), bf16x2_mul(o.y, x | (x << 16)),
+							bf16x2_mul(o.z, x | (x << 16)), bf16x2_mul(o.w, x | (x << 16)));
+					}
 				}
-				const u32 s2 = sb | (sb << 16);
-				u32 a0, a1, a2, a3;
-				e2m1x4_to_bf16x4(codes & 0xffffu, a0, a1);
-				e2m1x4_to_bf16x4(codes >> 16, a2, a3);
-				uint4 o = make_uint4(bf16x2_mul(a0, s2), bf16x2_mul(a1, s2), bf16x2_mul(a2, s2), bf16x2_mul(a3, s2));
 				*reinterpret_cast<uint4*>(Ws + part * (128 * 128) + row * 128 + ((c8 ^ (row & 7)) << 4)) = o;
 			}
 			asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
 			mbar_arrive(&full[s]);
+		}
 		}
 		return;
 	}
@@ -212,7 +234,8 @@ DEV void moe_fp4_wg_body(u16* __restrict__ y, const TmaMap* mapX, const int* __r
 	}
 	wg_wait<0>();
 	wg_pin(acc);
-	const float G = (nvfp4 && gscale) ? gscale[e] : 1.0f;
+	// NVFP4 weights were staged times 2^-9 (the producers' scale), exactly.
+	const float G = nvfp4 ? (gscale ? gscale[e] : 1.0f) * 512.0f : 1.0f;
 	// d[4q+{0,1}]: (feature r0, tokens 8q+2c+{0,1}); d[4q+{2,3}]: feature r0+8.
 	const int r0 = n0 + 64 * cw + 16 * wq + (l >> 2);
 	const int c2 = 2 * (l & 3);
