@@ -23,7 +23,7 @@
 #define MW_PRODUCERS 2
 // K blocks of weight codes each producer thread keeps in flight.
 #ifndef MW_PF
-#define MW_PF 4
+#define MW_PF 1
 #endif
 
 // xb[r, k] = bf16(e4m3(xq[r, k]) * 2^(xs[r, k/128] - 127)) for r < rows; 8 per thread.
