@@ -21,10 +21,6 @@
 
 // Producer warpgroups (unpacking), then two math warpgroups (wgmma).
 #define MW_PRODUCERS 2
-// K blocks of weight codes each producer thread keeps in flight.
-#ifndef MW_PF
-#define MW_PF 1
-#endif
 
 // xb[r, k] = bf16(e4m3(xq[r, k]) * 2^(xs[r, k/128] - 127)) for r < rows; 8 per thread.
 extern "C" __global__ void fp8_dequant_bf16(u16* __restrict__ xb, const u8* __restrict__ xq,
@@ -132,41 +128,42 @@ DEV void moe_fp4_wg_body(u16* __restrict__ y, const TmaMap* mapX, const int* __r
 	__syncthreads();
 
 	if (wg < MW_PRODUCERS) {
-		// Producer thread: weight row n0 + (threadIdx.x & 127), the 64-K half
-		// part of every 128-K block (one swizzle atom). Two warpgroups share
-		// the unpacking: one warp per scheduler issued too slowly to feed the
-		// tensor cores (its dependent integer ops were the limit).
-		const int pt = threadIdx.x, row = pt & 127, part = pt >> 7;
-		const int n = n0 + row;
-		const bool ok = n < N;
+		// Producer thread: the 32-K quarter q of rows rr and rr + 64 of every
+		// 128-K block. A warp's load covers 8 rows x 64 bytes, whole sectors
+		// (one thread per row's 32 bytes needed twice the L1 wavefronts, and
+		// L1 was the busiest unit); the 8 lanes of a quarter-warp hold 8 rows,
+		// so their swizzled 16-byte stores hit distinct banks.
+		const int pt = threadIdx.x, l = pt & 31, q = l >> 3, rr = (pt >> 5) * 8 + (l & 7);
 		const int gpr = nvfp4 ? K / 16 : K / 32;
-		const uint4* wr = reinterpret_cast<const uint4*>(w + ((size_t)e * N + (ok ? n : 0)) * (K / 2)) + 2 * part;
-		const u8* sr = wscale + ((size_t)e * N + (ok ? n : 0)) * gpr;
+		const uint4* wr[2];
+		const u8* sr[2];
+		bool ok[2];
+#pragma unroll
+		for (int h = 0; h < 2; h++) {
+			const int n = n0 + rr + 64 * h;
+			ok[h] = n < N;
+			wr[h] = reinterpret_cast<const uint4*>(w + ((size_t)e * N + (ok[h] ? n : 0)) * (K / 2)) + q;
+			sr[h] = wscale + ((size_t)e * N + (ok[h] ? n : 0)) * gpr;
+		}
 		const uint4 z4 = make_uint4(0u, 0u, 0u, 0u);
-		// Codes and scales of the next MW_PF blocks stay in flight in registers:
-		// with one CTA an SM, one block of look-ahead (8 KB an SM) capped the
-		// weight stream near 1 TB/s by Little's law.
-		uint4 raw[MW_PF][2];
-		uint2 rs[MW_PF];
-		auto fetch = [&](int kb, int j) {
+		uint4 raw[2];
+		u32 rs[2];
+		// Codes and scales of block kb+1 load into registers while block kb is unpacked.
+		auto fetch = [&](int kb) {
 #pragma unroll
-			for (int i = 0; i < 2; i++) raw[j][i] = ok ? wr[kb * 4 + i] : z4;
-			if (nvfp4) rs[j] = ok ? *reinterpret_cast<const uint2*>(sr + kb * 8) : make_uint2(0u, 0u);
-			else rs[j] = make_uint2(ok ? *reinterpret_cast<const u32*>(sr + kb * 4) : 0u, 0u);
+			for (int h = 0; h < 2; h++) {
+				raw[h] = ok[h] ? wr[h][kb * 4] : z4;
+				if (nvfp4) rs[h] = ok[h] ? *reinterpret_cast<const u16*>(sr[h] + kb * 8 + 2 * q) : 0u;
+				else rs[h] = ok[h] ? sr[h][kb * 4 + q] : 0u;
+			}
 		};
-#pragma unroll
-		for (int j = 0; j < MW_PF; j++)
-			if (j < nkb) fetch(j, j);
-		for (int kb0 = 0; kb0 < nkb; kb0 += MW_PF) {
-#pragma unroll
-		for (int j = 0; j < MW_PF; j++) {
-			const int kb = kb0 + j;
-			if (kb >= nkb) break;
+		if (nkb > 0) fetch(0);
+		for (int kb = 0; kb < nkb; kb++) {
 			const int s = kb % C::STAGES;
 			const u32 ph = (kb / C::STAGES) & 1;
-			const uint4 cur[2] = {raw[j][0], raw[j][1]};
-			const uint2 cs = rs[j];
-			if (kb + MW_PF < nkb) fetch(kb + MW_PF, j);
+			const uint4 cur[2] = {raw[0], raw[1]};
+			const u32 cs[2] = {rs[0], rs[1]};
+			if (kb + 1 < nkb) fetch(kb + 1);
 			mbar_wait(&empty[s], ph ^ 1);
 			u8* Ws = smem + s * C::STAGE;
 			if (pt == 0) {
@@ -175,36 +172,38 @@ DEV void moe_fp4_wg_body(u16* __restrict__ y, const TmaMap* mapX, const int* __r
 				tma_load2d(Xs, mapX, &full[s], kb * 256, mBeg);
 				tma_load2d(Xs + C::X_ATOM, mapX, &full[s], kb * 256 + 128, mBeg);
 			}
-			// 8 chunks of 8 K values (4 code bytes) -> 16 bytes of bf16 each.
 #pragma unroll
-			for (int c8 = 0; c8 < 8; c8++) {
-				const int ch = 8 * part + c8; // chunk of the 128-K block
-				const uint4 q = cur[c8 >> 2];
-				const u32 codes = (c8 & 3) == 0 ? q.x : (c8 & 3) == 1 ? q.y : (c8 & 3) == 2 ? q.z : q.w;
-				uint4 o;
+			for (int h = 0; h < 2; h++) {
+				const int row = rr + 64 * h;
+				u8* dst = Ws + (q >> 1) * (128 * 128) + row * 128;
+				u32 s2[2]; // bf16x2 scales of chunks 0-1 and 2-3
+				u32 E = 0;
 				if (nvfp4) {
-					const int grp = ch >> 1; // 16-groups of this block
-					const u32 sw = grp < 4 ? cs.x : cs.y;
 					// e4m3 * 2^117 < 2^126: the bf16 scale times the codes' 2^-126 is
 					// the weight times 2^-9, which the epilogue gives back.
-					const u32 sb = f32_to_bf16(e4m3_to_f32((sw >> (8 * (grp & 3))) & 0xffu) * 0x1p117f); // NaN stays NaN
-					o = e2m1x8_scaled(codes, sb | (sb << 16));
-				} else {
-					const u32 E = (cs.x >> (8 * (ch >> 2))) & 0xffu;
-					// 2^(E-127) * 2^126 is a bf16 up to E = 128; larger scales take a second factor.
-					const u32 sb = (min(E, 128u) + 126u) << 7;
-					o = e2m1x8_scaled(codes, sb | (sb << 16));
-					if (E > 128u) {
-						const u32 x = E == 255u ? 0x7fc0u : (E - 1u) << 7;
-						o = make_uint4(bf16x2_mul(o.x, x | (x << 16)), bf16x2_mul(o.y, x | (x << 16)),
-							bf16x2_mul(o.z, x | (x << 16)), bf16x2_mul(o.w, x | (x << 16)));
+#pragma unroll
+					for (int g = 0; g < 2; g++) {
+						const u32 sb = f32_to_bf16(e4m3_to_f32((cs[h] >> (8 * g)) & 0xffu) * 0x1p117f); // NaN stays NaN
+						s2[g] = sb | (sb << 16);
 					}
+				} else {
+					// 2^(E-127) * 2^126 is a bf16 up to E = 128; larger scales take a second factor.
+					E = cs[h];
+					const u32 sb = (min(E, 128u) + 126u) << 7;
+					s2[0] = s2[1] = sb | (sb << 16);
 				}
-				*reinterpret_cast<uint4*>(Ws + part * (128 * 128) + row * 128 + ((c8 ^ (row & 7)) << 4)) = o;
+				const u32 x = E == 255u ? 0x7fc07fc0u : ((E - 1u) << 7) * 0x10001u;
+#pragma unroll
+				for (int j = 0; j < 4; j++) {
+					const int c8 = 4 * (q & 1) + j; // 16-byte chunk of the swizzle atom
+					const u32 codes = j == 0 ? cur[h].x : j == 1 ? cur[h].y : j == 2 ? cur[h].z : cur[h].w;
+					uint4 o = e2m1x8_scaled(codes, s2[j >> 1]);
+					if (E > 128u) o = make_uint4(bf16x2_mul(o.x, x), bf16x2_mul(o.y, x), bf16x2_mul(o.z, x), bf16x2_mul(o.w, x));
+					*reinterpret_cast<uint4*>(dst + ((c8 ^ (row & 7)) << 4)) = o;
+				}
 			}
 			asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
 			mbar_arrive(&full[s]);
-		}
 		}
 		return;
 	}
