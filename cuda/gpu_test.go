@@ -176,7 +176,7 @@ func TestErrorsNameCallAndCode(t *testing.T) {
 
 // TestKernelResources: the GEMM kernels keep their working set in registers.
 // moe_fp4_dec runs under a 56-register cap (9 CTAs per SM) without a stack;
-// moe_fp4_dec_nv (64 registers, 8 CTAs) keeps two words on the stack (two
+// moe_fp4_dec_nv (64 registers, 8 CTAs) and moe_fp4_dec16_nv (80, 6) keep a few words on the stack (two
 // LDL per 128-K block, seen in the SASS): allowed, nothing more. linear_fp8
 // sits at 255 registers under NVRTC 13.0 and, with its scale bytes loaded a
 // block ahead, spills 24 bytes (none under NVRTC 12.4); measured with the
@@ -188,7 +188,7 @@ func TestKernelResources(t *testing.T) {
 		local        int
 	}{
 		{"linear_fp8", "linear_fp8", 24}, {"linear_fp8", "linear_fp8_dec", 0}, {"linear_fp8_tdec", "linear_fp8_tdec", 0}, {"linear_fp8_tdec3", "linear_fp8_tdec3", 0}, {"linear_fp8_tdec3", "linear_fp8_tdec3_b3", 0},
-		{"moe_fp4", "moe_fp4_gemm", 0}, {"moe_fp4_dec", "moe_fp4_dec", 0}, {"moe_fp4_dec", "moe_fp4_dec_nv", 8},
+		{"moe_fp4", "moe_fp4_gemm", 0}, {"moe_fp4_dec", "moe_fp4_dec", 0}, {"moe_fp4_dec", "moe_fp4_dec_nv", 8}, {"moe_fp4_dec", "moe_fp4_dec16", 0}, {"moe_fp4_dec", "moe_fp4_dec16_nv", 16},
 		{"rmsnorm", "rmsnorm_bf16", 0},
 		{"linear_fp8_wg", "linear_fp8_wg", 0}, {"moe_fp4_wg", "moe_fp4_wg32", 0}, {"moe_fp4_wg", "moe_fp4_wg128", 0},
 		{"linear_f32", "gemv1_f32_w1", 0}, {"linear_f32", "gemv_f32_w1", 0}, {"linear_bf16", "linear_bf16_w1", 0}, {"linear_bf16", "linear_bf16_w2", 0}, {"linear_bf16", "linear_bf16x3_w1", 0},

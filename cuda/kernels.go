@@ -277,7 +277,7 @@ type MoEShape struct {
 
 // moePlan is the launch of one grouped GEMM, fixed by the shape and the
 // path (so that its scratch size is too): decode-shaped lists (moeDecode)
-// run moe_fp4_dec over 8-row tiles, 64 output columns per CTA; larger ones
+// run moe_fp4_dec over 8- or 16-row tiles, 64 output columns per CTA; larger ones
 // moe_fp4_wg (sm_90a, tiles of bm rows by the expected rows per expert) or
 // moe_fp4_gemm (64-row tiles, 128 columns per CTA). K is split when the CTAs
 // are too few to keep the weight stream in flight (mma.sync paths).
@@ -293,11 +293,21 @@ type moePlan struct {
 // tokens, 12 rows per expert, 2.07 ms against 2.75 ms).
 func moeDecode(sh MoEShape) bool { return sh.Rows <= 16*min(sh.Experts, sh.Rows) }
 
+// decTileRows is moe_fp4_dec's token tile: 8 rows, or 16 where experts
+// average more than 8 (prefill chunks), so that each weight fragment is
+// decoded once for two 8-token MMAs.
+func decTileRows(sh MoEShape) int {
+	if sh.Rows > 8*min(sh.Experts, sh.Rows) {
+		return 16
+	}
+	return 8
+}
+
 func planMoE(sh MoEShape, path Path) moePlan {
 	p := moePlan{path: path, bm: 64, colsPC: 128}
 	switch path {
 	case PathDec:
-		p.bm, p.colsPC = 8, 64
+		p.bm, p.colsPC = decTileRows(sh), 64
 	case PathWG:
 		p.bm = moeBlockM(sh)
 	}
@@ -481,10 +491,15 @@ func MoEFP4Tiles(s *Stream, y, xq, xs, w, wscale, gscale DevicePtr, sh MoEShape,
 	switch {
 	case path != PathDec:
 		err = launch(s, "moe_fp4", "moe_fp4_gemm", grid, Dim3{128, 1, 1}, moeSmem, b)
-	case nv == 1:
-		err = launch(s, "moe_fp4_dec", "moe_fp4_dec_nv", grid, Dim3{128, 1, 1}, 0, b)
 	default:
-		err = launch(s, "moe_fp4_dec", "moe_fp4_dec", grid, Dim3{128, 1, 1}, 0, b)
+		name := "moe_fp4_dec"
+		if p.bm == 16 {
+			name += "16"
+		}
+		if nv == 1 {
+			name += "_nv"
+		}
+		err = launch(s, "moe_fp4_dec", name, grid, Dim3{128, 1, 1}, 0, b)
 	}
 	if err != nil || p.splits == 1 {
 		return err

@@ -1,6 +1,6 @@
 // Decode-shaped MoE grouped GEMM over FP4 expert weights: the same function
-// as moe_fp4_gemm (kernels/moe_fp4.cu) for tile lists of at most 8 rows per
-// tile (moe_tile_map with bm = 8), built for the weight stream rather than
+// as moe_fp4_gemm (kernels/moe_fp4.cu) for tile lists of 8 or 16 rows per
+// tile (moe_tile_map with bm = 8 or 16), built for the weight stream rather than
 // for reuse: the weights are the MMA's A operand (16 output columns per
 // warp), the tile's tokens its B operand (n = 8), so no row slots are wasted.
 //
@@ -26,12 +26,18 @@
 // stores fp32 sums (times G_e) to part[z][Mtot][N] for linear_fp8_reduce.
 #include "common.cuh"
 
-#define DS 4                            // ring stages
-#define DW 4096                         // weights per stage: 64 rows x 64 bytes
-#define DXJ 288                         // activations per 32-K step: 9 rows (8 tokens + zero) x 32 bytes
-#define DX (4 * DXJ)                    //
-#define DSTAGE (DW + DX + 512)          // + scales: 64 rows x up to 8 bytes
-#define DZERO 256                       // zero row inside each 32-K step
+#define DS 4    // ring stages
+#define DW 4096 // weights per stage: 64 rows x 64 bytes
+
+// Stage layout of a tile of 8*MT tokens: weights, then per 32-K step the
+// tokens' 32 bytes and a zero row, then the scales (64 rows x up to 8 bytes).
+template <int MT>
+struct DecGeom {
+	static constexpr int XJ = (8 * MT + 1) * 32; // activations of one 32-K step
+	static constexpr int X = 4 * XJ;
+	static constexpr int STAGE = DW + X + 512;
+	static constexpr int ZERO = 8 * MT * 32; // zero row inside each 32-K step
+};
 
 DEV u32 prmt(u32 a, u32 b, u32 sel) {
 	u32 d;
@@ -70,16 +76,20 @@ DEV void b_words(uint2 x, u32* b) {
 	e4m3x4_f16x2(prmt(x.x, x.y, 0x7531u), b[2], b[3]);
 }
 
-// p += (row g word wa, row g+8 word wb) x (b): the 32 K of one chunk.
-DEV void mma_chunk(float* p, u32 wa, u32 wb, const u32* b) {
-	u32 a0[4], a1[4];
-	e4m3x4_f16x2(q_even(wa), a0[0], a0[2]);
-	e4m3x4_f16x2(q_even(wb), a0[1], a0[3]);
-	e4m3x4_f16x2(q_odd(wa), a1[0], a1[2]);
-	e4m3x4_f16x2(q_odd(wb), a1[1], a1[3]);
+// The A fragments of a 32-K chunk: row g word wa, row g+8 word wb (a[0..3]
+// the even pairs, a[4..7] the odd ones).
+DEV void a_frags(u32 wa, u32 wb, u32* a) {
+	e4m3x4_f16x2(q_even(wa), a[0], a[2]);
+	e4m3x4_f16x2(q_even(wb), a[1], a[3]);
+	e4m3x4_f16x2(q_odd(wa), a[4], a[6]);
+	e4m3x4_f16x2(q_odd(wb), a[5], a[7]);
+}
+
+// p += a x (b): the 32 K of one chunk for 8 B columns.
+DEV void mma_chunk(float* p, const u32* a, const u32* b) {
 	const u32 b0[2] = {b[0], b[1]}, b1[2] = {b[2], b[3]};
-	mma_f16_16816(p, a0, b0);
-	mma_f16_16816(p, a1, b1);
+	mma_f16_16816(p, a, b0);
+	mma_f16_16816(p, a + 4, b1);
 }
 
 // No byte of s is 0 or 255.
@@ -114,17 +124,20 @@ DEV void nv_scales(u32 v, float* f) {
 #define DEC_MIN_CTAS_NV 1
 #endif
 
-// One CTA of moe_fp4_dec, MXFP4 or NVFP4 (NV). The K loop is unrolled by the
+// One CTA of moe_fp4_dec, MXFP4 or NVFP4 (NV), for tiles of 8*MT tokens:
+// with MT = 2 each weight fragment is decoded once for two 8-token MMAs
+// (prefill chunks put 9-16 rows on an expert). The K loop is unrolled by the
 // ring depth so that stage offsets are constants and the copy sources are
 // running pointers: the loop's bookkeeping was about as many instructions as
 // the FP4 decoding (SASS, 2026-12-04).
-template <bool NV>
+template <bool NV, int MT>
 DEV void dec_cta(u8* ring, u16* __restrict__ y, const u8* __restrict__ xq, const u8* __restrict__ xs,
 	int e, int mBeg, int mEnd, const u8* __restrict__ w, const u8* __restrict__ wscale,
 	const float* __restrict__ gscale, int N, int K, float* __restrict__ part, int kbPer, int Mtot)
 {
 	const int tid = threadIdx.x, lane = tid & 31, wid = tid >> 5;
 	const int g = lane >> 2, c = lane & 3;
+	using Gm = DecGeom<MT>;
 	const int col0 = blockIdx.x * 64;
 	const int nkb = K / 128;
 	const int kb0 = part ? blockIdx.z * kbPer : 0;
@@ -136,45 +149,55 @@ DEV void dec_cta(u8* ring, u16* __restrict__ y, const u8* __restrict__ xq, const
 	const u8* se = wscale + (size_t)e * N * gpr;
 
 	// Copy assignment: weights 2 x 16 B per thread; threads 0..63 one scale
-	// row, 64..127 one 16-byte activation chunk (token u>>3, chunk u&7). The
-	// sources advance by one 128-K block per issue.
+	// row, 64..127 one 16-byte activation chunk (token u>>3, chunk u&7) of
+	// each 8-token block. The sources advance by one 128-K block per issue.
 	const int wr = tid >> 2, wp = tid & 3; // rows wr and wr + 32, 16-byte chunk wp
 	const int wok0 = col0 + wr < N ? 16 : 0, wok1 = col0 + wr + 32 < N ? 16 : 0;
 	const u8* wq0 = we + (size_t)(wok0 ? col0 + wr : 0) * (K / 2) + wp * 16 + (size_t)kb0 * 64;
 	const u8* wq1 = wq0 + (wok1 ? (size_t)32 * (K / 2) : 0); // else row wr again, zero-filled
 	u8* const wd = ring + wr * 64 + ((wp ^ ((wr >> 1) & 3)) << 4); // row + 32: same swizzle
-	const u8* aq;
+	const u8* aq[MT];
 	u8* ad;
-	int aok, astep;
+	int aok[MT], astep;
 	if (tid < 64) {
 		const int row = col0 + tid;
-		aok = row < N ? sbytes : 0;
-		aq = se + (size_t)(row < N ? row : 0) * gpr + (size_t)kb0 * sbytes;
-		ad = ring + DW + DX + tid * sbytes;
+		aok[0] = row < N ? sbytes : 0;
+		aq[0] = se + (size_t)(row < N ? row : 0) * gpr + (size_t)kb0 * sbytes;
+#pragma unroll
+		for (int t = 1; t < MT; t++) aq[t] = aq[0], aok[t] = aok[0]; // unused
+		ad = ring + DW + Gm::X + tid * sbytes;
 		astep = sbytes;
 	} else {
 		const int u = tid - 64, tok = u >> 3, q = u & 7;
-		const int tk = mBeg + tok;
-		aok = tk < mEnd ? 16 : 0;
-		aq = xq + (size_t)(tk < mEnd ? tk : mBeg) * K + q * 16 + (size_t)kb0 * 128;
-		ad = ring + DW + (q >> 1) * DXJ + tok * 32 + (q & 1) * 16;
+#pragma unroll
+		for (int t = 0; t < MT; t++) {
+			const int tk = mBeg + tok + 8 * t;
+			aok[t] = tk < mEnd ? 16 : 0;
+			aq[t] = xq + (size_t)(tk < mEnd ? tk : mBeg) * K + q * 16 + (size_t)kb0 * 128;
+		}
+		ad = ring + DW + (q >> 1) * Gm::XJ + tok * 32 + (q & 1) * 16;
 		astep = 128;
 	}
 	auto issue = [&](int st) {
-		cp_async16(wd + st * DSTAGE, wq0, wok0);
-		cp_async16(wd + st * DSTAGE + 32 * 64, wq1, wok1);
-		if (tid >= 64) cp_async16(ad + st * DSTAGE, aq, aok);
-		else cp_async_ca<sbytes>(ad + st * DSTAGE, aq, aok);
+		cp_async16(wd + st * Gm::STAGE, wq0, wok0);
+		cp_async16(wd + st * Gm::STAGE + 32 * 64, wq1, wok1);
+		if (tid >= 64) {
+#pragma unroll
+			for (int t = 0; t < MT; t++) cp_async16(ad + st * Gm::STAGE + t * 256, aq[t], aok[t]);
+		} else {
+			cp_async_ca<sbytes>(ad + st * Gm::STAGE, aq[0], aok[0]);
+		}
 		wq0 += 64;
 		wq1 += 64;
-		aq += astep;
+#pragma unroll
+		for (int t = 0; t < MT; t++) aq[t] += astep;
 	};
 
 	// Zero rows of every stage (never written by the copies); visible after the
 	// first barrier below.
 	{
 		const int st = tid >> 5, j = (tid >> 3) & 3, k = tid & 7;
-		reinterpret_cast<u32*>(ring + st * DSTAGE + DW + j * DXJ + DZERO)[k] = 0u;
+		reinterpret_cast<u32*>(ring + st * Gm::STAGE + DW + j * Gm::XJ + Gm::ZERO)[k] = 0u;
 	}
 #pragma unroll
 	for (int s = 0; s < DS - 1; s++) {
@@ -190,49 +213,75 @@ DEV void dec_cta(u8* ring, u16* __restrict__ y, const u8* __restrict__ xq, const
 	const int rowA = wid * 16 + g, rowB = rowA + 8; // CTA-local weight rows of this thread
 	// B rows: MXFP4 token g; NVFP4 column g = (token g>>1, half g&1), zero row
 	// unless this lane's 8 elements are in that half.
+	// Token block t (8 tokens) adds 8t rows to B and 8t to the D tokens.
 	const bool mine = (c >> 1) == (g & 1);
-	const int boff0 = NV ? (mine ? (g >> 1) * 32 : DZERO) + 8 * c : g * 32 + 8 * c;
-	const int boff1 = mine ? boff0 + 4 * 32 : boff0; // NVFP4 tokens 4..7
-	const bool two = NV && mEnd - mBeg > 4;          // NVFP4 tokens 4..7 need a second pass
-	// This thread's D tokens: MXFP4 (2c, 2c+1); NVFP4 (c, c+4).
+	const int boff0 = NV ? (mine ? (g >> 1) * 32 : Gm::ZERO) + 8 * c : g * 32 + 8 * c;
+	const int bstep = NV && !mine ? 0 : 8 * 32; // the zero row stays the zero row
+	const int boff1 = mine ? boff0 + 4 * 32 : boff0; // NVFP4 tokens 4..7 of a block
+	const int rows = mEnd - mBeg;
+	// This thread's D tokens: MXFP4 (2c, 2c+1); NVFP4 (c, c+4); + 8t.
 	const int tA = NV ? mBeg + c : mBeg + 2 * c, tB = NV ? mBeg + c + 4 : tA + 1;
-	const bool okA = tA < mEnd, okB = tB < mEnd;
-	float acc[4] = {0.f, 0.f, 0.f, 0.f}; // (rowA, tA), (rowA, tB), (rowB, tA), (rowB, tB)
-	const u8* xsA = xs + (size_t)(okA ? tA : mBeg) * nkb + kb0; // < 2^31 entries: Mtot * K / 128
-	const u8* xsB = xs + (size_t)(okB ? tB : mBeg) * nkb + kb0;
-	u32 xa = nb > 0 ? *xsA : 0u, xb = nb > 0 ? *xsB : 0u;
+	float acc[4 * MT]; // block t: (rowA, tA), (rowA, tB), (rowB, tA), (rowB, tB)
+	const u8* xsA[MT];
+	const u8* xsB[MT];
+	bool okA[MT], okB[MT];
+	u32 xa[MT], xb[MT];
+#pragma unroll
+	for (int t = 0; t < MT; t++) {
+		okA[t] = tA + 8 * t < mEnd;
+		okB[t] = tB + 8 * t < mEnd;
+		xsA[t] = xs + (size_t)(okA[t] ? tA + 8 * t : mBeg) * nkb + kb0; // < 2^31 entries: Mtot * K / 128
+		xsB[t] = xs + (size_t)(okB[t] ? tB + 8 * t : mBeg) * nkb + kb0;
+		xa[t] = nb > 0 ? *xsA[t] : 0u;
+		xb[t] = nb > 0 ? *xsB[t] : 0u;
+#pragma unroll
+		for (int k = 0; k < 4; k++) acc[4 * t + k] = 0.f;
+	}
 
 	auto step = [&](int i, int st) {
 		cp_async_wait<DS - 2>();
 		__syncthreads(); // stage st landed for all; the stage before it is free
 		if (i + DS - 1 < nb) issue((st + DS - 1) % DS);
 		cp_async_commit();
-		const float x0 = okA ? e8m0_to_f32(xa) : 0.f, x1 = okB ? e8m0_to_f32(xb) : 0.f;
-		if (i + 1 < nb) {
-			xa = xsA[i + 1];
-			xb = xsB[i + 1];
+		float x0[MT], x1[MT];
+#pragma unroll
+		for (int t = 0; t < MT; t++) {
+			x0[t] = okA[t] ? e8m0_to_f32(xa[t]) : 0.f;
+			x1[t] = okB[t] ? e8m0_to_f32(xb[t]) : 0.f;
+			if (i + 1 < nb) {
+				xa[t] = xsA[t][i + 1];
+				xb[t] = xsB[t][i + 1];
+			}
 		}
-		const u8* S = ring + st * DSTAGE;
+		const u8* S = ring + st * Gm::STAGE;
 		u32 wv[8]; // wA[0], wB[0], wA[1], wB[1], ... (chunks 0..3)
-		ldsm_x4(wv, ldA0 + st * DSTAGE);
-		ldsm_x4(wv + 4, (ldA0 + st * DSTAGE) ^ 32u);
+		ldsm_x4(wv, ldA0 + st * Gm::STAGE);
+		ldsm_x4(wv + 4, (ldA0 + st * Gm::STAGE) ^ 32u);
 		const u8* X = S + DW;
 		if (!NV) {
-			const u32 scA = *reinterpret_cast<const u32*>(S + DW + DX + rowA * 4);
-			const u32 scB = *reinterpret_cast<const u32*>(S + DW + DX + rowB * 4);
-			float blk[4] = {0.f, 0.f, 0.f, 0.f};
+			const u32 scA = *reinterpret_cast<const u32*>(S + DW + Gm::X + rowA * 4);
+			const u32 scB = *reinterpret_cast<const u32*>(S + DW + Gm::X + rowB * 4);
+			float blk[4 * MT];
+#pragma unroll
+			for (int k = 0; k < 4 * MT; k++) blk[k] = 0.f;
 			auto block = [&](auto dec) {
 #pragma unroll
 				for (int j = 0; j < 4; j++) {
-					u32 b[4];
-					b_words(*reinterpret_cast<const uint2*>(X + j * DXJ + boff0), b);
-					float p[4] = {0.f, 0.f, 0.f, 0.f};
-					mma_chunk(p, wv[2 * j], wv[2 * j + 1], b);
+					u32 a[8];
+					a_frags(wv[2 * j], wv[2 * j + 1], a);
 					const float fA = dec(scA, j), fB = dec(scB, j);
-					blk[0] = fmaf(p[0], fA, blk[0]);
-					blk[1] = fmaf(p[1], fA, blk[1]);
-					blk[2] = fmaf(p[2], fB, blk[2]);
-					blk[3] = fmaf(p[3], fB, blk[3]);
+#pragma unroll
+					for (int t = 0; t < MT; t++) {
+						if (t > 0 && rows <= 8 * t) break; // uniform over the CTA
+						u32 b[4];
+						b_words(*reinterpret_cast<const uint2*>(X + j * Gm::XJ + boff0 + t * bstep), b);
+						float p[4] = {0.f, 0.f, 0.f, 0.f};
+						mma_chunk(p, a, b);
+						blk[4 * t + 0] = fmaf(p[0], fA, blk[4 * t + 0]);
+						blk[4 * t + 1] = fmaf(p[1], fA, blk[4 * t + 1]);
+						blk[4 * t + 2] = fmaf(p[2], fB, blk[4 * t + 2]);
+						blk[4 * t + 3] = fmaf(p[3], fB, blk[4 * t + 3]);
+					}
 				}
 			};
 			// e8m0 is 2^(b-127) = bits b << 23 for b in 1..254; a word with a 0
@@ -241,44 +290,58 @@ DEV void dec_cta(u8* ring, u16* __restrict__ y, const u8* __restrict__ xq, const
 				block([](u32 sc, int j) { return __uint_as_float(((sc >> (8 * j)) << 23) & 0x7f800000u); });
 			else
 				block([](u32 sc, int j) { return e8m0_to_f32(sc >> (8 * j)); });
-			acc[0] = fmaf(blk[0], x0, acc[0]);
-			acc[1] = fmaf(blk[1], x1, acc[1]);
-			acc[2] = fmaf(blk[2], x0, acc[2]);
-			acc[3] = fmaf(blk[3], x1, acc[3]);
+#pragma unroll
+			for (int t = 0; t < MT; t++) {
+				acc[4 * t + 0] = fmaf(blk[4 * t + 0], x0[t], acc[4 * t + 0]);
+				acc[4 * t + 1] = fmaf(blk[4 * t + 1], x1[t], acc[4 * t + 1]);
+				acc[4 * t + 2] = fmaf(blk[4 * t + 2], x0[t], acc[4 * t + 2]);
+				acc[4 * t + 3] = fmaf(blk[4 * t + 3], x1[t], acc[4 * t + 3]);
+			}
 		} else {
-			const uint2 scA = *reinterpret_cast<const uint2*>(S + DW + DX + rowA * 8);
-			const uint2 scB = *reinterpret_cast<const uint2*>(S + DW + DX + rowB * 8);
+			const uint2 scA = *reinterpret_cast<const uint2*>(S + DW + Gm::X + rowA * 8);
+			const uint2 scB = *reinterpret_cast<const uint2*>(S + DW + Gm::X + rowB * 8);
 			float fA[8], fB[8]; // the row's eight 16-group scales of this block
 			nv_scales(scA.x, fA);
 			nv_scales(scA.y, fA + 4);
 			nv_scales(scB.x, fB);
 			nv_scales(scB.y, fB + 4);
-			float blk0[2] = {0.f, 0.f}, blk1[2] = {0.f, 0.f}; // tokens tA, tB; rows A, B
+			float blk0[2 * MT], blk1[2 * MT]; // block t: tokens tA, tB; rows A, B
+#pragma unroll
+			for (int k = 0; k < 2 * MT; k++) blk0[k] = blk1[k] = 0.f;
 #pragma unroll
 			for (int j = 0; j < 4; j++) {
 				// 16-groups 2j (D columns h = 0) and 2j+1 (h = 1).
-				u32 b[4];
-				b_words(*reinterpret_cast<const uint2*>(X + j * DXJ + boff0), b);
-				float p[4] = {0.f, 0.f, 0.f, 0.f};
-				mma_chunk(p, wv[2 * j], wv[2 * j + 1], b);
-				blk0[0] = fmaf(p[0], fA[2 * j], blk0[0]);
-				blk0[0] = fmaf(p[1], fA[2 * j + 1], blk0[0]);
-				blk0[1] = fmaf(p[2], fB[2 * j], blk0[1]);
-				blk0[1] = fmaf(p[3], fB[2 * j + 1], blk0[1]);
-				if (two) {
-					b_words(*reinterpret_cast<const uint2*>(X + j * DXJ + boff1), b);
-					float q[4] = {0.f, 0.f, 0.f, 0.f};
-					mma_chunk(q, wv[2 * j], wv[2 * j + 1], b);
-					blk1[0] = fmaf(q[0], fA[2 * j], blk1[0]);
-					blk1[0] = fmaf(q[1], fA[2 * j + 1], blk1[0]);
-					blk1[1] = fmaf(q[2], fB[2 * j], blk1[1]);
-					blk1[1] = fmaf(q[3], fB[2 * j + 1], blk1[1]);
+				u32 a[8];
+				a_frags(wv[2 * j], wv[2 * j + 1], a);
+#pragma unroll
+				for (int t = 0; t < MT; t++) {
+					if (t > 0 && rows <= 8 * t) break; // uniform over the CTA
+					u32 b[4];
+					b_words(*reinterpret_cast<const uint2*>(X + j * Gm::XJ + boff0 + t * bstep), b);
+					float p[4] = {0.f, 0.f, 0.f, 0.f};
+					mma_chunk(p, a, b);
+					blk0[2 * t] = fmaf(p[0], fA[2 * j], blk0[2 * t]);
+					blk0[2 * t] = fmaf(p[1], fA[2 * j + 1], blk0[2 * t]);
+					blk0[2 * t + 1] = fmaf(p[2], fB[2 * j], blk0[2 * t + 1]);
+					blk0[2 * t + 1] = fmaf(p[3], fB[2 * j + 1], blk0[2 * t + 1]);
+					if (rows > 8 * t + 4) { // NVFP4 tokens 4..7 of the block need a second pass
+						b_words(*reinterpret_cast<const uint2*>(X + j * Gm::XJ + boff1 + t * bstep), b);
+						float q[4] = {0.f, 0.f, 0.f, 0.f};
+						mma_chunk(q, a, b);
+						blk1[2 * t] = fmaf(q[0], fA[2 * j], blk1[2 * t]);
+						blk1[2 * t] = fmaf(q[1], fA[2 * j + 1], blk1[2 * t]);
+						blk1[2 * t + 1] = fmaf(q[2], fB[2 * j], blk1[2 * t + 1]);
+						blk1[2 * t + 1] = fmaf(q[3], fB[2 * j + 1], blk1[2 * t + 1]);
+					}
 				}
 			}
-			acc[0] = fmaf(blk0[0], x0, acc[0]);
-			acc[2] = fmaf(blk0[1], x0, acc[2]);
-			acc[1] = fmaf(blk1[0], x1, acc[1]);
-			acc[3] = fmaf(blk1[1], x1, acc[3]);
+#pragma unroll
+			for (int t = 0; t < MT; t++) {
+				acc[4 * t + 0] = fmaf(blk0[2 * t], x0[t], acc[4 * t + 0]);
+				acc[4 * t + 2] = fmaf(blk0[2 * t + 1], x0[t], acc[4 * t + 2]);
+				acc[4 * t + 1] = fmaf(blk1[2 * t], x1[t], acc[4 * t + 1]);
+				acc[4 * t + 3] = fmaf(blk1[2 * t + 1], x1[t], acc[4 * t + 3]);
+			}
 		}
 	};
 	for (int i0 = 0; i0 < nb; i0 += DS) {
@@ -291,26 +354,30 @@ DEV void dec_cta(u8* ring, u16* __restrict__ y, const u8* __restrict__ xq, const
 	const int oA = col0 + rowA, oB = col0 + rowB;
 	const int os[4] = {oA, oA, oB, oB}, ts[4] = {tA, tB, tA, tB};
 #pragma unroll
-	for (int k = 0; k < 4; k++) {
-		if (os[k] >= N || ts[k] >= mEnd) continue;
-		const float v = acc[k] * G;
-		if (part) part[((size_t)blockIdx.z * Mtot + ts[k]) * N + os[k]] = v;
-		else y[(size_t)ts[k] * N + os[k]] = (u16)f32_to_bf16(v);
+	for (int t = 0; t < MT; t++) {
+#pragma unroll
+		for (int k = 0; k < 4; k++) {
+			const int tk = ts[k] + 8 * t;
+			if (os[k] >= N || tk >= mEnd) continue;
+			const float v = acc[4 * t + k] * G;
+			if (part) part[((size_t)blockIdx.z * Mtot + tk) * N + os[k]] = v;
+			else y[(size_t)tk * N + os[k]] = (u16)f32_to_bf16(v);
+		}
 	}
 }
 
-template <bool NV>
+template <bool NV, int MT>
 DEV void dec_kernel(u16* __restrict__ y, const u8* __restrict__ xq, const u8* __restrict__ xs,
 	const int* __restrict__ scratch, const u8* __restrict__ w, const u8* __restrict__ wscale,
 	const float* __restrict__ gscale, int N, int K, float* __restrict__ part, int kbPer, int Mtot)
 {
 	PDL_ENTRY();
-	__shared__ __align__(128) u8 ring[DS * DSTAGE];
+	__shared__ __align__(128) u8 ring[DS * DecGeom<MT>::STAGE];
 	const int t = blockIdx.y;
 	const int cnt = scratch[0];
 	const int4 tile = reinterpret_cast<const int4*>(scratch + 4)[t]; // in bounds: t < maxTiles
 	if (t >= cnt) return;
-	dec_cta<NV>(ring, y, xq, xs, tile.x, tile.y, tile.z, w, wscale, gscale, N, K, part, kbPer, Mtot);
+	dec_cta<NV, MT>(ring, y, xq, xs, tile.x, tile.y, tile.z, w, wscale, gscale, N, K, part, kbPer, Mtot);
 }
 
 // MXFP4 and NVFP4 entry points: NVFP4 holds more live values (the second
@@ -320,7 +387,7 @@ extern "C" __global__ void __launch_bounds__(128, DEC_MIN_CTAS) moe_fp4_dec(
 	const int* __restrict__ scratch, const u8* __restrict__ w, const u8* __restrict__ wscale,
 	const float* __restrict__ gscale, int N, int K, float* __restrict__ part, int kbPer, int Mtot)
 {
-	dec_kernel<false>(y, xq, xs, scratch, w, wscale, gscale, N, K, part, kbPer, Mtot);
+	dec_kernel<false, 1>(y, xq, xs, scratch, w, wscale, gscale, N, K, part, kbPer, Mtot);
 }
 
 extern "C" __global__ void __launch_bounds__(128, DEC_MIN_CTAS_NV) moe_fp4_dec_nv(
@@ -328,5 +395,23 @@ extern "C" __global__ void __launch_bounds__(128, DEC_MIN_CTAS_NV) moe_fp4_dec_n
 	const int* __restrict__ scratch, const u8* __restrict__ w, const u8* __restrict__ wscale,
 	const float* __restrict__ gscale, int N, int K, float* __restrict__ part, int kbPer, int Mtot)
 {
-	dec_kernel<true>(y, xq, xs, scratch, w, wscale, gscale, N, K, part, kbPer, Mtot);
+	dec_kernel<true, 1>(y, xq, xs, scratch, w, wscale, gscale, N, K, part, kbPer, Mtot);
+}
+
+// Tiles of 16 tokens (moe_tile_map with bm = 16): 6 CTAs an SM, 80 registers
+// (at 64 the two blocks' sums spilled; NVFP4 keeps a few words on the stack).
+extern "C" __global__ void __launch_bounds__(128, 6) moe_fp4_dec16(
+	u16* __restrict__ y, const u8* __restrict__ xq, const u8* __restrict__ xs,
+	const int* __restrict__ scratch, const u8* __restrict__ w, const u8* __restrict__ wscale,
+	const float* __restrict__ gscale, int N, int K, float* __restrict__ part, int kbPer, int Mtot)
+{
+	dec_kernel<false, 2>(y, xq, xs, scratch, w, wscale, gscale, N, K, part, kbPer, Mtot);
+}
+
+extern "C" __global__ void __launch_bounds__(128, 6) moe_fp4_dec16_nv(
+	u16* __restrict__ y, const u8* __restrict__ xq, const u8* __restrict__ xs,
+	const int* __restrict__ scratch, const u8* __restrict__ w, const u8* __restrict__ wscale,
+	const float* __restrict__ gscale, int N, int K, float* __restrict__ part, int kbPer, int Mtot)
+{
+	dec_kernel<true, 2>(y, xq, xs, scratch, w, wscale, gscale, N, K, part, kbPer, Mtot);
 }
