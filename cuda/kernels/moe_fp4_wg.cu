@@ -9,8 +9,9 @@
 //   - two producer warpgroups unpack each weight row's FP4 codes to bf16 and
 //     multiply by its group scale (an e2m1 value times an e8m0 power of two,
 //     or times an e4m3 NVFP4 scale, has at most 6 significant bits), writing
-//     the 128-byte-swizzled K-major layout wgmma reads; thread 0 loads the
-//     token tile with TMA;
+//     the 128-byte-swizzled K-major layout wgmma reads; NVFP4 weights are
+//     staged times 2^-9 (still exact) and G_e carries 2^9 back; thread 0
+//     loads the token tile with TMA;
 //   - two math warpgroups each multiply 64 weight rows (wgmma's M) by the BT
 //     tokens of the tile (wgmma's N: no row slots are wasted on small experts),
 //     keeping one wgmma group in flight.
