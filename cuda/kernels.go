@@ -288,7 +288,7 @@ type moePlan struct {
 }
 
 // moeDecode reports whether a tile list is decode-shaped: at most 16 rows
-// per expert on average. moe_fp4_dec re-reads an expert's weights per 8 rows,
+// per expert on average. moe_fp4_dec re-reads an expert's weights per tile,
 // yet up to 16 it beats moe_fp4_wg (H200, 2026-12-04: Flash w13 at 512
 // tokens, 12 rows per expert, 2.07 ms against 2.75 ms; again 2026-12-04h with
 // 16-row decode tiles: prefill of 512-token steps 11 % slower from 9 rows).

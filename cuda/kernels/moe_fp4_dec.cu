@@ -92,6 +92,23 @@ DEV void mma_chunk(float* p, const u32* a, const u32* b) {
 	mma_f16_16816(p, a + 4, b1);
 }
 
+// p = a x the 8 B columns of one 32-K chunk at x (eight activation bytes a lane).
+DEV void chunk_product(float* p, const u32* a, const u8* x) {
+	u32 b[4];
+	b_words(*reinterpret_cast<const uint2*>(x), b);
+	p[0] = p[1] = p[2] = p[3] = 0.f;
+	mma_chunk(p, a, b);
+}
+
+// NVFP4: blk[0] (row A) and blk[1] (row B) += a chunk product's two 16-group
+// sums (D columns h = 0, 1), each times its group scale.
+DEV void nv_fold(float* blk, const float* p, const float* fA, const float* fB) {
+	blk[0] = fmaf(p[0], fA[0], blk[0]);
+	blk[0] = fmaf(p[1], fA[1], blk[0]);
+	blk[1] = fmaf(p[2], fB[0], blk[1]);
+	blk[1] = fmaf(p[3], fB[1], blk[1]);
+}
+
 // No byte of s is 0 or 255.
 DEV bool e8m0_plain(u32 s) {
 	const u32 z = (s - 0x01010101u) & ~s, f = (~s - 0x01010101u) & s;
@@ -273,10 +290,8 @@ DEV void dec_cta(u8* ring, u16* __restrict__ y, const u8* __restrict__ xq, const
 #pragma unroll
 					for (int t = 0; t < MT; t++) {
 						if (t > 0 && rows <= 8 * t) break; // uniform over the CTA
-						u32 b[4];
-						b_words(*reinterpret_cast<const uint2*>(X + j * Gm::XJ + boff0 + t * bstep), b);
-						float p[4] = {0.f, 0.f, 0.f, 0.f};
-						mma_chunk(p, a, b);
+						float p[4];
+						chunk_product(p, a, X + j * Gm::XJ + boff0 + t * bstep);
 						blk[4 * t + 0] = fmaf(p[0], fA, blk[4 * t + 0]);
 						blk[4 * t + 1] = fmaf(p[1], fA, blk[4 * t + 1]);
 						blk[4 * t + 2] = fmaf(p[2], fB, blk[4 * t + 2]);
@@ -316,22 +331,12 @@ DEV void dec_cta(u8* ring, u16* __restrict__ y, const u8* __restrict__ xq, const
 #pragma unroll
 				for (int t = 0; t < MT; t++) {
 					if (t > 0 && rows <= 8 * t) break; // uniform over the CTA
-					u32 b[4];
-					b_words(*reinterpret_cast<const uint2*>(X + j * Gm::XJ + boff0 + t * bstep), b);
-					float p[4] = {0.f, 0.f, 0.f, 0.f};
-					mma_chunk(p, a, b);
-					blk0[2 * t] = fmaf(p[0], fA[2 * j], blk0[2 * t]);
-					blk0[2 * t] = fmaf(p[1], fA[2 * j + 1], blk0[2 * t]);
-					blk0[2 * t + 1] = fmaf(p[2], fB[2 * j], blk0[2 * t + 1]);
-					blk0[2 * t + 1] = fmaf(p[3], fB[2 * j + 1], blk0[2 * t + 1]);
+					float p[4];
+					chunk_product(p, a, X + j * Gm::XJ + boff0 + t * bstep);
+					nv_fold(blk0 + 2 * t, p, fA + 2 * j, fB + 2 * j);
 					if (rows > 8 * t + 4) { // NVFP4 tokens 4..7 of the block need a second pass
-						b_words(*reinterpret_cast<const uint2*>(X + j * Gm::XJ + boff1 + t * bstep), b);
-						float q[4] = {0.f, 0.f, 0.f, 0.f};
-						mma_chunk(q, a, b);
-						blk1[2 * t] = fmaf(q[0], fA[2 * j], blk1[2 * t]);
-						blk1[2 * t] = fmaf(q[1], fA[2 * j + 1], blk1[2 * t]);
-						blk1[2 * t + 1] = fmaf(q[2], fB[2 * j], blk1[2 * t + 1]);
-						blk1[2 * t + 1] = fmaf(q[3], fB[2 * j + 1], blk1[2 * t + 1]);
+						chunk_product(p, a, X + j * Gm::XJ + boff1 + t * bstep);
+						nv_fold(blk1 + 2 * t, p, fA + 2 * j, fB + 2 * j);
 					}
 				}
 			}
