@@ -136,11 +136,12 @@ func TestSplitK(t *testing.T) {
 	for _, c := range []struct {
 		sh         MoEShape
 		dec, split bool // on the tiled mma.sync path where not decode-shaped
-		bm         int  // wgmma token tile
+		bm         int  // wgmma token tile, or the decode kernel's
 	}{
-		{MoEShape{Experts: 256, Rows: 6, N: 4096, K: 4096}, true, true, 0},           // decode, batch 1
-		{MoEShape{Experts: 256, Rows: 64 * 6, N: 4096, K: 4096}, true, false, 0},     // 64 tokens
-		{MoEShape{Experts: 256, Rows: 512 * 6, N: 4096, K: 4096}, true, false, 0},    // 12 rows per expert
+		{MoEShape{Experts: 256, Rows: 6, N: 4096, K: 4096}, true, true, 8},           // decode, batch 1
+		{MoEShape{Experts: 256, Rows: 64 * 6, N: 4096, K: 4096}, true, false, 8},     // 64 tokens
+		{MoEShape{Experts: 256, Rows: 2048, N: 4096, K: 4096}, true, false, 8},       // 8 rows per expert
+		{MoEShape{Experts: 256, Rows: 512 * 6, N: 4096, K: 4096}, true, false, 16},   // 12 rows per expert: 16-row tiles
 		{MoEShape{Experts: 256, Rows: 1024 * 6, N: 4096, K: 4096}, false, false, 32}, // 24 rows per expert
 		{MoEShape{Experts: 256, Rows: 4096 * 6, N: 4096, K: 4096}, false, false, 128},
 		{MoEShape{Experts: 8, Rows: 600, N: 256, K: 256}, false, true, 128},
@@ -162,6 +163,9 @@ func TestSplitK(t *testing.T) {
 			}
 		}
 		if c.dec {
+			if p.bm != c.bm || p.colsPC != 64 {
+				t.Errorf("planMoE(%+v, dec) = %+v, want %d-row tiles", c.sh, p, c.bm)
+			}
 			continue
 		}
 		wg := planMoE(c.sh, PathWG)
