@@ -845,7 +845,6 @@ extern "C" __global__ void __launch_bounds__(AT_THREADS) sparse_attn_split_f32(
 	int rows, int H, int D, int W, int ratio, int per, float scale, int faithful)
 {
 	PDL_ENTRY();
-	PDL_ENTRY();
 	(void)rows;
 #ifdef AT_CLUSTER
 	attn_body<true>(out, q, kv, ring, ent, sel, selCols, sink, seqs, pos, seqOf, blocks, H, D, W, ratio, per, scale,
