@@ -26,7 +26,7 @@ import (
 type stackFlags struct {
 	preset, format, device, numerics string
 	layers, prefill, decode, batch   int
-	warmup                           int
+	prefillSeqs, warmup              int
 	threads                          int
 	seed                             uint64
 	mtp, trace, profile, graphs, pdl bool
@@ -47,6 +47,7 @@ func parseStack(args []string, stderr io.Writer) (*stackFlags, error) {
 	fs.IntVar(&f.prefill, "prefill", 512, "prefill tokens per sequence (one chunk)")
 	fs.IntVar(&f.decode, "decode", 16, "decode steps")
 	fs.IntVar(&f.batch, "batch", 1, "sequences")
+	fs.IntVar(&f.prefillSeqs, "prefill-seqs", 1, "sequences prefilled in one step (an engine step of prefill-seqs × prefill tokens; the warm-up takes the same shape)")
 	fs.IntVar(&f.warmup, "warmup", 1, "untimed prefills of --prefill tokens before the timed ones (first-use costs: module loads, memory pool growth, tensor maps)")
 	fs.Uint64Var(&f.seed, "seed", 1, "weight and token seed")
 	fs.StringVar(&f.numerics, "numerics", "faithful", "faithful | exact")
@@ -69,6 +70,8 @@ func parseStack(args []string, stderr io.Writer) (*stackFlags, error) {
 		return nil, errors.New("--layers must be >= 0")
 	case f.prefill < 1 || f.batch < 1 || f.decode < 0 || f.warmup < 0:
 		return nil, errors.New("--prefill and --batch must be >= 1, --decode and --warmup >= 0")
+	case f.prefillSeqs < 1 || f.prefillSeqs > f.batch:
+		return nil, errors.New("--prefill-seqs must be in [1, --batch]")
 	case f.threads < 0 || f.reserveGiB < 0:
 		return nil, errors.New("--threads and --reserve-gib must be >= 0")
 	case f.tp < 1 || f.tp > 64:
@@ -252,14 +255,14 @@ func openBackend(f *stackFlags) (backend.Backend, func(), error) {
 }
 
 // cacheFor sizes the KV cache for batch sequences of prefill+decode tokens
-// (plus one sequence of slack).
+// plus the warm-up's --prefill-seqs scratch sequences.
 func cacheFor(c *checkpoint.Config, f *stackFlags) int64 {
 	layout, err := kvcache.LayoutFromConfig(c, kvcache.DefaultBlockTokens, 4)
 	if err != nil {
 		return 0 // model.New reports the same error
 	}
 	per := kvcache.NewManager(layout, 0).BytesFor(f.prefill + f.decode)
-	return int64(f.batch+1) * per
+	return int64(f.batch+f.prefillSeqs) * per
 }
 
 // autoLayers is the number of main layers whose weights fit in the free GPU
@@ -363,20 +366,26 @@ func runPlan(m engine.Stepper, f *stackFlags, prof *timedBackend, warmed func())
 	}
 	r := &stackResult{tokens: make([]int32, f.batch)}
 	t0 := time.Now()
-	for i, s := range seqs {
-		toks := make([]int32, f.prefill)
-		for k := range toks {
-			toks[k] = int32(rng.IntN(c.Vocab))
+	for i0 := 0; i0 < len(seqs); i0 += f.prefillSeqs {
+		b := &model.Batch{}
+		for _, s := range seqs[i0:min(i0+f.prefillSeqs, len(seqs))] {
+			toks := make([]int32, f.prefill)
+			for k := range toks {
+				toks[k] = int32(rng.IntN(c.Vocab))
+			}
+			b.Items = append(b.Items, model.BatchItem{Seq: s, Tokens: toks})
 		}
-		out, err := m.Forward(&model.Batch{Items: []model.BatchItem{{Seq: s, Tokens: toks}}})
+		out, err := m.Forward(b)
 		if err != nil {
-			return nil, fmt.Errorf("prefill sequence %d: %w", i, err)
+			return nil, fmt.Errorf("prefill sequences %d..%d: %w", i0, i0+len(b.Items)-1, err)
 		}
-		last := out.Last(0)
-		if err := checkFinite("prefill", i, s.Len(), last); err != nil {
-			return nil, err
+		for j, it := range b.Items {
+			last := out.Last(j)
+			if err := checkFinite("prefill", i0+j, it.Seq.Len(), last); err != nil {
+				return nil, err
+			}
+			r.tokens[i0+j] = engine.Argmax(last)
 		}
-		r.tokens[i] = engine.Argmax(last)
 	}
 	r.prefill = time.Since(t0)
 	var pb strings.Builder
@@ -416,8 +425,12 @@ func runPlan(m engine.Stepper, f *stackFlags, prof *timedBackend, warmed func())
 
 func (r *stackResult) print(out io.Writer, f *stackFlags) {
 	n := f.batch * f.prefill
-	fmt.Fprintf(out, "prefill %d tokens (%d × %d) in %v: %.1f tok/s\n",
-		n, f.batch, f.prefill, r.prefill.Round(time.Millisecond), float64(n)/max(r.prefill.Seconds(), 1e-9))
+	step := ""
+	if f.prefillSeqs > 1 {
+		step = fmt.Sprintf(", %d a step", f.prefillSeqs)
+	}
+	fmt.Fprintf(out, "prefill %d tokens (%d × %d%s) in %v: %.1f tok/s\n",
+		n, f.batch, f.prefill, step, r.prefill.Round(time.Millisecond), float64(n)/max(r.prefill.Seconds(), 1e-9))
 	if len(r.steps) == 0 {
 		fmt.Fprintln(out, "decode 0 steps")
 	} else {
@@ -444,21 +457,27 @@ func gib(b int64) string {
 	return fmt.Sprintf("%.2f GiB", float64(b)/(1<<30))
 }
 
-// warmUp runs f.warmup untimed prefills on a scratch sequence (the KV cache
-// holds one sequence beyond the batch), so that the timed prefills do not
-// carry the step's first-use costs. Its tokens come from their own stream:
-// the timed tokens do not depend on --warmup.
+// warmUp runs f.warmup untimed prefill steps of the timed steps' shape on
+// scratch sequences (the KV cache holds --prefill-seqs sequences beyond the
+// batch), so that the timed prefills do not carry the step's first-use costs.
+// Its tokens come from their own stream: the timed tokens do not depend on
+// --warmup.
 func warmUp(m engine.Stepper, f *stackFlags) error {
 	c := m.Config()
 	rng := rand.New(rand.NewPCG(f.seed, 0x7761726d))
 	for i := range f.warmup {
-		s := m.Cache().NewSequence()
-		toks := make([]int32, f.prefill)
-		for k := range toks {
-			toks[k] = int32(rng.IntN(c.Vocab))
+		b := &model.Batch{}
+		for range f.prefillSeqs {
+			toks := make([]int32, f.prefill)
+			for k := range toks {
+				toks[k] = int32(rng.IntN(c.Vocab))
+			}
+			b.Items = append(b.Items, model.BatchItem{Seq: m.Cache().NewSequence(), Tokens: toks})
 		}
-		_, err := m.Forward(&model.Batch{Items: []model.BatchItem{{Seq: s, Tokens: toks}}})
-		m.FreeSequence(s)
+		_, err := m.Forward(b)
+		for _, it := range b.Items {
+			m.FreeSequence(it.Seq)
+		}
 		if err != nil {
 			return fmt.Errorf("warm-up prefill %d: %w", i, err)
 		}

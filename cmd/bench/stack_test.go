@@ -5,6 +5,8 @@ import (
 	"errors"
 	"io"
 	"regexp"
+	"slices"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -80,6 +82,8 @@ func TestStackBadFlags(t *testing.T) {
 		{"--device", "tpu"},
 		{"--prefill", "0", "--device", "cpu"},
 		{"--batch", "0", "--device", "cpu"},
+		{"--batch", "2", "--prefill-seqs", "3", "--device", "cpu"},
+		{"--prefill-seqs", "0", "--device", "cpu"},
 		{"--decode", "-1", "--device", "cpu"},
 		{"--warmup", "-1", "--device", "cpu"},
 		{"--layers", "-1", "--device", "cpu"},
@@ -141,5 +145,51 @@ func TestStackParallel(t *testing.T) {
 		if !regexp.MustCompile(re).MatchString(out.String()) {
 			t.Errorf("output lacks %s:\n%s", re, out.String())
 		}
+	}
+}
+
+// TestStackPrefillSeqs: prefilling three sequences in one step gives the
+// same greedy tokens (after the prefill and every decode step) as one
+// sequence a step, and the output names the step shape.
+func TestStackPrefillSeqs(t *testing.T) {
+	tokens := func(seqs int) []int32 {
+		f, err := parseStack([]string{"--preset", "small", "--device", "cpu", "--prefill", "9", "--decode", "2",
+			"--batch", "3", "--prefill-seqs", strconv.Itoa(seqs)}, io.Discard)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c, err := checkpoint.PresetConfig(f.preset)
+		if err != nil {
+			t.Fatal(err)
+		}
+		w, err := checkpoint.RandomWeights(c, f.format, f.seed)
+		if err != nil {
+			t.Fatal(err)
+		}
+		be, closeBE, err := openBackend(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer closeBE()
+		m, err := model.New(w, be, model.Options{Numerics: f.numerics, CacheBytes: cacheFor(c, f)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		r, err := runPlan(m, f, nil, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r.tokens
+	}
+	one, three := tokens(1), tokens(3)
+	if !slices.Equal(one, three) {
+		t.Errorf("tokens with one sequence a prefill step %v, with three %v", one, three)
+	}
+	var out bytes.Buffer
+	if err := runStack([]string{"--preset", "small", "--device", "cpu", "--prefill", "5", "--decode", "1", "--batch", "2", "--prefill-seqs", "2"}, &out, io.Discard); err != nil {
+		t.Fatal(err)
+	}
+	if !regexp.MustCompile(`(?m)^prefill 10 tokens \(2 × 5, 2 a step\) in \S+: [0-9.]+ tok/s$`).MatchString(out.String()) {
+		t.Errorf("output:\n%s", out.String())
 	}
 }

@@ -54,7 +54,8 @@ var listenRE = regexp.MustCompile(`msg=listening addr=(\S+)`)
 
 func testDrain(t *testing.T, sig syscall.Signal, eos int) {
 	cmd := exec.Command(os.Args[0])
-	cmd.Env = append(os.Environ(), childArgsEnv+"=--host 127.0.0.1 --port 0 --max-model-len 512 --kv-cache-memory 67108864 --max-num-seqs 2")
+	// A 3-token step budget: the 4-token prompt prefills in two chunks.
+	cmd.Env = append(os.Environ(), childArgsEnv+"=--host 127.0.0.1 --port 0 --max-model-len 512 --kv-cache-memory 67108864 --max-num-seqs 2 --max-num-batched-tokens 3")
 	stderr, err := cmd.StderrPipe()
 	if err != nil {
 		t.Fatal(err)

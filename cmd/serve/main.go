@@ -31,9 +31,14 @@ import (
 	"github.com/megamoe/megamoe/tokenizer"
 )
 
+// maxBatchTokens bounds --max-num-batched-tokens: a step's activations grow
+// with its tokens (and the MoE tile grid with tokens × top-k).
+const maxBatchTokens = 32768
+
 type options struct {
 	model, servedName, host, apiKey, device, numerics string
 	port, maxNumSeqs, maxModelLen, threads, tp        int
+	maxBatchTokens                                    int
 	kvCacheMemory                                     int64
 	shutdownTimeout                                   time.Duration
 	cudaGraphs                                        bool
@@ -59,6 +64,7 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	fs.IntVar(&o.port, "port", 8000, "listen port")
 	fs.IntVar(&o.maxNumSeqs, "max-num-seqs", 64, "running sequences at most")
 	fs.IntVar(&o.maxModelLen, "max-model-len", 4096, "context length (prompt + output tokens)")
+	fs.IntVar(&o.maxBatchTokens, "max-num-batched-tokens", 512, "tokens per engine step: prefill chunks plus decode tokens (larger steps prefill faster and delay running decodes more)")
 	fs.Int64Var(&o.kvCacheMemory, "kv-cache-memory", model.DefaultCacheBytes, "KV cache capacity in bytes")
 	fs.StringVar(&o.apiKey, "api-key", "", "require this bearer token on /v1 (also $MEGAMOE_API_KEY)")
 	fs.StringVar(&o.device, "device", "auto", "cpu | cuda | auto")
@@ -80,6 +86,8 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 		return nil, errors.New("--max-num-seqs must be >= 1")
 	case o.maxModelLen < 2:
 		return nil, errors.New("--max-model-len must be >= 2")
+	case o.maxBatchTokens < 1 || o.maxBatchTokens > maxBatchTokens:
+		return nil, fmt.Errorf("--max-num-batched-tokens must be in [1, %d]", maxBatchTokens)
 	case o.kvCacheMemory <= 0:
 		return nil, errors.New("--kv-cache-memory must be > 0")
 	case o.threads < 0:
@@ -207,7 +215,7 @@ func load(dir string, o *options, log *slog.Logger, bar *progress) (_ *checkpoin
 	if mp := w.Config.MaxPositions; mp > 0 && maxLen > mp {
 		maxLen = mp
 	}
-	eng, err := engine.New(engine.FromModel(m), engine.Config{MaxNumSeqs: o.maxNumSeqs, MaxModelLen: maxLen, Logger: log})
+	eng, err := engine.New(engine.FromModel(m), engine.Config{MaxNumSeqs: o.maxNumSeqs, MaxBatchTokens: o.maxBatchTokens, MaxModelLen: maxLen, Logger: log})
 	if err != nil {
 		return nil, nil, nil, err
 	}

@@ -20,6 +20,8 @@ func TestParseFlags(t *testing.T) {
 		{[]string{"--device", "tpu"}, "want cpu, cuda or auto"},
 		{[]string{"--port", "70000"}, "out of range"},
 		{[]string{"--max-num-seqs", "0"}, "--max-num-seqs"},
+		{[]string{"--max-num-batched-tokens", "0"}, "--max-num-batched-tokens"},
+		{[]string{"--max-num-batched-tokens", "1000000"}, "--max-num-batched-tokens"},
 		{[]string{"--max-model-len", "1"}, "--max-model-len"},
 		{[]string{"--kv-cache-memory", "0"}, "--kv-cache-memory"},
 		{[]string{"--threads", "-1"}, "--threads"},
