@@ -157,6 +157,19 @@ func (l *Layer) compress(be backend.Backend, st backend.KVStore, x backend.Tenso
 func (l *Layer) Forward(be backend.Backend, st backend.KVStore, a backend.Tensor, b *backend.Batch, check backend.CheckFunc) (backend.Tensor, error) {
 	n := a.Rows()
 	H, D := l.Heads, l.HeadDim
+	// Every tensor but the output goes back when the sub-layer returns, error
+	// or not (on the GPU an unfreed tensor is pool memory lost for good).
+	var tmp []backend.Tensor
+	defer func() {
+		for _, t := range tmp {
+			be.Free(t)
+		}
+	}()
+	empty := func(rows, cols int, dt backend.DType) backend.Tensor {
+		t := be.Empty(rows, cols, dt)
+		tmp = append(tmp, t)
+		return t
+	}
 	step := func(name string, out backend.Tensor, err error, in ...backend.Tensor) error {
 		if err != nil {
 			return fmt.Errorf("attn %s: %w", name, err)
@@ -164,24 +177,24 @@ func (l *Layer) Forward(be backend.Backend, st backend.KVStore, a backend.Tensor
 		return check.Check("attn "+name, out, in...)
 	}
 	// wq_a and wkv read the same input (one activation quantisation on the GPU).
-	qa := be.Empty(n, l.WqA.Out(), backend.F32)
-	kvr := be.Empty(n, D, backend.F32)
+	qa := empty(n, l.WqA.Out(), backend.F32)
+	kvr := empty(n, D, backend.F32)
 	if err := step("wq_a", qa, backend.Linears(be, a, []backend.Linear{l.WqA, l.WKV}, []backend.Tensor{qa, kvr}), a); err != nil {
 		return nil, err
 	}
 	if err := step("wkv", kvr, nil, a); err != nil {
 		return nil, err
 	}
-	qr := be.Empty(n, l.WqA.Out(), backend.F32)
+	qr := empty(n, l.WqA.Out(), backend.F32)
 	if err := step("q_norm", qr, be.RMSNorm(qa, l.QNorm, l.Eps, qr), qa); err != nil {
 		return nil, err
 	}
 	// wq_b and the indexer's wq_b read the same input.
-	q := be.Empty(n, H*D, backend.F32)
+	q := empty(n, H*D, backend.F32)
 	ws, outs := []backend.Linear{l.WqB}, []backend.Tensor{q}
 	var qi backend.Tensor
 	if ix := l.Idx; ix != nil {
-		qi = be.Empty(n, ix.Heads*ix.Dim, backend.F32)
+		qi = empty(n, ix.Heads*ix.Dim, backend.F32)
 		ws, outs = append(ws, ix.WqB), append(outs, qi)
 	}
 	if err := step("wq_b", q, backend.Linears(be, qr, ws, outs), qr); err != nil {
@@ -194,7 +207,7 @@ func (l *Layer) Forward(be backend.Backend, st backend.KVStore, a backend.Tensor
 	if err := step("q", q, err); err != nil {
 		return nil, err
 	}
-	kv := be.Empty(n, D, backend.F32)
+	kv := empty(n, D, backend.F32)
 	err = be.RMSNorm(kvr, l.KVNorm, l.Eps, kv)
 	if err == nil {
 		err = be.Rope(kv, backend.RopeArgs{Freqs: l.Rope, HeadDim: D}, b)
@@ -217,7 +230,7 @@ func (l *Layer) Forward(be backend.Backend, st backend.KVStore, a backend.Tensor
 		if err := step("indexer compressor", nil, l.compress(be, st, a, &ix.Comp, backend.CompressIndex, b)); err != nil {
 			return nil, err
 		}
-		w := be.Empty(n, ix.Heads, backend.F32)
+		w := empty(n, ix.Heads, backend.F32)
 		err = be.Linear(a, ix.WeightsProj, w)
 		if err == nil {
 			err = be.Scale(w, float32(math.Pow(float64(ix.Dim), -0.5)*math.Pow(float64(ix.Heads), -0.5)))
@@ -225,7 +238,7 @@ func (l *Layer) Forward(be backend.Backend, st backend.KVStore, a backend.Tensor
 		if err := step("indexer weights", w, err, a); err != nil {
 			return nil, err
 		}
-		sel = be.Empty(n, ix.TopK, backend.I32)
+		sel = empty(n, ix.TopK, backend.I32)
 		if err := be.IndexerTopK(st, qi, w, backend.IndexerArgs{Layer: l.Index, Heads: ix.Heads, HeadDim: ix.Dim,
 			TopK: ix.TopK, Ratio: l.Ratio, Trace: check != nil}, b, sel); err != nil {
 			return nil, fmt.Errorf("attn indexer: %w", err)
@@ -239,7 +252,7 @@ func (l *Layer) Forward(be backend.Backend, st backend.KVStore, a backend.Tensor
 			return nil, err
 		}
 	}
-	o := be.Empty(n, H*D, backend.F32)
+	o := empty(n, H*D, backend.F32)
 	scale := float32(1 / math.Sqrt(float64(D)))
 	err = be.SparseAttention(st, q, kv, sel, backend.AttnArgs{Layer: l.Index, Heads: H, HeadDim: D, Window: l.Window,
 		Ratio: l.Ratio, Scale: scale, Sink: l.Sink}, b, o)
@@ -252,16 +265,14 @@ func (l *Layer) Forward(be backend.Backend, st backend.KVStore, a backend.Tensor
 	if err := step("sparse attention", o, err, q, kv); err != nil {
 		return nil, err
 	}
-	z := be.Empty(n, l.WoA.Out(), backend.F32)
+	z := empty(n, l.WoA.Out(), backend.F32)
 	if err := step("wo_a", z, be.GroupedOutProj(o, l.WoA, l.Groups, z), o); err != nil {
 		return nil, err
 	}
 	out := be.Empty(n, l.WoB.Out(), backend.F32)
 	if err := step("wo_b", out, be.Linear(z, l.WoB, out), z); err != nil {
+		be.Free(out)
 		return nil, err
-	}
-	for _, t := range []backend.Tensor{qa, qr, q, kvr, kv, o, z} {
-		be.Free(t)
 	}
 	return out, nil
 }

@@ -1,0 +1,83 @@
+package model
+
+import (
+	"fmt"
+	"runtime"
+	"sort"
+	"strings"
+	"testing"
+
+	"github.com/megamoe/megamoe/backend"
+	"github.com/megamoe/megamoe/backend/cpu"
+	"github.com/megamoe/megamoe/model/synth"
+)
+
+// countingBackend records where every tensor it hands out was allocated and
+// forgets it on Free: what a step leaves behind is what a device pool would
+// never get back.
+type countingBackend struct {
+	backend.Backend
+	live map[backend.Tensor]string
+}
+
+func (b *countingBackend) track(t backend.Tensor) backend.Tensor {
+	_, file, line, _ := runtime.Caller(2)
+	b.live[t] = fmt.Sprintf("%s:%d", file[strings.LastIndex(file, "/")+1:], line)
+	return t
+}
+
+func (b *countingBackend) Alloc(rows, cols int, dt backend.DType) backend.Tensor {
+	return b.track(b.Backend.Alloc(rows, cols, dt))
+}
+
+func (b *countingBackend) Empty(rows, cols int, dt backend.DType) backend.Tensor {
+	return b.track(b.Backend.Empty(rows, cols, dt))
+}
+
+func (b *countingBackend) Free(t backend.Tensor) {
+	delete(b.live, t)
+	b.Backend.Free(t)
+}
+
+// sites lists the allocation sites of the live tensors, with counts.
+func (b *countingBackend) sites() string {
+	n := map[string]int{}
+	for _, s := range b.live {
+		n[s]++
+	}
+	var out []string
+	for s, k := range n {
+		out = append(out, fmt.Sprintf("%s ×%d", s, k))
+	}
+	sort.Strings(out)
+	return strings.Join(out, ", ")
+}
+
+// TestForwardFreesTemporaries: a step (prefill chunks of two sequences, then
+// a batched decode step) frees every tensor it allocates. On the GPU an
+// unfreed tensor is pool memory lost for good; the indexer's query, weights
+// and top-k once leaked about 18 MB (Flash) per compressed-sparse layer per
+// 512-token chunk that way.
+func TestForwardFreesTemporaries(t *testing.T) {
+	c := synth.Config()
+	be := &countingBackend{Backend: cpu.New(cpu.Options{}), live: map[backend.Tensor]string{}}
+	m, err := New(synth.Weights(c, 1, synth.Options{}), be, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s0, s1 := m.Cache().NewSequence(), m.Cache().NewSequence()
+	defer m.FreeSequence(s0)
+	defer m.FreeSequence(s1)
+	before := len(be.live)
+	for step, b := range []*Batch{
+		{Items: []BatchItem{{Seq: s0, Tokens: prompt(11, c.Vocab, 1)}, {Seq: s1, Tokens: prompt(6, c.Vocab, 2)}}},
+		{Items: []BatchItem{{Seq: s0, Tokens: prompt(1, c.Vocab, 3)}, {Seq: s1, Tokens: prompt(1, c.Vocab, 4)}}},
+	} {
+		if _, err := m.Forward(b); err != nil {
+			t.Fatal(err)
+		}
+		if len(be.live) != before {
+			t.Errorf("step %d left %d tensors allocated: %s", step, len(be.live)-before, be.sites())
+		}
+	}
+}
