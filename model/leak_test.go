@@ -69,15 +69,29 @@ func TestForwardFreesTemporaries(t *testing.T) {
 	defer m.FreeSequence(s0)
 	defer m.FreeSequence(s1)
 	before := len(be.live)
-	for step, b := range []*Batch{
-		{Items: []BatchItem{{Seq: s0, Tokens: prompt(11, c.Vocab, 1)}, {Seq: s1, Tokens: prompt(6, c.Vocab, 2)}}},
-		{Items: []BatchItem{{Seq: s0, Tokens: prompt(1, c.Vocab, 3)}, {Seq: s1, Tokens: prompt(1, c.Vocab, 4)}}},
-	} {
-		if _, err := m.Forward(b); err != nil {
-			t.Fatal(err)
-		}
+	check := func(what string) {
+		t.Helper()
 		if len(be.live) != before {
-			t.Errorf("step %d left %d tensors allocated: %s", step, len(be.live)-before, be.sites())
+			t.Errorf("%s left %d tensors allocated: %s", what, len(be.live)-before, be.sites())
+			before = len(be.live)
 		}
 	}
+	toks := prompt(11, c.Vocab, 1)
+	o, err := m.Forward(&Batch{Items: []BatchItem{{Seq: s0, Tokens: toks, AllLogits: true, Hidden: true}, {Seq: s1, Tokens: prompt(6, c.Vocab, 2)}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	check("prefill")
+	if _, err := m.Forward(&Batch{Items: []BatchItem{{Seq: s0, Tokens: prompt(1, c.Vocab, 3)}, {Seq: s1, Tokens: prompt(1, c.Vocab, 4)}}}); err != nil {
+		t.Fatal(err)
+	}
+	check("decode step")
+	if !m.HasMTP() {
+		t.Fatal("the synthetic model has no MTP block")
+	}
+	w := c.HcDim()
+	if _, err := m.ForwardMTP([]MTPItem{{Seq: s0, Hidden: o.Hidden[0][:10*w], Next: toks[1:11], AllLogits: true}}); err != nil {
+		t.Fatal(err)
+	}
+	check("MTP step")
 }
