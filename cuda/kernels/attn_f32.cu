@@ -737,40 +737,29 @@ DEV void attn_body(float* __restrict__ out, const float* __restrict__ q, const f
 				acc1[i].x *= sa1[i]; acc1[i].y *= sa1[i]; acc1[i].z *= sa1[i]; acc1[i].w *= sa1[i];
 			}
 		}
+		// acc[i] += p(key k, head 4·hs + i) · V[k][c4], skipping the keys the CPU
+		// skips (NaN scores) per head.
+		auto accum = [&](float4 (&acc)[4], const float4* kr, int k, int hs, int c4) {
+			const float4 kf = kr[c4];
+			const float4 p4 = sm.pw[k][hs];
+			const u32 iv = sm.inv[k][hs];
+			const float pp[4] = {p4.x, p4.y, p4.z, p4.w};
+#pragma unroll
+			for (int i = 0; i < 4; i++) {
+				if (iv == 0u || !((iv >> (8 * i)) & 0xffu)) {
+					acc[i].x = fmaf(pp[i], kf.x, acc[i].x);
+					acc[i].y = fmaf(pp[i], kf.y, acc[i].y);
+					acc[i].z = fmaf(pp[i], kf.z, acc[i].z);
+					acc[i].w = fmaf(pp[i], kf.w, acc[i].w);
+				}
+			}
+		};
 #pragma unroll 4
 		for (int k = 0; k < n; k++) {
 			const float4* kr = reinterpret_cast<const float4*>(sm.kp[k]);
 			if (!kr) continue;
-			if (ok0) {
-				const float4 kf = kr[c40];
-				const float4 p4 = sm.pw[k][hs0];
-				const u32 iv = sm.inv[k][hs0];
-				const float pp[4] = {p4.x, p4.y, p4.z, p4.w};
-#pragma unroll
-				for (int i = 0; i < 4; i++) {
-					if (iv == 0u || !((iv >> (8 * i)) & 0xffu)) {
-						acc0[i].x = fmaf(pp[i], kf.x, acc0[i].x);
-						acc0[i].y = fmaf(pp[i], kf.y, acc0[i].y);
-						acc0[i].z = fmaf(pp[i], kf.z, acc0[i].z);
-						acc0[i].w = fmaf(pp[i], kf.w, acc0[i].w);
-					}
-				}
-			}
-			if (ok1) {
-				const float4 kf = kr[c41];
-				const float4 p4 = sm.pw[k][hs1];
-				const u32 iv = sm.inv[k][hs1];
-				const float pp[4] = {p4.x, p4.y, p4.z, p4.w};
-#pragma unroll
-				for (int i = 0; i < 4; i++) {
-					if (iv == 0u || !((iv >> (8 * i)) & 0xffu)) {
-						acc1[i].x = fmaf(pp[i], kf.x, acc1[i].x);
-						acc1[i].y = fmaf(pp[i], kf.y, acc1[i].y);
-						acc1[i].z = fmaf(pp[i], kf.z, acc1[i].z);
-						acc1[i].w = fmaf(pp[i], kf.w, acc1[i].w);
-					}
-				}
-			}
+			if (ok0) accum(acc0, kr, k, hs0, c40);
+			if (ok1) accum(acc1, kr, k, hs1, c41);
 		}
 	}
 	__syncthreads();
