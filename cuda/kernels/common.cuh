@@ -54,6 +54,26 @@ DEV float e4m3_to_f32(u32 b) {
 
 // fp32 -> e4m3 with round-to-nearest-even. The caller clamps to [-448, 448];
 // NaN is mapped to 0x7f (NaN).
+// The FP8 activation quantisation's block amax over a warp: each lane's
+// partial max in, the block's out on every lane; a NaN wins (spec §3.3).
+DEV float warp_amax(float amax) {
+	for (int o = 16; o > 0; o >>= 1) {
+		const float t = __shfl_xor_sync(0xffffffffu, amax, o);
+		if (t > amax || t != t) amax = t;
+	}
+	return amax;
+}
+
+// The block's scale exponent e, s = 2^e = 2^ceil(log2(max(amax, 1e-4)/448)),
+// from the fp32 bits (exact for powers of two), clamped to e8m0's range;
+// amax finite.
+DEV int fp8_scale_exp(float amax) {
+	const u32 bits = __float_as_uint(fmaxf(amax, 1e-4f) * (1.0f / 448.0f));
+	int e = (int)((bits >> 23) & 0xff) - 127;
+	if ((bits & 0x7fffff) != 0) e++;
+	return max(-127, min(127, e));
+}
+
 DEV u32 f32_to_e4m3(float x) {
 	u32 u = __float_as_uint(x);
 	u32 s = (u >> 24) & 0x80u;

@@ -21,18 +21,11 @@ DEV void quant128(const float* v, int lane, u8* __restrict__ q, u8* __restrict__
 		const float a = fabsf(v[i]);
 		if (a > amax || a != a) amax = a;
 	}
-	for (int o = 16; o > 0; o >>= 1) {
-		const float t = __shfl_xor_sync(0xffffffffu, amax, o);
-		if (t > amax || t != t) amax = t;
-	}
+	amax = warp_amax(amax);
 	u32 packed = 0x7f7f7f7fu;
 	int e = 128; // scale byte 255
 	if (amax <= 3.0e38f) {
-		amax = fmaxf(amax, 1e-4f);
-		const u32 bits = __float_as_uint(amax * (1.0f / 448.0f));
-		e = (int)((bits >> 23) & 0xff) - 127;
-		if ((bits & 0x7fffff) != 0) e++;
-		e = max(-127, min(127, e));
+		e = fp8_scale_exp(amax);
 		const float sc = __uint_as_float((u32)(e + 127) << 23);
 		packed = 0;
 #pragma unroll

@@ -181,10 +181,7 @@ extern "C" __global__ void quant_fp8_f32(
 		float a = fabsf(xs[i]);
 		if (a > amax || a != a) amax = a;
 	}
-	for (int o = 16; o > 0; o >>= 1) {
-		float t = __shfl_xor_sync(0xffffffffu, amax, o);
-		if (t > amax || t != t) amax = t;
-	}
+	amax = warp_amax(amax);
 	// A NaN or Inf in the block makes every value NaN, as on the CPU (there the
 	// scale becomes 2^128 = Inf and q*s = 0*Inf or Inf/Inf).
 	if (!(amax <= 3.0e38f)) {
@@ -195,13 +192,7 @@ extern "C" __global__ void quant_fp8_f32(
 		if (lane == 0 && scales) scales[(size_t)r * nb + b] = 255;
 		return;
 	}
-	amax = fmaxf(amax, 1e-4f);
-	// ceil(log2(amax/448)) on the fp32 bits (exact for powers of two).
-	float ratio = amax * (1.0f / 448.0f);
-	u32 bits = __float_as_uint(ratio);
-	int e = (int)((bits >> 23) & 0xff) - 127;
-	if ((bits & 0x7fffff) != 0) e++;
-	e = max(-127, min(127, e));
+	const int e = fp8_scale_exp(amax);
 	const float s = __uint_as_float((u32)(e + 127) << 23);
 	for (int i = lane; i < bl; i += 32) {
 		float v = fminf(fmaxf(xs[i] / s, -448.0f), 448.0f);
