@@ -6,7 +6,9 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"runtime"
 	"slices"
+	"sync"
 )
 
 // SamplingParams are the per-request sampling controls (OpenAI + vLLM names).
@@ -114,12 +116,35 @@ func (s *Sampler) Sample(logits []float32) Sampled {
 	if s.p.Logprobs || s.p.TopLogprobs > 0 {
 		out.Top = TopLogprobs(logits, s.p.TopLogprobs)
 	}
-	x := s.processed(logits)
-	out.ID = s.choose(x)
+	if s.p.Temperature == 0 && s.unbiased() {
+		out.ID = argmaxNaNLow(logits) // choose(processed(logits)) without the copy
+	} else {
+		out.ID = s.choose(s.processed(logits))
+	}
 	if s.p.Logprobs || s.p.TopLogprobs > 0 {
 		out.Logprob = Logprob(logits, out.ID)
 	}
 	return out
+}
+
+// unbiased reports that processed would only turn NaN into −inf.
+func (s *Sampler) unbiased() bool {
+	return len(s.p.LogitBias) == 0 && s.seen == nil && s.p.PresencePenalty == 0 && s.p.FrequencyPenalty == 0
+}
+
+// argmaxNaNLow is Argmax with NaN read as −inf: the first largest value, 0
+// when every entry is NaN or −inf.
+func argmaxNaNLow(x []float32) int32 {
+	best, bv := 0, float32(math.Inf(-1))
+	if len(x) > 0 && x[0] == x[0] {
+		bv = x[0]
+	}
+	for i := 1; i < len(x); i++ {
+		if v := x[i]; v > bv {
+			best, bv = i, v
+		}
+	}
+	return int32(best)
 }
 
 // processed applies logit_bias and the penalties to a copy of logits; NaN becomes −inf.
@@ -175,10 +200,10 @@ func (s *Sampler) choose(x []float32) int32 {
 		s.prob = make([]float64, len(x))
 	}
 	prob := s.prob[:len(x)] // unnormalised, prob[best] = 1
+	expRel(prob, x, m, invT)
 	var sum float64
-	for i, v := range x {
-		prob[i] = math.Exp((float64(v) - m) * invT)
-		sum += prob[i]
+	for _, q := range prob {
+		sum += q
 	}
 	topK := s.p.TopK
 	if topK <= 0 || topK >= len(x) {
@@ -211,23 +236,7 @@ func (s *Sampler) choose(x []float32) int32 {
 		}
 		return last
 	}
-	// Candidates above a small threshold suffice when they hold at least the top-p
-	// mass and at least k tokens: every other token ranks below all of them.
-	idx := s.idx[:0]
-	for _, thr := range []float64{1e-7, 0} {
-		idx = idx[:0]
-		var mass float64
-		for i, q := range prob {
-			if q > thr || (thr == 0 && q > 0) {
-				idx = append(idx, int32(i))
-				mass += q
-			}
-		}
-		if (topK == 0 || len(idx) >= topK) && (topP == 0 || mass >= topP*sum) {
-			break
-		}
-	}
-	s.idx = idx
+	idx := s.candidates(prob, sum, topK, topP)
 	slices.SortFunc(idx, func(a, b int32) int {
 		if c := cmp.Compare(prob[b], prob[a]); c != 0 {
 			return c
@@ -271,6 +280,79 @@ func (s *Sampler) choose(x []float32) int32 {
 		}
 	}
 	return idx[n-1]
+}
+
+// expParallelMin is the row length from which expRel splits the row over
+// goroutines (a 129k vocabulary: ~2 ms of math.Exp on one core).
+const expParallelMin = 1 << 15
+
+// expRel sets prob[i] = exp((x[i] - m)·invT) in float64, in parallel chunks
+// for long rows (each value is the same whoever computes it).
+func expRel(prob []float64, x []float32, m, invT float64) {
+	fill := func(lo, hi int) {
+		for i := lo; i < hi; i++ {
+			prob[i] = math.Exp((float64(x[i]) - m) * invT)
+		}
+	}
+	n := len(x)
+	workers := min(runtime.GOMAXPROCS(0), n/(expParallelMin/2))
+	if n < expParallelMin || workers < 2 {
+		fill(0, n)
+		return
+	}
+	var wg sync.WaitGroup
+	for w := range workers {
+		wg.Add(1)
+		go func(lo, hi int) {
+			defer wg.Done()
+			fill(lo, hi)
+		}(w*n/workers, (w+1)*n/workers)
+	}
+	wg.Wait()
+}
+
+// candidates returns the tokens that can survive top-k (k > 0) or top-p: all
+// tokens with prob at least some threshold, where that set holds k tokens,
+// or (without top-k) at least topP of the mass sum. Every other token ranks
+// below all of them, so sorting the candidates gives the head of the full
+// rank order. The threshold is the lower edge of a power-of-two bucket of a
+// one-pass histogram (a full sort of a 129k vocabulary took tens of ms).
+func (s *Sampler) candidates(prob []float64, sum float64, topK int, topP float64) []int32 {
+	var cnt [2048]int32
+	var mass [2048]float64
+	for _, q := range prob {
+		if q > 0 {
+			e := math.Float64bits(q) >> 52
+			cnt[e]++
+			mass[e] += q
+		}
+	}
+	idx := s.idx[:0]
+	var c int32
+	var ms float64
+	for e := 2047; e >= 0; e-- {
+		c += cnt[e]
+		ms += mass[e]
+		enough := topK > 0 && int(c) >= topK || topK == 0 && ms >= topP*sum
+		if !enough && e > 0 {
+			continue
+		}
+		thr := math.Float64frombits(uint64(e) << 52) // e = 0: every q > 0
+		idx = idx[:0]
+		var m float64
+		for i, q := range prob {
+			if q >= thr && q > 0 {
+				idx = append(idx, int32(i))
+				m += q
+			}
+		}
+		// The bucket sums are rounded in another order: confirm on the set.
+		if e == 0 || topK > 0 || m >= topP*sum {
+			break
+		}
+	}
+	s.idx = idx
+	return idx
 }
 
 // Argmax is the greedy choice: the largest logit, ties to the lower id, NaN
