@@ -314,7 +314,12 @@ func promptLogprobs(it *Item, rows []float32, vocab int) []Token {
 		}
 		row := rows[j*vocab : (j+1)*vocab]
 		id := seq.Tokens[p]
-		out = append(out, Token{ID: id, Logprob: Logprob(row, id), Top: TopLogprobs(row, k)})
+		lse := logsumexp(row)
+		tok := Token{ID: id, Logprob: logprobLSE(row, id, lse)}
+		if k > 0 {
+			tok.Top = topLogprobsLSE(row, k, lse)
+		}
+		out = append(out, tok)
 	}
 	return out
 }

@@ -113,8 +113,12 @@ func (s *Sampler) Accept(id int32) {
 // Sample picks the next token from logits (len = vocab); logits is not modified.
 func (s *Sampler) Sample(logits []float32) Sampled {
 	var out Sampled
+	lse := 0.0
 	if s.p.Logprobs || s.p.TopLogprobs > 0 {
-		out.Top = TopLogprobs(logits, s.p.TopLogprobs)
+		lse = logsumexp(logits) // once for both (a pass of exp over the vocabulary)
+		if s.p.TopLogprobs > 0 {
+			out.Top = topLogprobsLSE(logits, s.p.TopLogprobs, lse)
+		}
 	}
 	if s.p.Temperature == 0 && s.unbiased() {
 		out.ID = argmaxNaNLow(logits) // choose(processed(logits)) without the copy
@@ -122,7 +126,7 @@ func (s *Sampler) Sample(logits []float32) Sampled {
 		out.ID = s.choose(s.processed(logits))
 	}
 	if s.p.Logprobs || s.p.TopLogprobs > 0 {
-		out.Logprob = Logprob(logits, out.ID)
+		out.Logprob = logprobLSE(logits, out.ID, lse)
 	}
 	return out
 }
@@ -392,7 +396,14 @@ func Logprob(logits []float32, id int32) float32 {
 	if id < 0 || int(id) >= len(logits) {
 		return float32(math.Inf(-1))
 	}
-	lse := logsumexp(logits)
+	return logprobLSE(logits, id, logsumexp(logits))
+}
+
+// logprobLSE is Logprob given lse = logsumexp(logits).
+func logprobLSE(logits []float32, id int32, lse float64) float32 {
+	if id < 0 || int(id) >= len(logits) {
+		return float32(math.Inf(-1))
+	}
 	v := logits[id]
 	if v != v || math.IsInf(lse, 0) {
 		return float32(math.Inf(-1))
@@ -406,8 +417,12 @@ func TopLogprobs(logits []float32, n int) []TokenLogprob {
 	if n <= 0 {
 		return nil
 	}
+	return topLogprobsLSE(logits, n, logsumexp(logits))
+}
+
+// topLogprobsLSE is TopLogprobs (n > 0) given lse = logsumexp(logits).
+func topLogprobsLSE(logits []float32, n int, lse float64) []TokenLogprob {
 	n = min(n, len(logits))
-	lse := logsumexp(logits)
 	// Partial selection: keep a small sorted list (n ≤ 20).
 	top := make([]TokenLogprob, 0, n+1)
 	less := func(a, b TokenLogprob) bool { // a ranks before b
