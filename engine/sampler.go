@@ -240,7 +240,14 @@ func (s *Sampler) choose(x []float32) int32 {
 		}
 		return last
 	}
-	idx := s.candidates(prob, sum, topK, topP)
+	return s.drawRanked(s.candidates(prob, sum, topK, topP), prob, sum, topK, topP, minP)
+}
+
+// drawRanked sorts the candidates idx by rank (prob descending, ties to the
+// lower id), keeps the first topK (> 0), then the shortest prefix holding topP
+// (> 0) of their mass, then drops tokens under minP (prob[best] = 1), and
+// draws one in rank order.
+func (s *Sampler) drawRanked(idx []int32, prob []float64, sum float64, topK int, topP, minP float64) int32 {
 	slices.SortFunc(idx, func(a, b int32) int {
 		if c := cmp.Compare(prob[b], prob[a]); c != 0 {
 			return c

@@ -1,16 +1,15 @@
 package engine
 
 import (
-	"cmp"
 	"fmt"
 	"math"
 	"math/rand/v2"
-	"slices"
 	"testing"
 )
 
-// chooseFullSort is choose with every token of positive probability sorted:
-// the definition the candidate histogram must reproduce draw for draw.
+// chooseFullSort is choose with every token of positive probability as a
+// candidate (all sorted): what the candidate histogram must reproduce draw
+// for draw.
 func chooseFullSort(s *Sampler, x []float32) int32 {
 	best := Argmax(x)
 	if s.p.Temperature == 0 || math.IsInf(float64(x[best]), 0) {
@@ -40,49 +39,7 @@ func chooseFullSort(s *Sampler, x []float32) int32 {
 			idx = append(idx, int32(i))
 		}
 	}
-	slices.SortFunc(idx, func(a, b int32) int {
-		if c := cmp.Compare(prob[b], prob[a]); c != 0 {
-			return c
-		}
-		return cmp.Compare(a, b)
-	})
-	n := len(idx)
-	if topK > 0 && topK < n {
-		n = topK
-		sum = 0
-		for _, id := range idx[:n] {
-			sum += prob[id]
-		}
-	}
-	if topP > 0 {
-		var c float64
-		for i, id := range idx[:n] {
-			c += prob[id]
-			if c >= topP*sum {
-				n = i + 1
-				break
-			}
-		}
-	}
-	if minP > 0 {
-		for i := 1; i < n; i++ {
-			if prob[idx[i]] < minP {
-				n = i
-				break
-			}
-		}
-	}
-	var kept float64
-	for _, id := range idx[:n] {
-		kept += prob[id]
-	}
-	u := s.rng.Float64() * kept
-	for _, id := range idx[:n] {
-		if u -= prob[id]; u < 0 {
-			return id
-		}
-	}
-	return idx[n-1]
+	return s.drawRanked(idx, prob, sum, topK, topP, minP)
 }
 
 // TestCandidatesMatchFullSort: top-k, top-p and min-p draw the same token as a
