@@ -221,6 +221,7 @@ func (b *Backend) GroupedOutProj(x backend.Tensor, w backend.Linear, groups int,
 	return b.simt(ot.ptr, xt.ptr, l, xt.rows, groups, groups*l.in, b.faithful())
 }
 
-// bf16MinRows: up to this many rows the grouped output projection stays on
-// the GEMV kernels (decode), which stream the weights once.
+// bf16MinRows: up to this many rows the bf16-weight linears (grouped output
+// projection, fp32 linears, weights_proj) stay on the GEMV kernels (decode),
+// which stream the weights once; above it they take the tensor cores.
 const bf16MinRows = 8

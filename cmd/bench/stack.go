@@ -369,11 +369,7 @@ func runPlan(m engine.Stepper, f *stackFlags, prof *timedBackend, warmed func())
 	for i0 := 0; i0 < len(seqs); i0 += f.prefillSeqs {
 		b := &model.Batch{}
 		for _, s := range seqs[i0:min(i0+f.prefillSeqs, len(seqs))] {
-			toks := make([]int32, f.prefill)
-			for k := range toks {
-				toks[k] = int32(rng.IntN(c.Vocab))
-			}
-			b.Items = append(b.Items, model.BatchItem{Seq: s, Tokens: toks})
+			b.Items = append(b.Items, model.BatchItem{Seq: s, Tokens: randTokens(rng, f.prefill, c.Vocab)})
 		}
 		out, err := m.Forward(b)
 		if err != nil {
@@ -468,11 +464,7 @@ func warmUp(m engine.Stepper, f *stackFlags) error {
 	for i := range f.warmup {
 		b := &model.Batch{}
 		for range f.prefillSeqs {
-			toks := make([]int32, f.prefill)
-			for k := range toks {
-				toks[k] = int32(rng.IntN(c.Vocab))
-			}
-			b.Items = append(b.Items, model.BatchItem{Seq: m.Cache().NewSequence(), Tokens: toks})
+			b.Items = append(b.Items, model.BatchItem{Seq: m.Cache().NewSequence(), Tokens: randTokens(rng, f.prefill, c.Vocab)})
 		}
 		_, err := m.Forward(b)
 		for _, it := range b.Items {
@@ -483,4 +475,13 @@ func warmUp(m engine.Stepper, f *stackFlags) error {
 		}
 	}
 	return nil
+}
+
+// randTokens draws n token ids below vocab.
+func randTokens(rng *rand.Rand, n, vocab int) []int32 {
+	toks := make([]int32, n)
+	for k := range toks {
+		toks[k] = int32(rng.IntN(vocab))
+	}
+	return toks
 }

@@ -267,53 +267,47 @@ func finish(r Result, b *bufs) Result {
 }
 
 // randBF16 fills n bf16 values, normal with per-row scale and rare outliers.
-// Blocks of rows draw in parallel from their own generators (a 4096-token
+// Blocks of 64 rows draw in parallel from their own generators (a 4096-token
 // expert case has 10^8 values: seconds of device time on one core).
 func randBF16(rng *rand.Rand, rows, cols int) []uint16 {
 	out := make([]uint16, rows*cols)
 	seed := rng.Uint64()
-	const block = 64 // rows per generator
+	parallelBlocks(rows, 64, func(r0, r1 int) {
+		g := rand.New(rand.NewPCG(seed, uint64(r0)))
+		for r := r0; r < r1; r++ {
+			sc := math.Ldexp(1, g.IntN(8)-4)
+			for c := 0; c < cols; c++ {
+				v := g.NormFloat64() * sc
+				if g.IntN(1000) == 0 {
+					v *= 50
+				}
+				out[r*cols+c] = cpuref.F32ToBF16(float32(v))
+			}
+		}
+	})
+	return out
+}
+
+// parallelBlocks runs f(lo, hi) over [0, n) in blocks of block, at most
+// GOMAXPROCS at once.
+func parallelBlocks(n, block int, f func(lo, hi int)) {
 	var wg sync.WaitGroup
 	sem := make(chan struct{}, runtime.GOMAXPROCS(0))
-	for r0 := 0; r0 < rows; r0 += block {
+	for lo := 0; lo < n; lo += block {
 		wg.Add(1)
 		sem <- struct{}{}
-		go func(r0 int) {
+		go func(lo int) {
 			defer wg.Done()
 			defer func() { <-sem }()
-			g := rand.New(rand.NewPCG(seed, uint64(r0)))
-			for r := r0; r < min(r0+block, rows); r++ {
-				sc := math.Ldexp(1, g.IntN(8)-4)
-				for c := 0; c < cols; c++ {
-					v := g.NormFloat64() * sc
-					if g.IntN(1000) == 0 {
-						v *= 50
-					}
-					out[r*cols+c] = cpuref.F32ToBF16(float32(v))
-				}
-			}
-		}(r0)
+			f(lo, min(lo+block, n))
+		}(lo)
 	}
 	wg.Wait()
-	return out
 }
 
 // fillParallel fills b with random bytes from per-chunk generators.
 func fillParallel(b []byte, seed uint64, f func(rng *rand.Rand, chunk []byte)) {
-	const chunk = 1 << 20
-	var wg sync.WaitGroup
-	sem := make(chan struct{}, runtime.GOMAXPROCS(0))
-	for off := 0; off < len(b); off += chunk {
-		wg.Add(1)
-		sem <- struct{}{}
-		go func(off int) {
-			defer wg.Done()
-			defer func() { <-sem }()
-			rng := rand.New(rand.NewPCG(seed, uint64(off)))
-			f(rng, b[off:min(off+chunk, len(b))])
-		}(off)
-	}
-	wg.Wait()
+	parallelBlocks(len(b), 1<<20, func(lo, hi int) { f(rand.New(rand.NewPCG(seed, uint64(lo))), b[lo:hi]) })
 }
 
 func randomBytes(rng *rand.Rand, b []byte, f func(x byte) byte) {
