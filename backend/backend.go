@@ -382,6 +382,24 @@ func Linears(be Backend, x Tensor, ws []Linear, outs []Tensor) error {
 	return nil
 }
 
+// Draw is one row's sampling for DeviceSampler, with the rules of
+// cuda/cpuref.SampleDraw (the host sampler's choose in fixed-point masses).
+type Draw struct {
+	Temp float32 // <= 0: greedy (argmax, NaN as -inf, ties to the lower id)
+	TopK int32   // <= 0 or >= vocab: off
+	TopP float32 // <= 0 or >= 1: off
+	MinP float32 // <= 0: off
+	U    float32 // uniform in [0, 1) from the sequence's RNG
+}
+
+// DeviceSampler is implemented by backends that draw tokens where the
+// logits are, so that a step returns token ids instead of logits rows.
+type DeviceSampler interface {
+	// SampleDraw writes ids[i] = a token drawn from row i of logits
+	// [len(d), vocab] (F32) under d[i].
+	SampleDraw(logits Tensor, d []Draw, ids []int32) error
+}
+
 // SliceStats summarises x (non-finite values excluded from min/max).
 func SliceStats(x []float32) Stats {
 	s := Stats{FirstBad: -1, Min: float32(math.Inf(1)), Max: float32(math.Inf(-1))}

@@ -13,6 +13,7 @@ import (
 	"runtime"
 	"sync"
 
+	"github.com/megamoe/megamoe/backend"
 	"github.com/megamoe/megamoe/kvcache"
 	"golang.org/x/sync/errgroup"
 )
@@ -29,6 +30,9 @@ type ForwardItem struct {
 	Seq       *kvcache.Sequence
 	Tokens    []int32
 	AllLogits bool
+	// Draw asks a DrawingModel for the next token drawn where the logits
+	// are (see model.BatchItem.Draw).
+	Draw *backend.Draw
 }
 
 // Model is what the engine needs from a model: a batched forward pass that
@@ -41,13 +45,26 @@ type Model interface {
 	Vocab() int
 }
 
+// DrawingModel is a Model that can also draw tokens on its device: ForwardDraw
+// returns, besides the logits (nil for a drawn item without AllLogits), the
+// drawn token of every item with Draw set (-1 for the others; ids is nil
+// when none was drawn). The engine uses it when CanDraw.
+type DrawingModel interface {
+	Model
+	CanDraw() bool
+	ForwardDraw(items []ForwardItem) (logits [][]float32, ids []int32, err error)
+}
+
 // Config sizes the engine.
 type Config struct {
 	MaxNumSeqs     int // running sequences (default 64)
 	MaxBatchTokens int // tokens per step (default 512)
 	MaxModelLen    int // context length (required)
 	MaxQueue       int // waiting requests before ErrQueueFull (default 1024)
-	Logger         *slog.Logger
+	// HostSampling samples every token on the host even where the model can
+	// draw on its device (DrawingModel).
+	HostSampling bool
+	Logger       *slog.Logger
 }
 
 // Stats is a snapshot for metrics.
@@ -96,7 +113,7 @@ func New(m Model, cfg Config) (*Engine, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Engine{cfg: cfg, model: m, sched: sched, runner: &Runner{model: m}, log: cfg.Logger,
+	return &Engine{cfg: cfg, model: m, sched: sched, runner: newRunner(m, !cfg.HostSampling), log: cfg.Logger,
 		wake: make(chan struct{}, 1), byID: map[int64]*Sequence{},
 		stats: Stats{CacheCapacity: m.Cache().CapacityBytes()}}, nil
 }
@@ -242,9 +259,19 @@ func (e *Engine) publish() {
 }
 
 // Runner runs one batch through the model and samples the sequences that
-// reached their last known token.
+// reached their last known token: on the model's device where it can draw and
+// the request needs no host-side processing (Sampler.DeviceDraw), else here.
 type Runner struct {
-	model Model
+	model  Model
+	drawer DrawingModel // nil: sample on the host
+}
+
+func newRunner(m Model, draw bool) *Runner {
+	r := &Runner{model: m}
+	if d, ok := m.(DrawingModel); ok && draw && d.CanDraw() {
+		r.drawer = d
+	}
+	return r
 }
 
 // Run executes the forward pass of items and samples.
@@ -253,15 +280,34 @@ func (r *Runner) Run(items []Item) ([]Result, error) {
 		return nil, nil
 	}
 	fwd := make([]ForwardItem, len(items))
+	drawing := false
 	for i := range items {
-		fwd[i] = ForwardItem{Seq: items[i].Seq.KV, Tokens: items[i].Tokens(), AllLogits: items[i].AllLogits}
+		it := &items[i]
+		fwd[i] = ForwardItem{Seq: it.Seq.KV, Tokens: it.Tokens(), AllLogits: it.AllLogits}
+		if r.drawer != nil && it.Sample {
+			if d, ok := it.Seq.Sampler.DeviceDraw(); ok {
+				fwd[i].Draw, drawing = &d, true
+			}
+		}
 	}
-	logits, err := r.model.Forward(fwd)
+	var (
+		logits [][]float32
+		drawn  []int32
+		err    error
+	)
+	if drawing {
+		logits, drawn, err = r.drawer.ForwardDraw(fwd)
+	} else {
+		logits, err = r.model.Forward(fwd)
+	}
 	if err != nil {
 		return nil, err
 	}
 	if len(logits) != len(items) {
 		return nil, fmt.Errorf("engine: model returned %d logits rows for %d items", len(logits), len(items))
+	}
+	if drawn != nil && len(drawn) != len(items) {
+		return nil, fmt.Errorf("engine: model drew %d tokens for %d items", len(drawn), len(items))
 	}
 	vocab := r.model.Vocab()
 	res := make([]Result, len(items))
@@ -269,6 +315,15 @@ func (r *Runner) Run(items []Item) ([]Result, error) {
 		want := vocab
 		if items[i].AllLogits {
 			want = items[i].N * vocab
+		}
+		if fwd[i].Draw != nil {
+			if drawn == nil || drawn[i] < 0 || int(drawn[i]) >= vocab {
+				return nil, fmt.Errorf("engine: item %d: drawn token %v outside the vocabulary", i, drawnAt(drawn, i))
+			}
+			res[i].Sampled = Sampled{ID: drawn[i]}
+			if !items[i].AllLogits {
+				continue
+			}
 		}
 		if len(logits[i]) != want {
 			return nil, fmt.Errorf("engine: item %d: %d logits, want %d", i, len(logits[i]), want)
@@ -281,14 +336,14 @@ func (r *Runner) Run(items []Item) ([]Result, error) {
 	g.SetLimit(runtime.GOMAXPROCS(0))
 	for i := range items {
 		it, rows := &items[i], logits[i]
-		if !it.AllLogits && !it.Sample {
+		if !it.AllLogits && (!it.Sample || fwd[i].Draw != nil) {
 			continue
 		}
 		g.Go(func() error {
 			if it.AllLogits {
 				res[i].Prompt = promptLogprobs(it, rows, vocab)
 			}
-			if it.Sample {
+			if it.Sample && fwd[i].Draw == nil {
 				res[i].Sampled = it.Seq.Sampler.Sample(rows[len(rows)-vocab:])
 			}
 			return nil
@@ -322,4 +377,12 @@ func promptLogprobs(it *Item, rows []float32, vocab int) []Token {
 		out = append(out, tok)
 	}
 	return out
+}
+
+// drawnAt is drawn[i], or "none" when the model drew nothing.
+func drawnAt(drawn []int32, i int) any {
+	if drawn == nil {
+		return "none"
+	}
+	return drawn[i]
 }

@@ -21,15 +21,27 @@ func FromModel(m Stepper) Model { return modelAdapter{m} }
 type modelAdapter struct{ m Stepper }
 
 func (a modelAdapter) Forward(items []ForwardItem) ([][]float32, error) {
+	logits, _, err := a.ForwardDraw(items)
+	return logits, err
+}
+
+// CanDraw implements DrawingModel.
+func (a modelAdapter) CanDraw() bool {
+	d, ok := a.m.(interface{ CanDraw() bool })
+	return ok && d.CanDraw()
+}
+
+// ForwardDraw implements DrawingModel.
+func (a modelAdapter) ForwardDraw(items []ForwardItem) ([][]float32, []int32, error) {
 	b := &model.Batch{Items: make([]model.BatchItem, len(items))}
 	for i, it := range items {
-		b.Items[i] = model.BatchItem{Seq: it.Seq, Tokens: it.Tokens, AllLogits: it.AllLogits}
+		b.Items[i] = model.BatchItem{Seq: it.Seq, Tokens: it.Tokens, AllLogits: it.AllLogits, Draw: it.Draw}
 	}
 	out, err := a.m.Forward(b)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	return out.Logits, nil
+	return out.Logits, out.IDs, nil
 }
 
 func (a modelAdapter) FreeSequence(s *kvcache.Sequence) { a.m.FreeSequence(s) }

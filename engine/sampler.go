@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"errors"
 	"fmt"
+	"github.com/megamoe/megamoe/backend"
 	"math"
 	"math/rand/v2"
 	"runtime"
@@ -129,6 +130,23 @@ func (s *Sampler) Sample(logits []float32) Sampled {
 		out.Logprob = logprobLSE(logits, out.ID, lse)
 	}
 	return out
+}
+
+// DeviceDraw returns the parameters to draw this sequence's next token on the
+// model's device (backend.Draw, with a uniform from the sequence's RNG), or
+// false where the host must sample: logit bias, penalties or logprobs.
+func (s *Sampler) DeviceDraw() (backend.Draw, bool) {
+	if !s.unbiased() || s.p.Logprobs || s.p.TopLogprobs > 0 {
+		return backend.Draw{}, false
+	}
+	d := backend.Draw{Temp: float32(s.p.Temperature), TopP: float32(s.p.TopP), MinP: float32(s.p.MinP)}
+	if s.p.TopK > 0 && s.p.TopK <= math.MaxInt32 {
+		d.TopK = int32(s.p.TopK)
+	}
+	if s.p.Temperature > 0 {
+		d.U = float32(s.rng.Float64()) // the backend keeps it below 1
+	}
+	return d, true
 }
 
 // unbiased reports that processed would only turn NaN into −inf.

@@ -244,13 +244,20 @@ type BatchItem struct {
 	Tokens    []int32
 	AllLogits bool // logits of every row instead of only the last
 	Hidden    bool // also return the final residual streams of every row (for MTP)
+	// Draw asks for the next token drawn on the device from the last row
+	// (Output.IDs) where the model CanDraw; the logits then stay there
+	// unless AllLogits.
+	Draw *backend.Draw
 }
 
 // Output holds per item its fp32 logits, flattened rows×vocab: one row (its
-// last token) or every row when AllLogits; and, when BatchItem.Hidden is set,
-// the final residual streams of every row, flattened rows×(hc·d).
+// last token) or every row when AllLogits, nil for a drawn item without
+// AllLogits; when some item was drawn, IDs holds per item its drawn token
+// (-1 for the others); and, when BatchItem.Hidden is set, the final residual
+// streams of every row, flattened rows×(hc·d).
 type Output struct {
 	Logits    [][]float32
+	IDs       []int32
 	Hidden    [][]float32
 	Vocab     int
 	HiddenDim int
@@ -442,18 +449,28 @@ func (m *Model) Forward(b *Batch) (*Output, error) {
 		m.cache.Advance(it.Seq, len(it.Tokens))
 	}
 	out := &Output{Logits: make([][]float32, len(b.Items)), Vocab: c.Vocab, HiddenDim: c.HcDim()}
-	logits, err := m.downloadLogits(lg, len(rows), "")
-	if err != nil {
+	if out.IDs, err = m.drawTokens(lg, b.Items); err != nil {
+		be.Free(lg)
 		return nil, err
 	}
-	k := 0
-	for i, it := range b.Items {
-		cnt := 1
-		if it.AllLogits {
-			cnt = len(it.Tokens)
+	if !allDrawn(b.Items, out.IDs) {
+		logits, err := m.downloadLogits(lg, len(rows), "")
+		if err != nil {
+			return nil, err
 		}
-		out.Logits[i] = logits[k*c.Vocab : (k+cnt)*c.Vocab : (k+cnt)*c.Vocab]
-		k += cnt
+		k := 0
+		for i, it := range b.Items {
+			cnt := 1
+			if it.AllLogits {
+				cnt = len(it.Tokens)
+			}
+			if it.AllLogits || out.IDs == nil || out.IDs[i] < 0 {
+				out.Logits[i] = logits[k*c.Vocab : (k+cnt)*c.Vocab : (k+cnt)*c.Vocab]
+			}
+			k += cnt
+		}
+	} else {
+		be.Free(lg)
 	}
 	if x != nil {
 		all := make([]float32, n*c.HcDim())

@@ -41,7 +41,7 @@ type options struct {
 	maxBatchTokens                                    int
 	kvCacheMemory                                     int64
 	shutdownTimeout                                   time.Duration
-	cudaGraphs                                        bool
+	cudaGraphs, hostSampling                          bool
 }
 
 func main() {
@@ -65,6 +65,7 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	fs.IntVar(&o.maxNumSeqs, "max-num-seqs", 64, "running sequences at most")
 	fs.IntVar(&o.maxModelLen, "max-model-len", 4096, "context length (prompt + output tokens)")
 	fs.IntVar(&o.maxBatchTokens, "max-num-batched-tokens", 512, "tokens per engine step: prefill chunks plus decode tokens (larger steps prefill faster and delay running decodes more)")
+	fs.BoolVar(&o.hostSampling, "host-sampling", false, "sample every token on the host (by default a CUDA device draws the tokens of requests without logprobs, penalties or logit bias, and only their ids come back)")
 	fs.Int64Var(&o.kvCacheMemory, "kv-cache-memory", model.DefaultCacheBytes, "KV cache capacity in bytes")
 	fs.StringVar(&o.apiKey, "api-key", "", "require this bearer token on /v1 (also $MEGAMOE_API_KEY)")
 	fs.StringVar(&o.device, "device", "auto", "cpu | cuda | auto")
@@ -215,7 +216,7 @@ func load(dir string, o *options, log *slog.Logger, bar *progress) (_ *checkpoin
 	if mp := w.Config.MaxPositions; mp > 0 && maxLen > mp {
 		maxLen = mp
 	}
-	eng, err := engine.New(engine.FromModel(m), engine.Config{MaxNumSeqs: o.maxNumSeqs, MaxBatchTokens: o.maxBatchTokens, MaxModelLen: maxLen, Logger: log})
+	eng, err := engine.New(engine.FromModel(m), engine.Config{MaxNumSeqs: o.maxNumSeqs, MaxBatchTokens: o.maxBatchTokens, MaxModelLen: maxLen, HostSampling: o.hostSampling, Logger: log})
 	if err != nil {
 		return nil, nil, nil, err
 	}

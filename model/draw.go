@@ -1,0 +1,74 @@
+package model
+
+import (
+	"fmt"
+
+	"github.com/megamoe/megamoe/backend"
+)
+
+// CanDraw reports whether Forward honours BatchItem.Draw: the backend samples
+// on its device, and the logits are not split over ranks.
+func (m *Model) CanDraw() bool {
+	_, ok := m.be.(backend.DeviceSampler)
+	return ok && !m.sharded()
+}
+
+// drawTokens draws the tokens of the items that ask for it from the logits
+// lg (one row per item, every row of an AllLogits item) on the device; nil
+// when there is none or the model cannot draw. Rows nobody draws from take
+// the greedy rule (one argmax pass each) and are not used.
+func (m *Model) drawTokens(lg backend.Tensor, items []BatchItem) ([]int32, error) {
+	ds, ok := m.be.(backend.DeviceSampler)
+	if !ok || m.sharded() || !anyDraw(items) {
+		return nil, nil
+	}
+	var (
+		draws []backend.Draw
+		last  = make([]int, len(items)) // the item's last row of lg
+	)
+	for i, it := range items {
+		cnt := 1
+		if it.AllLogits {
+			cnt = len(it.Tokens)
+		}
+		draws = append(draws, make([]backend.Draw, cnt)...)
+		last[i] = len(draws) - 1
+		if it.Draw != nil {
+			draws[last[i]] = *it.Draw
+		}
+	}
+	got := make([]int32, len(draws))
+	if err := ds.SampleDraw(lg, draws, got); err != nil {
+		return nil, fmt.Errorf("model: draw: %w", err)
+	}
+	ids := make([]int32, len(items))
+	for i, it := range items {
+		ids[i] = -1
+		if it.Draw != nil {
+			ids[i] = got[last[i]]
+		}
+	}
+	return ids, nil
+}
+
+func anyDraw(items []BatchItem) bool {
+	for _, it := range items {
+		if it.Draw != nil {
+			return true
+		}
+	}
+	return false
+}
+
+// allDrawn reports that no item needs its logits on the host.
+func allDrawn(items []BatchItem, ids []int32) bool {
+	if ids == nil {
+		return false
+	}
+	for i, it := range items {
+		if it.AllLogits || ids[i] < 0 {
+			return false
+		}
+	}
+	return true
+}

@@ -1,0 +1,119 @@
+package model
+
+import (
+	"slices"
+	"testing"
+
+	"github.com/megamoe/megamoe/backend"
+	"github.com/megamoe/megamoe/backend/cpu"
+	"github.com/megamoe/megamoe/cuda/cpuref"
+	"github.com/megamoe/megamoe/kvcache"
+	"github.com/megamoe/megamoe/model/synth"
+)
+
+// drawingBackend adds DeviceSampler to a CPU backend with the kernel's CPU
+// twin, so the model's draw path runs here as it does on the GPU.
+type drawingBackend struct {
+	*countingBackend
+	calls int
+}
+
+func (b *drawingBackend) SampleDraw(logits backend.Tensor, d []backend.Draw, ids []int32) error {
+	b.calls++
+	rows, vocab := logits.Rows(), logits.Cols()
+	x := make([]float32, rows*vocab)
+	if err := b.Download(logits, x); err != nil {
+		return err
+	}
+	copy(ids, drawRef(x, vocab, d))
+	return nil
+}
+
+// drawRef draws every row of x [len(d), vocab] under d with cpuref.
+func drawRef(x []float32, vocab int, d []backend.Draw) []int32 {
+	n := len(d)
+	temp, topP, minP, u := make([]float32, n), make([]float32, n), make([]float32, n), make([]float32, n)
+	topK := make([]int32, n)
+	for i, p := range d {
+		temp[i], topK[i], topP[i], minP[i], u[i] = p.Temp, p.TopK, p.TopP, p.MinP, p.U
+	}
+	return cpuref.SampleDraw(x, n, vocab, temp, topK, topP, minP, u)
+}
+
+// TestForwardDraws: items that ask for a drawn token get the token the sample
+// kernel's twin draws from the logits a plain forward returns, and no logits
+// (unless AllLogits); the others get their logits; a step where every item
+// draws downloads no logits; nothing leaks.
+func TestForwardDraws(t *testing.T) {
+	c := synth.Config()
+	w := synth.Weights(c, 1, synth.Options{})
+	be := &drawingBackend{countingBackend: &countingBackend{Backend: cpu.New(cpu.Options{}), live: map[backend.Tensor]string{}}}
+	m, err := New(w, be, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ref, err := New(w, cpu.New(cpu.Options{}), Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !m.CanDraw() || ref.CanDraw() {
+		t.Fatalf("CanDraw: drawing backend %v, CPU backend %v", m.CanDraw(), ref.CanDraw())
+	}
+	draws := []*backend.Draw{
+		{},                               // greedy
+		{Temp: 0.8, TopP: 0.9, U: 0.37},  // nucleus
+		nil,                              // logits to the host
+		{Temp: 1.3, TopK: 5, U: 0.999},   // top-k, with AllLogits in the prefill
+		{Temp: 2, MinP: 0.05, U: 0.0625}, // min-p, in id order
+	}
+	mSeqs, rSeqs := make([]*kvcache.Sequence, len(draws)), make([]*kvcache.Sequence, len(draws))
+	for i := range draws {
+		mSeqs[i], rSeqs[i] = m.Cache().NewSequence(), ref.Cache().NewSequence()
+		defer m.FreeSequence(mSeqs[i])
+		defer ref.FreeSequence(rSeqs[i])
+	}
+	before := len(be.live)
+	for step, n := range []int{7, 1, 1} {
+		var mb, rb Batch
+		for i, d := range draws {
+			toks := prompt(n, c.Vocab, uint64(10*step+i))
+			all := step == 0 && i == 3
+			it := BatchItem{Seq: mSeqs[i], Tokens: toks, AllLogits: all, Draw: d}
+			if step == 2 && d == nil {
+				it.Draw = &backend.Draw{} // the last step downloads no logits
+			}
+			mb.Items = append(mb.Items, it)
+			rb.Items = append(rb.Items, BatchItem{Seq: rSeqs[i], Tokens: toks, AllLogits: all})
+		}
+		calls := be.calls
+		got, err := m.Forward(&mb)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want, err := ref.Forward(&rb)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if be.calls != calls+1 {
+			t.Fatalf("step %d: %d SampleDraw calls, want 1", step, be.calls-calls)
+		}
+		for i, it := range mb.Items {
+			wantID := int32(-1)
+			if it.Draw != nil {
+				wantID = drawRef(want.Last(i), c.Vocab, []backend.Draw{*it.Draw})[0]
+			}
+			if got.IDs[i] != wantID {
+				t.Errorf("step %d item %d: drew %d, want %d", step, i, got.IDs[i], wantID)
+			}
+			if keep := it.Draw == nil || it.AllLogits; keep != (got.Logits[i] != nil) {
+				t.Errorf("step %d item %d: logits returned %v, want %v", step, i, got.Logits[i] != nil, keep)
+			} else if keep && !slices.Equal(got.Logits[i], want.Logits[i]) {
+				t.Errorf("step %d item %d: logits differ from a plain forward", step, i)
+			}
+		}
+		if len(be.live) != before {
+			t.Errorf("step %d left %d tensors allocated: %s", step, len(be.live)-before, be.sites())
+			before = len(be.live)
+		}
+	}
+}
