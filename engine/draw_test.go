@@ -44,8 +44,8 @@ func drawOne(row []float32, d backend.Draw) int32 {
 }
 
 // TestDeviceDraws: requests without logprobs, penalties or bias get the tokens
-// the device rule draws with their sequence's uniforms; the others, and every
-// request under HostSampling, the host sampler's.
+// the device rule draws with their sequence's uniforms under DeviceSampling;
+// the others, and every request without it, the host sampler's.
 func TestDeviceDraws(t *testing.T) {
 	params := []SamplingParams{
 		{},
@@ -62,7 +62,7 @@ func TestDeviceDraws(t *testing.T) {
 	toy := newToy(t, 1<<20)
 	for _, host := range []bool{false, true} {
 		m := &drawingToy{toyModel: newToy(t, 1<<20)}
-		got, _ := runEngine(t, m, Config{MaxModelLen: 4096, MaxBatchTokens: 16, HostSampling: host}, reqs)
+		got, _ := runEngine(t, m, Config{MaxModelLen: 4096, MaxBatchTokens: 16, DeviceSampling: !host}, reqs)
 		for i, r := range reqs {
 			device := !host && i < 3
 			if want := expectTokens(toy, r, device); !slices.Equal(got[i], want) {
@@ -70,7 +70,7 @@ func TestDeviceDraws(t *testing.T) {
 			}
 		}
 		if want := 0; host && m.draws != want {
-			t.Errorf("HostSampling: %d device draws", m.draws)
+			t.Errorf("without DeviceSampling: %d device draws", m.draws)
 		}
 		if !host && m.draws != 3*9 {
 			t.Errorf("%d device draws, want %d (3 requests × 9 tokens)", m.draws, 3*9)

@@ -61,10 +61,11 @@ type Config struct {
 	MaxBatchTokens int // tokens per step (default 512)
 	MaxModelLen    int // context length (required)
 	MaxQueue       int // waiting requests before ErrQueueFull (default 1024)
-	// HostSampling samples every token on the host even where the model can
-	// draw on its device (DrawingModel).
-	HostSampling bool
-	Logger       *slog.Logger
+	// DeviceSampling draws the tokens of requests without logprobs,
+	// penalties or logit bias on the model's device where it can
+	// (DrawingModel); the others, and all without it, are sampled here.
+	DeviceSampling bool
+	Logger         *slog.Logger
 }
 
 // Stats is a snapshot for metrics.
@@ -113,7 +114,7 @@ func New(m Model, cfg Config) (*Engine, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Engine{cfg: cfg, model: m, sched: sched, runner: newRunner(m, !cfg.HostSampling), log: cfg.Logger,
+	return &Engine{cfg: cfg, model: m, sched: sched, runner: newRunner(m, cfg.DeviceSampling), log: cfg.Logger,
 		wake: make(chan struct{}, 1), byID: map[int64]*Sequence{},
 		stats: Stats{CacheCapacity: m.Cache().CapacityBytes()}}, nil
 }

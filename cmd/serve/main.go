@@ -41,7 +41,7 @@ type options struct {
 	maxBatchTokens                                    int
 	kvCacheMemory                                     int64
 	shutdownTimeout                                   time.Duration
-	cudaGraphs, hostSampling                          bool
+	cudaGraphs, deviceSampling                        bool
 }
 
 func main() {
@@ -65,7 +65,7 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	fs.IntVar(&o.maxNumSeqs, "max-num-seqs", 64, "running sequences at most")
 	fs.IntVar(&o.maxModelLen, "max-model-len", 4096, "context length (prompt + output tokens)")
 	fs.IntVar(&o.maxBatchTokens, "max-num-batched-tokens", 512, "tokens per engine step: prefill chunks plus decode tokens (larger steps prefill faster and delay running decodes more)")
-	fs.BoolVar(&o.hostSampling, "host-sampling", false, "sample every token on the host (by default a CUDA device draws the tokens of requests without logprobs, penalties or logit bias, and only their ids come back)")
+	fs.BoolVar(&o.deviceSampling, "device-sampling", false, "on a CUDA device, draw the tokens of requests without logprobs, penalties or logit bias there (only their ids come back) instead of sampling every logits row here")
 	fs.Int64Var(&o.kvCacheMemory, "kv-cache-memory", model.DefaultCacheBytes, "KV cache capacity in bytes")
 	fs.StringVar(&o.apiKey, "api-key", "", "require this bearer token on /v1 (also $MEGAMOE_API_KEY)")
 	fs.StringVar(&o.device, "device", "auto", "cpu | cuda | auto")
@@ -216,7 +216,7 @@ func load(dir string, o *options, log *slog.Logger, bar *progress) (_ *checkpoin
 	if mp := w.Config.MaxPositions; mp > 0 && maxLen > mp {
 		maxLen = mp
 	}
-	eng, err := engine.New(engine.FromModel(m), engine.Config{MaxNumSeqs: o.maxNumSeqs, MaxBatchTokens: o.maxBatchTokens, MaxModelLen: maxLen, HostSampling: o.hostSampling, Logger: log})
+	eng, err := engine.New(engine.FromModel(m), engine.Config{MaxNumSeqs: o.maxNumSeqs, MaxBatchTokens: o.maxBatchTokens, MaxModelLen: maxLen, DeviceSampling: o.deviceSampling, Logger: log})
 	if err != nil {
 		return nil, nil, nil, err
 	}
