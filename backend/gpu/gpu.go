@@ -30,6 +30,9 @@ type Options struct {
 	Device int  // CUDA device ordinal
 	Graphs bool // record decode steps as CUDA graphs and replay them (RecordStep)
 	NoPDL  bool // launch without programmatic dependent launch (cuda/pdl.go)
+	// TimeReplays times every graph replay on the device (GraphStats.ReplayMs):
+	// two events a step, so that tools can tell device time from host time.
+	TimeReplays bool
 }
 
 // Backend is the CUDA backend.
@@ -80,6 +83,12 @@ func New(o Options) (*Backend, error) {
 	pdl := s.SetPDL(!o.NoPDL)
 	b := &Backend{drv: drv, dev: dev, ctx: ctx, s: s, ropes: map[any]*ropeTable{}, pdl: pdl}
 	b.graphs = graphSet{on: o.Graphs, graphs: map[string]*stepGraph{}, seen: map[string]bool{}, failed: map[string]error{}}
+	if o.Graphs && o.TimeReplays {
+		if b.graphs.timer, err = newReplayTimer(ctx); err != nil {
+			b.Close()
+			return nil, fmt.Errorf("gpu backend: %w", err)
+		}
+	}
 	return b, nil
 }
 

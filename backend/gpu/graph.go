@@ -60,7 +60,54 @@ type graphSet struct {
 	seen   map[string]bool
 	failed map[string]error
 	clock  uint64
-	stats  GraphStats // counts; Graphs, Nodes and Failed filled on demand
+	stats  GraphStats   // counts; Graphs, Nodes and Failed filled on demand
+	timer  *replayTimer // Options.TimeReplays
+}
+
+// replayTimer times replays on the device: an event before the inputs' copy
+// and one after the graph. A replay's time is read at the next replay or at
+// GraphStats, when the caller has long waited for the step's output.
+type replayTimer struct {
+	start, end *cuda.Event
+	pending    bool
+	ms         []float32
+}
+
+func newReplayTimer(ctx *cuda.Context) (*replayTimer, error) {
+	start, err := ctx.NewEvent()
+	if err != nil {
+		return nil, err
+	}
+	end, err := ctx.NewEvent()
+	if err != nil {
+		start.Close()
+		return nil, err
+	}
+	return &replayTimer{start: start, end: end}, nil
+}
+
+// flush records the time of the last replay.
+func (t *replayTimer) flush() error {
+	if t == nil || !t.pending {
+		return nil
+	}
+	t.pending = false
+	if err := t.end.Synchronize(); err != nil {
+		return err
+	}
+	ms, err := t.end.ElapsedMs(t.start)
+	if err != nil {
+		return err
+	}
+	t.ms = append(t.ms, ms)
+	return nil
+}
+
+func (t *replayTimer) close() {
+	if t != nil {
+		t.start.Close()
+		t.end.Close()
+	}
 }
 
 // GraphStats counts how steps ran.
@@ -68,6 +115,9 @@ type GraphStats struct {
 	Graphs, Recorded, Replayed, Eager int
 	Nodes                             int // nodes (kernels, copies, memsets) of the recordings kept
 	Failed                            []string
+	// ReplayMs is the device time of every replay (inputs' copy and graph),
+	// in order, with Options.TimeReplays.
+	ReplayMs []float32
 }
 
 // GraphStats reports how steps ran (tests, tools).
@@ -82,6 +132,12 @@ func (b *Backend) GraphStats() GraphStats {
 		st.Failed = append(st.Failed, k+": "+err.Error())
 	}
 	slices.Sort(st.Failed)
+	if g.timer != nil {
+		if err := g.timer.flush(); err != nil {
+			st.Failed = append(st.Failed, "replay timing: "+err.Error())
+		}
+		st.ReplayMs = slices.Clone(g.timer.ms)
+	}
 	return st
 }
 
@@ -207,11 +263,26 @@ func (b *Backend) replay(sg *stepGraph, bt *backend.Batch, ids []int32) (backend
 	// The staging is pinned: the copy is asynchronous, and the next replay of
 	// this graph rewrites the staging only after the caller has synchronised
 	// (it downloads the step's output).
+	t := g.timer
+	if t != nil {
+		if err := t.flush(); err != nil {
+			return nil, fmt.Errorf("replay step: timing: %w", err)
+		}
+		if err := t.start.Record(b.s); err != nil {
+			return nil, fmt.Errorf("replay step: %w", err)
+		}
+	}
 	if err := b.s.CopyHtoD(sg.meta.Ptr, sg.stage.Bytes()); err != nil {
 		return nil, fmt.Errorf("replay step: %w", err)
 	}
 	if err := sg.exec.Launch(b.s); err != nil {
 		return nil, fmt.Errorf("replay step: %w", err)
+	}
+	if t != nil {
+		if err := t.end.Record(b.s); err != nil {
+			return nil, fmt.Errorf("replay step: %w", err)
+		}
+		t.pending = true
 	}
 	g.clock++
 	sg.used = g.clock
@@ -258,6 +329,8 @@ func (b *Backend) closeGraphs() error {
 		sg.free()
 		delete(g.graphs, k)
 	}
+	g.timer.close()
+	g.timer = nil
 	if g.arena != nil {
 		return g.arena.Trim()
 	}

@@ -3,6 +3,7 @@ package gpu
 import (
 	"math"
 	"math/rand/v2"
+	"slices"
 	"testing"
 
 	"github.com/megamoe/megamoe/checkpoint"
@@ -24,7 +25,7 @@ func TestRecordedDecodeSteps(t *testing.T) {
 		t.Skipf("no GPU: %v", err)
 	}
 	defer ge.Close()
-	gr, err := New(Options{Graphs: true})
+	gr, err := New(Options{Graphs: true, TimeReplays: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -110,6 +111,9 @@ func TestRecordedDecodeSteps(t *testing.T) {
 	// eagerly, then is recorded and replayed.
 	if len(st2.Failed) > 0 || st2.Recorded < 2 || st2.Replayed < steps-6 {
 		t.Errorf("recorded %d layouts, replayed %d of %d decode steps, failed %v", st2.Recorded, st2.Replayed, steps, st2.Failed)
+	}
+	if len(st2.ReplayMs) != st2.Replayed || slices.ContainsFunc(st2.ReplayMs, func(ms float32) bool { return !(ms > 0 && ms < 1000) }) {
+		t.Errorf("replay times %v for %d replays", st2.ReplayMs, st2.Replayed)
 	}
 	if eb := ge.GraphStats(); eb.Recorded != 0 || eb.Replayed != 0 {
 		t.Errorf("the eager backend recorded %d and replayed %d steps", eb.Recorded, eb.Replayed)

@@ -31,6 +31,7 @@ type stackFlags struct {
 	seed                             uint64
 	mtp, trace, profile, graphs, pdl bool
 	draw                             bool
+	timeGraphs                       bool
 	tp                               int
 	reserveGiB                       float64
 	// corrupt, if set (tests), edits the weights before the model is built.
@@ -53,7 +54,8 @@ func parseStack(args []string, stderr io.Writer) (*stackFlags, error) {
 	fs.Uint64Var(&f.seed, "seed", 1, "weight and token seed")
 	fs.StringVar(&f.numerics, "numerics", "faithful", "faithful | exact")
 	fs.IntVar(&f.threads, "threads", 0, "CPU backend workers (0 = GOMAXPROCS)")
-	fs.BoolVar(&f.draw, "draw", false, "decode steps take the greedy token drawn on the device (only ids come back, as the engine does by default) instead of downloading every logits row; their logits are then not checked for NaN")
+	fs.BoolVar(&f.draw, "draw", false, "decode steps take the greedy token drawn on the device (only ids come back, as serve --device-sampling does) instead of downloading every logits row; their logits are then not checked for NaN")
+	fs.BoolVar(&f.timeGraphs, "time-graphs", false, "time every replayed decode step on the device (two CUDA events a step) and print its median next to the step's wall time: the rest is host work and transfers")
 	fs.BoolVar(&f.mtp, "mtp", false, "also build (and upload) the MTP block")
 	fs.BoolVar(&f.trace, "trace-nonfinite", false, "check every sub-layer for NaN/Inf from the start (otherwise only on a rerun after a failure)")
 	fs.BoolVar(&f.graphs, "cuda-graphs", true, "record decode steps as CUDA graphs and replay them (not with --profile)")
@@ -204,6 +206,12 @@ func stack(f *stackFlags, stdout, stderr io.Writer) error {
 		for _, e := range st.Failed {
 			graphs += "cuda graph not recorded: " + e + "\n"
 		}
+		if len(st.ReplayMs) > 0 {
+			d := slices.Clone(st.ReplayMs)
+			slices.Sort(d)
+			graphs += fmt.Sprintf("replayed steps on the device (inputs' copy and graph): median %.3f ms  min %.3f ms  max %.3f ms over %d\n",
+				d[len(d)/2], d[0], d[len(d)-1], len(d))
+		}
 	}
 	if err != nil && !f.trace && errors.As(err, new(*nonFinite)) {
 		// Rerun the identical plan with the tracer to name the component.
@@ -249,7 +257,7 @@ func openBackend(f *stackFlags) (backend.Backend, func(), error) {
 	if f.device == "cpu" {
 		return cpu.New(cpu.Options{Threads: f.threads}), func() {}, nil
 	}
-	g, err := gpu.New(gpu.Options{Graphs: f.graphs, NoPDL: !f.pdl})
+	g, err := gpu.New(gpu.Options{Graphs: f.graphs, NoPDL: !f.pdl, TimeReplays: f.timeGraphs})
 	if err != nil {
 		return nil, nil, fmt.Errorf("--device cuda: %w", err)
 	}
