@@ -144,6 +144,16 @@ DEV float warp_max(float v) {
 }
 
 // ---- cp.async (sm_80+) ----
+// Zeroes an MMA accumulator array (unrolled: the registers stay registers).
+template <int I, int J, int K> DEV void zero_acc(float (&a)[I][J][K]) {
+#pragma unroll
+	for (int i = 0; i < I; i++)
+#pragma unroll
+		for (int j = 0; j < J; j++)
+#pragma unroll
+			for (int k = 0; k < K; k++) a[i][j][k] = 0.f;
+}
+
 DEV u32 smem_addr(const void* p) { return (u32)__cvta_generic_to_shared(p); }
 
 // 16-byte global->shared copy; src_bytes 0 zero-fills the destination.

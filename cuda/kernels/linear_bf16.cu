@@ -126,12 +126,7 @@ DEV void bf16_grouped(float* __restrict__ y, const float* __restrict__ x, const 
 	// Warp (wm, wn) covers rows wm*64 .. +63 and columns wn*32 .. +31 of the tile.
 	const int wm = wid & 1, wn = wid >> 1;
 	float acc[4][4][4];
-#pragma unroll
-	for (int i = 0; i < 4; i++)
-#pragma unroll
-		for (int j = 0; j < 4; j++)
-#pragma unroll
-			for (int k = 0; k < 4; k++) acc[i][j][k] = 0.f;
+	zero_acc(acc);
 	// ldmatrix row addresses: A 16x16 blocks (lanes 0-15 rows at k, 16-31 at k+8);
 	// B pairs of n8 tiles (lanes 0-7 / 8-15: rows 0-7 at k / k+8, 16-31: rows 8-15).
 	const u32 aoff = ((wm * 64 + (lane & 15)) * BT_LD + (lane >> 4) * 8) * 2;

@@ -59,12 +59,7 @@ extern "C" __global__ void __launch_bounds__(128) linear_fp8(
 	};
 
 	float acc[2][8][4];
-#pragma unroll
-	for (int i = 0; i < 2; i++)
-#pragma unroll
-		for (int j = 0; j < 8; j++)
-#pragma unroll
-			for (int k = 0; k < 4; k++) acc[i][j][k] = 0.f;
+	zero_acc(acc);
 
 	// Scale bytes, loaded one block ahead and decoded by selects: loaded at the
 	// promotion behind bounds and decode branches they put dependent global
@@ -96,12 +91,7 @@ extern "C" __global__ void __launch_bounds__(128) linear_fp8(
 		const u8* As = smem + ((kb - kb0) & 1) * STAGE_BYTES;
 		const u8* Bs = As + A_STAGE;
 		float part[2][8][4];
-#pragma unroll
-		for (int i = 0; i < 2; i++)
-#pragma unroll
-			for (int j = 0; j < 8; j++)
-#pragma unroll
-				for (int k = 0; k < 4; k++) part[i][j][k] = 0.f;
+		zero_acc(part);
 
 #pragma unroll
 		for (int ks = 0; ks < 4; ks++) {

@@ -138,12 +138,7 @@ extern "C" __global__ void __launch_bounds__(128) moe_fp4_gemm(
 	};
 
 	float acc[2][8][4];
-#pragma unroll
-	for (int i = 0; i < 2; i++)
-#pragma unroll
-		for (int j = 0; j < 8; j++)
-#pragma unroll
-			for (int k = 0; k < 4; k++) acc[i][j][k] = 0.f;
+	zero_acc(acc);
 
 	// Act scales: one row a thread (thread (g, c) gets the factors of rows
 	// mBeg + wm*32 + g + 8q by shuffle from lane 4g + q), decoded by selects,
@@ -169,12 +164,7 @@ extern "C" __global__ void __launch_bounds__(128) moe_fp4_gemm(
 		const u8* Bs = As + A_STAGE;
 		const float* Ss = reinterpret_cast<const float*>(Bs + B_STAGE);
 		float part[2][8][4];
-#pragma unroll
-		for (int i = 0; i < 2; i++)
-#pragma unroll
-			for (int j = 0; j < 8; j++)
-#pragma unroll
-				for (int k = 0; k < 4; k++) part[i][j][k] = 0.f;
+		zero_acc(part);
 
 		// Logical k16 step j covers physical K [16j, 16j+16) of this block. Thread c
 		// holds physical k 16j+4c..16j+4c+3 as logical {2c,2c+1} and {8+2c,9+2c}, in
