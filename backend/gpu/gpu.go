@@ -50,6 +50,7 @@ type Backend struct {
 	graphs   graphSet           // recorded decode steps
 	rec      *recording         // the step being recorded, if any
 	pdl      bool               // programmatic dependent launch for small steps (pdlFor)
+	drawBuf  *cuda.HostBuffer   // pinned staging of SampleDraw's parameters and ids
 	closed   bool
 }
 
@@ -117,6 +118,11 @@ func (b *Backend) Close() error {
 	err := b.s.Synchronize()
 	if e := b.closeGraphs(); err == nil {
 		err = e
+	}
+	if b.drawBuf != nil {
+		if e := b.drawBuf.Close(); err == nil {
+			err = e
+		}
 	}
 	if e := b.s.Close(); err == nil {
 		err = e

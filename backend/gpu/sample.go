@@ -12,8 +12,9 @@ import (
 var _ backend.DeviceSampler = (*Backend)(nil)
 
 // SampleDraw implements backend.DeviceSampler: the parameters go up in one
-// copy, the sample kernel runs one block per row, and only the ids come back
-// (4 bytes a row instead of a 517 KB logits row for DeepSeek-V4).
+// copy from pinned memory, the sample kernel runs one block per row, and only
+// the ids come back (4 bytes a row instead of a 517 KB logits row for
+// DeepSeek-V4), the one wait of the call.
 func (b *Backend) SampleDraw(logits backend.Tensor, d []backend.Draw, ids []int32) error {
 	n := len(d)
 	lt, err := f32(logits, n, -1, "sample draw logits")
@@ -26,35 +27,66 @@ func (b *Backend) SampleDraw(logits backend.Tensor, d []backend.Draw, ids []int3
 	if n == 0 {
 		return nil
 	}
-	// [temp f32 | top_k i32 | top_p f32 | min_p f32 | u f32] × n, then ids.
-	host := make([]byte, 5*4*n)
+	if b.rec != nil {
+		return fmt.Errorf("sample draw: %w", errHostInRecording)
+	}
+	// [temp f32 | top_k i32 | top_p f32 | min_p f32 | u f32] × n, then the ids.
+	stage, err := b.drawStage(24 * n)
+	if err != nil {
+		return fmt.Errorf("sample draw: %w", err)
+	}
+	host := stage[:20*n]
+	le := binary.LittleEndian
 	for i, p := range d {
-		le := binary.LittleEndian
 		le.PutUint32(host[4*i:], math.Float32bits(p.Temp))
 		le.PutUint32(host[4*(n+i):], uint32(p.TopK))
 		le.PutUint32(host[4*(2*n+i):], math.Float32bits(p.TopP))
 		le.PutUint32(host[4*(3*n+i):], math.Float32bits(p.MinP))
 		le.PutUint32(host[4*(4*n+i):], math.Float32bits(cuda.Uniform32(float64(p.U))))
 	}
-	if b.rec != nil {
-		return fmt.Errorf("sample draw: %w", errHostInRecording)
-	}
-	buf, err := b.scratch(6 * 4 * n)
+	buf, err := b.scratch(24 * n)
 	if err != nil {
 		return fmt.Errorf("sample draw: %w", err)
 	}
 	defer buf.Free()
-	p := buf.Ptr
-	if err := b.s.CopyHtoD(p, host); err != nil {
+	dev := buf.Ptr
+	if err := b.s.CopyHtoD(dev, host); err != nil {
 		return fmt.Errorf("sample draw: %w", err)
 	}
-	out := p.Add(5 * 4 * n)
-	err = cuda.SampleDraw(b.s, out, lt.ptr, p, p.Add(4*n), p.Add(8*n), p.Add(12*n), p.Add(16*n), n, lt.cols)
+	out := dev.Add(20 * n)
+	err = cuda.SampleDraw(b.s, out, lt.ptr, dev, dev.Add(4*n), dev.Add(8*n), dev.Add(12*n), dev.Add(16*n), n, lt.cols)
 	if err != nil {
 		return err
 	}
-	if err := b.s.CopyDtoH(cuda.Bytes(ids), out); err != nil {
+	got := stage[20*n : 24*n]
+	if err := b.s.CopyDtoH(got, out); err != nil {
 		return fmt.Errorf("sample draw: %w", err)
 	}
-	return b.s.Synchronize()
+	if err := b.s.Synchronize(); err != nil {
+		return fmt.Errorf("sample draw: %w", err)
+	}
+	for i := range ids {
+		ids[i] = int32(le.Uint32(got[4*i:]))
+	}
+	return nil
+}
+
+// drawStage returns n bytes of the backend's pinned staging, grown as needed.
+// SampleDraw waits for its copies before it returns, so one buffer serves
+// every call.
+func (b *Backend) drawStage(n int) ([]byte, error) {
+	if b.drawBuf == nil || len(b.drawBuf.Bytes()) < n {
+		if b.drawBuf != nil {
+			if err := b.drawBuf.Close(); err != nil {
+				return nil, err
+			}
+			b.drawBuf = nil
+		}
+		hb, err := b.ctx.AllocHost(max(n, 4096))
+		if err != nil {
+			return nil, err
+		}
+		b.drawBuf = hb
+	}
+	return b.drawBuf.Bytes()[:n], nil
 }
