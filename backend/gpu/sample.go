@@ -50,17 +50,23 @@ func (b *Backend) SampleDraw(logits backend.Tensor, d []backend.Draw, ids []int3
 	}
 	defer buf.Free()
 	dev := buf.Ptr
-	if err := b.s.CopyHtoD(dev, host); err != nil {
+	// From the upload on, an error return first waits for the stream, so that
+	// no copy still uses the pinned staging or the scratch.
+	fail := func(err error) error {
+		_ = b.s.Synchronize()
 		return fmt.Errorf("sample draw: %w", err)
+	}
+	if err := b.s.CopyHtoD(dev, host); err != nil {
+		return fail(err)
 	}
 	out := dev.Add(20 * n)
 	err = cuda.SampleDraw(b.s, out, lt.ptr, dev, dev.Add(4*n), dev.Add(8*n), dev.Add(12*n), dev.Add(16*n), n, lt.cols)
 	if err != nil {
-		return err
+		return fail(err)
 	}
 	got := stage[20*n : 24*n]
 	if err := b.s.CopyDtoH(got, out); err != nil {
-		return fmt.Errorf("sample draw: %w", err)
+		return fail(err)
 	}
 	if err := b.s.Synchronize(); err != nil {
 		return fmt.Errorf("sample draw: %w", err)
