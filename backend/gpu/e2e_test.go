@@ -82,11 +82,7 @@ func forced(t *testing.T, m *model.Model, prompt []int32, chunk int, toks []int3
 // weights, docs/numerics.md), and the teacher-forced logits error of the GPU
 // must stay within the CPU's own sensitivity baseline.
 func TestRegressionPromptsOnGPU(t *testing.T) {
-	g, err := New(Options{})
-	if err != nil {
-		t.Skipf("no GPU: %v", err)
-	}
-	defer g.Close()
+	g := openGPU(t, Options{})
 	dir, err := models.ExtractSmall()
 	if err != nil {
 		t.Fatal(err)
@@ -134,11 +130,7 @@ func TestRegressionPromptsOnGPU(t *testing.T) {
 func TestSmallModelEndToEnd(t *testing.T) {
 	for _, format := range []string{checkpoint.GenOfficial, checkpoint.GenNVFP4} {
 		t.Run(format, func(t *testing.T) {
-			g, err := New(Options{})
-			if err != nil {
-				t.Skipf("no GPU: %v", err)
-			}
-			defer g.Close()
+			g := openGPU(t, Options{})
 			dir := filepath.Join(t.TempDir(), format)
 			if err := checkpoint.Generate(dir, checkpoint.GenSpec{Format: format, Seed: 1}); err != nil {
 				t.Fatal(err)
@@ -196,11 +188,7 @@ func encode(tok *tokenizer.Tokenizer, text string) []int32 {
 // model and on the generated official and NVFP4 checkpoints, with every
 // logits row within 1e-3 (median 1e-4) of the CPU's.
 func TestGreedyExact(t *testing.T) {
-	g, err := New(Options{})
-	if err != nil {
-		t.Skipf("no GPU: %v", err)
-	}
-	defer g.Close()
+	g := openGPU(t, Options{})
 	opts := model.Options{CacheBytes: 64 << 20, Numerics: "exact"}
 	run := func(name string, mc, mg *model.Model, prompt []int32, n int) {
 		t.Helper()

@@ -15,10 +15,11 @@ import (
 	"github.com/megamoe/megamoe/safetensors"
 )
 
-// newPair pairs a fresh GPU backend (skipping without one) with the CPU reference.
-func newPair(t *testing.T, mode backend.Numerics) *pair {
+// openGPU opens a GPU backend with o, skipping t on machines without one;
+// it is closed when t ends.
+func openGPU(t testing.TB, o Options) *Backend {
 	t.Helper()
-	g, err := New(Options{})
+	g, err := New(o)
 	if err != nil {
 		t.Skipf("no GPU: %v", err)
 	}
@@ -27,6 +28,13 @@ func newPair(t *testing.T, mode backend.Numerics) *pair {
 			t.Error(err)
 		}
 	})
+	return g
+}
+
+// newPair pairs a fresh GPU backend (skipping without one) with the CPU reference.
+func newPair(t *testing.T, mode backend.Numerics) *pair {
+	t.Helper()
+	g := openGPU(t, Options{})
 	c := cpu.New(cpu.Options{})
 	c.SetNumerics(mode)
 	g.SetNumerics(mode)

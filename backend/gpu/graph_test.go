@@ -20,11 +20,7 @@ import (
 // leaving half way. Replays run the same kernels on the same inputs, so every
 // logit must be bit-identical; and most steps must have been replays.
 func TestRecordedDecodeSteps(t *testing.T) {
-	ge, err := New(Options{})
-	if err != nil {
-		t.Skipf("no GPU: %v", err)
-	}
-	defer ge.Close()
+	ge := openGPU(t, Options{})
 	gr, err := New(Options{Graphs: true, TimeReplays: true})
 	if err != nil {
 		t.Fatal(err)

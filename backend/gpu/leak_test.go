@@ -13,11 +13,7 @@ import (
 // with the same bytes in use. model's TestForwardFreesTemporaries checks the
 // model's own tensors on the CPU; this one also covers the backend's scratch.
 func TestStepsReturnPoolMemory(t *testing.T) {
-	g, err := New(Options{})
-	if err != nil {
-		t.Skipf("no GPU: %v", err)
-	}
-	defer g.Close()
+	g := openGPU(t, Options{})
 	c := synth.Config()
 	m, err := model.New(synth.Weights(c, 1, synth.Options{}), g, model.Options{CacheBytes: 64 << 20})
 	if err != nil {

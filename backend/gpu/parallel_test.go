@@ -15,11 +15,7 @@ import (
 // TestNCCLSingleRank: the NCCL binding on one GPU — a one-rank all-reduce
 // leaves the values as they are and a one-rank all-gather copies them.
 func TestNCCLSingleRank(t *testing.T) {
-	g, err := New(Options{})
-	if err != nil {
-		t.Skipf("no GPU: %v", err)
-	}
-	defer g.Close()
+	g := openGPU(t, Options{})
 	comms, closeAll, err := NewNCCLComms([]*Backend{g})
 	if err != nil {
 		t.Fatalf("NCCL on a GPU machine: %v", err)
@@ -56,11 +52,7 @@ func TestNCCLSingleRank(t *testing.T) {
 // memory; over NCCL between GPUs 0 and 1 when there are two) and requires
 // the CPU single-rank greedy tokens in exact numerics.
 func TestParallelOnGPU(t *testing.T) {
-	g0, err := New(Options{})
-	if err != nil {
-		t.Skipf("no GPU: %v", err)
-	}
-	defer g0.Close()
+	g0 := openGPU(t, Options{})
 	w, st, err := checkpoint.GenerateLoad(filepath.Join(t.TempDir(), "tp"), checkpoint.GenSpec{Seed: 5, Preset: "small-tp"})
 	if err != nil {
 		t.Fatal(err)

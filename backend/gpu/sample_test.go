@@ -40,11 +40,7 @@ func randDraws(r *rand.Rand, n int) []backend.Draw {
 // gives cpuref's token on every row, except where cpuref's own margin says
 // the two integer-mass draws may round apart.
 func TestSampleDrawOp(t *testing.T) {
-	g, err := New(Options{})
-	if err != nil {
-		t.Skipf("no GPU: %v", err)
-	}
-	defer g.Close()
+	g := openGPU(t, Options{})
 	r := rand.New(rand.NewPCG(rand.Uint64(), 9))
 	for _, tc := range []struct{ rows, vocab int }{{1, 129280}, {7, 129280}, {33, 1000}, {2, 3}} {
 		x := make([]float32, tc.rows*tc.vocab)
@@ -79,11 +75,7 @@ func TestSampleDrawOp(t *testing.T) {
 // that cpuref draws from the logits of the same step without Draw, eager and
 // replayed, for three sequences per step.
 func TestModelDrawsOnGPU(t *testing.T) {
-	g, err := New(Options{Graphs: true})
-	if err != nil {
-		t.Skipf("no GPU: %v", err)
-	}
-	defer g.Close()
+	g := openGPU(t, Options{Graphs: true})
 	dir := filepath.Join(t.TempDir(), "m")
 	if err := checkpoint.Generate(dir, checkpoint.GenSpec{Format: checkpoint.GenOfficial, Seed: 2}); err != nil {
 		t.Fatal(err)

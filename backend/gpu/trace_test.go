@@ -11,11 +11,7 @@ import (
 // TestTraceNonFiniteOnGPU poisons one weight (a NaN block scale) and requires
 // the GPU tracer to name the same component, row and position as the CPU's.
 func TestTraceNonFiniteOnGPU(t *testing.T) {
-	g, err := New(Options{})
-	if err != nil {
-		t.Skipf("no GPU: %v", err)
-	}
-	defer g.Close()
+	g := openGPU(t, Options{})
 	for _, tc := range []struct {
 		name   string
 		poison func(w *checkpoint.Weights) *checkpoint.Linear
