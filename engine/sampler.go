@@ -4,12 +4,13 @@ import (
 	"cmp"
 	"errors"
 	"fmt"
-	"github.com/megamoe/megamoe/backend"
 	"math"
 	"math/rand/v2"
 	"runtime"
 	"slices"
 	"sync"
+
+	"github.com/megamoe/megamoe/backend"
 )
 
 // SamplingParams are the per-request sampling controls (OpenAI + vLLM names).

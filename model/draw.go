@@ -60,13 +60,16 @@ func anyDraw(items []BatchItem) bool {
 	return false
 }
 
+// keepsLogits reports whether item i's logits go to the host: it was not
+// drawn (ids nil or -1), or it wants every row's.
+func keepsLogits(it BatchItem, ids []int32, i int) bool {
+	return it.AllLogits || ids == nil || ids[i] < 0
+}
+
 // allDrawn reports that no item needs its logits on the host.
 func allDrawn(items []BatchItem, ids []int32) bool {
-	if ids == nil {
-		return false
-	}
 	for i, it := range items {
-		if it.AllLogits || ids[i] < 0 {
+		if keepsLogits(it, ids, i) {
 			return false
 		}
 	}

@@ -464,7 +464,7 @@ func (m *Model) Forward(b *Batch) (*Output, error) {
 			if it.AllLogits {
 				cnt = len(it.Tokens)
 			}
-			if it.AllLogits || out.IDs == nil || out.IDs[i] < 0 {
+			if keepsLogits(it, out.IDs, i) {
 				out.Logits[i] = logits[k*c.Vocab : (k+cnt)*c.Vocab : (k+cnt)*c.Vocab]
 			}
 			k += cnt
