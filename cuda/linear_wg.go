@@ -105,7 +105,6 @@ type tdecPlan struct {
 // warp whose slice fits its ring asks for all of it before the PDL wait. The
 // slices themselves are linear_fp8_dec's, so the sums are the same.
 func planTDec(m, n, k, sms int) tdecPlan {
-	xrows := min(m, 16)
 	per := ceilDiv(k/128, 4)
 	waves := ceilDiv(ceilDiv(n, 16), max(sms, 1))
 	var best tdecPlan
@@ -125,17 +124,13 @@ func planTDec(m, n, k, sms int) tdecPlan {
 	}
 	for kbs := 1; kbs <= min(tdecMaxKBS, per); kbs++ {
 		chunks := ceilDiv(per, kbs)
-		xb := ceilDiv(xrows*kbs*128, 1024) * 1024
-		stride := kbs*2048 + xb
 		for ts := min(2, chunks); ts <= min(chunks, tdecMaxStages); ts++ { // double-buffered where a slice has 2 chunks
-			smem := 4*ts*stride + 4*ts*8 + 1024
-			if smem > tdecMaxSmem {
+			p := tdecLayout(m, kbs, ts)
+			if p.smem > tdecMaxSmem {
 				break
 			}
-			ctas := min(tdecSMSmem/(smem+tdecCTAReserve), tdecMaxCTAs)
-			res := min(ctas, waves)
-			p := tdecPlan{kbs: kbs, ts: ts, xoff: kbs * 2048, stride: stride, smem: smem, ctas: ctas,
-				flight: res * 4 * min(ts*kbs, per) * 2048}
+			p.ctas = min(tdecSMSmem/(p.smem+tdecCTAReserve), tdecMaxCTAs)
+			p.flight = min(p.ctas, waves) * 4 * min(ts*kbs, per) * 2048
 			if best.kbs == 0 || better(p) {
 				best = p
 			}
@@ -144,17 +139,24 @@ func planTDec(m, n, k, sms int) tdecPlan {
 	return best
 }
 
+// tdecLayout is the stage layout of kbs K blocks a stage and ts stages a
+// warp for m rows (ctas and flight left zero).
+func tdecLayout(m, kbs, ts int) tdecPlan {
+	stride := kbs*2048 + ceilDiv(min(m, 16)*kbs*128, 1024)*1024
+	return tdecPlan{kbs: kbs, ts: ts, xoff: kbs * 2048, stride: stride, smem: 4*ts*stride + 4*ts*8 + 1024}
+}
+
 // tdecGeometry is the plan of kbs K blocks a stage and ts stages a warp,
-// clamped to the slice of k (ctas and flight are left zero).
+// clamped to the slice of k and to the shared memory (ctas and flight are
+// left zero).
 func tdecGeometry(m, k, kbs, ts int) tdecPlan {
 	per := ceilDiv(k/128, 4)
 	kbs = min(kbs, per)
-	ts = min(ts, ceilDiv(per, kbs))
-	stride := kbs*2048 + ceilDiv(min(m, 16)*kbs*128, 1024)*1024
-	for ts > 1 && 4*ts*stride+4*ts*8+1024 > tdecMaxSmem {
-		ts--
+	p := tdecLayout(m, kbs, min(ts, ceilDiv(per, kbs)))
+	for p.ts > 1 && p.smem > tdecMaxSmem {
+		p = tdecLayout(m, kbs, p.ts-1)
 	}
-	return tdecPlan{kbs: kbs, ts: ts, xoff: kbs * 2048, stride: stride, smem: 4*ts*stride + 4*ts*8 + 1024}
+	return p
 }
 
 // tdecSmem is linear_fp8_tdec's dynamic shared memory (TBYTES in the kernel:
