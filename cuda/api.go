@@ -12,6 +12,7 @@ package cuda
 import (
 	"errors"
 	"fmt"
+	"os"
 	"unsafe"
 )
 
@@ -135,9 +136,12 @@ type Driver struct {
 // Load opens libcuda.so.1 (or $MEGAMOE_LIBCUDA) and initializes the driver.
 // It fails cleanly on machines without an NVIDIA driver.
 func Load() (*Driver, error) {
-	api, err := openDriver()
-	if err != nil {
-		return nil, err
+	var api driverAPI = newEmuDriver()
+	if os.Getenv(EmulatorEnv) == "" {
+		var err error
+		if api, err = openDriver(); err != nil {
+			return nil, err
+		}
 	}
 	d := &Driver{api: api}
 	if err := d.check("cuInit", "", api.init()); err != nil {
@@ -210,7 +214,18 @@ func (d *Driver) Device(ordinal int) (*Device, error) {
 
 // Arch is the NVRTC target for this device: sm_XY, with the arch-specific
 // "a" suffix from compute capability 9.0 on (wgmma, tcgen05 need it).
-func (dev *Device) Arch() string { return ArchFor(dev.Major, dev.Minor) }
+func (dev *Device) Arch() string {
+	if dev.Emulated() {
+		return fmt.Sprintf("compute_%d%d", dev.Major, dev.Minor) // PTX, for ptxemu
+	}
+	return ArchFor(dev.Major, dev.Minor)
+}
+
+// Emulated reports whether the device is ptxemu (MEGAMOE_EMU), not a GPU.
+func (dev *Device) Emulated() bool {
+	_, ok := dev.drv.api.(*emuDriver)
+	return ok
+}
 
 // ArchFor returns the NVRTC target for a compute capability.
 func ArchFor(major, minor int) string {

@@ -88,6 +88,8 @@ typedef struct {
 	nvrtcResult (*nvrtcGetProgramLog)(nvrtcProgram, char*);
 	nvrtcResult (*nvrtcGetCUBINSize)(nvrtcProgram, size_t*);
 	nvrtcResult (*nvrtcGetCUBIN)(nvrtcProgram, char*);
+	nvrtcResult (*nvrtcGetPTXSize)(nvrtcProgram, size_t*);
+	nvrtcResult (*nvrtcGetPTX)(nvrtcProgram, char*);
 	nvrtcResult (*nvrtcDestroyProgram)(nvrtcProgram*);
 } mm_nvrtc;
 
@@ -164,6 +166,8 @@ static void mm_nvrtc_bind(mm_nvrtc* d, char* miss, size_t n) {
 	SYM(d, nvrtcGetProgramLog, "nvrtcGetProgramLog");
 	SYM(d, nvrtcGetCUBINSize, "nvrtcGetCUBINSize");
 	SYM(d, nvrtcGetCUBIN, "nvrtcGetCUBIN");
+	SYM(d, nvrtcGetPTXSize, "nvrtcGetPTXSize");
+	SYM(d, nvrtcGetPTX, "nvrtcGetPTX");
 	SYM(d, nvrtcDestroyProgram, "nvrtcDestroyProgram");
 }
 
@@ -292,6 +296,8 @@ static nvrtcResult mmNvrtcLogSize(mm_nvrtc* n, H p, size_t* s) { return n->nvrtc
 static nvrtcResult mmNvrtcLog(mm_nvrtc* n, H p, char* b) { return n->nvrtcGetProgramLog((nvrtcProgram)p, b); }
 static nvrtcResult mmNvrtcCubinSize(mm_nvrtc* n, H p, size_t* s) { return n->nvrtcGetCUBINSize((nvrtcProgram)p, s); }
 static nvrtcResult mmNvrtcCubin(mm_nvrtc* n, H p, char* b) { return n->nvrtcGetCUBIN((nvrtcProgram)p, b); }
+static nvrtcResult mmNvrtcPTXSize(mm_nvrtc* n, H p, size_t* s) { return n->nvrtcGetPTXSize((nvrtcProgram)p, s); }
+static nvrtcResult mmNvrtcPTX(mm_nvrtc* n, H p, char* b) { return n->nvrtcGetPTX((nvrtcProgram)p, b); }
 */
 import "C"
 
@@ -635,6 +641,18 @@ func (v *cgoNVRTC) compile(src, name string, headers, includeNames, opts []strin
 		return nil, log, "nvrtcCompileProgram", int(cr)
 	}
 	var size C.size_t
+	if ptxTarget(opts) {
+		// A virtual target (compute_XX) has PTX and no CUBIN: the emulator runs it.
+		if r := C.mmNvrtcPTXSize(v.n, prog, &size); r != 0 {
+			return nil, log, "nvrtcGetPTXSize", int(r)
+		}
+		buf := C.malloc(size)
+		defer C.free(buf)
+		if r := C.mmNvrtcPTX(v.n, prog, (*C.char)(buf)); r != 0 {
+			return nil, log, "nvrtcGetPTX", int(r)
+		}
+		return C.GoBytes(buf, C.int(size)), log, "", 0
+	}
 	if r := C.mmNvrtcCubinSize(v.n, prog, &size); r != 0 {
 		return nil, log, "nvrtcGetCUBINSize", int(r)
 	}

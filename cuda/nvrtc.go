@@ -227,3 +227,14 @@ func (m *Module) Function(name string) (*Function, error) {
 	m.funcs[name] = f
 	return f, nil
 }
+
+// ptxTarget reports whether opts name a virtual architecture (compute_XX),
+// whose output is PTX text rather than a CUBIN.
+func ptxTarget(opts []string) bool {
+	for _, o := range opts {
+		if strings.HasPrefix(o, "--gpu-architecture=compute_") {
+			return true
+		}
+	}
+	return false
+}

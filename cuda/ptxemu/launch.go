@@ -1,0 +1,255 @@
+package ptxemu
+
+import (
+	"errors"
+	"fmt"
+	"sync"
+)
+
+// Dim is a grid or block shape.
+type Dim struct{ X, Y, Z uint32 }
+
+func (d Dim) n() int { return int(d.X) * int(d.Y) * int(d.Z) }
+
+// LaunchError is a failed kernel: the first thread fault, deadlock or step
+// limit, with the kernel, block and thread it happened in.
+type LaunchError struct {
+	Kernel   string
+	Block    [3]uint32
+	Thread   [3]uint32
+	PC       int
+	Inst     string
+	Err      error
+	Illegal  bool // a memory fault (CUDA_ERROR_ILLEGAL_ADDRESS)
+	Deadlock bool
+}
+
+func (e *LaunchError) Error() string {
+	return fmt.Sprintf("ptxemu: %s block %v thread %v pc %d (%s): %v", e.Kernel, e.Block, e.Thread, e.PC, e.Inst, e.Err)
+}
+
+func (e *LaunchError) Unwrap() error { return e.Err }
+
+// Launch runs f to completion. params holds the kernel parameters laid out
+// as the PTX declares them (the CUDA driver's kernelParams, packed).
+func (d *Device) Launch(f *Function, grid, block Dim, dynSmem int, params []byte) error {
+	if !f.Entry {
+		return fmt.Errorf("ptxemu: %s is not an entry", f.Name)
+	}
+	if grid.n() == 0 || block.n() == 0 || block.n() > 1024 {
+		return fmt.Errorf("ptxemu: %s: bad launch shape grid %v block %v", f.Name, grid, block)
+	}
+	if f.maxThreads > 0 && block.n() > f.maxThreads {
+		return fmt.Errorf("ptxemu: %s: block of %d threads over .maxntid %d", f.Name, block.n(), f.maxThreads)
+	}
+	if len(params) < f.inSize {
+		return fmt.Errorf("ptxemu: %s: %d parameter bytes, kernel takes %d", f.Name, len(params), f.inSize)
+	}
+	par := d.Parallel
+	if par < 1 {
+		par = 1
+	}
+	sem := make(chan struct{}, par)
+	var (
+		wg       sync.WaitGroup
+		errOnce  sync.Once
+		firstErr error
+		failed   bool
+		failMu   sync.Mutex
+	)
+	for z := uint32(0); z < grid.Z; z++ {
+		for y := uint32(0); y < grid.Y; y++ {
+			for x := uint32(0); x < grid.X; x++ {
+				failMu.Lock()
+				stop := failed
+				failMu.Unlock()
+				if stop {
+					break
+				}
+				sem <- struct{}{}
+				wg.Add(1)
+				go func(ctaid [3]uint32) {
+					defer func() { <-sem; wg.Done() }()
+					if err := d.runBlock(f, grid, block, ctaid, dynSmem, params); err != nil {
+						errOnce.Do(func() { firstErr = err })
+						failMu.Lock()
+						failed = true
+						failMu.Unlock()
+					}
+				}([3]uint32{x, y, z})
+			}
+		}
+	}
+	wg.Wait()
+	return firstErr
+}
+
+type blockState struct {
+	mu      sync.Mutex
+	cond    *sync.Cond
+	dev     *Device
+	f       *Function
+	shared  []byte
+	params  []byte
+	dynSmem int
+	grid    Dim
+	dim     Dim
+	ctaid   [3]uint32
+	alive   int
+	running int
+	warps   []*warpState
+	bars    [16]barrier
+	err     error
+}
+
+type barrier struct {
+	arrived, waiting, expected int
+	gen                        uint64
+}
+
+type warpState struct {
+	arrived, alive, waiting uint32
+	gen                     uint64
+	vals                    [2][32][8]uint64
+}
+
+var errAbort = errors.New("aborted: another thread failed")
+
+func (d *Device) runBlock(f *Function, grid, dim Dim, ctaid [3]uint32, dynSmem int, params []byte) error {
+	b := &blockState{dev: d, f: f, grid: grid, dim: dim, ctaid: ctaid, params: params, dynSmem: dynSmem,
+		shared: make([]byte, f.dynBase+dynSmem)}
+	b.cond = sync.NewCond(&b.mu)
+	n := dim.n()
+	b.alive, b.running = n, n
+	nw := (n + 31) / 32
+	b.warps = make([]*warpState, nw)
+	for i := range b.warps {
+		lanes := min(32, n-32*i)
+		b.warps[i] = &warpState{alive: uint32(1<<lanes - 1)}
+	}
+	var wg sync.WaitGroup
+	wg.Add(n)
+	for i := 0; i < n; i++ {
+		t := &thread{b: b, w: b.warps[i/32], lane: i % 32, flat: i, fn: f}
+		t.tid = [3]uint32{uint32(i) % dim.X, uint32(i) / dim.X % dim.Y, uint32(i) / (dim.X * dim.Y)}
+		go func() {
+			defer wg.Done()
+			t.run()
+		}()
+	}
+	wg.Wait()
+	return b.err
+}
+
+// fail records the block's first error and wakes every waiter. Call with
+// b.mu held.
+func (b *blockState) fail(err error) {
+	if b.err == nil {
+		b.err = err
+	}
+	b.cond.Broadcast()
+}
+
+// wait sleeps until *gen moves past g. The releaser counts woken threads
+// back into running, so running == 0 at sleep time means deadlock.
+func (b *blockState) wait(t *thread, gen *uint64, g uint64) {
+	b.running--
+	if b.running == 0 && *gen == g {
+		b.fail(t.fault(errors.New("deadlock: every live thread of the block is waiting"), false, true))
+	}
+	for *gen == g && b.err == nil {
+		b.cond.Wait()
+	}
+	if b.err != nil {
+		b.mu.Unlock()
+		panic(errAbort)
+	}
+}
+
+// collective exchanges up to 8 words with the lanes of mask and returns all
+// lanes' words. Lanes that have exited are not waited for.
+func (t *thread) collective(mask uint32, words ...uint64) *[32][8]uint64 {
+	b, w := t.b, t.w
+	b.mu.Lock()
+	g := w.gen
+	buf := &w.vals[g&1]
+	copy(buf[t.lane][:], words)
+	w.arrived |= 1 << t.lane
+	if need := (mask | 1<<t.lane) & w.alive; w.arrived&need == need {
+		b.releaseWarp(w, 1)
+	} else {
+		w.waiting++
+		b.wait(t, &w.gen, g)
+	}
+	b.mu.Unlock()
+	return buf
+}
+
+func (b *blockState) releaseWarp(w *warpState, _ int) {
+	b.running += int(w.waiting)
+	w.waiting, w.arrived = 0, 0
+	w.gen++
+	b.cond.Broadcast()
+}
+
+// barSync is bar.sync / bar.arrive on barrier id for count threads (0: all).
+func (t *thread) barSync(id, count int, arriveOnly bool) {
+	b := t.b
+	if id < 0 || id >= len(b.bars) {
+		t.panicf("barrier %d out of range", id)
+	}
+	b.mu.Lock()
+	bar := &b.bars[id]
+	g := bar.gen
+	bar.arrived++
+	if count > 0 {
+		bar.expected = count
+	} else {
+		bar.expected = 0
+	}
+	if b.barDone(bar) {
+		b.releaseBar(bar)
+	} else if !arriveOnly {
+		bar.waiting++
+		b.wait(t, &bar.gen, g)
+	}
+	b.mu.Unlock()
+}
+
+func (b *blockState) barDone(bar *barrier) bool {
+	if bar.arrived == 0 {
+		return false
+	}
+	if bar.expected > 0 {
+		return bar.arrived >= bar.expected
+	}
+	return bar.arrived >= b.alive
+}
+
+func (b *blockState) releaseBar(bar *barrier) {
+	b.running += bar.waiting
+	bar.waiting, bar.arrived = 0, 0
+	bar.gen++
+	b.cond.Broadcast()
+}
+
+// exit retires t; collectives and barriers that waited only on it complete.
+func (t *thread) exit() {
+	b, w := t.b, t.w
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.alive--
+	b.running--
+	w.alive &^= 1 << t.lane
+	if w.arrived != 0 && w.arrived&w.alive == w.alive {
+		b.releaseWarp(w, 0)
+	}
+	for i := range b.bars {
+		if bar := &b.bars[i]; bar.expected == 0 && b.barDone(bar) {
+			b.releaseBar(bar)
+		}
+	}
+	if b.running == 0 && b.alive > 0 && b.err == nil {
+		b.fail(t.fault(errors.New("deadlock: the remaining threads wait on a barrier or collective that cannot complete"), false, true))
+	}
+}
