@@ -140,6 +140,10 @@ func (f *Function) operand(s string) (operand, error) {
 			return operand{kind: oSpecial, spec: sp}, nil
 		}
 		return operand{}, fmt.Errorf("unknown register %s", s)
+	case f.regIdx[s] != 0 || strings.HasPrefix(s, "temp_param_reg"):
+		if r, ok := f.regIdx[s]; ok {
+			return operand{kind: oReg, reg: r}, nil
+		}
 	case s == "WARP_SZ":
 		return operand{kind: oImm, imm: 32}, nil
 	}
@@ -192,7 +196,7 @@ func (f *Function) address(s string) (operand, error) {
 	case m.globals[base] != 0:
 		o.imm += m.globals[base]
 		o.sym = spGlobal
-	case base == m.extern.name && base != "":
+	case m.extern[base]:
 		o.imm += dynSharedMarker
 		o.sym = spShared
 	default:

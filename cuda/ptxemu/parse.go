@@ -20,7 +20,7 @@ type Module struct {
 	funcs   map[string]*Function
 	globals map[string]uint64 // .global/.const symbol -> device address
 	shared  map[string]symDecl
-	extern  symDecl // the .extern .shared array (dynamic shared memory), if any
+	extern  map[string]bool // .extern .shared arrays: all name dynamic shared memory
 	allocs  []uint64
 }
 
@@ -74,7 +74,7 @@ var (
 	reComment   = regexp.MustCompile(`(?s)/\*.*?\*/|//[^\n]*`)
 	reDirective = regexp.MustCompile(`(?m)^\s*\.(version|target|address_size)\b[^\n]*$`)
 	reVarDecl   = regexp.MustCompile(`^(?:\.(?:visible|extern|weak)\s+)*\.(global|shared|const|local)\s+(?:\.align\s+(\d+)\s+)?\.(\w+)\s+([\w$.]+)(?:\[(\d*)\])?`)
-	reRegDecl   = regexp.MustCompile(`^\.reg\s+\.(\w+)\s+(%[\w$]+)(?:<(\d+)>)?$`)
+	reRegDecl   = regexp.MustCompile(`^\.reg\s+\.(\w+)\s+(%?[\w$]+)(?:<(\d+)>)?$`)
 	reParamDcl  = regexp.MustCompile(`^\.param\s+(?:\.align\s+(\d+)\s+)?\.(\w+)\s+([\w$]+)(?:\[(\d+)\])?$`)
 )
 
@@ -100,7 +100,7 @@ func typeSize(t string) int {
 func (dev *Device) Load(ptx []byte) (*Module, error) {
 	src := reComment.ReplaceAllString(string(ptx), "")
 	src = reDirective.ReplaceAllString(src, "")
-	m := &Module{dev: dev, funcs: map[string]*Function{}, globals: map[string]uint64{}, shared: map[string]symDecl{}}
+	m := &Module{dev: dev, funcs: map[string]*Function{}, globals: map[string]uint64{}, shared: map[string]symDecl{}, extern: map[string]bool{}}
 	stmts, err := splitTop(src)
 	if err != nil {
 		return nil, err
@@ -230,7 +230,7 @@ func (m *Module) parseModuleVar(s string) error {
 	switch space {
 	case "shared":
 		if strings.Contains(s, ".extern") || n == 0 {
-			m.extern = symDecl{name, 0, align}
+			m.extern[name] = true
 		} else {
 			m.shared[name] = symDecl{name, size, align}
 		}
