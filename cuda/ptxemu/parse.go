@@ -424,19 +424,26 @@ func fixDyn(o *operand, base uint64) {
 }
 
 func (f *Function) declRegs(s string) error {
-	mt := reRegDecl.FindStringSubmatch(s)
-	if mt == nil {
+	fields := strings.Fields(s)
+	if len(fields) < 3 {
 		return fmt.Errorf("ptxemu: %s: bad register declaration %q", f.Name, s)
 	}
-	if mt[3] == "" {
-		f.regIdx[mt[2]] = f.nregs
-		f.nregs++
-		return nil
-	}
-	n, _ := strconv.Atoi(mt[3])
-	for i := 0; i < n; i++ {
-		f.regIdx[mt[2]+strconv.Itoa(i)] = f.nregs
-		f.nregs++
+	head := fields[0] + " " + fields[1] + " "
+	for _, name := range strings.Split(strings.Join(fields[2:], ""), ",") {
+		mt := reRegDecl.FindStringSubmatch(head + name)
+		if mt == nil {
+			return fmt.Errorf("ptxemu: %s: bad register declaration %q", f.Name, s)
+		}
+		if mt[3] == "" {
+			f.regIdx[mt[2]] = f.nregs
+			f.nregs++
+			continue
+		}
+		n, _ := strconv.Atoi(mt[3])
+		for i := 0; i < n; i++ {
+			f.regIdx[mt[2]+strconv.Itoa(i)] = f.nregs
+			f.nregs++
+		}
 	}
 	return nil
 }
