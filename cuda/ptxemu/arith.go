@@ -254,23 +254,15 @@ func decInt(base string, in *inst) error {
 			if ln == 0 {
 				return 0
 			}
+			// bit i of d is a[pos+i] for i < len and pos+i < w, else the
+			// sign bit: 0 for .u, a[min(pos+len-1, w-1)] for .s
+			n := min(ln, max(w-pos, 0)) // bits taken from a
 			var r uint64
-			if pos < w {
-				r = x >> pos
-			} else if sg && x>>(w-1)&1 == 1 {
-				r = math.MaxUint64
+			if n > 0 {
+				r = mask(x>>pos, n)
 			}
-			if ln < 64 {
-				r = mask(r, ln)
-				if sg {
-					sbit := w - 1
-					if pos+ln-1 < w {
-						sbit = pos + ln - 1
-					}
-					if x>>sbit&1 == 1 {
-						r |= ^uint64(0) << ln
-					}
-				}
+			if sg && x>>min(pos+ln-1, w-1)&1 == 1 {
+				r |= ^uint64(0) << n
 			}
 			return r
 		}
@@ -358,6 +350,9 @@ func decFloat(base string, in *inst) error {
 		op = func(x, y, _ float64) float64 { return x * y }
 	case "fma", "mad":
 		op, nargs = math.FMA, 3
+		if !d64 {
+			op = fmaOdd // rounded once more, to float32, below
+		}
 	case "div":
 		op = func(x, y, _ float64) float64 { return x / y }
 	case "min":
@@ -491,9 +486,9 @@ func decHalf(base string, in *inst) error {
 	}
 	fromF := func(v float64) uint16 {
 		if bf {
-			return f32ToBF16(float32(v)) // f32 first: the double rounding is negligible here
+			return f32ToBF16(f32Odd(v))
 		}
-		return f32ToF16(float32(v))
+		return f32ToF16(f32Odd(v))
 	}
 	var op func(x, y, z float64) float64
 	switch base {
@@ -504,7 +499,7 @@ func decHalf(base string, in *inst) error {
 	case "mul":
 		op = func(x, y, _ float64) float64 { return x * y }
 	case "fma":
-		op = math.FMA
+		op = fmaOdd
 	case "min":
 		op = func(x, y, _ float64) float64 { return minF(x, y) }
 	case "max":

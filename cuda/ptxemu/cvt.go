@@ -71,9 +71,9 @@ func decCvt(f *Function, in *inst) error {
 			}
 			return uint64(math.Float32bits(v))
 		case "f16":
-			return uint64(f32ToF16(float32(x)))
+			return uint64(f32ToF16(f32Odd(x)))
 		case "bf16":
-			return uint64(f32ToBF16(float32(x)))
+			return uint64(f32ToBF16(f32Odd(x)))
 		}
 		return 0
 	}

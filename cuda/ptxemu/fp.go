@@ -125,6 +125,35 @@ func e4m3ToF32(b uint8) float32 {
 	return sign * (1 + m/8) * float32(math.Exp2(float64(e-7)))
 }
 
+// fmaOdd is x*y+z for operands of at most 26 significant bits (float32,
+// f16, bf16), rounded to float64 with round-to-odd. x*y is then exact, and
+// rounding the result once more to nearest, to any format of at most 51
+// bits, gives the exactly rounded fma; plain float64 rounding would round
+// twice (1 + 2^-24 + 2^-60 would become the tie 1 + 2^-24, then 1).
+func fmaOdd(x, y, z float64) float64 {
+	p := x * y
+	s := p + z
+	if math.IsInf(s, 0) || s != s {
+		return s
+	}
+	bb := s - p
+	e := (p - (s - bb)) + (z - bb) // p + z == s + e exactly (TwoSum)
+	if e == 0 || math.Float64bits(s)&1 == 1 {
+		return s
+	}
+	return math.Nextafter(s, math.Copysign(math.Inf(1), e))
+}
+
+// f32Odd rounds v to float32 with round-to-odd, so that rounding the result
+// to nearest f16 or bf16 rounds v only once.
+func f32Odd(v float64) float32 {
+	f := float32(v)
+	if float64(f) == v || v != v || math.IsInf(float64(f), 0) || math.Float32bits(f)&1 == 1 {
+		return f
+	}
+	return math.Nextafter32(f, float32(math.Copysign(math.Inf(1), v-float64(f))))
+}
+
 func ftz32(f float32) float32 {
 	if b := math.Float32bits(f); b&0x7f800000 == 0 {
 		return math.Float32frombits(b & 0x80000000)

@@ -108,9 +108,29 @@ type barrier struct {
 }
 
 type warpState struct {
-	arrived, alive, waiting uint32
-	gen                     uint64
-	vals                    [2][32][8]uint64
+	alive  uint32     // lanes that have not exited
+	groups []*collGrp // one per member mask in use
+}
+
+// collGrp is the collective exchange of the lanes that name one member
+// mask. Disjoint groups of a warp (two half-warps shuffling apart) proceed
+// independently. Double buffering lets a lane read generation g's values
+// while the others write g+1; g+2 cannot start before every member has
+// arrived at g+1, so has finished reading g.
+type collGrp struct {
+	mask    uint32
+	arrived uint32
+	waiting int
+	gen     uint64
+	bufs    [2]collBuf
+}
+
+// collBuf is one generation of a collective: each lane's words, and the
+// lanes alive when it completed (lanes of mask outside alive have exited
+// and left no words).
+type collBuf struct {
+	vals  [32][8]uint64
+	alive uint32
 }
 
 var errAbort = errors.New("aborted: another thread failed")
@@ -168,27 +188,44 @@ func (b *blockState) wait(t *thread, gen *uint64, g uint64) {
 
 // collective exchanges up to 8 words with the lanes of mask and returns all
 // lanes' words. Lanes that have exited are not waited for.
-func (t *thread) collective(mask uint32, words ...uint64) *[32][8]uint64 {
+func (t *thread) collective(mask uint32, words ...uint64) *collBuf {
 	b, w := t.b, t.w
 	b.mu.Lock()
-	g := w.gen
-	buf := &w.vals[g&1]
-	copy(buf[t.lane][:], words)
-	w.arrived |= 1 << t.lane
-	if need := (mask | 1<<t.lane) & w.alive; w.arrived&need == need {
-		b.releaseWarp(w, 1)
+	var grp *collGrp
+	for _, x := range w.groups {
+		if x.mask == mask {
+			grp = x
+			break
+		}
+	}
+	if grp == nil {
+		grp = &collGrp{mask: mask}
+		w.groups = append(w.groups, grp)
+	}
+	g := grp.gen
+	buf := &grp.bufs[g&1]
+	copy(buf.vals[t.lane][:], words)
+	grp.arrived |= 1 << t.lane
+	if grp.complete(w.alive) {
+		b.releaseGroup(grp, w.alive)
 	} else {
-		w.waiting++
-		b.wait(t, &w.gen, g)
+		grp.waiting++
+		b.wait(t, &grp.gen, g)
 	}
 	b.mu.Unlock()
 	return buf
 }
 
-func (b *blockState) releaseWarp(w *warpState, _ int) {
-	b.running += int(w.waiting)
-	w.waiting, w.arrived = 0, 0
-	w.gen++
+// complete reports whether every live lane of the group's mask has arrived.
+func (grp *collGrp) complete(alive uint32) bool {
+	return grp.arrived != 0 && grp.mask&alive&^grp.arrived == 0
+}
+
+func (b *blockState) releaseGroup(grp *collGrp, alive uint32) {
+	grp.bufs[grp.gen&1].alive = alive
+	b.running += grp.waiting
+	grp.waiting, grp.arrived = 0, 0
+	grp.gen++
 	b.cond.Broadcast()
 }
 
@@ -241,8 +278,10 @@ func (t *thread) exit() {
 	b.alive--
 	b.running--
 	w.alive &^= 1 << t.lane
-	if w.arrived != 0 && w.arrived&w.alive == w.alive {
-		b.releaseWarp(w, 0)
+	for _, grp := range w.groups {
+		if grp.complete(w.alive) {
+			b.releaseGroup(grp, w.alive)
+		}
 	}
 	for i := range b.bars {
 		if bar := &b.bars[i]; bar.expected == 0 && b.barDone(bar) {

@@ -22,6 +22,13 @@ type Module struct {
 	shared  map[string]symDecl
 	extern  map[string]bool // .extern .shared arrays: all name dynamic shared memory
 	allocs  []uint64
+	// Shared symbols that a .func names sit at fixed offsets, first in every
+	// function's layout, so a callee sees them where its caller put them
+	// (see fixFuncShared).
+	sharedOrder []string // module-level shared symbols in declaration order
+	fixedShared map[string]int
+	fixedSize   int
+	funcDyn     bool // a .func names an extern array: one dynamic base for all
 }
 
 type symDecl struct {
@@ -105,7 +112,11 @@ func (dev *Device) Load(ptx []byte) (*Module, error) {
 	if err != nil {
 		return nil, err
 	}
-	var bodies []func() error
+	type fbody struct {
+		f    *Function
+		body string
+	}
+	var bodies []fbody
 	for _, s := range stmts {
 		switch {
 		case s.body != "":
@@ -113,8 +124,7 @@ func (dev *Device) Load(ptx []byte) (*Module, error) {
 			if err != nil {
 				return nil, err
 			}
-			body := s.body
-			bodies = append(bodies, func() error { return m.parseBody(f, body) })
+			bodies = append(bodies, fbody{f, s.body})
 		case strings.HasPrefix(s.head, ".version"), strings.HasPrefix(s.head, ".target"), strings.HasPrefix(s.head, ".address_size"):
 		case strings.Contains(s.head, ".func") || strings.Contains(s.head, ".entry"):
 			// prototype only
@@ -125,12 +135,77 @@ func (dev *Device) Load(ptx []byte) (*Module, error) {
 		}
 	}
 	for _, b := range bodies {
-		if err := b(); err != nil {
+		if !b.f.Entry {
+			m.fixFuncShared(b.body)
+		}
+	}
+	for _, b := range bodies {
+		if err := m.parseBody(b.f, b.body); err != nil {
 			m.Unload()
 			return nil, err
 		}
 	}
+	// Dynamic shared memory starts after the static symbols, 1024-aligned
+	// (the strictest alignment a swizzled tile needs); at one base for the
+	// whole module when a .func addresses it.
+	dynBase := 0
+	for _, b := range bodies {
+		b.f.dynBase = alignUp(b.f.sharedSize, 1024)
+		dynBase = max(dynBase, b.f.dynBase)
+	}
+	for _, b := range bodies {
+		if m.funcDyn {
+			b.f.dynBase = dynBase
+		}
+		for i := range b.f.insts {
+			for j := range b.f.insts[i].args {
+				fixDyn(&b.f.insts[i].args[j], uint64(b.f.dynBase))
+			}
+		}
+	}
 	return m, nil
+}
+
+// fixFuncShared gives the module shared symbols that a .func body names a
+// fixed place. A function lays out the symbols it uses in first-use order,
+// so without this a callee and its caller could disagree on an offset.
+func (m *Module) fixFuncShared(body string) {
+	if m.fixedShared == nil {
+		m.fixedShared = map[string]int{}
+	}
+	for name := range m.extern {
+		if namesSymbol(body, name) {
+			m.funcDyn = true
+		}
+	}
+	for _, name := range m.sharedOrder {
+		if _, ok := m.fixedShared[name]; ok || !namesSymbol(body, name) {
+			continue
+		}
+		d := m.shared[name]
+		m.fixedSize = alignUp(m.fixedSize, d.align)
+		m.fixedShared[name] = m.fixedSize
+		m.fixedSize += d.size
+	}
+}
+
+// namesSymbol reports whether text contains name as a whole identifier.
+func namesSymbol(text, name string) bool {
+	ident := func(c byte) bool {
+		return c == '_' || c == '$' || c == '.' || c >= '0' && c <= '9' || c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z'
+	}
+	for i := 0; ; {
+		k := strings.Index(text[i:], name)
+		if k < 0 {
+			return false
+		}
+		k += i
+		end := k + len(name)
+		if (k == 0 || !ident(text[k-1])) && (end == len(text) || !ident(text[end])) {
+			return true
+		}
+		i = k + 1
+	}
 }
 
 // Unload frees the module's global variables.
@@ -233,6 +308,7 @@ func (m *Module) parseModuleVar(s string) error {
 			m.extern[name] = true
 		} else {
 			m.shared[name] = symDecl{name, size, align}
+			m.sharedOrder = append(m.sharedOrder, name)
 		}
 		return nil
 	case "global", "const":
@@ -332,6 +408,10 @@ func alignUp(n, a int) int {
 // parseBody declares registers and locals, records labels and decodes
 // instructions.
 func (m *Module) parseBody(f *Function, body string) error {
+	for name, off := range m.fixedShared {
+		f.shared[name] = off
+	}
+	f.sharedSize = m.fixedSize
 	var stmts []string
 	for _, line := range strings.Split(body, "\n") {
 		line = strings.TrimSpace(line)
@@ -401,14 +481,6 @@ func (m *Module) parseBody(f *Function, body string) error {
 	for i, c := range code {
 		if err := f.decode(&f.insts[i], c.text); err != nil {
 			return fmt.Errorf("ptxemu: %s: %q: %w", f.Name, c.text, err)
-		}
-	}
-	// Dynamic shared memory starts after the static symbols, 1024-aligned
-	// (the strictest alignment a swizzled tile needs).
-	f.dynBase = alignUp(f.sharedSize, 1024)
-	for i := range f.insts {
-		for j := range f.insts[i].args {
-			fixDyn(&f.insts[i].args[j], uint64(f.dynBase))
 		}
 	}
 	return nil

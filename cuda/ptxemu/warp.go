@@ -44,7 +44,7 @@ func decShfl(f *Function, in *inst) error {
 	}
 	in.exec = func(t *thread, in *inst) {
 		mask := uint32(t.get(&in.args[a+3]))
-		vals := t.collective(mask, t.get(&in.args[a]))
+		vals := &t.collective(mask, t.get(&in.args[a])).vals
 		lane := uint32(t.lane)
 		b := uint32(t.get(&in.args[a+1])) & 0x1f
 		c := uint32(t.get(&in.args[a+2]))
@@ -89,14 +89,14 @@ func decVote(f *Function, in *inst) error {
 	in.exec = func(t *thread, in *inst) {
 		mask := uint32(t.get(&in.args[2]))
 		p := b2u(t.get(&in.args[1]) != 0)
-		vals := t.collective(mask, p)
+		c := t.collective(mask, p)
+		m := mask & c.alive // the lanes that voted
 		var ballot uint32
 		for l := 0; l < 32; l++ {
-			if mask&(1<<l) != 0 && vals[l][0] != 0 {
+			if m&(1<<l) != 0 && c.vals[l][0] != 0 {
 				ballot |= 1 << l
 			}
 		}
-		m := mask & t.w.alive
 		var r uint64
 		switch mode {
 		case "ballot":
@@ -124,14 +124,14 @@ func decRedux(f *Function, in *inst) error {
 	sg := signed(in.typ)
 	in.exec = func(t *thread, in *inst) {
 		mask := uint32(t.get(&in.args[2]))
-		vals := t.collective(mask, t.get(&in.args[1]))
+		c := t.collective(mask, t.get(&in.args[1]))
 		first := true
 		var r uint64
 		for l := 0; l < 32; l++ {
-			if mask&(1<<l) == 0 || t.w.alive&(1<<l) == 0 {
+			if mask&c.alive&(1<<l) == 0 {
 				continue
 			}
-			v := mask32(vals[l][0])
+			v := mask32(c.vals[l][0])
 			if first {
 				r, first = v, false
 				continue
@@ -193,7 +193,7 @@ func decLdmatrix(f *Function, in *inst) error {
 		sp = spGeneric
 	}
 	in.exec = func(t *thread, in *inst) {
-		vals := t.collective(math.MaxUint32, t.addr(&in.args[1]))
+		vals := &t.collective(math.MaxUint32, t.addr(&in.args[1])).vals
 		g, tig := t.lane>>2, t.lane&3
 		for i := 0; i < num; i++ {
 			var r uint64
@@ -280,7 +280,7 @@ func decMma(f *Function, in *inst) error {
 		for i := 0; i < nb; i++ {
 			words[na+i] = t.get(&in.args[2].vec[i])
 		}
-		vals := t.collective(math.MaxUint32, words[:na+nb]...)
+		vals := &t.collective(math.MaxUint32, words[:na+nb]...).vals
 		// A[r][c] and B[kk][c] from the lanes' fragments
 		A := func(r, c int) float64 {
 			half := c / (k / 2) // which half of K

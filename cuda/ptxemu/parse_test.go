@@ -1,0 +1,186 @@
+package ptxemu
+
+import (
+	"strings"
+	"testing"
+)
+
+// Parsing: initialised globals, .func calls, errors
+
+const modulePTX = `
+.global .align 4 .b8 tab[8] = {1, 2, 3, 4, 5, 6, 7, 8};
+.global .align 4 .u32 words[2] = {305419896, 0xfffffffe};
+.func  (.param .b32 func_retval0) _Z4add3ii(
+	.param .b32 _Z4add3ii_param_0,
+	.param .b32 _Z4add3ii_param_1
+)
+;
+
+.visible .entry usetab(
+	.param .u64 usetab_param_0
+)
+{
+	.reg .b16 	%rs<2>;
+	.reg .b32 	%r<12>;
+	.reg .b64 	%rd<8>;
+
+	ld.param.u64 	%rd1, [usetab_param_0];
+	cvta.to.global.u64 	%rd2, %rd1;
+	mov.u32 	%r1, %tid.x;
+	cvt.u64.u32 	%rd3, %r1;
+	mov.u64 	%rd4, tab;
+	add.s64 	%rd5, %rd4, %rd3;
+	ld.global.u8 	%rs1, [%rd5];
+	cvt.u32.u16 	%r2, %rs1;
+	ld.global.u32 	%r3, [words+4];
+	{ // callseq 0, 0
+	.reg .b32 temp_param_reg;
+	.param .b32 param0;
+	st.param.b32 	[param0+0], %r2;
+	.param .b32 param1;
+	st.param.b32 	[param1+0], %r1;
+	.param .b32 retval0;
+	call.uni (retval0), 
+	_Z4add3ii, 
+	(
+	param0, 
+	param1
+	);
+	ld.param.b32 	%r4, [retval0+0];
+	} // callseq 0
+	mul.wide.u32 	%rd6, %r1, 8;
+	add.s64 	%rd7, %rd2, %rd6;
+	st.global.v2.u32 	[%rd7], {%r4, %r3};
+	ret;
+}
+
+.func  (.param .b32 func_retval0) _Z4add3ii(
+	.param .b32 _Z4add3ii_param_0,
+	.param .b32 _Z4add3ii_param_1
+)
+{
+	.reg .b32 	%r<5>;
+
+	ld.param.u32 	%r1, [_Z4add3ii_param_0];
+	ld.param.u32 	%r2, [_Z4add3ii_param_1];
+	mul.lo.s32 	%r3, %r1, 10;
+	add.s32 	%r4, %r3, %r2;
+	st.param.b32 	[func_retval0+0], %r4;
+	ret;
+}
+`
+
+func TestModuleGlobalsAndCalls(t *testing.T) {
+	d := NewDevice()
+	m := loadPTX(t, d, modulePTX)
+	if _, err := m.Function("_Z4add3ii"); err == nil {
+		t.Error("Function found a .func, want only entries")
+	}
+	po, bo := devBuf(t, d, 64)
+	mustLaunch(t, d, m, "usetab", Dim{1, 1, 1}, Dim{8, 1, 1}, 0, params(po))
+	out := u32s(bo)
+	for i := 0; i < 8; i++ {
+		if want := uint32(10*(i+1) + i); out[2*i] != want {
+			t.Errorf("thread %d: call result %d, want %d", i, out[2*i], want)
+		}
+		if out[2*i+1] != 0xfffffffe {
+			t.Errorf("thread %d: words[1] = %#x, want 0xfffffffe", i, out[2*i+1])
+		}
+	}
+}
+
+func TestLoadErrors(t *testing.T) {
+	entry := func(body string) string {
+		return ".visible .entry k(.param .u64 k_param_0)\n{\n\t.reg .b32 %r<4>;\n" + body + "\n\tret;\n}\n"
+	}
+	for _, tc := range []struct{ name, src, want string }{
+		{"unknown instruction", entry("\tfrobnicate.u32 %r1, %r2;"), "frobnicate"},
+		{"unknown register", entry("\tadd.s32 %r1, %r9, 1;"), "%r9"},
+		{"unknown label", entry("\tbra.uni $L__nowhere;"), "$L__nowhere"},
+		{"unknown symbol", entry("\tmov.u32 %r1, nosuchsym;"), "nosuchsym"},
+		{"unbalanced braces", ".visible .entry k()\n{\n\tret;\n", "unbalanced"},
+		{"bad module statement", ".bogus .u32 x;\n", "unknown module statement"},
+		{"sm_90 mbarrier", entry("\tmbarrier.init.shared.b64 [%r1], 1;"), "mbarrier"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := NewDevice().Load([]byte(ptxHeader + tc.src))
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("Load error %v, want one naming %q", err, tc.want)
+			}
+		})
+	}
+}
+
+// A .func that names module shared symbols (static and dynamic) must see
+// them where its caller put them, even though the entry lays out another
+// symbol first.
+const funcSharedPTX = `
+.shared .align 4 .b8 sa[256];
+.shared .align 4 .b8 sb[256];
+.extern .shared .align 16 .b8 dyn[];
+
+.func  (.param .b32 func_retval0) peek(
+	.param .b32 peek_param_0
+)
+{
+	.reg .b32 	%r<10>;
+
+	ld.param.u32 	%r1, [peek_param_0];
+	shl.b32 	%r2, %r1, 2;
+	mov.u32 	%r3, sb;
+	add.s32 	%r4, %r3, %r2;
+	ld.shared.u32 	%r5, [%r4];
+	mov.u32 	%r6, dyn;
+	add.s32 	%r7, %r6, %r2;
+	ld.shared.u32 	%r8, [%r7];
+	add.s32 	%r9, %r5, %r8;
+	st.param.b32 	[func_retval0+0], %r9;
+	ret;
+}
+
+.visible .entry fshared(
+	.param .u64 fshared_param_0
+)
+{
+	.reg .b32 	%r<12>;
+	.reg .b64 	%rd<4>;
+
+	ld.param.u64 	%rd1, [fshared_param_0];
+	mov.u32 	%r1, %tid.x;
+	shl.b32 	%r2, %r1, 2;
+	mov.u32 	%r3, sa;
+	add.s32 	%r4, %r3, %r2;
+	st.shared.u32 	[%r4], 1;
+	mov.u32 	%r5, sb;
+	add.s32 	%r6, %r5, %r2;
+	mul.lo.s32 	%r7, %r1, 100;
+	st.shared.u32 	[%r6], %r7;
+	mov.u32 	%r8, dyn;
+	add.s32 	%r9, %r8, %r2;
+	st.shared.u32 	[%r9], %r1;
+	bar.sync 	0;
+	{
+	.param .b32 param0;
+	st.param.b32 	[param0+0], %r1;
+	.param .b32 retval0;
+	call.uni (retval0), peek, (param0);
+	ld.param.b32 	%r10, [retval0+0];
+	}
+	mul.wide.u32 	%rd2, %r1, 4;
+	add.s64 	%rd3, %rd1, %rd2;
+	st.global.u32 	[%rd3], %r10;
+	ret;
+}
+`
+
+func TestFuncSharedLayout(t *testing.T) {
+	d := NewDevice()
+	m := loadPTX(t, d, funcSharedPTX)
+	po, bo := devBuf(t, d, 256)
+	mustLaunch(t, d, m, "fshared", Dim{1, 1, 1}, Dim{64, 1, 1}, 256, params(po))
+	for i, got := range u32s(bo) {
+		if want := uint32(101 * i); got != want {
+			t.Fatalf("thread %d: %d, want %d", i, got, want)
+		}
+	}
+}
