@@ -86,7 +86,6 @@ func (d *Device) Launch(f *Function, grid, block Dim, dynSmem int, params []byte
 
 type blockState struct {
 	mu      sync.Mutex
-	cond    *sync.Cond
 	dev     *Device
 	f       *Function
 	shared  []byte
@@ -105,6 +104,7 @@ type blockState struct {
 type barrier struct {
 	arrived, waiting, expected int
 	gen                        uint64
+	cond                       *sync.Cond
 }
 
 type warpState struct {
@@ -118,6 +118,7 @@ type warpState struct {
 // while the others write g+1; g+2 cannot start before every member has
 // arrived at g+1, so has finished reading g.
 type collGrp struct {
+	cond    *sync.Cond // on the block's mutex: wakes this group's lanes only
 	mask    uint32
 	arrived uint32
 	waiting int
@@ -138,7 +139,9 @@ var errAbort = errors.New("aborted: another thread failed")
 func (d *Device) runBlock(f *Function, grid, dim Dim, ctaid [3]uint32, dynSmem int, params []byte) error {
 	b := &blockState{dev: d, f: f, grid: grid, dim: dim, ctaid: ctaid, params: params, dynSmem: dynSmem,
 		shared: make([]byte, f.dynBase+dynSmem)}
-	b.cond = sync.NewCond(&b.mu)
+	for i := range b.bars {
+		b.bars[i].cond = sync.NewCond(&b.mu)
+	}
 	n := dim.n()
 	b.alive, b.running = n, n
 	nw := (n + 31) / 32
@@ -167,18 +170,25 @@ func (b *blockState) fail(err error) {
 	if b.err == nil {
 		b.err = err
 	}
-	b.cond.Broadcast()
+	for i := range b.bars {
+		b.bars[i].cond.Broadcast()
+	}
+	for _, w := range b.warps {
+		for _, grp := range w.groups {
+			grp.cond.Broadcast()
+		}
+	}
 }
 
 // wait sleeps until *gen moves past g. The releaser counts woken threads
 // back into running, so running == 0 at sleep time means deadlock.
-func (b *blockState) wait(t *thread, gen *uint64, g uint64) {
+func (b *blockState) wait(t *thread, cond *sync.Cond, gen *uint64, g uint64) {
 	b.running--
 	if b.running == 0 && *gen == g {
 		b.fail(t.fault(errors.New("deadlock: every live thread of the block is waiting"), false, true))
 	}
 	for *gen == g && b.err == nil {
-		b.cond.Wait()
+		cond.Wait()
 	}
 	if b.err != nil {
 		b.mu.Unlock()
@@ -199,7 +209,7 @@ func (t *thread) collective(mask uint32, words ...uint64) *collBuf {
 		}
 	}
 	if grp == nil {
-		grp = &collGrp{mask: mask}
+		grp = &collGrp{mask: mask, cond: sync.NewCond(&b.mu)}
 		w.groups = append(w.groups, grp)
 	}
 	g := grp.gen
@@ -210,7 +220,7 @@ func (t *thread) collective(mask uint32, words ...uint64) *collBuf {
 		b.releaseGroup(grp, w.alive)
 	} else {
 		grp.waiting++
-		b.wait(t, &grp.gen, g)
+		b.wait(t, grp.cond, &grp.gen, g)
 	}
 	b.mu.Unlock()
 	return buf
@@ -226,7 +236,7 @@ func (b *blockState) releaseGroup(grp *collGrp, alive uint32) {
 	b.running += grp.waiting
 	grp.waiting, grp.arrived = 0, 0
 	grp.gen++
-	b.cond.Broadcast()
+	grp.cond.Broadcast()
 }
 
 // barSync is bar.sync / bar.arrive on barrier id for count threads (0: all).
@@ -248,7 +258,7 @@ func (t *thread) barSync(id, count int, arriveOnly bool) {
 		b.releaseBar(bar)
 	} else if !arriveOnly {
 		bar.waiting++
-		b.wait(t, &bar.gen, g)
+		b.wait(t, bar.cond, &bar.gen, g)
 	}
 	b.mu.Unlock()
 }
@@ -267,7 +277,7 @@ func (b *blockState) releaseBar(bar *barrier) {
 	b.running += bar.waiting
 	bar.waiting, bar.arrived = 0, 0
 	bar.gen++
-	b.cond.Broadcast()
+	bar.cond.Broadcast()
 }
 
 // exit retires t; collectives and barriers that waited only on it complete.
