@@ -195,3 +195,18 @@ func maxF(a, b float64) float64 {
 	}
 	return b
 }
+
+// Lookup tables for the tensor-core inputs the emulator decodes most.
+var (
+	f16Table  [1 << 16]float32
+	e4m3Table [256]float32
+)
+
+func init() {
+	for i := range f16Table {
+		f16Table[i] = f16ToF32(uint16(i))
+	}
+	for i := range e4m3Table {
+		e4m3Table[i] = e4m3ToF32(uint8(i))
+	}
+}

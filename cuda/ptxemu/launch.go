@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 )
 
 // Dim is a grid or block shape.
@@ -54,27 +55,21 @@ func (d *Device) Launch(f *Function, grid, block Dim, dynSmem int, params []byte
 		wg       sync.WaitGroup
 		errOnce  sync.Once
 		firstErr error
-		failed   bool
-		failMu   sync.Mutex
+		stop     atomic.Bool // set on the first failure: running blocks abort, no new block starts
 	)
 	for z := uint32(0); z < grid.Z; z++ {
 		for y := uint32(0); y < grid.Y; y++ {
 			for x := uint32(0); x < grid.X; x++ {
-				failMu.Lock()
-				stop := failed
-				failMu.Unlock()
-				if stop {
+				if stop.Load() {
 					break
 				}
 				sem <- struct{}{}
 				wg.Add(1)
 				go func(ctaid [3]uint32) {
 					defer func() { <-sem; wg.Done() }()
-					if err := d.runBlock(f, grid, block, ctaid, dynSmem, params); err != nil {
+					if err := d.runBlock(f, grid, block, ctaid, dynSmem, params, &stop); err != nil && err != errAbort {
 						errOnce.Do(func() { firstErr = err })
-						failMu.Lock()
-						failed = true
-						failMu.Unlock()
+						stop.Store(true)
 					}
 				}([3]uint32{x, y, z})
 			}
@@ -86,6 +81,7 @@ func (d *Device) Launch(f *Function, grid, block Dim, dynSmem int, params []byte
 
 type blockState struct {
 	mu      sync.Mutex
+	stop    *atomic.Bool // the launch's failure flag
 	dev     *Device
 	f       *Function
 	shared  []byte
@@ -136,8 +132,8 @@ type collBuf struct {
 
 var errAbort = errors.New("aborted: another thread failed")
 
-func (d *Device) runBlock(f *Function, grid, dim Dim, ctaid [3]uint32, dynSmem int, params []byte) error {
-	b := &blockState{dev: d, f: f, grid: grid, dim: dim, ctaid: ctaid, params: params, dynSmem: dynSmem,
+func (d *Device) runBlock(f *Function, grid, dim Dim, ctaid [3]uint32, dynSmem int, params []byte, stop *atomic.Bool) error {
+	b := &blockState{dev: d, f: f, grid: grid, dim: dim, ctaid: ctaid, params: params, dynSmem: dynSmem, stop: stop,
 		shared: make([]byte, f.dynBase+dynSmem)}
 	for i := range b.bars {
 		b.bars[i].cond = sync.NewCond(&b.mu)
@@ -169,6 +165,7 @@ func (d *Device) runBlock(f *Function, grid, dim Dim, ctaid [3]uint32, dynSmem i
 func (b *blockState) fail(err error) {
 	if b.err == nil {
 		b.err = err
+		b.stop.Store(true)
 	}
 	for i := range b.bars {
 		b.bars[i].cond.Broadcast()

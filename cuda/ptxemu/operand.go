@@ -112,6 +112,9 @@ func splitOperands(s string) []string {
 // operand parses one operand of f.
 func (f *Function) operand(s string) (operand, error) {
 	s = strings.TrimSpace(s)
+	if r, ok := f.regIdx[s]; ok { // also registers declared without %
+		return operand{kind: oReg, reg: r}, nil
+	}
 	switch {
 	case s == "_":
 		return operand{kind: oSink}, nil
@@ -140,10 +143,6 @@ func (f *Function) operand(s string) (operand, error) {
 			return operand{kind: oSpecial, spec: sp}, nil
 		}
 		return operand{}, fmt.Errorf("unknown register %s", s)
-	case f.regIdx[s] != 0 || strings.HasPrefix(s, "temp_param_reg"):
-		if r, ok := f.regIdx[s]; ok {
-			return operand{kind: oReg, reg: r}, nil
-		}
 	case s == "WARP_SZ":
 		return operand{kind: oImm, imm: 32}, nil
 	}

@@ -105,7 +105,7 @@ func typeSize(t string) int {
 // Load parses PTX text into a module; .global and .const variables are
 // allocated and initialised on dev.
 func (dev *Device) Load(ptx []byte) (*Module, error) {
-	src := reComment.ReplaceAllString(string(ptx), "")
+	src := reComment.ReplaceAllString(strings.TrimRight(string(ptx), "\x00"), "")
 	src = reDirective.ReplaceAllString(src, "")
 	m := &Module{dev: dev, funcs: map[string]*Function{}, globals: map[string]uint64{}, shared: map[string]symDecl{}, extern: map[string]bool{}}
 	stmts, err := splitTop(src)
@@ -412,18 +412,7 @@ func (m *Module) parseBody(f *Function, body string) error {
 		f.shared[name] = off
 	}
 	f.sharedSize = m.fixedSize
-	var stmts []string
-	for _, line := range strings.Split(body, "\n") {
-		line = strings.TrimSpace(line)
-		if line == "" {
-			continue
-		}
-		if len(stmts) > 0 && !strings.HasSuffix(stmts[len(stmts)-1], ";") && !strings.HasSuffix(stmts[len(stmts)-1], ":") && stmts[len(stmts)-1] != "{" && stmts[len(stmts)-1] != "}" {
-			stmts[len(stmts)-1] += " " + line
-			continue
-		}
-		stmts = append(stmts, line)
-	}
+	stmts := splitBody(body)
 	type pending struct {
 		text string
 		pc   int
@@ -431,7 +420,6 @@ func (m *Module) parseBody(f *Function, body string) error {
 	var code []pending
 	for _, s := range stmts {
 		switch {
-		case s == "{" || s == "}":
 		case strings.HasSuffix(s, ":"):
 			f.labels[strings.TrimSuffix(s, ":")] = len(code)
 		case strings.HasPrefix(s, ".reg"):
@@ -582,4 +570,50 @@ func getLE(b []byte) uint64 {
 		v = v<<8 | uint64(b[i])
 	}
 	return v
+}
+
+var reLabel = regexp.MustCompile(`^[\w$.]+:$`)
+
+// splitBody cuts a function body into statements: instructions and
+// declarations end at ';', labels at ':' on their line. A '{' that starts a
+// statement opens a scope (inline asm blocks: "{.reg .b16 a, b; ...}") and
+// is dropped with its '}'; braces inside a statement are a vector operand.
+func splitBody(body string) []string {
+	var out []string
+	var cur strings.Builder
+	depth := 0
+	flush := func() {
+		if t := strings.TrimSpace(cur.String()); t != "" {
+			out = append(out, t+";")
+		}
+		cur.Reset()
+	}
+	for i := 0; i < len(body); i++ {
+		c := body[i]
+		switch {
+		case c == '{' && strings.TrimSpace(cur.String()) == "":
+			// scope open
+		case c == '{':
+			depth++
+			cur.WriteByte(c)
+		case c == '}' && depth > 0:
+			depth--
+			cur.WriteByte(c)
+		case c == '}':
+			flush() // scope close
+		case c == ';' && depth == 0:
+			flush()
+		case c == '\n':
+			if t := strings.TrimSpace(cur.String()); reLabel.MatchString(t) {
+				out = append(out, t)
+				cur.Reset()
+			} else {
+				cur.WriteByte(' ')
+			}
+		default:
+			cur.WriteByte(c)
+		}
+	}
+	flush()
+	return out
 }

@@ -81,8 +81,20 @@ func (t *thread) run() {
 			continue
 		}
 		t.steps++
-		if max > 0 && t.steps > max {
-			t.panicf("step limit %d reached (a loop that never ends?)", max)
+		if t.steps&0xfff == 0 {
+			if max > 0 && t.steps > max {
+				t.panicf("step limit %d reached (a loop that never ends?)", max)
+			}
+			if b.stop.Load() { // a thread of this launch failed: stop spinning on its flags
+				b.mu.Lock()
+				if b.err == nil {
+					b.err = errAbort
+				}
+				b.alive--
+				b.running--
+				b.mu.Unlock()
+				return
+			}
 		}
 		in.exec(t, in)
 	}

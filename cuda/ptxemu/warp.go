@@ -259,19 +259,18 @@ func decMma(f *Function, in *inst) error {
 	if len(in.args) != 4 || len(in.args[1].vec) != na || len(in.args[2].vec) != nb || len(in.args[3].vec) != nc {
 		return fmt.Errorf("mma operand counts")
 	}
-	elem := func(reg uint64, i int, ty string) float64 {
+	conv := func(ty string) func(reg uint64, i int) float64 {
 		switch ty {
 		case "f16":
-			return float64(f16ToF32(uint16(reg >> (16 * i))))
+			return func(reg uint64, i int) float64 { return float64(f16Table[uint16(reg>>(16*i))]) }
 		case "bf16":
-			return float64(bf16ToF32(uint16(reg >> (16 * i))))
+			return func(reg uint64, i int) float64 { return float64(bf16ToF32(uint16(reg >> (16 * i)))) }
 		case "e4m3":
-			return float64(e4m3ToF32(uint8(reg >> (8 * i))))
-		case "e5m2":
-			return float64(f16ToF32(uint16(uint8(reg>>(8*i))) << 8))
+			return func(reg uint64, i int) float64 { return float64(e4m3Table[uint8(reg>>(8*i))]) }
 		}
-		return 0
+		return func(reg uint64, i int) float64 { return float64(f16Table[uint16(uint8(reg>>(8*i)))<<8]) } // e5m2
 	}
+	ea, eb := conv(at), conv(bt)
 	in.exec = func(t *thread, in *inst) {
 		var words [16]uint64
 		for i := 0; i < na; i++ {
@@ -281,29 +280,21 @@ func decMma(f *Function, in *inst) error {
 			words[na+i] = t.get(&in.args[2].vec[i])
 		}
 		vals := &t.collective(math.MaxUint32, words[:na+nb]...).vals
-		// A[r][c] and B[kk][c] from the lanes' fragments
-		A := func(r, c int) float64 {
-			half := c / (k / 2) // which half of K
-			if k == 8 {
-				half = 0
-			}
-			cc := c % (per * 4)
-			if k == 8 {
-				cc = c
-			}
-			lane := (r%8)<<2 | cc/per
-			reg := (r / 8) + 2*half
-			return elem(vals[lane][reg], cc%per, at)
-		}
-		B := func(kk, c int) float64 {
-			half := kk / (per * 4)
-			lane := c<<2 | (kk%(per*4))/per
-			return elem(vals[lane][na+half], kk%per, bt)
-		}
 		g, tig := t.lane>>2, t.lane&3
+		// This lane's two rows of A and two columns of B, from the lanes'
+		// fragments: element c of row r sits in lane (r%8)*4 + (c%(4*per))/per,
+		// register r/8 + 2*(c/(4*per)), slot c%per; B likewise by column.
+		var arow, bcol [2][32]float64
+		for h := 0; h < 2; h++ {
+			r, c := g+8*h, 2*tig+h
+			for kk := 0; kk < k; kk++ {
+				cc := kk % (4 * per)
+				arow[h][kk] = ea(vals[(r%8)<<2|cc/per][r/8+2*(kk/(4*per))], cc%per)
+				bcol[h][kk] = eb(vals[c<<2|cc/per][na+kk/(4*per)], cc%per)
+			}
+		}
 		var out [4]float64
 		for i := 0; i < 4; i++ {
-			r, c := g+8*(i/2), 2*tig+i%2
 			var cv float64
 			if ct == "f32" {
 				cv = float64(math.Float32frombits(uint32(t.get(&in.args[3].vec[i]))))
@@ -311,8 +302,9 @@ func decMma(f *Function, in *inst) error {
 				cv = float64(f16ToF32(uint16(t.get(&in.args[3].vec[i/2]) >> (16 * (i % 2)))))
 			}
 			s := cv
+			ar, bc := &arow[i/2], &bcol[i%2]
 			for kk := 0; kk < k; kk++ {
-				s += A(r, kk) * B(kk, c)
+				s += ar[kk] * bc[kk]
 			}
 			out[i] = s
 		}
