@@ -13,6 +13,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"strings"
 	"unsafe"
 )
 
@@ -215,8 +216,8 @@ func (d *Driver) Device(ordinal int) (*Device, error) {
 // Arch is the NVRTC target for this device: sm_XY, with the arch-specific
 // "a" suffix from compute capability 9.0 on (wgmma, tcgen05 need it).
 func (dev *Device) Arch() string {
-	if dev.Emulated() {
-		return fmt.Sprintf("compute_%d%d", dev.Major, dev.Minor) // PTX, for ptxemu
+	if dev.Emulated() { // PTX for ptxemu: compute_80, or compute_90a
+		return strings.Replace(ArchFor(dev.Major, dev.Minor), "sm_", "compute_", 1)
 	}
 	return ArchFor(dev.Major, dev.Minor)
 }

@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"os"
+	"strings"
 	"sync"
 	"time"
 	"unsafe"
@@ -12,7 +14,9 @@ import (
 )
 
 // EmulatorEnv selects the emulated driver when set (MEGAMOE_EMU=1): kernels
-// compile to PTX for compute_80 and run on the CPU through ptxemu. It lets
+// compile to PTX for compute_80 and run on the CPU through ptxemu.
+// MEGAMOE_EMU=sm_90a reports a 9.0 device without TMA instead: compute_90a
+// PTX, so the Hopper builds of the non-TMA kernels run. It lets
 // the GPU tests of the sm_80 kernels run without a GPU; it says nothing
 // about speed, and sm_90 kernels (wgmma, TMA) are not emulated.
 const EmulatorEnv = "MEGAMOE_EMU"
@@ -22,6 +26,7 @@ const EmulatorEnv = "MEGAMOE_EMU"
 // in capture mode records its operations into a graph instead.
 type emuDriver struct {
 	mu      sync.Mutex
+	major   int // compute capability reported: 8 (sm_80) or 9 (sm_90a without TMA)
 	dev     *ptxemu.Device
 	next    uintptr
 	hosts   map[unsafe.Pointer][]byte
@@ -30,7 +35,10 @@ type emuDriver struct {
 	streams map[uintptr]*emuStream
 	events  map[uintptr]time.Time
 	graphs  map[uintptr][]func() int
-	detail  string // the last failure, for errorName
+	maxDyn  map[uintptr]int // CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES set on a function
+
+	detailMu sync.Mutex
+	detail   string // the last failure's message, for errorName (once)
 }
 
 type emuStream struct{ capture []func() int }
@@ -40,12 +48,20 @@ const (
 	emuSMs      = 132
 	emuSmem     = 232448
 	emuTotalMem = 16 << 30
+	emuSmemDflt = 48 << 10 // static + dynamic shared memory without the opt-in attribute
 )
 
 func newEmuDriver() *emuDriver {
-	return &emuDriver{dev: ptxemu.NewDevice(), next: 1, hosts: map[unsafe.Pointer][]byte{},
+	dev := ptxemu.NewDevice()
+	dev.Limit = emuTotalMem // module globals count too; checked under the device's lock
+	major := 8
+	if v := os.Getenv(EmulatorEnv); strings.HasPrefix(v, "sm_90") || v == "90" {
+		major = 9 // compute_90a PTX: the H200's non-TMA code paths (FP8 mma, e4m3 cvt, clusters)
+	}
+	return &emuDriver{dev: dev, major: major, next: 1, hosts: map[unsafe.Pointer][]byte{},
 		modules: map[uintptr]*ptxemu.Module{}, funcs: map[uintptr]*ptxemu.Function{},
-		streams: map[uintptr]*emuStream{0: {}}, events: map[uintptr]time.Time{}, graphs: map[uintptr][]func() int{}}
+		streams: map[uintptr]*emuStream{0: {}}, events: map[uintptr]time.Time{}, graphs: map[uintptr][]func() int{},
+		maxDyn: map[uintptr]int{}}
 }
 
 const (
@@ -61,9 +77,21 @@ const (
 
 func (e *emuDriver) handle() uintptr { e.next++; return e.next }
 
+// fail records why the call that returns code failed; errorName appends it
+// to the code's name. Every failing path records its reason (or none), so a
+// message never describes an earlier failure.
 func (e *emuDriver) fail(code int, err error) int {
-	e.detail = err.Error()
+	e.detailMu.Lock()
+	defer e.detailMu.Unlock()
+	e.detail = ""
+	if err != nil {
+		e.detail = err.Error()
+	}
 	return code
+}
+
+func (e *emuDriver) failf(code int, format string, args ...any) int {
+	return e.fail(code, fmt.Errorf(format, args...))
 }
 
 func (e *emuDriver) libPath() string { return "ptxemu (" + EmulatorEnv + ")" }
@@ -76,26 +104,27 @@ func (e *emuDriver) errorName(r int) string {
 	if name == "" {
 		name = fmt.Sprintf("CUresult %d", r)
 	}
+	e.detailMu.Lock()
 	if e.detail != "" {
 		name += " (" + e.detail + ")"
+		e.detail = ""
 	}
+	e.detailMu.Unlock()
 	return name
 }
 
-func (e *emuDriver) init() int                                   { return 0 }
-func (e *emuDriver) driverVersion() (int, int)                   { return 12040, 0 }
-func (e *emuDriver) deviceCount() (int, int)                     { return 1, 0 }
-func (e *emuDriver) deviceGet(ord int) (int, int)                { return ord, b2r(ord != 0) }
-func (e *emuDriver) deviceName(int) (string, int)                { return "ptxemu (emulated sm_80)", 0 }
-func (e *emuDriver) deviceTotalMem(int) (uint64, int)            { return emuTotalMem, 0 }
-func (e *emuDriver) primaryCtxRetain(int) (uintptr, int)         { return 1, 0 }
-func (e *emuDriver) primaryCtxRelease(int) int                   { return 0 }
-func (e *emuDriver) ctxSynchronize(uintptr) int                  { return 0 }
-func (e *emuDriver) streamSynchronize(_, _ uintptr) int          { return 0 }
-func (e *emuDriver) eventSynchronize(_, _ uintptr) int           { return 0 }
-func (e *emuDriver) hasTensorMaps() bool                         { return false }
-func (e *emuDriver) hasLaunchEx() bool                           { return false }
-func (e *emuDriver) funcSetAttribute(_, _ uintptr, _, _ int) int { return 0 }
+func (e *emuDriver) init() int                           { return 0 }
+func (e *emuDriver) driverVersion() (int, int)           { return 12040, 0 }
+func (e *emuDriver) deviceCount() (int, int)             { return 1, 0 }
+func (e *emuDriver) deviceName(int) (string, int)        { return "ptxemu (emulated sm_80)", 0 }
+func (e *emuDriver) deviceTotalMem(int) (uint64, int)    { return emuTotalMem, 0 }
+func (e *emuDriver) primaryCtxRetain(int) (uintptr, int) { return 1, 0 }
+func (e *emuDriver) primaryCtxRelease(int) int           { return 0 }
+func (e *emuDriver) ctxSynchronize(uintptr) int          { return 0 }
+func (e *emuDriver) streamSynchronize(_, _ uintptr) int  { return 0 }
+func (e *emuDriver) eventSynchronize(_, _ uintptr) int   { return 0 }
+func (e *emuDriver) hasTensorMaps() bool                 { return false }
+func (e *emuDriver) hasLaunchEx() bool                   { return false }
 func (e *emuDriver) moduleUnload(_, m uintptr) int {
 	e.mu.Lock()
 	defer e.mu.Unlock()
@@ -106,11 +135,11 @@ func (e *emuDriver) moduleUnload(_, m uintptr) int {
 	return 0
 }
 
-func b2r(bad bool) int {
-	if bad {
-		return cuInvalidValue
+func (e *emuDriver) deviceGet(ord int) (int, int) {
+	if ord != 0 {
+		return 0, e.failf(cuInvalidValue, "no device %d: ptxemu has one", ord)
 	}
-	return 0
+	return 0, 0
 }
 
 func (e *emuDriver) deviceAttr(attr, dev int) (int, int) {
@@ -118,13 +147,13 @@ func (e *emuDriver) deviceAttr(attr, dev int) (int, int) {
 	case attrMultiprocessorCount:
 		return emuSMs, 0
 	case attrComputeMajor:
-		return 8, 0
+		return e.major, 0
 	case attrComputeMinor:
 		return 0, 0
 	case attrMaxSmemOptin:
 		return emuSmem, 0
 	}
-	return 0, cuInvalidValue
+	return 0, e.failf(cuInvalidValue, "device attribute %d not emulated", attr)
 }
 
 func (e *emuDriver) memGetInfo(uintptr) (uint64, uint64, int) {
@@ -132,12 +161,12 @@ func (e *emuDriver) memGetInfo(uintptr) (uint64, uint64, int) {
 }
 
 func (e *emuDriver) memAlloc(_ uintptr, n int) (DevicePtr, int) {
-	if uint64(n)+e.dev.Used() > emuTotalMem {
-		return 0, cuOutOfMemory
-	}
 	p, err := e.dev.Alloc(n)
+	if errors.Is(err, ptxemu.ErrOutOfMemory) {
+		return 0, e.failf(cuOutOfMemory, "%d bytes with %d of %d in use", n, e.dev.Used(), uint64(emuTotalMem))
+	}
 	if err != nil {
-		return 0, e.fail(cuOutOfMemory, err)
+		return 0, e.fail(cuInvalidValue, err)
 	}
 	return DevicePtr(p), 0
 }
@@ -162,7 +191,7 @@ func (e *emuDriver) memFreeHost(_ uintptr, p unsafe.Pointer) int {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if _, ok := e.hosts[p]; !ok {
-		return cuInvalidValue
+		return e.failf(cuInvalidValue, "%p is not pinned host memory", p)
 	}
 	delete(e.hosts, p)
 	return 0
@@ -174,7 +203,7 @@ func (e *emuDriver) enqueue(s uintptr, op func() int) int {
 	st := e.streams[s]
 	e.mu.Unlock()
 	if st == nil {
-		return cuInvalidValue
+		return e.failf(cuInvalidValue, "no stream %#x", s)
 	}
 	if st.capture != nil {
 		st.capture = append(st.capture, op)
@@ -287,7 +316,12 @@ func (e *emuDriver) eventRecord(_, ev, s uintptr) int {
 func (e *emuDriver) eventElapsed(_, start, end uintptr) (float32, int) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	return float32(e.events[end].Sub(e.events[start]).Seconds() * 1e3), 0
+	t0, ok0 := e.events[start]
+	t1, ok1 := e.events[end]
+	if !ok0 || !ok1 {
+		return 0, e.failf(cuInvalidValue, "no event %#x or %#x", start, end)
+	}
+	return float32(t1.Sub(t0).Seconds() * 1e3), 0
 }
 
 func (e *emuDriver) moduleLoadData(_ uintptr, image []byte) (uintptr, int) {
@@ -307,7 +341,7 @@ func (e *emuDriver) moduleGetFunction(_, m uintptr, name string) (uintptr, int) 
 	defer e.mu.Unlock()
 	mod := e.modules[m]
 	if mod == nil {
-		return 0, cuInvalidValue
+		return 0, e.failf(cuInvalidValue, "no module %#x", m)
 	}
 	f, err := mod.Function(name)
 	if err != nil {
@@ -323,7 +357,7 @@ func (e *emuDriver) funcGetAttribute(_, f uintptr, attr int) (int, int) {
 	fn := e.funcs[f]
 	e.mu.Unlock()
 	if fn == nil {
-		return 0, cuInvalidValue
+		return 0, e.failf(cuInvalidValue, "no function %#x", f)
 	}
 	switch attr {
 	case funcAttrNumRegs:
@@ -333,9 +367,46 @@ func (e *emuDriver) funcGetAttribute(_, f uintptr, attr int) (int, int) {
 	case funcAttrStaticSmemBytes:
 		return fn.StaticShared(), 0
 	case funcAttrMaxDynamicSmem:
-		return emuSmem - fn.StaticShared(), 0
+		return e.maxDynSmem(f, fn), 0
 	}
 	return 0, 0
+}
+
+// maxDynSmem is f's dynamic shared memory limit: what was set, else the
+// driver's default, 48 KB less the static shared memory.
+func (e *emuDriver) maxDynSmem(f uintptr, fn *ptxemu.Function) int {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if n, ok := e.maxDyn[f]; ok {
+		return n
+	}
+	return max(emuSmemDflt-fn.StaticShared(), 0)
+}
+
+// funcSetAttribute checks and records the dynamic shared memory limit, as
+// the driver does: launches above it fail, so a launcher that forgets to
+// raise it fails here as it would on the GPU. The carveout is a hint.
+func (e *emuDriver) funcSetAttribute(_, f uintptr, attr, v int) int {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	fn := e.funcs[f]
+	if fn == nil {
+		return e.failf(cuInvalidValue, "no function %#x", f)
+	}
+	switch attr {
+	case funcAttrMaxDynamicSmem:
+		if v < 0 || v+fn.StaticShared() > emuSmem {
+			return e.failf(cuInvalidValue, "%s: dynamic shared memory limit %d + %d static over %d", fn.Name, v, fn.StaticShared(), emuSmem)
+		}
+		e.maxDyn[f] = v
+	case funcAttrCarveout:
+		if v < -1 || v > 100 {
+			return e.failf(cuInvalidValue, "%s: carveout %d%%", fn.Name, v)
+		}
+	default:
+		return e.failf(cuInvalidValue, "function attribute %d not emulated", attr)
+	}
+	return 0
 }
 
 func (e *emuDriver) launch(_, f uintptr, grid, block Dim3, smem int, s uintptr, args []uint64, offs []int32, _ bool) int {
@@ -343,10 +414,21 @@ func (e *emuDriver) launch(_, f uintptr, grid, block Dim3, smem int, s uintptr, 
 	fn := e.funcs[f]
 	e.mu.Unlock()
 	if fn == nil {
-		return cuInvalidValue
+		return e.failf(cuInvalidValue, "no function %#x", f)
 	}
-	if smem+fn.StaticShared() > emuSmem {
-		return e.fail(cuInvalidValue, fmt.Errorf("%s: %d bytes of shared memory over %d", fn.Name, smem+fn.StaticShared(), emuSmem))
+	// The driver checks the configuration when the launch is enqueued (and
+	// captured), before anything runs.
+	nt := uint64(block.X) * uint64(block.Y) * uint64(block.Z)
+	switch {
+	case grid.X == 0 || grid.Y == 0 || grid.Z == 0 || grid.X > 1<<31-1 || grid.Y > 65535 || grid.Z > 65535:
+		return e.failf(cuInvalidValue, "%s: grid %v outside (2^31-1, 65535, 65535)", fn.Name, grid)
+	case nt == 0 || nt > 1024 || block.X > 1024 || block.Y > 1024 || block.Z > 64:
+		return e.failf(cuInvalidValue, "%s: block %v outside (1024, 1024, 64), 1024 threads", fn.Name, block)
+	case smem < 0 || smem+fn.StaticShared() > emuSmem:
+		return e.failf(cuInvalidValue, "%s: %d bytes of shared memory over %d", fn.Name, smem+fn.StaticShared(), emuSmem)
+	case smem > e.maxDynSmem(f, fn):
+		return e.failf(cuInvalidValue, "%s: %d bytes of dynamic shared memory over the function's limit %d (SetMaxDynamicSmem)",
+			fn.Name, smem, e.maxDynSmem(f, fn))
 	}
 	params := make([]byte, len(args)*8)
 	copy(params, unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(args))), len(args)*8))
@@ -356,7 +438,10 @@ func (e *emuDriver) launch(_, f uintptr, grid, block Dim3, smem int, s uintptr, 
 			return 0
 		}
 		var le *ptxemu.LaunchError
-		if errors.As(err, &le) && le.Illegal {
+		switch {
+		case !errors.As(err, &le):
+			return e.fail(cuInvalidValue, err) // a configuration ptxemu refuses (.maxntid)
+		case le.Illegal:
 			return e.fail(cuIllegalAddress, err)
 		}
 		return e.fail(cuLaunchFailed, err)
@@ -368,7 +453,7 @@ func (e *emuDriver) beginCapture(_, s uintptr, _ int) int {
 	defer e.mu.Unlock()
 	st := e.streams[s]
 	if st == nil || st.capture != nil {
-		return cuInvalidValue
+		return e.failf(cuInvalidValue, "stream %#x: missing or already capturing", s)
 	}
 	st.capture = []func() int{}
 	return 0
@@ -379,7 +464,7 @@ func (e *emuDriver) endCapture(_, s uintptr) (uintptr, int) {
 	defer e.mu.Unlock()
 	st := e.streams[s]
 	if st == nil || st.capture == nil {
-		return 0, cuCaptureInvalid
+		return 0, e.failf(cuCaptureInvalid, "stream %#x is not capturing", s)
 	}
 	h := e.handle()
 	e.graphs[h] = st.capture
@@ -392,7 +477,7 @@ func (e *emuDriver) graphInstantiate(_, g uintptr) (uintptr, int) {
 	defer e.mu.Unlock()
 	ops, ok := e.graphs[g]
 	if !ok {
-		return 0, cuInvalidValue
+		return 0, e.failf(cuInvalidValue, "no graph %#x", g)
 	}
 	h := e.handle()
 	e.graphs[h] = append([]func() int(nil), ops...)
@@ -404,7 +489,7 @@ func (e *emuDriver) graphLaunch(_, g, s uintptr) int {
 	ops, ok := e.graphs[g]
 	e.mu.Unlock()
 	if !ok {
-		return cuInvalidValue
+		return e.failf(cuInvalidValue, "no graph %#x", g)
 	}
 	return e.enqueue(s, func() int {
 		for _, op := range ops {
@@ -433,9 +518,9 @@ func (e *emuDriver) dropGraph(g uintptr) int {
 }
 
 func (e *emuDriver) tensorMap2D(uintptr, *TensorMap, int, DevicePtr, uint64, uint64, uint64, uint32, uint32, int) int {
-	return cuNotSupported
+	return e.failf(cuNotSupported, "no TMA in ptxemu")
 }
 
 func (e *emuDriver) tensorMap3D(uintptr, *TensorMap, int, DevicePtr, [3]uint64, [2]uint64, [3]uint32, int) int {
-	return cuNotSupported
+	return e.failf(cuNotSupported, "no TMA in ptxemu")
 }

@@ -14,6 +14,17 @@ func isFloat(ty string) bool { return strings.HasPrefix(ty, "f") || strings.HasP
 func decArith(f *Function, in *inst) error {
 	base := in.base
 	ty := in.typ
+	for _, m := range in.mods {
+		if strings.HasSuffix(m, "x2") && typeSize(m) == 0 { // s16x2, u16x2: SIMD forms
+			return fmt.Errorf("%s.%s unsupported", base, m)
+		}
+		if m == "xorsign" || m == "abs" && (base == "min" || base == "max") {
+			return fmt.Errorf("%s.%s unsupported", base, m)
+		}
+	}
+	if ty == "" || in.typ2 != "" && base != "testp" { // no type, or mixed (add.f32.bf16: sm_100)
+		return fmt.Errorf("%s: unsupported types %v", base, in.mods)
+	}
 	switch {
 	case ty == "f16x2" || ty == "bf16x2" || ty == "f16" || ty == "bf16":
 		return decHalf(base, in)
@@ -87,6 +98,7 @@ func decInt(base string, in *inst) error {
 		hi, wide := in.has("hi"), in.has("wide")
 		mad := base != "mul"
 		cc, carryIn := in.has("cc"), base == "madc"
+		satHi := in.sat && hi && ty == "s32" // mad.hi.sat.s32: (a*b)>>32 + c, clamped
 		fn = func(t *thread, a []operand) uint64 {
 			x, y := g(t, &a[1]), g(t, &a[2])
 			var r uint64
@@ -121,6 +133,10 @@ func decInt(base string, in *inst) error {
 				c := uint64(0)
 				if carryIn {
 					c = t.carry
+				}
+				if satHi {
+					s := int64(int32(r)) + int64(int32(z))
+					return uint64(min(max(s, math.MinInt32), math.MaxInt32))
 				}
 				ow := w
 				if wide {
@@ -169,16 +185,21 @@ func decInt(base string, in *inst) error {
 		}
 	case "min", "max":
 		mn := base == "min"
+		relu := in.has("relu") // max.relu.s32: a negative result is 0
 		fn = func(t *thread, a []operand) uint64 {
 			x, y := g(t, &a[1]), g(t, &a[2])
 			less := x < y
 			if sg {
 				less = int64(x) < int64(y)
 			}
+			r := y
 			if less == mn {
-				return x
+				r = x
 			}
-			return y
+			if relu && int64(r) < 0 {
+				r = 0
+			}
+			return r
 		}
 	case "neg":
 		fn = func(t *thread, a []operand) uint64 { return -g(t, &a[1]) }
@@ -355,10 +376,8 @@ func decFloat(base string, in *inst) error {
 		}
 	case "div":
 		op = func(x, y, _ float64) float64 { return x / y }
-	case "min":
-		op = func(x, y, _ float64) float64 { return minF(x, y) }
-	case "max":
-		op = func(x, y, _ float64) float64 { return maxF(x, y) }
+	case "min", "max":
+		op = minMaxOp(base, in.has("NaN"))
 	case "neg":
 		op, nargs = func(x, _, _ float64) float64 { return -x }, 1
 	case "abs":
@@ -426,48 +445,195 @@ func decFloat(base string, in *inst) error {
 	return nil
 }
 
-// decFloatRounded handles .rz/.rm/.rp with exact big.Float arithmetic.
+// decFloatRounded handles .rz/.rm/.rp: the exact result (or one rounded at
+// 256 bits in the same direction, which rounds on to the same value) is
+// rounded to the format with its subnormals and overflow (roundDirected).
+// NaN and infinite operands, x/0 and sqrt of x <= 0 take the float64 path:
+// their results are exact.
 func decFloatRounded(base string, in *inst, d64 bool) error {
 	mode := map[string]big.RoundingMode{"rz": big.ToZero, "rm": big.ToNegativeInf, "rp": big.ToPositiveInf}[in.rnd]
-	prec := uint(24)
-	if d64 {
-		prec = 53
+	ftz := in.ftz && !d64
+	n := map[string]int{"sqrt": 1, "rcp": 1, "fma": 3}[base]
+	if n == 0 {
+		n = 2
 	}
 	in.exec = func(t *thread, in *inst) {
-		rd := func(o *operand) *big.Float {
+		var v [3]float64
+		for i := 0; i < n; i++ {
+			o := &in.args[1+i]
 			if d64 {
-				return new(big.Float).SetFloat64(t.f64(o))
+				v[i] = t.f64(o)
+				continue
 			}
-			return new(big.Float).SetFloat64(float64(t.f32(o)))
+			f := t.f32(o)
+			if ftz {
+				f = ftz32(f)
+			}
+			v[i] = float64(f)
 		}
-		x := rd(&in.args[1])
-		r := new(big.Float).SetPrec(prec).SetMode(mode)
-		switch base {
-		case "add":
-			r.Add(x, rd(&in.args[2]))
-		case "sub":
-			r.Sub(x, rd(&in.args[2]))
-		case "mul":
-			r.Mul(x, rd(&in.args[2]))
-		case "div":
-			r.Quo(x, rd(&in.args[2]))
-		case "fma":
-			p := new(big.Float).SetPrec(0).SetMode(big.ToNearestEven)
-			p.SetPrec(256).Mul(x, rd(&in.args[2]))
-			r.Add(p, rd(&in.args[3]))
-		case "sqrt":
-			r.Sqrt(x)
-		case "rcp":
-			r.Quo(new(big.Float).SetFloat64(1), x)
+		x, y, z := v[0], v[1], v[2]
+		op := base
+		if op == "sub" {
+			op, y = "add", -y
 		}
-		f, _ := r.Float64()
+		nanInf := false
+		for i := 0; i < n; i++ {
+			nanInf = nanInf || math.IsNaN(v[i]) || math.IsInf(v[i], 0)
+		}
+		// zeroSum is an exact zero sum of two zeros: -0 if both are, or
+		// if they differ rounding down (IEEE 754 6.3)
+		zeroSum := func(an, bn bool) float64 {
+			if an && bn || an != bn && mode == big.ToNegativeInf {
+				return math.Copysign(0, -1)
+			}
+			return 0
+		}
+		var r float64
+		switch {
+		case nanInf || op == "div" && y == 0 || op == "rcp" && x == 0 || op == "sqrt" && x <= 0:
+			switch op { // exact special results
+			case "add":
+				r = x + y
+			case "mul":
+				r = x * y
+			case "div":
+				r = x / y
+			case "rcp":
+				r = 1 / x
+			case "sqrt":
+				r = math.Sqrt(x)
+			case "fma":
+				r = math.FMA(x, y, z)
+			}
+		case op == "add" && x == 0 && y == 0:
+			r = zeroSum(math.Signbit(x), math.Signbit(y))
+		case op == "fma" && (x == 0 || y == 0) && z == 0:
+			r = zeroSum(math.Signbit(x) != math.Signbit(y), math.Signbit(z))
+		case op == "sqrt":
+			r = sqrtDirected(x, mode, d64)
+		default:
+			b := new(big.Float).SetPrec(256).SetMode(mode)
+			bx, by := new(big.Float).SetFloat64(x), new(big.Float).SetFloat64(y)
+			switch op {
+			case "add":
+				b.Add(bx, by)
+			case "mul":
+				b.Mul(bx, by)
+			case "div":
+				b.Quo(bx, by)
+			case "rcp":
+				b.Quo(new(big.Float).SetFloat64(1), bx)
+			case "fma":
+				b.Mul(bx, by) // exact: 2*53 bits
+				b.Add(b, new(big.Float).SetFloat64(z))
+			}
+			r = roundDirected(b, mode, d64)
+		}
 		if d64 {
-			t.set(&in.args[0], math.Float64bits(f))
-		} else {
-			t.set(&in.args[0], uint64(math.Float32bits(float32(f))))
+			t.set(&in.args[0], math.Float64bits(r))
+			return
 		}
+		f := float32(r) // exact: r is a float32 value or NaN
+		if in.sat {
+			f = float32(minF(maxF(float64(f), 0), 1))
+		}
+		if ftz {
+			f = ftz32(f)
+		}
+		t.set(&in.args[0], uint64(math.Float32bits(f)))
 	}
 	return nil
+}
+
+// roundDirected rounds x (finite) to float32 (or float64 if d64) in mode,
+// subnormals and overflow included: past the largest finite value, rounding
+// away from zero gives an infinity, toward zero the largest finite value.
+func roundDirected(x *big.Float, mode big.RoundingMode, d64 bool) float64 {
+	prec, tiny, top := 24, -149, float64(math.MaxFloat32)
+	if d64 {
+		prec, tiny, top = 53, -1074, math.MaxFloat64
+	}
+	if x.Sign() == 0 {
+		f, _ := x.Float64()
+		return f
+	}
+	neg := x.Signbit()
+	var r *big.Float
+	if x.MantExp(nil)-1 >= tiny+prec-1 { // normal: the leading bit at or above the least normal exponent
+		r = new(big.Float).SetMode(mode).SetPrec(uint(prec)).Set(x)
+	} else { // subnormal: a multiple of 2^tiny
+		q := new(big.Float).SetMantExp(x, -tiny)
+		i, acc := q.Int(nil) // toward zero
+		if acc != big.Exact && (mode == big.ToNegativeInf && neg || mode == big.ToPositiveInf && !neg) {
+			if neg {
+				i.Sub(i, big.NewInt(1))
+			} else {
+				i.Add(i, big.NewInt(1))
+			}
+		}
+		if i.Sign() == 0 {
+			if neg {
+				return math.Copysign(0, -1)
+			}
+			return 0
+		}
+		r = new(big.Float).SetMantExp(new(big.Float).SetInt(i), tiny)
+	}
+	f, _ := r.Float64()
+	if math.Abs(f) > top {
+		up := mode == big.ToPositiveInf && !neg || mode == big.ToNegativeInf && neg
+		f = math.Copysign(top, f)
+		if up {
+			f = math.Copysign(math.Inf(1), f)
+		}
+	}
+	return f
+}
+
+// sqrtDirected is sqrt.{rz,rm,rp} of a positive finite x: math.Sqrt rounds
+// to nearest, and the sign of x - s*s (exact) tells which side of s the root
+// lies on.
+func sqrtDirected(x float64, mode big.RoundingMode, d64 bool) float64 {
+	s := math.Sqrt(x)
+	bs := new(big.Float).SetFloat64(s)
+	res := new(big.Float).SetPrec(512).Mul(bs, bs)
+	res.Sub(new(big.Float).SetFloat64(x), res) // exact: x and s*s are close
+	side := res.Sign()                         // sign of sqrt(x) - s
+	onGrid := d64 || float64(float32(s)) == s
+	if !onGrid { // no grid point between s and the root: round s
+		return roundDirected(bs, mode, d64)
+	}
+	switch {
+	case side < 0 && mode != big.ToPositiveInf:
+		if d64 {
+			return math.Nextafter(s, 0)
+		}
+		return float64(math.Nextafter32(float32(s), 0))
+	case side > 0 && mode == big.ToPositiveInf:
+		if d64 {
+			return math.Nextafter(s, math.Inf(1))
+		}
+		return float64(math.Nextafter32(float32(s), float32(math.Inf(1))))
+	}
+	return s
+}
+
+// minMaxOp is min or max of PTX: a NaN operand yields the other one, or with
+// .NaN a NaN.
+func minMaxOp(base string, nan bool) func(x, y, _ float64) float64 {
+	f := minF
+	if base == "max" {
+		f = maxF
+	}
+	if !nan {
+		return func(x, y, _ float64) float64 { return f(x, y) }
+	}
+	return func(x, y, _ float64) float64 {
+		if x != x || y != y {
+			return math.NaN()
+		}
+		return f(x, y)
+	}
 }
 
 // decHalf: f16/bf16 scalar and x2 arithmetic, computed in float64 and
@@ -500,10 +666,8 @@ func decHalf(base string, in *inst) error {
 		op = func(x, y, _ float64) float64 { return x * y }
 	case "fma":
 		op = fmaOdd
-	case "min":
-		op = func(x, y, _ float64) float64 { return minF(x, y) }
-	case "max":
-		op = func(x, y, _ float64) float64 { return maxF(x, y) }
+	case "min", "max":
+		op = minMaxOp(base, in.has("NaN"))
 	case "neg":
 		op = func(x, _, _ float64) float64 { return -x }
 	case "abs":
@@ -512,6 +676,7 @@ func decHalf(base string, in *inst) error {
 		return fmt.Errorf("unsupported half instruction %s.%s", base, in.typ)
 	}
 	relu := in.has("relu")
+	ftz := in.ftz && !bf
 	n := len(in.args) - 1
 	in.exec = func(t *thread, in *inst) {
 		var vals [3]uint64
@@ -522,16 +687,24 @@ func decHalf(base string, in *inst) error {
 		for l := 0; l < lanes; l++ {
 			var xs [3]float64
 			for i := 0; i < n; i++ {
-				xs[i] = toF(uint16(vals[i] >> (16 * l)))
+				h := uint16(vals[i] >> (16 * l))
+				if ftz && h&0x7c00 == 0 {
+					h &= 0x8000
+				}
+				xs[i] = toF(h)
 			}
 			v := op(xs[0], xs[1], xs[2])
-			if relu && (v < 0 || v != v) {
+			if relu && v < 0 { // .relu: negative -> 0; a NaN stays NaN (canonical)
 				v = 0
 			}
 			if in.sat {
 				v = minF(maxF(v, 0), 1)
 			}
-			r |= uint64(fromF(v)) << (16 * l)
+			h := fromF(v)
+			if ftz && h&0x7c00 == 0 {
+				h &= 0x8000
+			}
+			r |= uint64(h) << (16 * l)
 		}
 		t.set(&in.args[0], r)
 	}

@@ -1,6 +1,7 @@
 package ptxemu
 
 import (
+	"errors"
 	"fmt"
 	"regexp"
 	"strconv"
@@ -73,6 +74,8 @@ func (f *Function) decode(in *inst, text string) error {
 			in.sp = spGlobal
 		case m == "shared" || m == "shared::cta":
 			in.sp = spShared
+		case m == "shared::cluster":
+			in.sp = spCluster
 		case m == "local":
 			in.sp = spLocal
 		case m == "param":
@@ -90,6 +93,20 @@ func (f *Function) decode(in *inst, text string) error {
 		if in.typ == "pred" {
 			in.w = 1
 		}
+	}
+	switch {
+	case base == "cp" && in.has("bulk") && in.has("prefetch"):
+		in.exec = func(*thread, *inst) {} // an L2 prefetch: no effect on results
+		return nil
+	case base == "cp" && in.has("bulk"), base == "wgmma", base == "mbarrier", base == "setmaxnreg",
+		base == "stmatrix", base == "tensormap", base == "elect", base == "fence" && in.has("proxy"):
+		return f.deferUnsupported(in, "sm_90 instruction "+opcode)
+	case decoders[base] == nil && base != "bra" && base != "call":
+		return f.deferUnsupported(in, "instruction "+opcode)
+	case base == "barrier" && in.has("cluster"):
+		f.usesCluster = true
+		decBarrierCluster(in)
+		return nil
 	}
 	switch base {
 	case "bra":
@@ -127,11 +144,28 @@ func (f *Function) decode(in *inst, text string) error {
 	if (base == "ld" || base == "st" || base == "ldu" || base == "atom" || base == "red") && in.sp == spNone {
 		in.sp = spGeneric
 	}
-	dec := decoders[base]
-	if dec == nil {
-		return fmt.Errorf("unsupported instruction %s", base)
+	err := decoders[base](f, in)
+	var u unsupportedError
+	if errors.As(err, &u) {
+		return f.deferUnsupported(in, u.what)
 	}
-	return dec(f, in)
+	return err
+}
+
+// unsupportedError is an instruction form the emulator does not run: the
+// module still loads, and the instruction fails when a thread reaches it.
+type unsupportedError struct{ what string }
+
+func (e unsupportedError) Error() string { return "unsupported " + e.what }
+
+func unsupported(format string, a ...any) error {
+	return unsupportedError{fmt.Sprintf(format, a...)}
+}
+
+func (f *Function) deferUnsupported(in *inst, what string) error {
+	f.unsupported = append(f.unsupported, what)
+	in.exec = func(t *thread, _ *inst) { t.panicf("ptxemu does not emulate %s", what) }
+	return nil
 }
 
 func (f *Function) decodeCall(in *inst, rest string) error {
@@ -206,6 +240,7 @@ func init() {
 		"cp":             decCp,
 		"ldmatrix":       decLdmatrix,
 		"mma":            decMma,
+		"mapa":           decMapa,
 	}
 	for _, op := range []string{"add", "sub", "mul", "mad", "fma", "div", "rem", "min", "max", "neg", "abs",
 		"and", "or", "xor", "not", "cnot", "shl", "shr", "popc", "clz", "brev", "bfe", "bfi", "prmt", "lop3", "shf",

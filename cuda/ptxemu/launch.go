@@ -57,21 +57,36 @@ func (d *Device) Launch(f *Function, grid, block Dim, dynSmem int, params []byte
 		firstErr error
 		stop     atomic.Bool // set on the first failure: running blocks abort, no new block starts
 	)
-	for z := uint32(0); z < grid.Z; z++ {
-		for y := uint32(0); y < grid.Y; y++ {
-			for x := uint32(0); x < grid.X; x++ {
+	cd := f.cluster
+	if cd.n() == 0 {
+		cd = Dim{1, 1, 1}
+	}
+	if grid.X%cd.X != 0 || grid.Y%cd.Y != 0 || grid.Z%cd.Z != 0 {
+		return fmt.Errorf("ptxemu: %s: grid %v is not a multiple of the cluster %v", f.Name, grid, cd)
+	}
+	for z := uint32(0); z < grid.Z; z += cd.Z {
+		for y := uint32(0); y < grid.Y; y += cd.Y {
+			for x := uint32(0); x < grid.X; x += cd.X {
 				if stop.Load() {
 					break
 				}
+				var ids [][3]uint32 // the cluster's blocks, rank order (x fastest)
+				for k := uint32(0); k < cd.Z; k++ {
+					for j := uint32(0); j < cd.Y; j++ {
+						for i := uint32(0); i < cd.X; i++ {
+							ids = append(ids, [3]uint32{x + i, y + j, z + k})
+						}
+					}
+				}
 				sem <- struct{}{}
 				wg.Add(1)
-				go func(ctaid [3]uint32) {
+				go func() {
 					defer func() { <-sem; wg.Done() }()
-					if err := d.runBlock(f, grid, block, ctaid, dynSmem, params, &stop); err != nil && err != errAbort {
+					if err := d.runCluster(f, grid, block, ids, dynSmem, params, &stop); err != nil && err != errAbort {
 						errOnce.Do(func() { firstErr = err })
 						stop.Store(true)
 					}
-				}([3]uint32{x, y, z})
+				}()
 			}
 		}
 	}
@@ -81,7 +96,9 @@ func (d *Device) Launch(f *Function, grid, block Dim, dynSmem int, params []byte
 
 type blockState struct {
 	mu      sync.Mutex
-	stop    *atomic.Bool // the launch's failure flag
+	cl      *clusterState // nil unless the kernel runs in clusters
+	rank    int           // this block in its cluster
+	stop    *atomic.Bool  // the launch's failure flag
 	dev     *Device
 	f       *Function
 	shared  []byte
@@ -132,7 +149,35 @@ type collBuf struct {
 
 var errAbort = errors.New("aborted: another thread failed")
 
-func (d *Device) runBlock(f *Function, grid, dim Dim, ctaid [3]uint32, dynSmem int, params []byte, stop *atomic.Bool) error {
+// runCluster runs the blocks of one cluster (one block without clusters)
+// together and returns the first block error.
+func (d *Device) runCluster(f *Function, grid, dim Dim, ids [][3]uint32, dynSmem int, params []byte, stop *atomic.Bool) error {
+	blocks := make([]*blockState, len(ids))
+	for i, id := range ids {
+		blocks[i] = d.newBlock(f, grid, dim, id, dynSmem, params, stop)
+	}
+	if f.usesCluster {
+		newCluster(blocks)
+	}
+	var wg sync.WaitGroup
+	for _, b := range blocks {
+		b.start(&wg)
+	}
+	wg.Wait()
+	for _, b := range blocks {
+		if b.err != nil && b.err != errAbort {
+			return b.err
+		}
+	}
+	for _, b := range blocks {
+		if b.err != nil {
+			return b.err
+		}
+	}
+	return nil
+}
+
+func (d *Device) newBlock(f *Function, grid, dim Dim, ctaid [3]uint32, dynSmem int, params []byte, stop *atomic.Bool) *blockState {
 	b := &blockState{dev: d, f: f, grid: grid, dim: dim, ctaid: ctaid, params: params, dynSmem: dynSmem, stop: stop,
 		shared: make([]byte, f.dynBase+dynSmem)}
 	for i := range b.bars {
@@ -140,24 +185,26 @@ func (d *Device) runBlock(f *Function, grid, dim Dim, ctaid [3]uint32, dynSmem i
 	}
 	n := dim.n()
 	b.alive, b.running = n, n
-	nw := (n + 31) / 32
-	b.warps = make([]*warpState, nw)
+	b.warps = make([]*warpState, (n+31)/32)
 	for i := range b.warps {
 		lanes := min(32, n-32*i)
 		b.warps[i] = &warpState{alive: uint32(1<<lanes - 1)}
 	}
-	var wg sync.WaitGroup
+	return b
+}
+
+// start runs the block's threads, each a goroutine counted in wg.
+func (b *blockState) start(wg *sync.WaitGroup) {
+	n, dim := b.dim.n(), b.dim
 	wg.Add(n)
 	for i := 0; i < n; i++ {
-		t := &thread{b: b, w: b.warps[i/32], lane: i % 32, flat: i, fn: f}
+		t := &thread{b: b, w: b.warps[i/32], lane: i % 32, flat: i, fn: b.f}
 		t.tid = [3]uint32{uint32(i) % dim.X, uint32(i) / dim.X % dim.Y, uint32(i) / (dim.X * dim.Y)}
 		go func() {
 			defer wg.Done()
 			t.run()
 		}()
 	}
-	wg.Wait()
-	return b.err
 }
 
 // fail records the block's first error and wakes every waiter. Call with
@@ -285,6 +332,9 @@ func (t *thread) exit() {
 	b.alive--
 	b.running--
 	w.alive &^= 1 << t.lane
+	if b.cl != nil {
+		b.cl.exitThread()
+	}
 	for _, grp := range w.groups {
 		if grp.complete(w.alive) {
 			b.releaseGroup(grp, w.alive)

@@ -32,6 +32,7 @@ const (
 	spParamRet
 	spConst
 	spGeneric
+	spCluster // shared::cluster: a block of the cluster's shared memory
 )
 
 type operand struct {
@@ -73,6 +74,8 @@ const (
 	sLanemaskGe
 	sLanemaskGt
 	sDynSmem
+	sClusterRank
+	sClusterN
 )
 
 var specials = map[string]special{
@@ -84,6 +87,7 @@ var specials = map[string]special{
 	"%clock": sClock, "%clock64": sClock64, "%globaltimer": sGlobaltimer,
 	"%lanemask_lt": sLanemaskLt, "%lanemask_le": sLanemaskLe, "%lanemask_eq": sLanemaskEq,
 	"%lanemask_ge": sLanemaskGe, "%lanemask_gt": sLanemaskGt, "%dynamic_smem_size": sDynSmem,
+	"%cluster_ctarank": sClusterRank, "%cluster_nctarank": sClusterN,
 }
 
 // splitOperands cuts at commas outside (), [] and {}.
@@ -140,6 +144,9 @@ func (f *Function) operand(s string) (operand, error) {
 			return operand{kind: oReg, reg: r}, nil
 		}
 		if sp, ok := specials[s]; ok {
+			if sp == sClusterRank || sp == sClusterN {
+				f.usesCluster = true
+			}
 			return operand{kind: oSpecial, spec: sp}, nil
 		}
 		return operand{}, fmt.Errorf("unknown register %s", s)

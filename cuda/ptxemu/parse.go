@@ -56,16 +56,19 @@ type Function struct {
 	insts  []inst
 	labels map[string]int
 	// memory layout
-	shared     map[string]int // static shared symbol -> offset
-	sharedSize int
-	dynBase    int
-	local      map[string]int // .local symbol -> offset in the frame
-	localSize  int
-	outParams  map[string]int // call-scope .param symbols -> offset in the out buffer
-	outSize    int
-	inSize     int
-	retSize    int
-	maxThreads int
+	shared      map[string]int // static shared symbol -> offset
+	sharedSize  int
+	dynBase     int
+	local       map[string]int // .local symbol -> offset in the frame
+	localSize   int
+	outParams   map[string]int // call-scope .param symbols -> offset in the out buffer
+	outSize     int
+	inSize      int
+	retSize     int
+	maxThreads  int
+	cluster     Dim      // .reqnctapercluster; zero: none
+	usesCluster bool     // barrier.cluster, mapa or %cluster_ctarank
+	unsupported []string // instructions that fail when reached
 }
 
 // StaticShared is the static shared memory the function declares, in bytes.
@@ -103,11 +106,17 @@ func typeSize(t string) int {
 }
 
 // Load parses PTX text into a module; .global and .const variables are
-// allocated and initialised on dev.
-func (dev *Device) Load(ptx []byte) (*Module, error) {
+// allocated and initialised on dev. A module that fails to load frees the
+// variables it had allocated.
+func (dev *Device) Load(ptx []byte) (_ *Module, err error) {
 	src := reComment.ReplaceAllString(strings.TrimRight(string(ptx), "\x00"), "")
 	src = reDirective.ReplaceAllString(src, "")
 	m := &Module{dev: dev, funcs: map[string]*Function{}, globals: map[string]uint64{}, shared: map[string]symDecl{}, extern: map[string]bool{}}
+	defer func() {
+		if err != nil {
+			m.Unload()
+		}
+	}()
 	stmts, err := splitTop(src)
 	if err != nil {
 		return nil, err
@@ -141,7 +150,6 @@ func (dev *Device) Load(ptx []byte) (*Module, error) {
 	}
 	for _, b := range bodies {
 		if err := m.parseBody(b.f, b.body); err != nil {
-			m.Unload()
 			return nil, err
 		}
 	}
@@ -363,6 +371,9 @@ func (m *Module) parseHeader(h string) (*Function, error) {
 	if f.params, f.inSize, err = parseParams(mt[5]); err != nil {
 		return nil, err
 	}
+	if k := strings.Index(mt[6], ".reqnctapercluster"); k >= 0 {
+		fmt.Sscanf(strings.ReplaceAll(mt[6][k+18:], ",", " "), "%d %d %d", &f.cluster.X, &f.cluster.Y, &f.cluster.Z)
+	}
 	if k := strings.Index(mt[6], ".maxntid"); k >= 0 {
 		fmt.Sscanf(strings.TrimSpace(mt[6][k+8:]), "%d", &f.maxThreads)
 	}
@@ -383,6 +394,9 @@ func parseParams(s string) ([]param, int, error) {
 			return nil, 0, fmt.Errorf("ptxemu: bad parameter %q", p)
 		}
 		es := typeSize(mt[2])
+		if es == 0 {
+			return nil, 0, fmt.Errorf("ptxemu: parameter %q: unknown type .%s", p, mt[2])
+		}
 		align, _ := strconv.Atoi(mt[1])
 		if align == 0 {
 			align = es

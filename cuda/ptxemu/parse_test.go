@@ -94,18 +94,42 @@ func TestLoadErrors(t *testing.T) {
 		return ".visible .entry k(.param .u64 k_param_0)\n{\n\t.reg .b32 %r<4>;\n" + body + "\n\tret;\n}\n"
 	}
 	for _, tc := range []struct{ name, src, want string }{
-		{"unknown instruction", entry("\tfrobnicate.u32 %r1, %r2;"), "frobnicate"},
 		{"unknown register", entry("\tadd.s32 %r1, %r9, 1;"), "%r9"},
 		{"unknown label", entry("\tbra.uni $L__nowhere;"), "$L__nowhere"},
 		{"unknown symbol", entry("\tmov.u32 %r1, nosuchsym;"), "nosuchsym"},
 		{"unbalanced braces", ".visible .entry k()\n{\n\tret;\n", "unbalanced"},
 		{"bad module statement", ".bogus .u32 x;\n", "unknown module statement"},
-		{"sm_90 mbarrier", entry("\tmbarrier.init.shared.b64 [%r1], 1;"), "mbarrier"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := NewDevice().Load([]byte(ptxHeader + tc.src))
 			if err == nil || !strings.Contains(err.Error(), tc.want) {
 				t.Errorf("Load error %v, want one naming %q", err, tc.want)
+			}
+		})
+	}
+}
+
+// Instructions the emulator does not run (unknown ones, sm_90's mbarrier,
+// TMA, wgmma) load, so the module's other kernels run; a thread that
+// reaches one fails the launch with the instruction named.
+func TestUnsupportedFailsAtRun(t *testing.T) {
+	for _, tc := range []struct{ name, body, want string }{
+		{"unknown instruction", "\tfrobnicate.u32 %r1, %r2;", "frobnicate"},
+		{"sm_90 mbarrier", "\tmbarrier.init.shared.b64 [%r1], 1;", "mbarrier"},
+		{"sm_90 tma", "\tcp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%r1], [%rd1, {%r2, %r3}], [%r1];", "cp.async.bulk.tensor"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			src := ".visible .entry k(.param .u64 k_param_0)\n{\n\t.reg .b32 %r<4>;\n\t.reg .b64 %rd<2>;\n\t.reg .pred %p<2>;\n" +
+				"\tmov.u32 %r1, %tid.x;\n\tsetp.ne.s32 %p1, %r1, 0;\n\t@%p1 bra $L_skip;\n" + tc.body + "\n$L_skip:\n\tret;\n}\n" +
+				".visible .entry fine(.param .u64 fine_param_0)\n{\n\tret;\n}\n"
+			d := NewDevice()
+			m := loadPTX(t, d, src)
+			if err := launch(t, d, m, "fine", Dim{1, 1, 1}, Dim{32, 1, 1}, 0, make([]byte, 8)); err != nil {
+				t.Fatalf("a kernel without the instruction failed: %v", err)
+			}
+			err := launch(t, d, m, "k", Dim{1, 1, 1}, Dim{32, 1, 1}, 0, make([]byte, 8))
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("launch error %v, want one naming %q", err, tc.want)
 			}
 		})
 	}

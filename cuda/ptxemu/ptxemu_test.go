@@ -430,3 +430,109 @@ func TestHalfRounding(t *testing.T) {
 		}
 	}
 }
+
+// fpmods checks rounding and modifier corner cases of the PTX ISA, one
+// thread, one word each: directed rounding overflows to the largest finite
+// value (.rz) and rounds subnormal results in its direction; NaN operands and
+// sqrt of a negative give NaN; +0 + -0 is -0 rounding down; .ftz on directed
+// rounding; max.NaN; max.relu.s32; .relu keeps a NaN; mad.hi.sat.s32;
+// add.ftz.f16.
+const fpModsPTX = `
+.visible .entry fpmods(
+	.param .u64 fpmods_param_0
+)
+{
+	.reg .b16 	%rs<8>;
+	.reg .b32 	%r<8>;
+	.reg .f32 	%f<16>;
+	.reg .b64 	%rd<2>;
+
+	ld.param.u64 	%rd1, [fpmods_param_0];
+	add.rz.f32 	%f1, 0f7F7FFFFF, 0f7F7FFFFF;
+	st.global.f32 	[%rd1], %f1;
+	add.rp.f32 	%f2, 0f7F7FFFFF, 0f7F7FFFFF;
+	st.global.f32 	[%rd1+4], %f2;
+	add.rz.f32 	%f3, 0fFF7FFFFF, 0fFF7FFFFF;
+	st.global.f32 	[%rd1+8], %f3;
+	mul.rp.f32 	%f4, 0f0D800001, 0f2B800000;
+	st.global.f32 	[%rd1+12], %f4;
+	add.rm.f32 	%f5, 0f00000000, 0f80000000;
+	st.global.f32 	[%rd1+16], %f5;
+	add.rz.f32 	%f6, 0f7FC00000, 0f3F800000;
+	st.global.f32 	[%rd1+20], %f6;
+	sqrt.rz.f32 	%f7, 0fBF800000;
+	st.global.f32 	[%rd1+24], %f7;
+	add.rz.ftz.f32 	%f8, 0f00000001, 0f00000000;
+	st.global.f32 	[%rd1+28], %f8;
+	div.rp.f32 	%f9, 0f3F800000, 0f40400000;
+	st.global.f32 	[%rd1+32], %f9;
+	max.NaN.f32 	%f10, 0f7FC00000, 0f3F800000;
+	st.global.f32 	[%rd1+36], %f10;
+	min.f32 	%f11, 0f7FC00000, 0f3F800000;
+	st.global.f32 	[%rd1+40], %f11;
+	max.relu.s32 	%r1, -5, -7;
+	st.global.u32 	[%rd1+44], %r1;
+	mov.b16 	%rs1, 0x7E00;
+	mov.b16 	%rs2, 0x3C00;
+	mov.b16 	%rs3, 0x0000;
+	fma.rn.relu.f16 	%rs4, %rs1, %rs2, %rs3;
+	cvt.u32.u16 	%r2, %rs4;
+	st.global.u32 	[%rd1+48], %r2;
+	mad.hi.sat.s32 	%r3, 2147483647, 2147483647, 2147483647;
+	st.global.u32 	[%rd1+52], %r3;
+	mov.b16 	%rs5, 0xBC00;
+	fma.rn.relu.f16 	%rs6, %rs5, %rs2, %rs3;
+	cvt.u32.u16 	%r4, %rs6;
+	st.global.u32 	[%rd1+56], %r4;
+	mov.b16 	%rs7, 0x0001;
+	add.ftz.f16 	%rs7, %rs7, %rs3;
+	cvt.u32.u16 	%r5, %rs7;
+	st.global.u32 	[%rd1+60], %r5;
+	ret;
+}
+`
+
+func TestFloatModifiers(t *testing.T) {
+	d := NewDevice()
+	m := loadPTX(t, d, fpModsPTX)
+	po, bo := devBuf(t, d, 64)
+	mustLaunch(t, d, m, "fpmods", Dim{1, 1, 1}, Dim{1, 1, 1}, 0, params(po))
+	const nan32, nan16 = 1 << 32, 1 << 33 // any f32 / f16 NaN
+	for i, w := range []struct {
+		name string
+		v    uint64
+	}{
+		{"add.rz.f32 max+max", 0x7f7fffff},
+		{"add.rp.f32 max+max", 0x7f800000},
+		{"add.rz.f32 -max-max", 0xff7fffff},
+		{"mul.rp.f32 subnormal result", 0x00000201},
+		{"add.rm.f32 +0 + -0", 0x80000000},
+		{"add.rz.f32 NaN+1", nan32},
+		{"sqrt.rz.f32 -1", nan32},
+		{"add.rz.ftz.f32 subnormal", 0},
+		{"div.rp.f32 1/3", 0x3eaaaaab},
+		{"max.NaN.f32 NaN, 1", nan32},
+		{"min.f32 NaN, 1", 0x3f800000},
+		{"max.relu.s32 -5, -7", 0},
+		{"fma.rn.relu.f16 NaN", nan16},
+		{"mad.hi.sat.s32", 0x7fffffff},
+		{"fma.rn.relu.f16 -1", 0},
+		{"add.ftz.f16 subnormal", 0},
+	} {
+		got := binary.LittleEndian.Uint32(bo[4*i:])
+		switch w.v {
+		case nan32:
+			if got&0x7fffffff <= 0x7f800000 {
+				t.Errorf("%s = %#x, want a NaN", w.name, got)
+			}
+		case nan16:
+			if got&0x7fff <= 0x7c00 || got > 0xffff {
+				t.Errorf("%s = %#x, want an f16 NaN", w.name, got)
+			}
+		default:
+			if uint64(got) != w.v {
+				t.Errorf("%s = %#x, want %#x", w.name, got, w.v)
+			}
+		}
+	}
+}

@@ -24,8 +24,11 @@ type thread struct {
 	ret    []byte
 	frames []frame
 	carry  uint64
-	steps  int64
-	exited bool
+	// the cluster barrier phase this thread arrived in
+	clPhase   uint64
+	clArrived bool
+	steps     int64
+	exited    bool
 	// last global allocation touched, to skip the device lookup
 	cBase uint64
 	cBuf  []byte
@@ -217,6 +220,13 @@ func (t *thread) special(s special) uint64 {
 		return uint64(^uint32(1<<(t.lane+1) - 1))
 	case sDynSmem:
 		return uint64(b.dynSmem)
+	case sClusterRank:
+		return uint64(b.rank)
+	case sClusterN:
+		if b.cl == nil {
+			return 1
+		}
+		return uint64(len(b.cl.blocks))
 	}
 	t.panicf("special register %d", s)
 	return 0
@@ -237,6 +247,8 @@ func (t *thread) mem(sp space, addr uint64, n int) []byte {
 		return t.global(addr, n)
 	case spGlobal, spConst:
 		return t.global(addr, n)
+	case spCluster:
+		return t.clusterShared(addr, n)
 	case spShared:
 		if addr+uint64(n) > uint64(len(t.b.shared)) {
 			t.illegal(fmt.Errorf("shared access at %#x (+%d) past %d bytes of shared memory", addr, n, len(t.b.shared)))
