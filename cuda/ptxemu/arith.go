@@ -16,14 +16,14 @@ func decArith(f *Function, in *inst) error {
 	ty := in.typ
 	for _, m := range in.mods {
 		if strings.HasSuffix(m, "x2") && typeSize(m) == 0 { // s16x2, u16x2: SIMD forms
-			return fmt.Errorf("%s.%s unsupported", base, m)
+			return unsupported("%s.%s", base, m)
 		}
 		if m == "xorsign" || m == "abs" && (base == "min" || base == "max") {
-			return fmt.Errorf("%s.%s unsupported", base, m)
+			return unsupported("%s.%s", base, m)
 		}
 	}
 	if ty == "" || in.typ2 != "" && base != "testp" { // no type, or mixed (add.f32.bf16: sm_100)
-		return fmt.Errorf("%s: unsupported types %v", base, in.mods)
+		return unsupported("%s: types %v", base, in.mods)
 	}
 	switch {
 	case ty == "f16x2" || ty == "bf16x2" || ty == "f16" || ty == "bf16":

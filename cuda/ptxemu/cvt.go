@@ -20,7 +20,7 @@ func decCvt(f *Function, in *inst) error {
 	}
 	dst, src := types[0], types[1]
 	if in.has("pack") || in.has("rna") || in.has("rs") || dst == "tf32" || src == "tf32" {
-		return fmt.Errorf("cvt form %v unsupported", in.mods)
+		return unsupported("cvt form %v", in.mods)
 	}
 	dw := typeSize(dst) * 8
 	sw := typeSize(src) * 8
@@ -51,7 +51,7 @@ func decCvt(f *Function, in *inst) error {
 	switch {
 	case (dst == "f16x2" || dst == "bf16x2") && src == "f32":
 		if rnd != "rn" {
-			return fmt.Errorf("cvt.%s.%s.%s unsupported", rnd, dst, src)
+			return unsupported("cvt.%s.%s.%s", rnd, dst, src)
 		}
 		bf := dst == "bf16x2"
 		in.exec = func(t *thread, in *inst) {
@@ -80,7 +80,7 @@ func decCvt(f *Function, in *inst) error {
 		return nil
 	case dw == 0 || sw == 0 || dst == "f16x2" || dst == "bf16x2" || src == "f16x2" || src == "bf16x2" ||
 		dst == "e4m3x2" || dst == "e5m2x2" || src == "e4m3x2" || src == "e5m2x2":
-		return fmt.Errorf("cvt.%s.%s unsupported", dst, src)
+		return unsupported("cvt.%s.%s", dst, src)
 	}
 	fd, fs := isFloat(dst), isFloat(src)
 	readF := func(t *thread, o *operand) float64 {
@@ -160,7 +160,7 @@ func decCvt(f *Function, in *inst) error {
 	case fd: // int -> float
 		mode, directed := map[string]big.RoundingMode{"rz": big.ToZero, "rm": big.ToNegativeInf, "rp": big.ToPositiveInf}[rnd]
 		if directed && dst != "f32" && dst != "f64" {
-			return fmt.Errorf("cvt.%s.%s.%s unsupported", rnd, dst, src)
+			return unsupported("cvt.%s.%s.%s", rnd, dst, src)
 		}
 		in.exec = func(t *thread, in *inst) {
 			v := t.get(&in.args[1])

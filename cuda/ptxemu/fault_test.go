@@ -81,6 +81,19 @@ $L__BB4_1:
 	bra.uni 	$L__BB4_1;
 }
 
+.visible .entry misaligned(
+	.param .u64 misaligned_param_0
+)
+{
+	.reg .b32 	%r<3>;
+	.reg .b64 	%rd<2>;
+
+	ld.param.u64 	%rd1, [misaligned_param_0];
+	ld.global.v2.u32 	{%r1, %r2}, [%rd1+4];
+	st.global.u32 	[%rd1], %r1;
+	ret;
+}
+
 .visible .entry traps(
 	.param .u64 traps_param_0
 )
@@ -111,6 +124,7 @@ func TestFaults(t *testing.T) {
 		inst, msg         string
 	}{
 		{kernel: "oob", grid: 1, illegal: true, inst: "ld.global.u32", msg: "illegal address"},
+		{kernel: "misaligned", grid: 1, illegal: true, inst: "ld.global.v2.u32", msg: "misaligned address"},
 		{kernel: "twobars", grid: 3, deadlock: true, inst: "bar.sync", msg: "deadlock"},
 		{kernel: "halfexit", grid: 3, deadlock: true, msg: "deadlock"},
 		{kernel: "shflbar", grid: 1, deadlock: true, msg: "deadlock"},

@@ -61,6 +61,15 @@ func loadVal(b []byte, ty string) uint64 {
 	return v
 }
 
+// checkAlign faults on an address that is not a multiple of the access size
+// n (PTX ISA 6.4.1: addresses must be naturally aligned to the access size,
+// a whole vector for ld.v4; the GPU stops with a misaligned-address error).
+func (t *thread) checkAlign(addr uint64, n int) {
+	if n > 1 && addr%uint64(n) != 0 {
+		t.illegal(fmt.Errorf("misaligned address %#x for a %d-byte access", addr, n))
+	}
+}
+
 func decLd(f *Function, in *inst) error {
 	if len(in.args) != 2 || in.args[1].kind != oAddr {
 		return fmt.Errorf("ld takes a destination and an address")
@@ -68,7 +77,9 @@ func decLd(f *Function, in *inst) error {
 	es := in.w / 8
 	n := max(in.vec, 1)
 	in.exec = func(t *thread, in *inst) {
-		b := t.mem(in.sp, t.addr(&in.args[1]), es*n)
+		addr := t.addr(&in.args[1])
+		t.checkAlign(addr, es*n)
+		b := t.mem(in.sp, addr, es*n)
 		if n == 1 {
 			t.set(&in.args[0], loadVal(b, in.typ))
 			return
@@ -87,7 +98,9 @@ func decSt(f *Function, in *inst) error {
 	es := in.w / 8
 	n := max(in.vec, 1)
 	in.exec = func(t *thread, in *inst) {
-		b := t.mem(in.sp, t.addr(&in.args[0]), es*n)
+		addr := t.addr(&in.args[0])
+		t.checkAlign(addr, es*n)
+		b := t.mem(in.sp, addr, es*n)
 		if n == 1 {
 			putLE(b, t.get(&in.args[1]))
 			return
@@ -141,6 +154,13 @@ func decAtom(f *Function, in *inst) error {
 	}
 	ty, w := in.typ, in.w
 	es := w / 8
+	half := ty == "f16" || ty == "bf16" || ty == "f16x2" || ty == "bf16x2"
+	switch {
+	case in.vec > 0:
+		return unsupported("vector %s.%s", in.base, ty)
+	case half && op != "add", ty == "f64" && op != "add", ty == "f32" && op != "add" && op != "exch":
+		return unsupported("%s.%s.%s", in.base, op, ty)
+	}
 	in.exec = func(t *thread, in *inst) {
 		a := in.args
 		if !red {
@@ -148,6 +168,7 @@ func decAtom(f *Function, in *inst) error {
 		}
 		d := t.b.dev
 		addr := t.addr(&a[0])
+		t.checkAlign(addr, es)
 		b := t.mem(in.sp, addr, es)
 		x := t.get(&a[1])
 		d.atomicMu.Lock()
@@ -157,7 +178,20 @@ func decAtom(f *Function, in *inst) error {
 		case "add":
 			switch ty {
 			case "f32":
-				nv = uint64(math.Float32bits(math.Float32frombits(uint32(old)) + math.Float32frombits(uint32(x))))
+				// on global memory atom.add.f32 flushes subnormal inputs and
+				// results to zero; on shared memory it keeps them
+				p, q := math.Float32frombits(uint32(old)), math.Float32frombits(uint32(x))
+				global := in.sp == spGlobal || in.sp == spGeneric && !(addr >= sharedWin && addr < sharedWin+windowBytes)
+				if global {
+					p, q = ftz32(p), ftz32(q)
+				}
+				r := p + q
+				if global {
+					r = ftz32(r)
+				}
+				nv = uint64(math.Float32bits(r))
+			case "f16", "bf16", "f16x2", "bf16x2": // .noftz: subnormals kept
+				nv = halfAdd(old, x, ty)
 			case "f64":
 				nv = math.Float64bits(math.Float64frombits(old) + math.Float64frombits(x))
 			default:
@@ -178,8 +212,6 @@ func decAtom(f *Function, in *inst) error {
 		case "min", "max":
 			less := false
 			switch {
-			case ty == "f32":
-				less = math.Float32frombits(uint32(x)) < math.Float32frombits(uint32(old))
 			case signed(ty):
 				less = int64(sext(x, w)) < int64(sext(old, w))
 			default:
@@ -216,32 +248,100 @@ func decAtom(f *Function, in *inst) error {
 	return nil
 }
 
-// decCp: cp.async copies at once (a stronger ordering than the hardware's),
-// so commit_group and wait_group have nothing to wait for.
+// halfAdd adds f16 or bf16 lanes (one or two a word) exactly and rounds once.
+func halfAdd(a, b uint64, ty string) uint64 {
+	bf := ty == "bf16" || ty == "bf16x2"
+	lanes := 1
+	if ty == "f16x2" || ty == "bf16x2" {
+		lanes = 2
+	}
+	toF := func(h uint16) float64 {
+		if bf {
+			return float64(bf16ToF32(h))
+		}
+		return float64(f16ToF32(h))
+	}
+	var r uint64
+	for l := 0; l < lanes; l++ {
+		s := f32Odd(toF(uint16(a>>(16*l))) + toF(uint16(b>>(16*l))))
+		h := f32ToF16(s)
+		if bf {
+			h = f32ToBF16(s)
+		}
+		r |= uint64(h) << (16 * l)
+	}
+	return r
+}
+
+// decCp: cp.async checks its addresses when issued and copies when a wait
+// completes its group, as late as the PTX ISA allows: wait_group N completes
+// all but the N most recent committed groups, wait_all commits and completes
+// all, copies never committed are not waited for. A kernel that reads the
+// destination without the wait (or waits for too few groups) sees the old
+// data, as it may on the GPU. Copies still pending when the thread exits are
+// dropped.
 func decCp(f *Function, in *inst) error {
 	if !in.has("async") {
 		return fmt.Errorf("unsupported cp form")
 	}
-	if in.has("commit_group") || in.has("wait_group") || in.has("wait_all") {
-		in.exec = func(*thread, *inst) {}
+	switch {
+	case in.has("commit_group"):
+		in.exec = func(t *thread, _ *inst) {
+			t.cpGroups = append(t.cpGroups, t.cpIssued)
+			t.cpIssued = nil
+		}
+		return nil
+	case in.has("wait_group"), in.has("wait_all"):
+		all := in.has("wait_all")
+		in.exec = func(t *thread, in *inst) {
+			keep := 0
+			if all {
+				t.cpGroups = append(t.cpGroups, t.cpIssued)
+				t.cpIssued = nil
+			} else {
+				keep = int(t.get(&in.args[0]))
+			}
+			for len(t.cpGroups) > keep {
+				for _, c := range t.cpGroups[0] {
+					c()
+				}
+				t.cpGroups = t.cpGroups[1:]
+			}
+		}
 		return nil
 	}
 	if in.has("bulk") || in.has("mbarrier") {
 		return fmt.Errorf("unsupported cp.async form (sm_90)")
 	}
+	// the fourth operand is src-size, or the predicate ignore-src (true:
+	// zero-fill the whole destination)
+	ignoreSrc := len(in.args) > 3 && in.args[3].kind == oReg && f.preds[in.args[3].reg]
 	in.exec = func(t *thread, in *inst) {
-		n := int(t.get(&in.args[2]))
+		n := int(uint32(t.get(&in.args[2])))
 		src := n
-		if len(in.args) > 3 {
-			src = int(t.get(&in.args[3]))
+		switch {
+		case ignoreSrc:
+			if t.get(&in.args[3]) != 0 {
+				src = 0
+			}
+		case len(in.args) > 3:
+			src = int(uint32(t.get(&in.args[3])))
 		}
-		dst := t.mem(spShared, t.addr(&in.args[0]), n)
-		if src > 0 {
-			copy(dst, t.mem(spGlobal, t.addr(&in.args[1]), min(src, n)))
+		da := t.addr(&in.args[0])
+		t.checkAlign(da, n)
+		dst := t.mem(spShared, da, n)
+		var sb []byte
+		if src > 0 { // with src-size 0 the source is not read
+			sa := t.addr(&in.args[1])
+			t.checkAlign(sa, n)
+			sb = t.mem(spGlobal, sa, min(src, n))
 		}
-		for i := max(src, 0); i < n; i++ {
-			dst[i] = 0
-		}
+		t.cpIssued = append(t.cpIssued, func() { // the slices alias the memory
+			copy(dst, sb)
+			for i := len(sb); i < n; i++ {
+				dst[i] = 0
+			}
+		})
 	}
 	return nil
 }

@@ -53,6 +53,7 @@ type Function struct {
 	// registers
 	regIdx map[string]int
 	nregs  int
+	preds  map[int]bool // the .pred registers
 	insts  []inst
 	labels map[string]int
 	// memory layout
@@ -427,6 +428,7 @@ func (m *Module) parseBody(f *Function, body string) error {
 	}
 	f.sharedSize = m.fixedSize
 	stmts := splitBody(body)
+	slots := map[string][2]int{} // call parameter -> its slot's size and alignment
 	type pending struct {
 		text string
 		pc   int
@@ -469,10 +471,17 @@ func (m *Module) parseBody(f *Function, body string) error {
 			if mt[4] != "" {
 				n, _ = strconv.Atoi(mt[4])
 			}
-			if _, ok := f.outParams[mt[3]]; !ok {
-				f.outSize = alignUp(f.outSize, max(align, es))
+			// Every call sequence declares its own param0, param1, ...,
+			// with its own types; all uses resolve to one slot per name,
+			// so the slot must fit and align every declaration.
+			size, al := es*n, max(align, es)
+			old, ok := slots[mt[3]]
+			if !ok || old[0] < size || f.outParams[mt[3]]%al != 0 {
+				size, al = max(size, old[0]), max(al, old[1])
+				f.outSize = alignUp(f.outSize, al)
 				f.outParams[mt[3]] = f.outSize
-				f.outSize += es * n
+				f.outSize += size
+				slots[mt[3]] = [2]int{size, al}
 			}
 		case strings.HasPrefix(s, ".pragma"), strings.HasPrefix(s, ".loc"), strings.HasPrefix(s, ".file"):
 		default:
@@ -507,6 +516,18 @@ func (f *Function) declRegs(s string) error {
 		mt := reRegDecl.FindStringSubmatch(head + name)
 		if mt == nil {
 			return fmt.Errorf("ptxemu: %s: bad register declaration %q", f.Name, s)
+		}
+		if mt[1] == "pred" {
+			if f.preds == nil {
+				f.preds = map[int]bool{}
+			}
+			n, err := strconv.Atoi(mt[3])
+			if err != nil {
+				n = 1 // no <n>: one register
+			}
+			for i := 0; i < n; i++ {
+				f.preds[f.nregs+i] = true
+			}
 		}
 		if mt[3] == "" {
 			f.regIdx[mt[2]] = f.nregs

@@ -208,3 +208,95 @@ func TestFuncSharedLayout(t *testing.T) {
 		}
 	}
 }
+
+// Instruction forms the emulator does not implement must fail (at load, or
+// when reached) instead of running as a different instruction: SIMD .s16x2
+// as a plain add, min.xorsign.abs as min, cvt.pack as cvt, tf32 as an
+// integer, .rz packing as .rn.
+func TestRejectedForms(t *testing.T) {
+	entry := func(body string) string {
+		return ".visible .entry k(.param .u64 k_param_0)\n{\n\t.reg .b32 %r<8>;\n\t.reg .f32 %f<8>;\n" + body + "\n\tret;\n}\n"
+	}
+	for _, tc := range []struct{ name, body string }{
+		{"add.s16x2", "\tadd.s16x2 %r1, %r2, %r3;"},
+		{"min.xorsign.abs.f32", "\tmin.xorsign.abs.f32 %f1, %f2, %f3;"},
+		{"cvt.pack", "\tcvt.pack.sat.s8.s32.b32 %r1, %r2, %r3, %r4;"},
+		{"cvt.rna.tf32.f32", "\tcvt.rna.tf32.f32 %r1, %f1;"},
+		{"cvt.rz.f16x2.f32", "\tcvt.rz.f16x2.f32 %r1, %f1, %f2;"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			d := NewDevice()
+			m, err := d.Load([]byte(ptxHeader + entry(tc.body)))
+			if err != nil {
+				return // rejected at load
+			}
+			defer m.Unload()
+			p, _ := devBuf(t, d, 16)
+			if err := launch(t, d, m, "k", Dim{1, 1, 1}, Dim{1, 1, 1}, 0, params(p)); err == nil {
+				t.Errorf("%s loaded and ran", tc.name)
+			}
+		})
+	}
+}
+
+// Each call sequence declares its own param0, param1 and retval0: here .b32
+// for the first call and .b64 for the second. The slots must fit the wider
+// declarations (they were laid out for the first only: param1 then
+// overlapped param0 and retval0 ran past the buffer).
+const callParamsPTX = `
+.func  (.param .b32 func_retval0) add32(.param .b32 add32_param_0, .param .b32 add32_param_1)
+{
+	.reg .b32 %r<4>;
+	ld.param.u32 %r1, [add32_param_0];
+	ld.param.u32 %r2, [add32_param_1];
+	add.s32 %r3, %r1, %r2;
+	st.param.b32 [func_retval0+0], %r3;
+	ret;
+}
+.func  (.param .b64 func_retval0) add64(.param .b64 add64_param_0, .param .b64 add64_param_1)
+{
+	.reg .b64 %rd<4>;
+	ld.param.u64 %rd1, [add64_param_0];
+	ld.param.u64 %rd2, [add64_param_1];
+	add.s64 %rd3, %rd1, %rd2;
+	st.param.b64 [func_retval0+0], %rd3;
+	ret;
+}
+.visible .entry calls(.param .u64 calls_param_0)
+{
+	.reg .b32 %r<4>;
+	.reg .b64 %rd<8>;
+	ld.param.u64 %rd1, [calls_param_0];
+	{
+	.param .b32 param0;
+	st.param.b32 [param0+0], 5;
+	.param .b32 param1;
+	st.param.b32 [param1+0], 7;
+	.param .b32 retval0;
+	call.uni (retval0), add32, (param0, param1);
+	ld.param.b32 %r1, [retval0+0];
+	}
+	{
+	.param .b64 param0;
+	st.param.b64 [param0+0], 0x100000000;
+	.param .b64 param1;
+	st.param.b64 [param1+0], 0x300000000;
+	.param .b64 retval0;
+	call.uni (retval0), add64, (param0, param1);
+	ld.param.b64 %rd2, [retval0+0];
+	}
+	st.global.u32 [%rd1], %r1;
+	st.global.u64 [%rd1+8], %rd2;
+	ret;
+}
+`
+
+func TestCallParamsRedeclared(t *testing.T) {
+	d := NewDevice()
+	m := loadPTX(t, d, callParamsPTX)
+	po, bo := devBuf(t, d, 16)
+	mustLaunch(t, d, m, "calls", Dim{1, 1, 1}, Dim{1, 1, 1}, 0, params(po))
+	if o := u32s(bo); o[0] != 12 || o[2] != 0 || o[3] != 4 {
+		t.Errorf("add32(5, 7) = %d, add64(2^32, 3*2^32) = %#x; want 12, 0x400000000", o[0], uint64(o[3])<<32|uint64(o[2]))
+	}
+}

@@ -237,3 +237,124 @@ func TestAtomics(t *testing.T) {
 		t.Errorf("%d cas winners, want 1", winners)
 	}
 }
+
+// atomf: atom.add.f32 flushes subnormals on global memory but keeps them on
+// shared memory (directly and through a generic address); f16x2 and bf16
+// atom.add.noftz add as floats; cp.async's fourth operand as the predicate
+// ignore-src (true: zero-fill, false: copy).
+const atomFloatPTX = `
+.visible .entry atomf(
+	.param .u64 atomf_param_0
+)
+{
+	.reg .pred 	%p<3>;
+	.reg .b16 	%rs<3>;
+	.reg .b32 	%r<8>;
+	.reg .f32 	%f<6>;
+	.reg .b64 	%rd<5>;
+	.shared .align 16 .b8 sm[32];
+
+	ld.param.u64 	%rd1, [atomf_param_0];
+	atom.global.add.f32 	%f1, [%rd1], 0f00000001;
+	mov.u32 	%r1, sm;
+	st.shared.u32 	[%r1], 0;
+	atom.shared.add.f32 	%f2, [%r1], 0f00000001;
+	ld.shared.f32 	%f3, [%r1];
+	st.global.f32 	[%rd1+4], %f3;
+	mov.u64 	%rd2, sm;
+	cvta.shared.u64 	%rd3, %rd2;
+	st.u32 	[%rd3+4], 0;
+	atom.add.f32 	%f4, [%rd3+4], 0f00000001;
+	ld.shared.f32 	%f5, [%r1+4];
+	st.global.f32 	[%rd1+8], %f5;
+	mov.b32 	%r2, 0x3C003C00;
+	atom.global.add.noftz.f16x2 	%r3, [%rd1+12], %r2;
+	mov.b16 	%rs1, 0x3F80;
+	atom.global.add.noftz.bf16 	%rs2, [%rd1+16], %rs1;
+	st.shared.u32 	[%r1+16], -1;
+	st.shared.u32 	[%r1+20], -1;
+	add.s64 	%rd4, %rd1, 32;
+	setp.eq.s32 	%p1, %r1, %r1;
+	setp.ne.s32 	%p2, %r1, %r1;
+	add.s32 	%r4, %r1, 16;
+	cp.async.ca.shared.global 	[%r4], [%rd4], 4, %p1;
+	add.s32 	%r5, %r1, 20;
+	cp.async.ca.shared.global 	[%r5], [%rd4], 4, %p2;
+	cp.async.wait_all;
+	ld.shared.u32 	%r6, [%r1+16];
+	st.global.u32 	[%rd1+40], %r6;
+	ld.shared.u32 	%r7, [%r1+20];
+	st.global.u32 	[%rd1+44], %r7;
+	ret;
+}
+`
+
+func TestAtomicFloatsAndIgnoreSrc(t *testing.T) {
+	d := NewDevice()
+	m := loadPTX(t, d, atomFloatPTX)
+	p, b := devBuf(t, d, 48)
+	putU32s(b, []uint32{0})
+	putU32s(b[12:], []uint32{0x3c004000, 0x3f80}) // f16x2 {2, 1}; bf16 1 (and poison above it)
+	putU32s(b[32:], []uint32{0xdeadbeef})
+	mustLaunch(t, d, m, "atomf", Dim{1, 1, 1}, Dim{1, 1, 1}, 0, params(p))
+	w := u32s(b)
+	for _, c := range []struct {
+		name      string
+		got, want uint32
+	}{
+		{"atom.global.add.f32 of a subnormal (flushed)", w[0], 0},
+		{"atom.shared.add.f32 of a subnormal (kept)", w[1], 1},
+		{"generic atom.add.f32 on shared (kept)", w[2], 1},
+		{"atom.global.add.noftz.f16x2 {2,1} + {1,1}", w[3], 0x40004200},
+		{"atom.global.add.noftz.bf16 1 + 1", w[4] & 0xffff, 0x4000},
+		{"cp.async ignore-src true", w[10], 0},
+		{"cp.async ignore-src false", w[11], 0xdeadbeef},
+	} {
+		if c.got != c.want {
+			t.Errorf("%s = %#x, want %#x", c.name, c.got, c.want)
+		}
+	}
+}
+
+// cpwait: two cp.async groups; the destination holds its old value until a
+// wait completes the copy's group (wait_group 1 completes only the older).
+const cpWaitPTX = `
+.visible .entry cpwait(
+	.param .u64 cpwait_param_0
+)
+{
+	.reg .b32 	%r<8>;
+	.reg .b64 	%rd<2>;
+	.shared .align 16 .b8 cs[16];
+
+	ld.param.u64 	%rd1, [cpwait_param_0];
+	mov.u32 	%r1, cs;
+	st.shared.u32 	[%r1], 0;
+	st.shared.u32 	[%r1+4], 0;
+	cp.async.ca.shared.global 	[%r1], [%rd1], 4;
+	cp.async.commit_group;
+	add.s32 	%r2, %r1, 4;
+	cp.async.ca.shared.global 	[%r2], [%rd1+4], 4;
+	cp.async.commit_group;
+	ld.shared.u32 	%r3, [%r1];
+	cp.async.wait_group 	1;
+	ld.shared.u32 	%r4, [%r1];
+	ld.shared.u32 	%r5, [%r1+4];
+	cp.async.wait_group 	0;
+	ld.shared.u32 	%r6, [%r1+4];
+	st.global.v4.u32 	[%rd1+16], {%r3, %r4, %r5, %r6};
+	ret;
+}
+`
+
+func TestCpAsyncCompletesAtWait(t *testing.T) {
+	d := NewDevice()
+	m := loadPTX(t, d, cpWaitPTX)
+	p, b := devBuf(t, d, 32)
+	putU32s(b, []uint32{0x11111111, 0x22222222})
+	mustLaunch(t, d, m, "cpwait", Dim{1, 1, 1}, Dim{1, 1, 1}, 0, params(p))
+	got := u32s(b[16:])
+	if want := []uint32{0, 0x11111111, 0, 0x22222222}; got[0] != want[0] || got[1] != want[1] || got[2] != want[2] || got[3] != want[3] {
+		t.Errorf("before any wait, after wait_group 1 (both words), after wait_group 0 = %#x, want %#x", got, want)
+	}
+}

@@ -29,6 +29,10 @@ type thread struct {
 	clArrived bool
 	steps     int64
 	exited    bool
+	// cp.async copies not yet done: issued since the last commit_group,
+	// and the committed groups, oldest first (see decCp)
+	cpIssued []func()
+	cpGroups [][]func()
 	// last global allocation touched, to skip the device lookup
 	cBase uint64
 	cBuf  []byte

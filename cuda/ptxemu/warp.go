@@ -202,7 +202,9 @@ func decLdmatrix(f *Function, in *inst) error {
 				if trans {
 					row, col = 2*tig+k, g
 				}
-				b := t.mem(sp, vals[8*i+row][0]+uint64(2*col), 2)
+				ra := vals[8*i+row][0]
+				t.checkAlign(ra, 16) // each row: 16 contiguous, aligned bytes
+				b := t.mem(sp, ra+uint64(2*col), 2)
 				r |= (uint64(b[0]) | uint64(b[1])<<8) << (16 * k)
 			}
 			t.set(&in.args[0].vec[i], r)
@@ -256,7 +258,11 @@ func decMma(f *Function, in *inst) error {
 	if ct == "f16" {
 		nc = 2
 	}
-	if len(in.args) != 4 || len(in.args[1].vec) != na || len(in.args[2].vec) != nb || len(in.args[3].vec) != nc {
+	nd := 4
+	if dt == "f16" {
+		nd = 2
+	}
+	if len(in.args) != 4 || len(in.args[0].vec) != nd || len(in.args[1].vec) != na || len(in.args[2].vec) != nb || len(in.args[3].vec) != nc {
 		return fmt.Errorf("mma operand counts")
 	}
 	conv := func(ty string) func(reg uint64, i int) float64 {
@@ -314,7 +320,8 @@ func decMma(f *Function, in *inst) error {
 			}
 		} else {
 			for i := 0; i < 2; i++ {
-				t.set(&in.args[0].vec[i], uint64(f32ToF16(float32(out[2*i])))|uint64(f32ToF16(float32(out[2*i+1])))<<16)
+				// f32Odd: round the float64 sum once, not via float32
+				t.set(&in.args[0].vec[i], uint64(f32ToF16(f32Odd(out[2*i])))|uint64(f32ToF16(f32Odd(out[2*i+1])))<<16)
 			}
 		}
 	}

@@ -391,3 +391,41 @@ func TestVoteReduxExitingLane(t *testing.T) {
 		})
 	}
 }
+
+// mmah: m16n8k8 with an f16 accumulator. Every lane passes the same
+// registers, so A[r][k] is 2^-7 for even k and 2^-16 for odd k, B[k][n]
+// 2^-6 and 2^-16, C 1: D = 1 + 4*(2^-13 + 2^-32) = 1 + 2^-11 + 2^-30, just
+// above the f16 midpoint 1 + 2^-11, so 0x3c01 rounded once (via float32 it
+// becomes the midpoint and rounds to even, 0x3c00).
+const mmaF16AccPTX = `
+.visible .entry mmah(
+	.param .u64 mmah_param_0
+)
+{
+	.reg .b32 	%r<8>;
+	.reg .b64 	%rd<4>;
+
+	ld.param.u64 	%rd1, [mmah_param_0];
+	mov.b32 	%r1, 0x01002000;
+	mov.b32 	%r2, 0x01002400;
+	mov.b32 	%r3, 0x3C003C00;
+	mma.sync.aligned.m16n8k8.row.col.f16.f16.f16.f16 {%r4, %r5}, {%r1, %r1}, {%r2}, {%r3, %r3};
+	mov.u32 	%r6, %laneid;
+	mul.wide.u32 	%rd2, %r6, 8;
+	add.s64 	%rd3, %rd1, %rd2;
+	st.global.v2.u32 	[%rd3], {%r4, %r5};
+	ret;
+}
+`
+
+func TestMmaF16AccumulatorRounding(t *testing.T) {
+	d := NewDevice()
+	m := loadPTX(t, d, mmaF16AccPTX)
+	po, bo := devBuf(t, d, 8*32)
+	mustLaunch(t, d, m, "mmah", Dim{1, 1, 1}, Dim{32, 1, 1}, 0, params(po))
+	for i, got := range u32s(bo) {
+		if got != 0x3c013c01 {
+			t.Fatalf("lane %d d%d = %#08x, want 0x3c013c01", i/2, i%2, got)
+		}
+	}
+}
