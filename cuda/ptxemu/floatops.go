@@ -90,14 +90,7 @@ func decFloat(base string, in *inst) error {
 			t.set(&in.args[0], math.Float64bits(r))
 			return
 		}
-		v := float32(r)
-		if in.sat {
-			v = float32(minF(maxF(float64(v), 0), 1))
-		}
-		if ftz {
-			v = ftz32(v)
-		}
-		t.set(&in.args[0], uint64(math.Float32bits(v)))
+		t.setF32(&in.args[0], float32(r), in.sat, ftz)
 	}
 	return nil
 }
@@ -190,14 +183,7 @@ func decFloatRounded(base string, in *inst, d64 bool) error {
 			t.set(&in.args[0], math.Float64bits(r))
 			return
 		}
-		f := float32(r) // exact: r is a float32 value or NaN
-		if in.sat {
-			f = float32(minF(maxF(float64(f), 0), 1))
-		}
-		if ftz {
-			f = ftz32(f)
-		}
-		t.set(&in.args[0], uint64(math.Float32bits(f)))
+		t.setF32(&in.args[0], float32(r), in.sat, ftz) // exact: r is a float32 value or NaN
 	}
 	return nil
 }
@@ -366,4 +352,16 @@ func decHalf(base string, in *inst) error {
 		t.set(&in.args[0], r)
 	}
 	return nil
+}
+
+// setF32 writes an f32 result, clamped to [0, 1] under .sat (NaN -> 0) and
+// flushed under .ftz.
+func (t *thread) setF32(o *operand, v float32, sat, ftz bool) {
+	if sat {
+		v = float32(minF(maxF(float64(v), 0), 1))
+	}
+	if ftz {
+		v = ftz32(v)
+	}
+	t.set(o, uint64(math.Float32bits(v)))
 }
