@@ -137,8 +137,10 @@ type Driver struct {
 // Load opens libcuda.so.1 (or $MEGAMOE_LIBCUDA) and initializes the driver.
 // It fails cleanly on machines without an NVIDIA driver.
 func Load() (*Driver, error) {
-	var api driverAPI = newEmuDriver()
-	if os.Getenv(EmulatorEnv) == "" {
+	var api driverAPI
+	if os.Getenv(EmulatorEnv) != "" {
+		api = newEmuDriver()
+	} else {
 		var err error
 		if api, err = openDriver(); err != nil {
 			return nil, err

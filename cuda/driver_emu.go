@@ -16,9 +16,9 @@ import (
 // EmulatorEnv selects the emulated driver when set (MEGAMOE_EMU=1): kernels
 // compile to PTX for compute_80 and run on the CPU through ptxemu.
 // MEGAMOE_EMU=sm_90a reports a 9.0 device without TMA instead: compute_90a
-// PTX, so the Hopper builds of the non-TMA kernels run. It lets
-// the GPU tests of the sm_80 kernels run without a GPU; it says nothing
-// about speed, and sm_90 kernels (wgmma, TMA) are not emulated.
+// PTX, so the Hopper builds of the non-TMA kernels run. It lets the GPU
+// tests run without a GPU; it says nothing about speed, and wgmma, TMA and
+// mbarrier are not emulated.
 const EmulatorEnv = "MEGAMOE_EMU"
 
 // emuDriver implements driverAPI over ptxemu. Every operation completes
@@ -43,7 +43,8 @@ type emuDriver struct {
 
 type emuStream struct{ capture []func() int }
 
-// Emulated device: sm_80 instructions, H200-sized shared memory and SMs.
+// Emulated device: sm_80 (or sm_90a without TMA) instructions, H200-sized
+// shared memory and SMs.
 const (
 	emuSMs      = 132
 	emuSmem     = 232448
@@ -113,10 +114,10 @@ func (e *emuDriver) errorName(r int) string {
 	return name
 }
 
-func (e *emuDriver) init() int                           { return 0 }
-func (e *emuDriver) driverVersion() (int, int)           { return 12040, 0 }
-func (e *emuDriver) deviceCount() (int, int)             { return 1, 0 }
-func (e *emuDriver) deviceName(int) (string, int)        { return "ptxemu (emulated sm_80)", 0 }
+func (e *emuDriver) init() int                 { return 0 }
+func (e *emuDriver) driverVersion() (int, int) { return 12040, 0 }
+func (e *emuDriver) deviceCount() (int, int)   { return 1, 0 }
+
 func (e *emuDriver) deviceTotalMem(int) (uint64, int)    { return emuTotalMem, 0 }
 func (e *emuDriver) primaryCtxRetain(int) (uintptr, int) { return 1, 0 }
 func (e *emuDriver) primaryCtxRelease(int) int           { return 0 }
@@ -133,6 +134,13 @@ func (e *emuDriver) moduleUnload(_, m uintptr) int {
 		delete(e.modules, m)
 	}
 	return 0
+}
+
+func (e *emuDriver) deviceName(int) (string, int) {
+	if e.major == 9 {
+		return "ptxemu (emulated sm_90a, no TMA)", 0
+	}
+	return "ptxemu (emulated sm_80)", 0
 }
 
 func (e *emuDriver) deviceGet(ord int) (int, int) {
@@ -201,14 +209,16 @@ func (e *emuDriver) memFreeHost(_ uintptr, p unsafe.Pointer) int {
 func (e *emuDriver) enqueue(s uintptr, op func() int) int {
 	e.mu.Lock()
 	st := e.streams[s]
-	e.mu.Unlock()
 	if st == nil {
+		e.mu.Unlock()
 		return e.failf(cuInvalidValue, "no stream %#x", s)
 	}
-	if st.capture != nil {
+	if st.capture != nil { // under e.mu, as beginCapture/endCapture change it
 		st.capture = append(st.capture, op)
+		e.mu.Unlock()
 		return 0
 	}
+	e.mu.Unlock()
 	return op()
 }
 

@@ -2,7 +2,7 @@
 # Runs GPU tests on the CPU: the CUDA backend over ptxemu (MEGAMOE_EMU=1),
 # kernels compiled by NVRTC to compute_80 PTX. Fetches NVRTC 12.4 from the
 # Debian archive when none is found. Slow (an emulated kernel is ~10^4 times
-# slower than the GPU) and sm_80 only: wgmma/TMA kernels are not covered.
+# slower than the GPU); wgmma/TMA kernels are not covered.
 #
 #   scripts/emu-test.sh                       # the default set below
 #   scripts/emu-test.sh ./backend/gpu 'TestHcPreNorm|TestExperts'
@@ -15,11 +15,25 @@ if [ -z "${MEGAMOE_NVRTC:-}" ]; then
 	if [ ! -e "$lib/libnvrtc.so.12" ]; then
 		echo "emu-test: fetching NVRTC 12.4 (libnvrtc12, libnvrtc-builtins12.4) into $nvrtc_dir" >&2
 		tmp=$(mktemp -d)
-		(cd "$tmp" && { apt-get download libnvrtc12 libnvrtc-builtins12.4 >&2 ||
-			{ apt-get update >&2 && apt-get download libnvrtc12 libnvrtc-builtins12.4 >&2; }; })
+		trap 'rm -rf "$tmp"' EXIT
+		chmod 755 "$tmp" # as root, apt downloads as _apt, which must be able to write here
+		# A private apt configuration (lists and cache under $tmp) for Debian trixie's
+		# non-free, where libnvrtc12 lives: the machine's own sources are not touched.
+		mkdir -p "$tmp/lists/partial" "$tmp/cache/archives/partial"
+		echo "deb [signed-by=/usr/share/keyrings/debian-archive-keyring.gpg] http://deb.debian.org/debian trixie non-free" >"$tmp/sources.list"
+		apt_opts=(-o "Dir::Etc::SourceList=$tmp/sources.list" -o Dir::Etc::SourceParts=/dev/null
+			-o "Dir::State::Lists=$tmp/lists" -o "Dir::Cache=$tmp/cache" -o Debug::NoLocking=1)
+		if ! (cd "$tmp" && apt-get "${apt_opts[@]}" update >&2 &&
+			apt-get "${apt_opts[@]}" download libnvrtc12 libnvrtc-builtins12.4 >&2); then
+			echo "emu-test: could not fetch libnvrtc12 from Debian trixie non-free;" \
+				"set MEGAMOE_NVRTC to a libnvrtc.so.12 instead" >&2
+			exit 1
+		fi
+		# Unpack both packages before publishing, so a failed run leaves no half install.
+		mkdir -p "$tmp/root"
+		for f in "$tmp"/*.deb; do dpkg -x "$f" "$tmp/root"; done
 		mkdir -p "$nvrtc_dir"
-		for f in "$tmp"/*.deb; do dpkg -x "$f" "$nvrtc_dir"; done
-		rm -rf "$tmp"
+		cp -a "$tmp/root/." "$nvrtc_dir/"
 	fi
 	export MEGAMOE_NVRTC="$lib/libnvrtc.so.12"
 	export LD_LIBRARY_PATH="$lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"

@@ -92,6 +92,9 @@ func (c *clusterState) wait(t *thread) {
 	err := c.err
 	c.mu.Unlock()
 	if err != nil || t.b.stop.Load() {
+		if err == nil {
+			err = errAbort // another block failed; b.fail(nil) would leave this block's waiters asleep
+		}
 		b := t.b
 		b.mu.Lock()
 		b.fail(err)

@@ -37,8 +37,8 @@ func (d *Device) Launch(f *Function, grid, block Dim, dynSmem int, params []byte
 	if !f.Entry {
 		return fmt.Errorf("ptxemu: %s is not an entry", f.Name)
 	}
-	if grid.n() == 0 || block.n() == 0 || block.n() > 1024 {
-		return fmt.Errorf("ptxemu: %s: bad launch shape grid %v block %v", f.Name, grid, block)
+	if grid.n() == 0 || block.n() == 0 || block.n() > 1024 || dynSmem < 0 {
+		return fmt.Errorf("ptxemu: %s: bad launch shape grid %v block %v dynamic shared %d", f.Name, grid, block, dynSmem)
 	}
 	if f.maxThreads > 0 && block.n() > f.maxThreads {
 		return fmt.Errorf("ptxemu: %s: block of %d threads over .maxntid %d", f.Name, block.n(), f.maxThreads)
@@ -60,6 +60,9 @@ func (d *Device) Launch(f *Function, grid, block Dim, dynSmem int, params []byte
 	cd := f.cluster
 	if cd.n() == 0 {
 		cd = Dim{1, 1, 1}
+	}
+	if cd.n() > maxCluster {
+		return fmt.Errorf("ptxemu: %s: cluster %v over %d blocks", f.Name, cd, maxCluster)
 	}
 	if grid.X%cd.X != 0 || grid.Y%cd.Y != 0 || grid.Z%cd.Z != 0 {
 		return fmt.Errorf("ptxemu: %s: grid %v is not a multiple of the cluster %v", f.Name, grid, cd)
@@ -93,6 +96,9 @@ func (d *Device) Launch(f *Function, grid, block Dim, dynSmem int, params []byte
 	wg.Wait()
 	return firstErr
 }
+
+// maxCluster is the largest cluster the hardware allows (16 blocks, non-portable).
+const maxCluster = 16
 
 type blockState struct {
 	mu      sync.Mutex

@@ -94,12 +94,23 @@ func (d *Device) bytes(p uint64, n int) ([]byte, error) {
 }
 
 func (d *Device) lookup(p uint64, n int) ([]byte, error) {
+	a, err := d.lookupAlloc(p, n)
+	if err != nil {
+		return nil, err
+	}
+	off := p - a.base
+	return a.buf[off : off+uint64(n)], nil
+}
+
+// lookupAlloc returns the allocation that holds the n bytes at p. Call with
+// d.mu held.
+func (d *Device) lookupAlloc(p uint64, n int) (alloc, error) {
 	i := sort.Search(len(d.allocs), func(i int) bool { return d.allocs[i].base > p }) - 1
 	if i >= 0 {
 		a := d.allocs[i]
 		if off := p - a.base; off+uint64(n) <= uint64(len(a.buf)) && n >= 0 {
-			return a.buf[off : off+uint64(n)], nil
+			return a, nil
 		}
 	}
-	return nil, fmt.Errorf("illegal address %#x (+%d bytes)", p, n)
+	return alloc{}, fmt.Errorf("illegal address %#x (+%d bytes)", p, n)
 }

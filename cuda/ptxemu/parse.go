@@ -1,9 +1,10 @@
 // Package ptxemu runs PTX on the CPU: a goroutine per thread, real barriers
 // and warp collectives, byte-addressed global, shared, local and param
-// memory. It covers the instructions NVRTC emits for MegaMoE's sm_80 kernels
-// (integer and float arithmetic, conversions, shuffles, votes, atomics,
-// ldmatrix, mma.sync m16n8k16, cp.async); sm_90 instructions (wgmma, TMA,
-// mbarrier) fail with a clear error when executed. It exists so the GPU
+// memory. It covers the instructions NVRTC emits for MegaMoE's kernels at
+// compute_80 and compute_90a (integer and float arithmetic, conversions,
+// shuffles, votes, atomics, ldmatrix, mma.sync m16n8k8/k16/k32, cp.async,
+// clusters); sm_90's asynchronous instructions (wgmma, TMA, mbarrier) fail
+// with a clear error when executed. It exists so the GPU
 // backend's tests can run, slowly, on a machine without a GPU.
 package ptxemu
 
@@ -114,6 +115,9 @@ func (dev *Device) Load(ptx []byte) (_ *Module, err error) {
 	src = reDirective.ReplaceAllString(src, "")
 	m := &Module{dev: dev, funcs: map[string]*Function{}, globals: map[string]uint64{}, shared: map[string]symDecl{}, extern: map[string]bool{}}
 	defer func() {
+		if r := recover(); r != nil { // malformed PTX the checks below missed: an error, not a crash
+			err = fmt.Errorf("ptxemu: malformed PTX: %v", r)
+		}
 		if err != nil {
 			m.Unload()
 		}
@@ -453,6 +457,9 @@ func (m *Module) parseBody(f *Function, body string) error {
 				n = 1
 			}
 			size := typeSize(mt[3]) * n
+			if size == 0 {
+				return fmt.Errorf("ptxemu: %s: declaration %q: unknown type .%s", f.Name, s, mt[3])
+			}
 			if mt[1] == "local" {
 				f.localSize = alignUp(f.localSize, max(align, 1))
 				f.local[mt[4]] = f.localSize
@@ -466,6 +473,9 @@ func (m *Module) parseBody(f *Function, body string) error {
 				return fmt.Errorf("ptxemu: %s: bad call parameter %q", f.Name, s)
 			}
 			es := typeSize(mt[2])
+			if es == 0 {
+				return fmt.Errorf("ptxemu: %s: call parameter %q: unknown type .%s", f.Name, s, mt[2])
+			}
 			align, _ := strconv.Atoi(mt[1])
 			n := 1
 			if mt[4] != "" {
@@ -506,6 +516,10 @@ func fixDyn(o *operand, base uint64) {
 	}
 }
 
+// maxRegDecl bounds one .reg %r<n> declaration, so that a malformed count
+// fails instead of exhausting memory.
+const maxRegDecl = 1 << 20
+
 func (f *Function) declRegs(s string) error {
 	fields := strings.Fields(s)
 	if len(fields) < 3 {
@@ -516,6 +530,9 @@ func (f *Function) declRegs(s string) error {
 		mt := reRegDecl.FindStringSubmatch(head + name)
 		if mt == nil {
 			return fmt.Errorf("ptxemu: %s: bad register declaration %q", f.Name, s)
+		}
+		if n, _ := strconv.Atoi(mt[3]); n > maxRegDecl {
+			return fmt.Errorf("ptxemu: %s: %d registers in %q", f.Name, n, s)
 		}
 		if mt[1] == "pred" {
 			if f.preds == nil {

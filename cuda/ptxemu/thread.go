@@ -94,9 +94,7 @@ func (t *thread) run() {
 			}
 			if b.stop.Load() { // a thread of this launch failed: stop spinning on its flags
 				b.mu.Lock()
-				if b.err == nil {
-					b.err = errAbort
-				}
+				b.fail(errAbort) // wakes this block's waiters, which would otherwise sleep forever
 				b.alive--
 				b.running--
 				b.mu.Unlock()
@@ -289,21 +287,14 @@ func (t *thread) global(addr uint64, n int) []byte {
 	}
 	d := t.b.dev
 	d.mu.Lock()
-	buf, err := d.lookup(addr, n)
-	if err == nil {
-		i := 0
-		for j, a := range d.allocs { // cache the whole allocation
-			if a.base <= addr {
-				i = j
-			}
-		}
-		t.cBase, t.cBuf = d.allocs[i].base, d.allocs[i].buf
-	}
+	a, err := d.lookupAlloc(addr, n)
 	d.mu.Unlock()
 	if err != nil {
 		t.illegal(err)
 	}
-	return buf
+	t.cBase, t.cBuf = a.base, a.buf // cache the whole allocation
+	off := addr - a.base
+	return a.buf[off : off+uint64(n)]
 }
 
 // call enters callee with the caller's out-parameter slots as arguments.
