@@ -45,7 +45,7 @@ if [ $# -ge 1 ]; then
 	run=${2:-.}
 	exec go test -count=1 -timeout 120m -run "$run" "$pkg"
 fi
-# The default set (about 15 minutes on two cores): every kernel against its
+# The default set (about 8 minutes on two cores): every kernel against its
 # CPU twin, every backend op on tiny shapes (CheckOps), the fused hc, norm
 # and elementwise ops, graphs and error paths.
 go test -count=1 -timeout 120m -run 'TestKernelsVsCPU|TestGraphReplay|TestErrorsNameCallAndCode|TestCopiesMemsetPinned' ./cuda
