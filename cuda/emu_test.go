@@ -153,40 +153,17 @@ $L__BB3_2:
 const emuPoison = 0x7fc0dead
 
 // emuSession loads the emulated driver and opens device 0 with a stream.
-func emuSession(t *testing.T) (*cuda.Driver, *cuda.Context, *cuda.Stream) {
+func emuSession(t *testing.T) (*cuda.Context, *cuda.Stream) {
 	t.Helper()
 	return emuSessionAs(t, "1")
 }
 
-// emuSessionAs is emuSession with MEGAMOE_EMU set to mode ("1", "sm_90a").
-func emuSessionAs(t *testing.T, mode string) (*cuda.Driver, *cuda.Context, *cuda.Stream) {
+// emuSessionAs is emuSession with MEGAMOE_EMU set to mode ("1", "sm_90a"):
+// gpu(t), which opens device 0 of whatever driver cuda.Load returns.
+func emuSessionAs(t *testing.T, mode string) (*cuda.Context, *cuda.Stream) {
 	t.Helper()
 	t.Setenv(cuda.EmulatorEnv, mode)
-	drv, err := cuda.Load()
-	if err != nil {
-		t.Fatal(err)
-	}
-	dev, err := drv.Device(0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, err := dev.NewContext()
-	if err != nil {
-		t.Fatal(err)
-	}
-	s, err := ctx.NewStream()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := s.Close(); err != nil {
-			t.Error(err)
-		}
-		if err := ctx.Close(); err != nil {
-			t.Error(err)
-		}
-	})
-	return drv, ctx, s
+	return gpu(t)
 }
 
 // emuKernel loads emuPTX (once per context) and returns one of its entries.
@@ -299,7 +276,11 @@ func emuWithin(t *testing.T, d time.Duration, f func() error) error {
 }
 
 func TestEmuDeviceInfo(t *testing.T) {
-	drv, ctx, _ := emuSession(t)
+	ctx, _ := emuSession(t)
+	drv, err := cuda.Load() // a second emulated driver, for the driver-level queries
+	if err != nil {
+		t.Fatal(err)
+	}
 	if n, err := drv.DeviceCount(); err != nil || n != 1 {
 		t.Errorf("DeviceCount = %d, %v; want 1", n, err)
 	}
@@ -331,7 +312,7 @@ func TestEmuDeviceInfo(t *testing.T) {
 		t.Error("empty device name")
 	}
 	// sm_90a mode: a 9.0 device without TMA or PDL, compiling compute_90a PTX.
-	_, ctx90, _ := emuSessionAs(t, "sm_90a")
+	ctx90, _ := emuSessionAs(t, "sm_90a")
 	if d := ctx90.Device(); d.Arch() != "compute_90a" || d.Major != 9 || ctx90.HasTMA() || ctx90.CanPDL() {
 		t.Errorf("sm_90a mode: arch %s %d.%d TMA %v PDL %v, want compute_90a 9.0 without TMA and PDL", d.Arch(), d.Major, d.Minor, ctx90.HasTMA(), ctx90.CanPDL())
 	}
@@ -340,7 +321,7 @@ func TestEmuDeviceInfo(t *testing.T) {
 // TestEmuMemInfo: cuMemGetInfo follows the pool's cuMemAlloc/cuMemFree in
 // size-class bytes; pinned host memory is not device memory.
 func TestEmuMemInfo(t *testing.T) {
-	_, ctx, _ := emuSession(t)
+	ctx, _ := emuSession(t)
 	meminfo := func() uint64 {
 		t.Helper()
 		free, total, err := ctx.MemInfo()
@@ -408,7 +389,7 @@ func TestEmuMemInfo(t *testing.T) {
 // grid with a block to spare: the bounds check keeps the slack past n
 // poisoned.
 func TestEmuLaunch(t *testing.T) {
-	_, ctx, s := emuSession(t)
+	ctx, s := emuSession(t)
 	f := emuKernel(t, ctx, "axpb")
 	rng := rand.New(rand.NewPCG(1, 2))
 	for _, c := range []struct {
@@ -450,7 +431,7 @@ func TestEmuLaunch(t *testing.T) {
 // checks its resources, and the dynamic shared memory limits: 48 KB with the
 // static memory until raised, never more than the opt-in maximum.
 func TestEmuSharedMemory(t *testing.T) {
-	_, ctx, s := emuSession(t)
+	ctx, s := emuSession(t)
 	f := emuKernel(t, ctx, "rev")
 	regs, local, static, err := f.Resources()
 	if err != nil {
@@ -511,7 +492,7 @@ func TestEmuSharedMemory(t *testing.T) {
 // TestEmuGraph captures pinned HtoD, axpb and DtoH into pinned memory. The
 // capture runs nothing; each replay reads the pinned input as it is then.
 func TestEmuGraph(t *testing.T) {
-	_, ctx, s := emuSession(t)
+	ctx, s := emuSession(t)
 	f := emuKernel(t, ctx, "axpb")
 	const n, block = 777, 128
 	const a, b = float32(0.625), float32(-2.5)
@@ -587,7 +568,7 @@ func TestEmuGraph(t *testing.T) {
 // TestEmuLaunchErrors: faults name the kernel and map to the driver's codes;
 // the configurations the GPU refuses are refused when enqueued.
 func TestEmuLaunchErrors(t *testing.T) {
-	_, ctx, s := emuSession(t)
+	ctx, s := emuSession(t)
 	x := emuAlloc(t, ctx, s, 512, make([]float32, 512))
 	y := emuAlloc(t, ctx, s, 256, nil) // 1024 bytes: a class of its own, no slack
 	one, b256 := cuda.Dim3{X: 1, Y: 1, Z: 1}, cuda.Dim3{X: 256, Y: 1, Z: 1}
@@ -640,7 +621,7 @@ func TestEmuLaunchErrors(t *testing.T) {
 }
 
 func TestEmuOutOfMemory(t *testing.T) {
-	_, ctx, _ := emuSession(t)
+	ctx, _ := emuSession(t)
 	free0, _, err := ctx.MemInfo()
 	if err != nil {
 		t.Fatal(err)
@@ -670,7 +651,7 @@ func TestEmuOutOfMemory(t *testing.T) {
 // CUDA_ERROR_INVALID_IMAGE and the reason, and leaks no device memory (a
 // module's .global variables are allocated as it loads).
 func TestEmuBadImage(t *testing.T) {
-	_, ctx, _ := emuSession(t)
+	ctx, _ := emuSession(t)
 	const head = ".version 8.4\n.target sm_80\n.address_size 64\n"
 	for _, c := range []struct{ what, image, why string }{
 		{"not PTX", "this is not PTX", "trailing text"},
@@ -712,7 +693,7 @@ func TestEmuBadImage(t *testing.T) {
 // TestEmuEvents: events are stamped when the stream reaches them, so the time
 // between two of them covers what ran (here a host sleep) in between.
 func TestEmuEvents(t *testing.T) {
-	_, ctx, s := emuSession(t)
+	ctx, s := emuSession(t)
 	f := emuKernel(t, ctx, "axpb")
 	start, err := ctx.NewEvent()
 	if err != nil {
