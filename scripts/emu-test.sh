@@ -38,7 +38,7 @@ if [ -z "${MEGAMOE_NVRTC:-}" ]; then
 	export MEGAMOE_NVRTC="$lib/libnvrtc.so.12"
 	export LD_LIBRARY_PATH="$lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 fi
-export MEGAMOE_EMU=1
+export MEGAMOE_EMU="${MEGAMOE_EMU:-1}" # 1: sm_80; sm_90a: compute_90a without TMA
 
 if [ $# -ge 1 ]; then
 	pkg=$1
