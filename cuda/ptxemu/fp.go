@@ -1,6 +1,9 @@
 package ptxemu
 
-import "math"
+import (
+	"math"
+	"sync"
+)
 
 // Half and bfloat16 conversions, round to nearest even, as the hardware does.
 
@@ -196,13 +199,16 @@ func maxF(a, b float64) float64 {
 	return b
 }
 
-// Lookup tables for the tensor-core inputs the emulator decodes most.
+// Lookup tables for the tensor-core inputs the emulator decodes most, built
+// on the first mma a module decodes: a serving binary links this package
+// (through cuda) and should not pay for them at start-up.
 var (
-	f16Table  [1 << 16]float32
-	e4m3Table [256]float32
+	f16Table   [1 << 16]float32
+	e4m3Table  [256]float32
+	tablesOnce sync.Once
 )
 
-func init() {
+func buildTables() {
 	for i := range f16Table {
 		f16Table[i] = f16ToF32(uint16(i))
 	}

@@ -276,6 +276,7 @@ func decMma(f *Function, in *inst) error {
 		}
 		return func(reg uint64, i int) float64 { return float64(f16Table[uint16(uint8(reg>>(8*i)))<<8]) } // e5m2
 	}
+	tablesOnce.Do(buildTables)
 	ea, eb := conv(at), conv(bt)
 	in.exec = func(t *thread, in *inst) {
 		var words [16]uint64
