@@ -31,6 +31,10 @@ type KernelChoice struct {
 		Bounds3, DefaultCarveout bool
 		MinSmem                  int
 	}
+	// WGGroup orders linear_fp8_wg's persistent tiles in groups of this many
+	// tile rows, m fastest inside a group (0: n fastest over the grid), so
+	// that a wave shares a few activation tiles and fewer weight panels in L2.
+	WGGroup int
 }
 
 // SetKernelChoice forces the GEMM paths for later launches on this context
@@ -39,6 +43,9 @@ type KernelChoice struct {
 func (c *Context) SetKernelChoice(k KernelChoice) error {
 	if k.TDec.KBS < 0 || k.TDec.KBS > tdecMaxKBS || k.TDec.Stages < 0 || k.TDec.Stages > tdecMaxStages || k.TDec.MinSmem < 0 || k.TDec.MinSmem > tdecMaxSmem {
 		return fmt.Errorf("cuda: tdec geometry %d blocks x %d stages (at most %d x %d)", k.TDec.KBS, k.TDec.Stages, tdecMaxKBS, tdecMaxStages)
+	}
+	if k.WGGroup < 0 || k.WGGroup > wgMaxGroup {
+		return fmt.Errorf("cuda: wg tile group %d (want 0..%d)", k.WGGroup, wgMaxGroup)
 	}
 	for _, p := range []Path{k.Linear, k.MoE} {
 		switch p {

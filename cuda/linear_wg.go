@@ -17,6 +17,8 @@ const (
 	wgStages = 6
 	wgSmem   = wgStages*2*128*128 + 2*wgStages*8 + 1024 // ring, barriers, alignment slack
 	wgMinRow = 65
+	// wgMaxGroup bounds KernelChoice.WGGroup (512 tile rows: 65536 tokens).
+	wgMaxGroup = 512
 )
 
 // planLinearWG splits K when the tiles alone fill less than about 2/3 of the
@@ -52,7 +54,7 @@ func linearFP8WG(s *Stream, y, xq, xs, w, ws DevicePtr, m, n, k int, scratch Dev
 	if p.splits > 1 {
 		part = scratch
 	}
-	a := new(Args).Ptr(y).Map(&ma).Map(&mb).Ptr(xs).Ptr(ws).I32(m).I32(n).I32(k).Ptr(part).I32(p.per)
+	a := new(Args).Ptr(y).Map(&ma).Map(&mb).Ptr(xs).Ptr(ws).I32(m).I32(n).I32(k).Ptr(part).I32(p.per).I32(s.ctx.kernelChoice().WGGroup)
 	// Persistent CTAs over the tiles (one per SM at 192 KB of ring); split K
 	// keeps one CTA per tile and slice.
 	tiles := ceilDiv(n, 128) * ceilDiv(m, 128)

@@ -25,6 +25,21 @@
 #define WG_TILE (128 * 128)          // bytes of one operand tile per stage
 #define WG_STAGE_BYTES (2 * WG_TILE) // A (activations) then B (weights)
 
+// Tile t's origin. group == 0: n fastest over the whole grid. group = G > 0:
+// the tile rows run in groups of G (the last group may be shorter), m
+// fastest inside a group, so a wave of CTAs shares G activation tiles and
+// about gridDim/G weight panels in L2 instead of one activation tile and
+// gridDim panels. Every tile is computed alike whatever the order.
+DEV void wg_tile(int t, int ntn, int ntm, int group, int& m0, int& n0) {
+	if (group <= 0) {
+		n0 = (t % ntn) * 128, m0 = (t / ntn) * 128;
+		return;
+	}
+	const int per = group * ntn, gi = t / per, r = t % per;
+	const int rows = min(group, ntm - gi * group);
+	m0 = (gi * group + r % rows) * 128, n0 = (r / rows) * 128;
+}
+
 #ifdef SM90A
 // d (64 rows x 128 cols of this warpgroup, fp32) = or += A(64x32 e4m3) * B(128x32 e4m3)^T.
 DEV void wgmma_n128_e4m3(float (&d)[64], u64 da, u64 db, int accumulate) {
@@ -40,7 +55,7 @@ DEV void wgmma_n128_e4m3(float (&d)[64], u64 da, u64 db, int accumulate) {
 extern "C" __global__ void __launch_bounds__(384, 1) linear_fp8_wg(
 	u16* __restrict__ y, const __grid_constant__ TmaMap mapA, const __grid_constant__ TmaMap mapB,
 	const u8* __restrict__ xs, const u8* __restrict__ ws, int M, int N, int K,
-	float* __restrict__ part, int kbPer)
+	float* __restrict__ part, int kbPer, int group)
 {
 	PDL_ENTRY();
 #ifdef SM90A
@@ -50,7 +65,7 @@ extern "C" __global__ void __launch_bounds__(384, 1) linear_fp8_wg(
 	u64* full = reinterpret_cast<u64*>(smem + WG_STAGES * WG_STAGE_BYTES);
 	u64* empty = full + WG_STAGES;
 	const int wg = threadIdx.x >> 7, tid = threadIdx.x & 127;
-	const int ntn = (N + 127) / 128, ntiles = ntn * ((M + 127) / 128);
+	const int ntn = (N + 127) / 128, ntm = (M + 127) / 128, ntiles = ntn * ntm;
 	const int nkb = K / 128;
 	const int kb0 = part ? blockIdx.z * kbPer : 0;
 	const int kb1 = part ? min(kb0 + kbPer, nkb) : nkb;
@@ -64,14 +79,15 @@ extern "C" __global__ void __launch_bounds__(384, 1) linear_fp8_wg(
 	}
 	__syncthreads();
 
-	// Tiles t = blockIdx.x + j * gridDim.x (n fastest); the ring's stage and
+	// Tiles t = blockIdx.x + j * gridDim.x (order: wg_tile); the ring's stage and
 	// phase run on across tiles (block g of this CTA uses stage g % WG_STAGES).
 	if (wg == 0) { // producer: runs ahead into the next tile during the epilogue
 		asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n");
 		if (tid == 0) {
 			int g = 0;
 			for (int t = blockIdx.x; t < ntiles; t += gridDim.x) {
-				const int n0 = (t % ntn) * 128, m0 = (t / ntn) * 128;
+				int m0, n0;
+				wg_tile(t, ntn, ntm, group, m0, n0);
 				for (int kb = kb0; kb < kb1; kb++, g++) {
 					const int s = g % WG_STAGES;
 					mbar_wait(&empty[s], ((g / WG_STAGES) & 1) ^ 1);
@@ -91,7 +107,8 @@ extern "C" __global__ void __launch_bounds__(384, 1) linear_fp8_wg(
 	float accA[64], accB[64], fin[64];
 	int g = 0;
 	for (int t = blockIdx.x; t < ntiles; t += gridDim.x, g += nb) {
-		const int n0 = (t % ntn) * 128, m0 = (t / ntn) * 128;
+		int m0, n0;
+		wg_tile(t, ntn, ntm, group, m0, n0);
 		const int r0 = m0 + 64 * cw + 16 * w + (l >> 2), r1 = r0 + 8;
 #pragma unroll
 		for (int i = 0; i < 64; i++) fin[i] = 0.f;
