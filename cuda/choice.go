@@ -32,8 +32,9 @@ type KernelChoice struct {
 		MinSmem                  int
 	}
 	// WGGroup orders linear_fp8_wg's persistent tiles in groups of this many
-	// tile rows, m fastest inside a group (0: n fastest over the grid), so
-	// that a wave shares a few activation tiles and fewer weight panels in L2.
+	// tile rows, m fastest inside a group, so that a wave shares a few
+	// activation tiles and fewer weight panels in L2 (1: n fastest over the
+	// grid; 0: wgGroup).
 	WGGroup int
 }
 

@@ -17,7 +17,12 @@ const (
 	wgStages = 6
 	wgSmem   = wgStages*2*128*128 + 2*wgStages*8 + 1024 // ring, barriers, alignment slack
 	wgMinRow = 65
-	// wgMaxGroup bounds KernelChoice.WGGroup (512 tile rows: 65536 tokens).
+	// wgGroup is linear_fp8_wg's default tile order: groups of 8 tile rows
+	// (H200, 2026-12-05, 4096 tokens, against n fastest: Pro wq_b 1131 ->
+	// 985 us, Pro wo_b 912 -> 850, Pro shared w13 342 -> 326, Flash wq_b
+	// 404 -> 388; the shapes of one wave within 1 %). wgMaxGroup bounds
+	// KernelChoice.WGGroup (512 tile rows: 65536 tokens).
+	wgGroup    = 8
 	wgMaxGroup = 512
 )
 
@@ -54,7 +59,11 @@ func linearFP8WG(s *Stream, y, xq, xs, w, ws DevicePtr, m, n, k int, scratch Dev
 	if p.splits > 1 {
 		part = scratch
 	}
-	a := new(Args).Ptr(y).Map(&ma).Map(&mb).Ptr(xs).Ptr(ws).I32(m).I32(n).I32(k).Ptr(part).I32(p.per).I32(s.ctx.kernelChoice().WGGroup)
+	group := s.ctx.kernelChoice().WGGroup
+	if group == 0 {
+		group = wgGroup
+	}
+	a := new(Args).Ptr(y).Map(&ma).Map(&mb).Ptr(xs).Ptr(ws).I32(m).I32(n).I32(k).Ptr(part).I32(p.per).I32(group)
 	// Persistent CTAs over the tiles (one per SM at 192 KB of ring); split K
 	// keeps one CTA per tile and slice.
 	tiles := ceilDiv(n, 128) * ceilDiv(m, 128)

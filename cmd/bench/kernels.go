@@ -61,7 +61,7 @@ func runKernels(args []string, stdout, stderr io.Writer) error {
 	tdecB3 := fs.Bool("tdec-bounds3", false, "with --tdec: linear_fp8_tdec3's entry compiled for 3 CTAs an SM")
 	tdecCarve := fs.Bool("tdec-default-carveout", false, "with --tdec: leave the shared-memory carveout to the driver")
 	tdecSmem := fs.Int("tdec-min-smem", 0, "with --tdec: give linear_fp8_tdec3 at least this much dynamic shared memory (fewer CTAs an SM)")
-	wgGroup := fs.Int("wg-group", 0, "run linear_fp8_wg's tiles in groups of this many tile rows, m fastest inside a group (0: n fastest)")
+	wgGroup := fs.Int("wg-group", 0, "run linear_fp8_wg's tiles in groups of this many tile rows, m fastest inside a group (1: n fastest; 0: the default)")
 	jsonPath := fs.String("json", "", "also write one JSON record per line to this file")
 	if err := fs.Parse(args); err != nil {
 		return err
