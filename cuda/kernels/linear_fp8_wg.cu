@@ -25,11 +25,11 @@
 #define WG_TILE (128 * 128)          // bytes of one operand tile per stage
 #define WG_STAGE_BYTES (2 * WG_TILE) // A (activations) then B (weights)
 
-// Tile t's origin: the tile rows run in groups of group (the last may be
-// shorter; group 1 is n fastest over the whole grid), m
-// fastest inside a group, so a wave of CTAs shares G activation tiles and
-// about gridDim/G weight panels in L2 instead of one activation tile and
-// gridDim panels. Every tile is computed alike whatever the order.
+// Tile t's origin: the tile rows run in groups of G = group (the last may be
+// shorter; G = 1 is n fastest over the whole grid), m fastest inside a
+// group, so a wave of CTAs shares G activation tiles and about gridDim/G
+// weight panels in L2 instead of one activation tile and gridDim panels.
+// Every tile is computed alike whatever the order.
 DEV void wg_tile(int t, int ntn, int ntm, int group, int& m0, int& n0) {
 	const int per = group * ntn, gi = t / per, r = t % per;
 	const int rows = min(group, ntm - gi * group);
