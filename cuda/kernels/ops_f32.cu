@@ -110,6 +110,51 @@ extern "C" __global__ void rope_f32(
 	rope_pair(v, pos[r], f32, f64, p, inverse, faithful);
 }
 
+// The attention's kv epilogue in one launch, bit for bit rmsnorm_f32 (one
+// segment of d a row), rope_f32 (one head of d) and, if rnd, quant_fp8_f32's
+// simulation of the first nope values in place: one block a row. After the
+// norm's writes are visible to the block, the quantisation's warps and the
+// RoPE's threads (from the last warp down) work at once on disjoint values
+// (nope + rd <= d, nope % blk == 0).
+extern "C" __global__ void __launch_bounds__(256) rmsnorm_rope_kvq_f32(
+	float* __restrict__ y, const float* __restrict__ x, const float* __restrict__ w, const int* __restrict__ pos,
+	const float* __restrict__ f32, const double* __restrict__ f64, int d, int rd, int nope, int blk, float eps,
+	int inverse, int rnd)
+{
+	PDL_ENTRY();
+	__shared__ float red[32];
+	const int r = blockIdx.x;
+	rmsnorm_seg(y, x, w, r, d, eps, rnd, red);
+	__syncthreads();
+	float* ys = y + (size_t)r * d;
+	for (int p = blockDim.x - 1 - threadIdx.x; p < rd / 2; p += blockDim.x)
+		rope_pair(ys + d - rd + 2 * p, pos[r], f32, f64, p, inverse, rnd);
+	if (!rnd) return;
+	const int nb = nope / blk;
+	for (int b = threadIdx.x >> 5; b < nb; b += blockDim.x >> 5)
+		fp8_block(nullptr, nullptr, y, y, r, b, blk, d, nope, blk, nb, threadIdx.x & 31);
+}
+
+// The attention's q epilogue in one launch, bit for bit head_norm_f32 and
+// rope_f32 on heads of hd values: one warp a head, which rotates its rope
+// pairs once the norm's writes are visible to the warp.
+extern "C" __global__ void __launch_bounds__(256) head_norm_rope_f32(
+	float* __restrict__ x, const int* __restrict__ pos, const float* __restrict__ f32, const double* __restrict__ f64,
+	long long segs, int heads, int hd, int rd, float eps, int inverse, int rnd)
+{
+	PDL_ENTRY();
+	__shared__ __align__(16) float ts[8][HN_CHUNK];
+	const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+	const long long seg = blockIdx.x * 8LL + warp;
+	if (seg >= segs) return; // whole warps only: the block never syncs
+	float* q = x + seg * hd;
+	head_norm_seg(q, hd, eps, rnd, ts[warp], lane);
+	__syncwarp();
+	const int t = pos[seg / heads];
+	for (int p = lane; p < rd / 2; p += 32)
+		rope_pair(q + hd - rd + 2 * p, t, f32, f64, p, inverse, rnd);
+}
+
 // hc post (spec §4.2): out[k*d+i] = rnd(post[k]*o[i] + sum_j comb[j][k]*x[j*d+i]).
 // mix row = post[n] | comb[n*n]. out may alias x (each thread reads its n
 // inputs before writing its n outputs).
