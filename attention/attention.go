@@ -200,22 +200,14 @@ func (l *Layer) Forward(be backend.Backend, st backend.KVStore, a backend.Tensor
 	if err := step("wq_b", q, backend.Linears(be, qr, ws, outs), qr); err != nil {
 		return nil, err
 	}
-	err := be.HeadNorm(q, D, l.Eps)
-	if err == nil {
-		err = be.Rope(q, backend.RopeArgs{Freqs: l.Rope, HeadDim: D}, b)
-	}
-	if err := step("q", q, err); err != nil {
+	// The tracer checks q and kv only after their whole epilogues, so the
+	// fused forms hide nothing it looks at.
+	ra := backend.RopeArgs{Freqs: l.Rope, HeadDim: D}
+	if err := step("q", q, backend.HeadNormRope(be, q, l.Eps, ra, b)); err != nil {
 		return nil, err
 	}
 	kv := empty(n, D, backend.F32)
-	err = be.RMSNorm(kvr, l.KVNorm, l.Eps, kv)
-	if err == nil {
-		err = be.Rope(kv, backend.RopeArgs{Freqs: l.Rope, HeadDim: D}, b)
-	}
-	if err == nil {
-		err = be.KVQuant(kv, D-l.RopeDim, 64)
-	}
-	if err := step("kv", kv, err, kvr); err != nil {
+	if err := step("kv", kv, backend.NormRopeKVQuant(be, kvr, l.KVNorm, l.Eps, ra, D-l.RopeDim, 64, b, kv), kvr); err != nil {
 		return nil, err
 	}
 	var sel backend.Tensor
@@ -254,7 +246,7 @@ func (l *Layer) Forward(be backend.Backend, st backend.KVStore, a backend.Tensor
 	}
 	o := empty(n, H*D, backend.F32)
 	scale := float32(1 / math.Sqrt(float64(D)))
-	err = be.SparseAttention(st, q, kv, sel, backend.AttnArgs{Layer: l.Index, Heads: H, HeadDim: D, Window: l.Window,
+	err := be.SparseAttention(st, q, kv, sel, backend.AttnArgs{Layer: l.Index, Heads: H, HeadDim: D, Window: l.Window,
 		Ratio: l.Ratio, Scale: scale, Sink: l.Sink}, b, o)
 	if err == nil {
 		err = be.WriteWindow(st, l.Index, kv, b)

@@ -382,6 +382,47 @@ func Linears(be Backend, x Tensor, ws []Linear, outs []Tensor) error {
 	return nil
 }
 
+// QEpilogue is implemented by backends that run the attention's q epilogue
+// (HeadNorm of every head of width a.HeadDim, then Rope) as one op, with the
+// results of the two.
+type QEpilogue interface {
+	HeadNormRope(x Tensor, eps float32, a RopeArgs, b *Batch) error
+}
+
+// HeadNormRope runs HeadNorm(x, a.HeadDim, eps) and Rope(x, a, b), in one
+// call where be offers QEpilogue.
+func HeadNormRope(be Backend, x Tensor, eps float32, a RopeArgs, b *Batch) error {
+	if f, ok := be.(QEpilogue); ok {
+		return f.HeadNormRope(x, eps, a, b)
+	}
+	if err := be.HeadNorm(x, a.HeadDim, eps); err != nil {
+		return err
+	}
+	return be.Rope(x, a, b)
+}
+
+// KVEpilogue is implemented by backends that run the attention's kv
+// epilogue (RMSNorm into out, Rope, KVQuant of the first nope values) as one
+// op, with the results of the three.
+type KVEpilogue interface {
+	NormRopeKVQuant(x Tensor, w Vec, eps float32, a RopeArgs, nope, block int, b *Batch, out Tensor) error
+}
+
+// NormRopeKVQuant runs RMSNorm(x, w, eps, out), Rope(out, a, b) and
+// KVQuant(out, nope, block), in one call where be offers KVEpilogue.
+func NormRopeKVQuant(be Backend, x Tensor, w Vec, eps float32, a RopeArgs, nope, block int, b *Batch, out Tensor) error {
+	if f, ok := be.(KVEpilogue); ok {
+		return f.NormRopeKVQuant(x, w, eps, a, nope, block, b, out)
+	}
+	if err := be.RMSNorm(x, w, eps, out); err != nil {
+		return err
+	}
+	if err := be.Rope(out, a, b); err != nil {
+		return err
+	}
+	return be.KVQuant(out, nope, block)
+}
+
 // Draw is one row's sampling for DeviceSampler, with the rules of
 // cuda/cpuref.SampleDraw (the host sampler's choose in fixed-point masses).
 type Draw struct {

@@ -133,6 +133,40 @@ func RopeF32(s *Stream, x, pos, f32, f64 DevicePtr, rows, heads, headDim, rd int
 	return launch(s, "ops_f32", "rope_f32", Dim3{uint32(ceilDiv(int(n), 256)), 1, 1}, Dim3{256, 1, 1}, 0, a)
 }
 
+// RMSNormRopeKVQuantF32 is RMSNormF32 (w of d values, one segment a row),
+// RopeF32 (one head of d) and, with rnd, QuantFP8F32's simulation of the
+// first nope values of every row in blocks of blk, in one launch: y [rows, d]
+// from x [rows, d], bit for bit the three launches.
+func RMSNormRopeKVQuantF32(s *Stream, y, x, w, pos, f32, f64 DevicePtr, rows, d, rd, nope, blk int, eps float32, inverse, rnd bool) error {
+	if rows < 0 || rows > 1<<31-1 || d <= 0 || rd <= 0 || rd%2 != 0 || nope < 0 || nope+rd > d || blk <= 0 || blk%32 != 0 || nope%blk != 0 {
+		return fmt.Errorf("cuda: rmsnorm_rope_kvq_f32: bad shape rows=%d d=%d rd=%d nope=%d blk=%d", rows, d, rd, nope, blk)
+	}
+	if rows == 0 {
+		return nil
+	}
+	a := new(Args).Ptr(y).Ptr(x).Ptr(w).Ptr(pos).Ptr(f32).Ptr(f64).I32(d).I32(rd).I32(nope).I32(blk).F32(eps).
+		I32(b2i(inverse)).I32(b2i(rnd))
+	return launch(s, "ops_f32", "rmsnorm_rope_kvq_f32", Dim3{uint32(rows), 1, 1}, Dim3{256, 1, 1}, 0, a)
+}
+
+// HeadNormRopeF32 is HeadNormF32 and RopeF32 on x [rows, heads*hd] in one
+// launch, bit for bit the two.
+func HeadNormRopeF32(s *Stream, x, pos, f32, f64 DevicePtr, rows, heads, hd, rd int, eps float32, inverse, rnd bool) error {
+	segs := int64(rows) * int64(heads)
+	if rows < 0 || heads <= 0 || rd <= 0 || rd%2 != 0 || rd > hd {
+		return fmt.Errorf("cuda: head_norm_rope_f32: bad shape rows=%d heads=%d hd=%d rd=%d", rows, heads, hd, rd)
+	}
+	if segs == 0 {
+		return nil
+	}
+	blocks := (segs + 7) / 8 // 8 warps, one head each
+	if blocks > 1<<31-1 {
+		return fmt.Errorf("cuda: head_norm_rope_f32: %d heads exceed the grid", segs)
+	}
+	a := new(Args).Ptr(x).Ptr(pos).Ptr(f32).Ptr(f64).I64(segs).I32(heads).I32(hd).I32(rd).F32(eps).I32(b2i(inverse)).I32(b2i(rnd))
+	return launch(s, "ops_f32", "head_norm_rope_f32", Dim3{uint32(blocks), 1, 1}, Dim3{256, 1, 1}, 0, a)
+}
+
 // HcPostF32: out[r, k*d+i] = post[k]*o[r, i] + Σ_j comb[j][k]*x[r, j*d+i] for
 // n ≤ 8 streams; mix [rows, n+n*n]; out may alias x.
 func HcPostF32(s *Stream, out, x, o, mix DevicePtr, rows, n, d int, rnd bool) error {

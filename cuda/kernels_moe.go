@@ -24,7 +24,11 @@ func RouterTopK(s *Stream, logits DevicePtr, rows, experts, k int, bias, table, 
 	case experts <= 384:
 		name = "router_topk12"
 	}
-	return launch(s, "moe_route", name, Dim3{uint32(ceilDiv(rows, 4)), 1, 1}, Dim3{128, 1, 1}, 0, a)
+	if rows > 1<<31-1 {
+		return fmt.Errorf("cuda: router_topk: %d rows exceed the grid", rows)
+	}
+	// One block of 256 threads (ROUTER_THREADS) per row.
+	return launch(s, "moe_route", name, Dim3{uint32(rows), 1, 1}, Dim3{256, 1, 1}, 0, a)
 }
 
 // MoEPermute sorts the nk (row, slot) pairs of ids [nk] into expert order:

@@ -133,6 +133,7 @@ var opGroups = []opGroup{
 	{name: "head_norm", run: checkHeadNorm},
 	{name: "rope", run: checkRope},
 	{name: "kv_quant", run: checkKVQuant},
+	{name: "head_norm_rope rmsnorm_rope_kvq", run: checkEpilogues},
 	{name: "hadamard_fp4", run: checkHadamard},
 	{name: "kv_path compress indexer_topk sparse_attention write_window", run: checkKVPath},
 	{name: "router", run: checkRouter},

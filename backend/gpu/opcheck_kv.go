@@ -7,6 +7,7 @@ import (
 	"github.com/megamoe/megamoe/backend"
 	"github.com/megamoe/megamoe/backend/cpu"
 	"github.com/megamoe/megamoe/checkpoint"
+	"github.com/megamoe/megamoe/num"
 	"github.com/megamoe/megamoe/rope"
 )
 
@@ -226,5 +227,35 @@ func checkExperts(p *pair, d OpDims, _ *embedTable) {
 			p.check(fmt.Sprintf("experts %v %d(of %d) experts K=%d n=%d %dx%d", f, E, d.Experts, d.TopK, n, d.Dim, d.Inter), acc, lim)
 		}
 		p.release()
+	}
+}
+
+// checkEpilogues runs the attention's q and kv epilogues as the model does
+// (fused where the backend offers them) against the CPU's separate ops.
+func checkEpilogues(p *pair, d OpDims, _ *embedTable) {
+	fr, err := rope.New(d.RopeDim, d.CompressTheta, d.YaRN)
+	p.must(err)
+	a := backend.RopeArgs{Freqs: fr, HeadDim: d.HeadDim}
+	w := make([]float32, d.HeadDim)
+	for i := range w {
+		w[i] = num.RoundBF16(float32(1 + 0.1*p.rng.NormFloat64()))
+	}
+	cw, gw := p.vec(w)
+	nope := d.HeadDim - d.RopeDim
+	kvLim := 2e-3
+	if p.c.Numerics() == backend.Faithful {
+		kvLim = 2e-2 // a bf16 step of the norm can move an FP8 value a whole e4m3 step
+	}
+	for _, rows := range d.Tokens {
+		bt := ropeBatch(max(rows, 2))
+		n := bt.Rows()
+		q := p.rand(n, d.Heads*d.HeadDim, 1)
+		p.cpu("q epilogue", backend.HeadNormRope(p.c, q.c, d.NormEps, a, bt))
+		p.gpu("q epilogue", func() error { return backend.HeadNormRope(p.g, q.g, d.NormEps, a, bt) })
+		p.check(fmt.Sprintf("head_norm_rope q %dx%dx%d", n, d.Heads, d.HeadDim), q, 2e-3)
+		x, o := p.rand(n, d.HeadDim, 1), p.out(n, d.HeadDim)
+		p.cpu("kv epilogue", backend.NormRopeKVQuant(p.c, x.c, cw, d.NormEps, a, nope, 64, bt, o.c))
+		p.gpu("kv epilogue", func() error { return backend.NormRopeKVQuant(p.g, x.g, gw, d.NormEps, a, nope, 64, bt, o.g) })
+		p.check(fmt.Sprintf("rmsnorm_rope_kvq kv %dx%d nope=%d", n, d.HeadDim, nope), o, kvLim)
 	}
 }

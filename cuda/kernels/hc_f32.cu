@@ -2,17 +2,9 @@
 // Hadamard + FP4 simulation of the GPU backend, on fp32 activations. Every
 // scalar step mirrors backend/cpu (ops.go, linear.go) with explicit _rn
 // intrinsics so NVRTC's default FMA contraction cannot change a rounding.
-#include "common.cuh"
-
-DEV float rbf16(float x) { return bf16_to_f32(f32_to_bf16(x)); }
+#include "rowops.cuh"
 
 DEV float sigmoid_d(float x) { return (float)(1.0 / (1.0 + exp(-(double)x))); }
-
-DEV double warp_sum_d(double v) {
-#pragma unroll
-	for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-	return v;
-}
 
 // Go's max(a, b) for the Sinkhorn row max: NaN propagates.
 DEV float gomax(float a, float b) { return (b > a || b != b || a != a) ? (a != a ? a : b) : a; }
@@ -381,16 +373,8 @@ HC_SPLIT_KERNELS(2)
 HC_SPLIT_KERNELS(4)
 HC_SPLIT_KERNELS(8)
 
-// Weightless per-head RMS norm in place, one warp per segment of hd values
-// (8 warps per block). Faithful: acc += bf16(v*v) strictly in index order,
-// then mean, mean+eps, rsqrt and the products each rounded to bf16. Exact:
-// float64 sum (per-lane strided partials + warp reduction), fp32 products.
-// The segment is read in chunks of HN_CHUNK: every lane loads its values at
-// once (kept in registers when hd <= HN_CHUNK), the warp writes the rounded
-// squares to shared memory and lane 0 runs the add chain over them with
-// vector loads, so the chain is only dependent fp32 adds (the old per-value
-// shuffles made it shuffle-latency bound). Bit-identical to the serial sum.
-#define HN_CHUNK 512
+// Weightless per-head RMS norm in place (head_norm_seg), one warp per
+// segment of hd values (8 warps per block).
 extern "C" __global__ void __launch_bounds__(256) head_norm_f32(float* __restrict__ x, long long segs, int hd, float eps, int rnd)
 {
 	PDL_ENTRY();
@@ -398,72 +382,7 @@ extern "C" __global__ void __launch_bounds__(256) head_norm_f32(float* __restric
 	const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
 	const long long seg = blockIdx.x * 8LL + warp;
 	if (seg >= segs) return; // whole warps only: the block never syncs, warps only __syncwarp
-	float* q = x + seg * hd;
-	float* t = ts[warp];
-	const float4* t4 = reinterpret_cast<const float4*>(t);
-	float v[HN_CHUNK / 32];
-	float facc = 0.0f;
-	double dacc = 0.0;
-	for (int c = 0; c < hd; c += HN_CHUNK) {
-#pragma unroll
-		for (int k = 0; k < HN_CHUNK / 32; k++) {
-			const int i = c + lane + 32 * k;
-			v[k] = i < hd ? q[i] : 0.0f;
-		}
-		if (rnd) {
-#pragma unroll
-			for (int k = 0; k < HN_CHUNK / 32; k++)
-				if (c + lane + 32 * k < hd) t[lane + 32 * k] = rbf16(__fmul_rn(v[k], v[k]));
-			__syncwarp();
-			if (lane == 0) {
-				const int n = min(HN_CHUNK, hd - c);
-				int i = 0;
-				for (; i + 32 <= n; i += 32) { // 8 loads issued before the 32 adds
-					float4 s[8];
-#pragma unroll
-					for (int k = 0; k < 8; k++) s[k] = t4[(i >> 2) + k];
-#pragma unroll
-					for (int k = 0; k < 8; k++) {
-						facc = __fadd_rn(facc, s[k].x);
-						facc = __fadd_rn(facc, s[k].y);
-						facc = __fadd_rn(facc, s[k].z);
-						facc = __fadd_rn(facc, s[k].w);
-					}
-				}
-				for (; i < n; i++) facc = __fadd_rn(facc, t[i]);
-			}
-			__syncwarp(); // t is rewritten by the next chunk
-		} else {
-#pragma unroll
-			for (int k = 0; k < HN_CHUNK / 32; k++)
-				if (c + lane + 32 * k < hd) dacc += (double)v[k] * (double)v[k];
-		}
-	}
-	float rs;
-	if (rnd) {
-		const float acc = __shfl_sync(0xffffffffu, facc, 0);
-		const float mean = rbf16(__fdiv_rn(acc, (float)hd));
-		const float ms = rbf16(__fadd_rn(mean, eps));
-		rs = rbf16((float)(1.0 / sqrt((double)ms)));
-	} else {
-		const double acc = warp_sum_d(dacc);
-		rs = (float)(1.0 / sqrt(acc / (double)hd + (double)eps));
-	}
-	if (hd <= HN_CHUNK) {
-#pragma unroll
-		for (int k = 0; k < HN_CHUNK / 32; k++) {
-			const int i = lane + 32 * k;
-			if (i < hd) {
-				const float o = __fmul_rn(v[k], rs);
-				q[i] = rnd ? rbf16(o) : o;
-			}
-		}
-	} else {
-		for (int i = lane; i < hd; i += 32) {
-			const float o = __fmul_rn(q[i], rs);
-			q[i] = rnd ? rbf16(o) : o;
-		}
-	}
+	head_norm_seg(x + seg * hd, hd, eps, rnd, ts[warp], lane);
 }
 
 // num.F32ToE2M1: clamp-free e2m1 code, nearest with ties to the even code.

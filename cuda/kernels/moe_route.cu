@@ -13,15 +13,22 @@ DEV bool ranks_before(float a, int ia, float b, int ib) {
 	return ia < ib;
 }
 
-// One warp per row. logits [rows, E] are replaced by s = sqrt(softplus(z))
-// (double inside, rounded to fp32 like the CPU). bias != 0: top-k of s + bias
-// in that order, K rounds of a warp arg-best over the experts not yet taken.
-// bias == 0: ids come from table[tok[r]] (validated by the host). Expert
-// lane + 32 i lives in register i of its lane (PER >= ceil(E / 32)); lane k
-// keeps the k-th choice and its s, so the weights need no reread of s.
-// K <= 32 (the launcher checks).
+// s = sqrt(softplus(z)) of one gate logit (double inside, rounded to fp32
+// like the CPU).
+DEV float router_score(float z) {
+	const float sp = z > 20.0f ? z : (float)log1p(exp((double)z));
+	return (float)sqrt((double)sp);
+}
+
+// Top-k of one row on one warp, from its scores sh [E] (shared memory,
+// router_score of every logit). bias != 0: top-k of s + bias in that order,
+// K rounds of a warp arg-best over the experts not yet taken. bias == 0: ids
+// come from table[tok[r]] (validated by the host). Expert lane + 32 i lives
+// in register i of its lane (PER >= ceil(E / 32)); lane k keeps the k-th
+// choice and its s, so the weights need no reread of s. K <= 32 (the
+// launcher checks).
 template <int PER>
-DEV void router_row(float* __restrict__ s, int E, int K, const float* __restrict__ bias,
+DEV void router_row(const float* __restrict__ sh, int E, int K, const float* __restrict__ bias,
 	const int* __restrict__ table, const int* __restrict__ tok, float scale, float* __restrict__ w,
 	int* __restrict__ idx, int r, int lane)
 {
@@ -29,13 +36,7 @@ DEV void router_row(float* __restrict__ s, int E, int K, const float* __restrict
 #pragma unroll
 	for (int i = 0; i < PER; i++) {
 		const int e = lane + 32 * i;
-		sv[i] = 0.f;
-		if (e < E) {
-			const float z = s[e];
-			const float sp = z > 20.0f ? z : (float)log1p(exp((double)z));
-			sv[i] = (float)sqrt((double)sp);
-			s[e] = sv[i];
-		}
+		sv[i] = e < E ? sh[e] : 0.f;
 	}
 	float mys = 0.f; // lane k < K: s of the k-th choice
 	int myid = -1;
@@ -69,12 +70,9 @@ DEV void router_row(float* __restrict__ s, int E, int K, const float* __restrict
 			if (bi >= 0 && (bi & 31) == lane) taken |= 1u << (bi >> 5);
 			if (lane == k) { myid = bi; mys = ws; }
 		}
-	} else {
-		__syncwarp(); // s written by every lane
-		if (lane < K) {
-			myid = table[(size_t)tok[r] * K + lane];
-			mys = s[myid];
-		}
+	} else if (lane < K) {
+		myid = table[(size_t)tok[r] * K + lane];
+		mys = sh[myid];
 	}
 	// The CPU's sequential sum over the K choices, on every lane.
 	float sum = 0.0f;
@@ -88,16 +86,24 @@ DEV void router_row(float* __restrict__ s, int E, int K, const float* __restrict
 
 // Entry points by experts per lane: router_topk8 (E <= 256), router_topk12
 // (E <= 384), router_topk32 (E <= 1024; the wide one needs a stack, so the
-// real configs keep their own).
+// real configs keep their own). One block of ROUTER_THREADS per row: every
+// thread scores E / ROUTER_THREADS logits (the double softplus is a long
+// dependent chain: on one warp, 8 per lane in a row took 11 us for a decode
+// row on the H200), then warp 0 takes the top k.
+#define ROUTER_THREADS 256
 #define ROUTER_TOPK(PER)                                                                                        \
-	extern "C" __global__ void router_topk##PER(float* __restrict__ logits, int rows, int E, int K,            \
-		const float* __restrict__ bias, const int* __restrict__ table, const int* __restrict__ tok, float scale, \
-		float* __restrict__ weights, int* __restrict__ ids)                                                    \
+	extern "C" __global__ void __launch_bounds__(ROUTER_THREADS) router_topk##PER(float* __restrict__ logits,  \
+		int rows, int E, int K, const float* __restrict__ bias, const int* __restrict__ table,                 \
+		const int* __restrict__ tok, float scale, float* __restrict__ weights, int* __restrict__ ids)          \
 	{ PDL_ENTRY();                                                                                             \
-		const int r = (blockIdx.x * blockDim.x + threadIdx.x) >> 5, lane = threadIdx.x & 31;                   \
-		if (r >= rows) return;                                                                                 \
-		router_row<PER>(logits + (size_t)r * E, E, K, bias, table, tok, scale, weights + (size_t)r * K,        \
-			ids + (size_t)r * K, r, lane);                                                                     \
+		__shared__ float sh[32 * PER];                                                                         \
+		const int r = blockIdx.x;                                                                              \
+		float* s = logits + (size_t)r * E;                                                                     \
+		for (int e = threadIdx.x; e < E; e += ROUTER_THREADS) sh[e] = s[e] = router_score(s[e]);              \
+		__syncthreads();                                                                                       \
+		if (threadIdx.x < 32)                                                                                  \
+			router_row<PER>(sh, E, K, bias, table, tok, scale, weights + (size_t)r * K, ids + (size_t)r * K,   \
+				r, threadIdx.x);                                                                               \
 	}
 ROUTER_TOPK(8)
 ROUTER_TOPK(12)

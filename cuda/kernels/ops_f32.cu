@@ -1,101 +1,16 @@
 // Element-wise and per-row ops of the GPU backend on fp32 activations
 // (backend/gpu). `rnd` = 1 rounds results to bf16 like the faithful CPU
 // reference (backend/cpu); 0 keeps fp32 (exact mode).
-#include "common.cuh"
+#include "rowops.cuh"
 
-DEV float rbf(float x, int rnd) { return rnd ? bf16_to_f32(f32_to_bf16(x)) : x; }
-
-DEV float block_sum(float v, float* red) {
-	v = warp_sum(v);
-	const int lane = threadIdx.x & 31, w = threadIdx.x >> 5, nw = blockDim.x >> 5;
-	__syncthreads();
-	if (lane == 0) red[w] = v;
-	__syncthreads();
-	float t = lane < nw ? red[lane] : 0.0f;
-	return warp_sum(t);
-}
-
-// One block per segment of d values: y = w * (x * rsqrt(mean(x^2) + eps)).
-// Latency-bound at decode (one block per row), so every thread issues all of
-// its loads before using any: float4 loads when d % 4 == 0 and the pointers
-// are 16-byte aligned (x and w of the first RMS_CACHE*1024 values stay in
-// registers for the second pass), else a 4-way unrolled scalar loop. The sum
-// of squares is per thread in a fixed order, then block_sum: deterministic.
-#define RMS_CACHE 4
+// One block per segment of d values: y = w * (x * rsqrt(mean(x^2) + eps))
+// (rowops.cuh).
 extern "C" __global__ void __launch_bounds__(256) rmsnorm_f32(
 	float* __restrict__ y, const float* __restrict__ x, const float* __restrict__ w, int d, float eps, int rnd)
 {
 	PDL_ENTRY();
 	__shared__ float red[32];
-	const float* xs = x + (size_t)blockIdx.x * d;
-	float* ys = y + (size_t)blockIdx.x * d;
-	const int nt = blockDim.x;
-	float ss = 0.0f;
-	if ((d & 3) == 0 && (((size_t)x | (size_t)y | (size_t)w) & 15) == 0) {
-		const int n4 = d >> 2;
-		const float4* x4 = reinterpret_cast<const float4*>(xs);
-		const float4* w4 = reinterpret_cast<const float4*>(w);
-		float4* y4 = reinterpret_cast<float4*>(ys);
-		float4 xv[RMS_CACHE], wv[RMS_CACHE];
-#pragma unroll
-		for (int k = 0; k < RMS_CACHE; k++) {
-			const int i = threadIdx.x + k * nt;
-			if (i < n4) { xv[k] = x4[i]; wv[k] = w4[i]; }
-		}
-#pragma unroll
-		for (int k = 0; k < RMS_CACHE; k++) {
-			if (threadIdx.x + k * nt < n4) {
-				ss += xv[k].x * xv[k].x; ss += xv[k].y * xv[k].y;
-				ss += xv[k].z * xv[k].z; ss += xv[k].w * xv[k].w;
-			}
-		}
-		for (int i = threadIdx.x + RMS_CACHE * nt; i < n4; i += nt) {
-			const float4 v = x4[i];
-			ss += v.x * v.x; ss += v.y * v.y; ss += v.z * v.z; ss += v.w * v.w;
-		}
-		ss = block_sum(ss, red);
-		const float r = (float)(1.0 / sqrt((double)(ss / (float)d + eps)));
-#pragma unroll
-		for (int k = 0; k < RMS_CACHE; k++) {
-			const int i = threadIdx.x + k * nt;
-			if (i < n4) {
-				float4 o;
-				o.x = rbf(wv[k].x * (xv[k].x * r), rnd); o.y = rbf(wv[k].y * (xv[k].y * r), rnd);
-				o.z = rbf(wv[k].z * (xv[k].z * r), rnd); o.w = rbf(wv[k].w * (xv[k].w * r), rnd);
-				y4[i] = o;
-			}
-		}
-		for (int i = threadIdx.x + RMS_CACHE * nt; i < n4; i += nt) {
-			const float4 v = x4[i], wq = w4[i];
-			float4 o;
-			o.x = rbf(wq.x * (v.x * r), rnd); o.y = rbf(wq.y * (v.y * r), rnd);
-			o.z = rbf(wq.z * (v.z * r), rnd); o.w = rbf(wq.w * (v.w * r), rnd);
-			y4[i] = o;
-		}
-		return;
-	}
-	for (int i0 = threadIdx.x; i0 < d; i0 += 4 * nt) {
-		float v[4];
-#pragma unroll
-		for (int k = 0; k < 4; k++) v[k] = i0 + k * nt < d ? xs[i0 + k * nt] : 0.0f;
-#pragma unroll
-		for (int k = 0; k < 4; k++) ss += v[k] * v[k];
-	}
-	ss = block_sum(ss, red);
-	const float r = (float)(1.0 / sqrt((double)(ss / (float)d + eps)));
-	for (int i0 = threadIdx.x; i0 < d; i0 += 4 * nt) {
-		float v[4], wq[4];
-#pragma unroll
-		for (int k = 0; k < 4; k++) {
-			const int i = i0 + k * nt;
-			if (i < d) { v[k] = xs[i]; wq[k] = w[i]; }
-		}
-#pragma unroll
-		for (int k = 0; k < 4; k++) {
-			const int i = i0 + k * nt;
-			if (i < d) ys[i] = rbf(wq[k] * (v[k] * r), rnd);
-		}
-	}
+	rmsnorm_seg(y, x, w, blockIdx.x, d, eps, rnd, red);
 }
 
 // Embedding gather: out[r, s*d + i] = table[ids[r], i] for every stream s.
@@ -175,38 +90,11 @@ extern "C" __global__ void quant_fp8_f32(
 	if (gw >= (long long)rows * nb) return;
 	const int r = (int)(gw / nb), b = (int)(gw % nb);
 	const int bl = min(blk, width - b * blk); // the last block may be partial
-	const float* xs = x + (size_t)r * cols + (size_t)b * blk;
-	float amax = 0.0f;
-	for (int i = lane; i < bl; i += 32) {
-		float a = fabsf(xs[i]);
-		if (a > amax || a != a) amax = a;
-	}
-	amax = warp_amax(amax);
-	// A NaN or Inf in the block makes every value NaN, as on the CPU (there the
-	// scale becomes 2^128 = Inf and q*s = 0*Inf or Inf/Inf).
-	if (!(amax <= 3.0e38f)) {
-		for (int i = lane; i < bl; i += 32) {
-			if (q) q[(size_t)r * width + (size_t)b * blk + i] = 0x7f;
-			if (sim) sim[(size_t)r * cols + (size_t)b * blk + i] = __uint_as_float(0x7fc00000u);
-		}
-		if (lane == 0 && scales) scales[(size_t)r * nb + b] = 255;
-		return;
-	}
-	const int e = fp8_scale_exp(amax);
-	const float s = __uint_as_float((u32)(e + 127) << 23);
-	for (int i = lane; i < bl; i += 32) {
-		float v = fminf(fmaxf(xs[i] / s, -448.0f), 448.0f);
-		u32 c = f32_to_e4m3(v);
-		if (q) q[(size_t)r * width + (size_t)b * blk + i] = (u8)c;
-		if (sim) sim[(size_t)r * cols + (size_t)b * blk + i] = e4m3_to_f32(c) * s;
-	}
-	if (lane == 0 && scales) scales[(size_t)r * nb + b] = (u8)(e + 127);
+	fp8_block(q, scales, sim, x, r, b, bl, cols, width, blk, nb, lane);
 }
 
-// Interleaved RoPE on the last rd dims of every head (spec §5.2): one thread
-// per (row, head, pair). Faithful: fp32 angle fp32(pos)*f32[p], cos/sin in
-// double rounded to fp32, products and sums in fp32, bf16 out (as backend/cpu).
-// Exact: double throughout.
+// Interleaved RoPE on the last rd dims of every head (rope_pair): one thread
+// per (row, head, pair).
 extern "C" __global__ void rope_f32(
 	float* __restrict__ x, const int* __restrict__ pos, const float* __restrict__ f32, const double* __restrict__ f64,
 	int rows, int heads, int headDim, int rd, int inverse, int faithful)
@@ -219,23 +107,52 @@ extern "C" __global__ void rope_f32(
 	const int h = (int)((i / pairs) % heads);
 	const int r = (int)(i / ((long long)pairs * heads));
 	float* v = x + (size_t)r * heads * headDim + (size_t)h * headDim + headDim - rd + 2 * p;
-	const int t = pos[r];
-	if (faithful) {
-		float a = (float)t * f32[p];
-		float c = (float)cos((double)a), s = (float)sin((double)a);
-		if (inverse) s = -s;
-		float x0 = v[0], x1 = v[1];
-		float p00 = x0 * c, p11 = x1 * s, p01 = x0 * s, p10 = x1 * c;
-		v[0] = bf16_to_f32(f32_to_bf16(p00 - p11));
-		v[1] = bf16_to_f32(f32_to_bf16(p01 + p10));
-	} else {
-		double a = (double)t * f64[p];
-		double c = cos(a), s = sin(a);
-		if (inverse) s = -s;
-		double x0 = v[0], x1 = v[1];
-		v[0] = (float)(x0 * c - x1 * s);
-		v[1] = (float)(x0 * s + x1 * c);
-	}
+	rope_pair(v, pos[r], f32, f64, p, inverse, faithful);
+}
+
+// The attention's kv epilogue in one launch, bit for bit rmsnorm_f32 (one
+// segment of d a row), rope_f32 (one head of d) and, if rnd, quant_fp8_f32's
+// simulation of the first nope values in place: one block a row. After the
+// norm's writes are visible to the block, the quantisation's warps and the
+// RoPE's threads (from the last warp down) work at once on disjoint values
+// (nope + rd <= d, nope % blk == 0).
+extern "C" __global__ void __launch_bounds__(256) rmsnorm_rope_kvq_f32(
+	float* __restrict__ y, const float* __restrict__ x, const float* __restrict__ w, const int* __restrict__ pos,
+	const float* __restrict__ f32, const double* __restrict__ f64, int d, int rd, int nope, int blk, float eps,
+	int inverse, int rnd)
+{
+	PDL_ENTRY();
+	__shared__ float red[32];
+	const int r = blockIdx.x;
+	rmsnorm_seg(y, x, w, r, d, eps, rnd, red);
+	__syncthreads();
+	float* ys = y + (size_t)r * d;
+	for (int p = blockDim.x - 1 - threadIdx.x; p < rd / 2; p += blockDim.x)
+		rope_pair(ys + d - rd + 2 * p, pos[r], f32, f64, p, inverse, rnd);
+	if (!rnd) return;
+	const int nb = nope / blk;
+	for (int b = threadIdx.x >> 5; b < nb; b += blockDim.x >> 5)
+		fp8_block(nullptr, nullptr, y, y, r, b, blk, d, nope, blk, nb, threadIdx.x & 31);
+}
+
+// The attention's q epilogue in one launch, bit for bit head_norm_f32 and
+// rope_f32 on heads of hd values: one warp a head, which rotates its rope
+// pairs once the norm's writes are visible to the warp.
+extern "C" __global__ void __launch_bounds__(256) head_norm_rope_f32(
+	float* __restrict__ x, const int* __restrict__ pos, const float* __restrict__ f32, const double* __restrict__ f64,
+	long long segs, int heads, int hd, int rd, float eps, int inverse, int rnd)
+{
+	PDL_ENTRY();
+	__shared__ __align__(16) float ts[8][HN_CHUNK];
+	const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+	const long long seg = blockIdx.x * 8LL + warp;
+	if (seg >= segs) return; // whole warps only: the block never syncs
+	float* q = x + seg * hd;
+	head_norm_seg(q, hd, eps, rnd, ts[warp], lane);
+	__syncwarp();
+	const int t = pos[seg / heads];
+	for (int p = lane; p < rd / 2; p += 32)
+		rope_pair(q + hd - rd + 2 * p, t, f32, f64, p, inverse, rnd);
 }
 
 // hc post (spec §4.2): out[k*d+i] = rnd(post[k]*o[i] + sum_j comb[j][k]*x[j*d+i]).

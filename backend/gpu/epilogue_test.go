@@ -1,0 +1,188 @@
+package gpu
+
+import (
+	"fmt"
+	"math"
+	"testing"
+
+	"github.com/megamoe/megamoe/backend"
+	"github.com/megamoe/megamoe/backend/cpu"
+	"github.com/megamoe/megamoe/num"
+	"github.com/megamoe/megamoe/rope"
+)
+
+// epilogueDims are the head shapes of the fused attention epilogues: the
+// Flash and small models' (YaRN and plain frequencies), a width the
+// float4 RMSNorm path does not take, and one above head_norm's 512-value chunk.
+type epilogueDim struct {
+	name          string
+	heads, hd, rd int
+	theta         float64
+	yarn          *rope.YaRN
+}
+
+func epilogueDims() []epilogueDim {
+	f, s := FlashDims(), presetDims("small")
+	return []epilogueDim{
+		{"flash", f.Heads, f.HeadDim, f.RopeDim, f.CompressTheta, f.YaRN},
+		{"small", s.Heads, s.HeadDim, s.RopeDim, s.RopeTheta, nil},
+		{"odd", 3, 130, 66, 10000, nil},
+		{"wide", 2, 576, 64, 160000, f.YaRN},
+	}
+}
+
+// epilogueBatch is a row layout and the rope directions it is run with.
+type epilogueBatch struct {
+	name    string
+	bt      *backend.Batch
+	inverse []bool
+}
+
+// epilogueBatches are decode rows at scattered positions, and a prefill
+// chunk with two decode rows.
+func epilogueBatches() []epilogueBatch {
+	var far []int
+	for i := range 17 {
+		far = append(far, (i*389_171+4_099)%(1<<20))
+	}
+	ones := func(n int) []int {
+		r := make([]int, n)
+		for i := range r {
+			r[i] = 1
+		}
+		return r
+	}
+	fwd := []bool{false}
+	return []epilogueBatch{
+		{"decode 1", stepBatch([]int{70001}, ones(1)), fwd},
+		{"decode 3", stepBatch([]int{5, 131071, 999}, ones(3)), []bool{false, true}},
+		{"decode 17", stepBatch(far, ones(17)), fwd},
+		{"prefill 19+2", stepBatch([]int{300, 12, 65536}, []int{19, 1, 1}), fwd},
+	}
+}
+
+// sameBits requires got and want to hold the same finite fp32 bits.
+func sameBits(t *testing.T, g device, name string, got, want backend.Tensor) {
+	t.Helper()
+	n := got.Rows() * got.Cols()
+	a, b := make([]float32, n), make([]float32, n)
+	must(t, g.Download(got, a))
+	must(t, g.Download(want, b))
+	for i := range a {
+		if math.Float32bits(a[i]) != math.Float32bits(b[i]) || math.IsNaN(float64(a[i])) || math.IsInf(float64(a[i]), 0) {
+			t.Fatalf("%s: element %d (row %d col %d) is %g, the separate ops give %g", name, i, i/got.Cols(), i%got.Cols(), a[i], b[i])
+		}
+	}
+}
+
+// TestHeadNormRope: the fused q epilogue gives the bits of HeadNorm then
+// Rope on the GPU, and the CPU's result within the separate ops' tolerances.
+func TestHeadNormRope(t *testing.T) {
+	for _, mode := range []backend.Numerics{backend.Faithful, backend.Exact} {
+		t.Run(mode.String(), func(t *testing.T) {
+			p := newPair(t, mode)
+			fused, ok := p.g.(backend.QEpilogue)
+			if !ok {
+				t.Fatal("the GPU backend does not implement QEpilogue")
+			}
+			for _, d := range epilogueDims() {
+				fr, err := rope.New(d.rd, d.theta, d.yarn)
+				must(t, err)
+				for _, bc := range epilogueBatches() {
+					n := bc.bt.Rows()
+					heads := d.heads
+					if n > 3 {
+						heads = min(heads, 3) // the head count only indexes; keep emulation short
+					}
+					for _, inv := range bc.inverse {
+						tag := fmt.Sprintf("%s %s %dx%dx%d inverse=%v", d.name, bc.name, n, heads, d.hd, inv)
+						v := make([]float32, n*heads*d.hd)
+						for i := range v { // per-head magnitudes 1e-3…1e2: the bf16 steps round differently
+							s := math.Pow(10, float64((i/d.hd)%6)-3)
+							v[i] = num.RoundBF16(float32(p.rng.NormFloat64() * s))
+						}
+						a := backend.RopeArgs{Freqs: fr, HeadDim: d.hd, Inverse: inv}
+						x, sep := p.from(n, heads*d.hd, v), p.from(n, heads*d.hd, v)
+						must(t, fused.HeadNormRope(x.g, 1e-6, a, bc.bt))
+						must(t, p.g.HeadNorm(sep.g, d.hd, 1e-6))
+						must(t, p.g.Rope(sep.g, a, bc.bt))
+						sameBits(t, p.g, "head norm rope "+tag, x.g, sep.g)
+						must(t, backend.HeadNormRope(p.c, x.c, 1e-6, a, bc.bt))
+						p.check("head norm rope "+tag, x, 2e-3)
+					}
+				}
+			}
+			bt := stepBatch([]int{0}, []int{1})
+			fr, err := rope.New(64, 10000, nil)
+			must(t, err)
+			if err := fused.HeadNormRope(p.rand(1, 96, 1).g, 1e-6, backend.RopeArgs{Freqs: fr, HeadDim: 48}, bt); err == nil {
+				t.Error("head norm rope accepted rope dims 64 > head dim 48")
+			}
+		})
+	}
+}
+
+// TestNormRopeKVQuant: the fused kv epilogue gives the bits of RMSNorm,
+// Rope and KVQuant on the GPU (outputs poisoned first), and the CPU's
+// result within the separate ops' tolerances (a bf16 step of the norm can
+// move an FP8 value a whole e4m3 step: 2e-2 in faithful mode).
+func TestNormRopeKVQuant(t *testing.T) {
+	for _, mode := range []backend.Numerics{backend.Faithful, backend.Exact} {
+		t.Run(mode.String(), func(t *testing.T) {
+			p := newPair(t, mode)
+			fused, ok := p.g.(backend.KVEpilogue)
+			if !ok {
+				t.Fatal("the GPU backend does not implement KVEpilogue")
+			}
+			lim := 2e-3
+			if mode == backend.Faithful {
+				lim = 2e-2
+			}
+			for _, d := range epilogueDims() {
+				fr, err := rope.New(d.rd, d.theta, d.yarn)
+				must(t, err)
+				nope := (d.hd - d.rd) / 64 * 64
+				wv := make([]float32, d.hd)
+				for i := range wv {
+					wv[i] = num.RoundBF16(float32(1 + 0.1*p.rng.NormFloat64()))
+				}
+				w, err := p.g.NewVec(wv)
+				must(t, err)
+				cw := cpu.NewVec(wv)
+				for _, bc := range epilogueBatches() {
+					n := bc.bt.Rows()
+					for _, inv := range bc.inverse {
+						tag := fmt.Sprintf("%s %s %dx%d nope %d inverse=%v", d.name, bc.name, n, d.hd, nope, inv)
+						v := make([]float32, n*d.hd)
+						for i := range v { // per-row magnitudes 1e-2…1e2
+							s := math.Pow(10, float64((i/d.hd)%5)-2)
+							v[i] = num.RoundBF16(float32(p.rng.NormFloat64() * s))
+						}
+						x := p.from(n, d.hd, v)
+						a := backend.RopeArgs{Freqs: fr, HeadDim: d.hd, Inverse: inv}
+						o, sep := p.out(n, d.hd), p.out(n, d.hd)
+						must(t, fused.NormRopeKVQuant(x.g, w, 1e-6, a, nope, 64, bc.bt, o.g))
+						must(t, p.g.RMSNorm(x.g, w, 1e-6, sep.g))
+						must(t, p.g.Rope(sep.g, a, bc.bt))
+						must(t, p.g.KVQuant(sep.g, nope, 64))
+						sameBits(t, p.g, "norm rope kv quant "+tag, o.g, sep.g)
+						must(t, backend.NormRopeKVQuant(p.c, x.c, cw, 1e-6, a, nope, 64, bc.bt, o.c))
+						p.check("norm rope kv quant "+tag, o, lim)
+					}
+				}
+			}
+			// The fused kernel needs the FP8 blocks clear of the rope dims.
+			fr, err := rope.New(64, 10000, nil)
+			must(t, err)
+			w, err := p.g.NewVec(make([]float32, 128))
+			must(t, err)
+			bt := stepBatch([]int{0}, []int{1})
+			x, o := p.rand(1, 128, 1), p.out(1, 128)
+			for _, nope := range []int{128, 32} {
+				if err := fused.NormRopeKVQuant(x.g, w, 1e-6, backend.RopeArgs{Freqs: fr, HeadDim: 128}, nope, 64, bt, o.g); err == nil {
+					t.Errorf("norm rope kv quant accepted nope %d of 128 with 64 rope dims, blocks of 64", nope)
+				}
+			}
+		})
+	}
+}
