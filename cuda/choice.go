@@ -31,6 +31,9 @@ type KernelChoice struct {
 		Bounds3, DefaultCarveout bool
 		MinSmem                  int
 	}
+	// GemvRows forces the decode GEMV's output rows per CTA (1, 2, 4 or 8;
+	// 0: gemvLogRowsPerCTA), to time the grid against the CTAs' length.
+	GemvRows int
 }
 
 // SetKernelChoice forces the GEMM paths for later launches on this context
@@ -39,6 +42,11 @@ type KernelChoice struct {
 func (c *Context) SetKernelChoice(k KernelChoice) error {
 	if k.TDec.KBS < 0 || k.TDec.KBS > tdecMaxKBS || k.TDec.Stages < 0 || k.TDec.Stages > tdecMaxStages || k.TDec.MinSmem < 0 || k.TDec.MinSmem > tdecMaxSmem {
 		return fmt.Errorf("cuda: tdec geometry %d blocks x %d stages (at most %d x %d)", k.TDec.KBS, k.TDec.Stages, tdecMaxKBS, tdecMaxStages)
+	}
+	switch k.GemvRows {
+	case 0, 1, 2, 4, 8:
+	default:
+		return fmt.Errorf("cuda: gemv rows per CTA %d (want 1, 2, 4 or 8)", k.GemvRows)
 	}
 	for _, p := range []Path{k.Linear, k.MoE} {
 		switch p {
