@@ -36,6 +36,9 @@ type KernelChoice struct {
 	// activation tiles and fewer weight panels in L2 (1: n fastest over the
 	// grid; 0: wgGroup).
 	WGGroup int
+	// GemvRows forces the decode GEMV's output rows per CTA (1, 2, 4 or 8;
+	// 0: gemvLogRowsPerCTA), to time the grid against the CTAs' length.
+	GemvRows int
 }
 
 // SetKernelChoice forces the GEMM paths for later launches on this context
@@ -47,6 +50,11 @@ func (c *Context) SetKernelChoice(k KernelChoice) error {
 	}
 	if k.WGGroup < 0 || k.WGGroup > wgMaxGroup {
 		return fmt.Errorf("cuda: wg tile group %d (want 0..%d)", k.WGGroup, wgMaxGroup)
+	}
+	switch k.GemvRows {
+	case 0, 1, 2, 4, 8:
+	default:
+		return fmt.Errorf("cuda: gemv rows per CTA %d (want 1, 2, 4 or 8)", k.GemvRows)
 	}
 	for _, p := range []Path{k.Linear, k.MoE} {
 		switch p {

@@ -347,6 +347,9 @@ func TestKernelsVsCPU(t *testing.T) {
 		}
 		choices = append(choices, choice{name, cuda.KernelChoice{Linear: p, MoE: p}})
 	}
+	for _, r := range []int{1, 8} { // the decode GEMV's grid, forced both ways
+		choices = append(choices, choice{fmt.Sprintf("gemv_rows%d", r), cuda.KernelChoice{GemvRows: r}})
+	}
 	if ctx.HasTMA() { // linear_fp8_tdec3, which the planner keeps for large grids, in several geometries
 		for _, g := range [][2]int{{1, 4}, {2, 3}, {3, 2}, {4, 2}, {4, 1}} {
 			kc := cuda.KernelChoice{Linear: cuda.PathDecWG}
@@ -366,6 +369,9 @@ func TestKernelsVsCPU(t *testing.T) {
 		}
 		for _, c := range kcheck.SmallCases() {
 			if ch.kc.Linear != cuda.PathAuto && c.Component != "linear_fp8" && (c.Component != "moe_fp4" || ch.kc.TDec.KBS > 0) {
+				continue
+			}
+			if ch.kc.GemvRows > 0 && c.Component != "gemv_fp8" {
 				continue
 			}
 			t.Run(ch.name+"/"+c.Component+"/"+strings.ReplaceAll(c.Shape, " ", "_"), func(t *testing.T) {

@@ -27,11 +27,18 @@ var denseShapes = map[string][]struct {
 	"pro":   {{"wq_a", 1536, 7168}, {"wq_b", 65536, 1536}, {"wkv", 512, 7168}, {"wo_b", 7168, 16384}, {"shared_w13", 6144, 7168}, {"shared_w2", 7168, 3072}},
 }
 
+// gemvShapes are the grouped FP8 GEMVs of each model (wo_a: o_groups x
+// o_lora_rank rows, each group reading heads*head_dim/o_groups values).
+var gemvShapes = map[string]struct{ n, k, r int }{
+	"flash": {8 * 1024, 64 * 512 / 8, 1024},
+	"pro":   {16 * 1024, 128 * 512 / 16, 1024},
+}
+
 // kernelRecord is one JSON line of `bench kernels --json`.
 type kernelRecord struct {
 	Kind   string  `json:"kind"` // "ours" or "copy"
 	Model  string  `json:"model,omitempty"`
-	Op     string  `json:"op,omitempty"`    // linear_fp8 | moe_fp4
+	Op     string  `json:"op,omitempty"`    // linear_fp8 | moe_fp4 | gemv_fp8
 	Path   string  `json:"path,omitempty"`  // kernel path: dec, tiled, wg; the auto choice has Auto set
 	Auto   bool    `json:"auto,omitempty"`  // the path the launcher picks by itself
 	Shape  string  `json:"shape"`           // shape name (wq_a, expert_w13 mxfp4, ...)
@@ -62,6 +69,7 @@ func runKernels(args []string, stdout, stderr io.Writer) error {
 	tdecCarve := fs.Bool("tdec-default-carveout", false, "with --tdec: leave the shared-memory carveout to the driver")
 	tdecSmem := fs.Int("tdec-min-smem", 0, "with --tdec: give linear_fp8_tdec3 at least this much dynamic shared memory (fewer CTAs an SM)")
 	wgGroup := fs.Int("wg-group", 0, "run linear_fp8_wg's tiles in groups of this many tile rows, m fastest inside a group (1: n fastest; 0: the default)")
+	gemvRows := fs.Int("gemv-rows", 0, "the decode GEMV's output rows per CTA: 1, 2, 4 or 8 (0: its planner)")
 	jsonPath := fs.String("json", "", "also write one JSON record per line to this file")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -142,6 +150,13 @@ func runKernels(args []string, stdout, stderr io.Writer) error {
 				jobs = append(jobs, job{"linear_fp8", d.name, t, d.n, d.k, ctx.LinearPaths(t, d.n, d.k), kcheck.LinearCase(t, d.n, d.k, 8)})
 			}
 		}
+		if g, ok := gemvShapes[m.Name]; ok {
+			for _, t := range toks {
+				if t <= 8 { // the decode GEMV's rows
+					jobs = append(jobs, job{"gemv_fp8", "wo_a", t, g.n, g.k, []cuda.Path{cuda.PathDec}, kcheck.GemvFP8Case(t, g.n, g.k, g.r)})
+				}
+			}
+		}
 		for _, f := range []cuda.FP4Format{cuda.MXFP4, cuda.NVFP4} {
 			for _, t := range toks {
 				rows := t * m.K
@@ -172,6 +187,7 @@ func runKernels(args []string, stdout, stderr io.Writer) error {
 				kc.TDec.KBS, kc.TDec.Stages = geom[0], geom[1]
 				kc.TDec.Bounds3, kc.TDec.DefaultCarveout, kc.TDec.MinSmem = *tdecB3, *tdecCarve, *tdecSmem
 				kc.WGGroup = *wgGroup
+				kc.GemvRows = *gemvRows
 				if err := ctx.SetKernelChoice(kc); err != nil {
 					return err
 				}

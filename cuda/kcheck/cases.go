@@ -475,6 +475,7 @@ func SmallCases() []Case {
 		// sm_90a wgmma kernel: row and column tails with split K, split K over 8, the stage ring wrapping.
 		LinearCase(300, 1032, 2048, 0), LinearCase(512, 512, 4096, 64), LinearCase(1100, 1280, 1024, 64),
 		SwiGLUCase(1, 256, true), SwiGLUCase(9, 2048, true), SwiGLUCase(4, 3072, false),
+		GemvFP8Case(1, 512, 1024, 256), GemvFP8Case(3, 384, 512, 128), // grouped, as wo_a
 	}
 	for _, f := range []cuda.FP4Format{cuda.MXFP4, cuda.NVFP4} {
 		cs = append(cs,
