@@ -6,6 +6,8 @@ import (
 	"testing"
 
 	"github.com/megamoe/megamoe/backend"
+	"github.com/megamoe/megamoe/checkpoint"
+	"github.com/megamoe/megamoe/model"
 	"github.com/megamoe/megamoe/num"
 )
 
@@ -179,4 +181,47 @@ func sameBits(t *testing.T, p *pair, name string, a, b backend.Tensor, must bool
 		}
 	}
 	return true
+}
+
+// sepHcPreNorm is the GPU backend with HcPreNorm as the two separate ops.
+type sepHcPreNorm struct{ *Backend }
+
+func (s sepHcPreNorm) HcPreNorm(x backend.Tensor, h backend.HC, a backend.HcArgs, norm backend.Vec, eps float32, out, normed, mix backend.Tensor) error {
+	return s.hcPreThenNorm(x, h, a, norm, eps, out, normed, mix)
+}
+
+// TestHcPreNormInModel runs the small model (a prefill, then a decode step)
+// with the fused HcPreNorm and with the separate ops: the same logits bits.
+func TestHcPreNormInModel(t *testing.T) {
+	g := openGPU(t, Options{})
+	w, err := checkpoint.RandomWeights(checkpoint.SmallConfig(), checkpoint.GenOfficial, 7)
+	if err != nil {
+		t.Fatal(err)
+	}
+	opts := model.Options{CacheBytes: 16 << 20}
+	run := func(be backend.Backend) [][]float32 {
+		m, err := model.New(w, be, opts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		s := m.Cache().NewSequence()
+		defer m.FreeSequence(s)
+		var logits [][]float32
+		for _, toks := range [][]int32{{5, 17, 3}, {99}} {
+			out, err := m.Forward(&model.Batch{Items: []model.BatchItem{{Seq: s, Tokens: toks, AllLogits: true}}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			logits = append(logits, out.Rows(0)...)
+		}
+		return logits
+	}
+	fused, sep := run(g), run(sepHcPreNorm{g})
+	for r := range sep {
+		for i := range sep[r] {
+			if math.Float32bits(fused[r][i]) != math.Float32bits(sep[r][i]) {
+				t.Fatalf("row %d logit %d: %g fused, %g separate", r, i, fused[r][i], sep[r][i])
+			}
+		}
+	}
 }
