@@ -423,6 +423,29 @@ func NormRopeKVQuant(be Backend, x Tensor, w Vec, eps float32, a RopeArgs, nope,
 	return be.KVQuant(out, nope, block)
 }
 
+// HcPreNorm is implemented by backends that run HcPre and the RMSNorm of
+// its output in fewer launches (the GPU normalises inside hc pre's final
+// kernel). normed and mix are those of HcPre(x, hc, a, out, mix) then
+// RMSNorm(out, norm, eps, normed); out may be left undefined (scratch).
+type HcPreNorm interface {
+	HcPreNorm(x Tensor, hc HC, a HcArgs, norm Vec, eps float32, out, normed, mix Tensor) error
+}
+
+// HcPreThenNorm runs HcPre(x, hc, a, out, mix) then RMSNorm(out, norm, eps,
+// normed), in one call where be offers HcPreNorm (out is then undefined).
+func HcPreThenNorm(be Backend, x Tensor, hc HC, a HcArgs, norm Vec, eps float32, out, normed, mix Tensor) error {
+	if f, ok := be.(HcPreNorm); ok {
+		return f.HcPreNorm(x, hc, a, norm, eps, out, normed, mix)
+	}
+	if err := be.HcPre(x, hc, a, out, mix); err != nil {
+		return fmt.Errorf("hc pre: %w", err)
+	}
+	if err := be.RMSNorm(out, norm, eps, normed); err != nil {
+		return fmt.Errorf("rmsnorm: %w", err)
+	}
+	return nil
+}
+
 // Draw is one row's sampling for DeviceSampler, with the rules of
 // cuda/cpuref.SampleDraw (the host sampler's choose in fixed-point masses).
 type Draw struct {

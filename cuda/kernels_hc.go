@@ -31,6 +31,29 @@ func HcPreF32(s *Stream, out, mix, x, fn, base DevicePtr, rows, n, d int, scale 
 	return launch(s, "hc_f32", fmt.Sprintf("hc_pre_f32_n%d", n), Dim3{uint32(rows), 1, 1}, Dim3{256, 1, 1}, 0, a)
 }
 
+// HcPreNormF32 is HcPreF32 followed by RMSNormF32(y, out, w, rows, d,
+// normEps, rnd) in the launches of HcPreF32 alone: hc_pre_fin_norm_f32
+// forms the hc output where the norm needs it and writes only the norm into
+// y [rows, d] (bit for bit the two launches); out holds the split's
+// partials and is left undefined. ok false: nothing was launched, as the
+// split does not apply or a pointer is not 16-byte aligned (rmsnorm_f32
+// would take its scalar path); run the two separately.
+func HcPreNormF32(s *Stream, y, out, mix, x, fn, base, w DevicePtr, rows, n, d int, scale [3]float32, iters int, eps, hcNormEps, normEps float32, rnd bool) (ok bool, err error) {
+	if rows <= 0 || !hcStreams(n) || d <= 0 || int64(n)*int64(d) > 1<<31-1 || iters < 0 || (y|out|x|w)&15 != 0 {
+		return false, nil
+	}
+	p, ok := planHcPre(rows, n, (2+n)*n, d, s.ctx.dev.SMs)
+	if !ok {
+		return false, nil
+	}
+	if err := p.launchPart(s, fmt.Sprintf("hc_pre_part_f32_n%d", n), out, x, fn, rows, d); err != nil {
+		return true, err
+	}
+	a := new(Args).Ptr(y).Ptr(out).Ptr(mix).Ptr(x).Ptr(base).Ptr(w).I32(d).F32(scale[0]).F32(scale[1]).F32(scale[2]).
+		I32(iters).F32(eps).F32(hcNormEps).I32(b2i(rnd)).I32(p.splits).F32(normEps)
+	return true, launch(s, "hc_f32", fmt.Sprintf("hc_pre_fin_norm_f32_n%d", n), Dim3{uint32(rows), 1, 1}, Dim3{256 + 32, 1, 1}, 0, a)
+}
+
 // hcPrePlan is the split launch of hc pre: splits column chunks of cols
 // (multiple of 4) of the flattened n·d width, rowsPer rows per CTA.
 type hcPrePlan struct{ splits, cols, rowsPer int }

@@ -284,15 +284,9 @@ func (m *Model) runBlock(b *block, x backend.Tensor, ids []int32, bt *backend.Ba
 	mixW := c.HcMult + c.HcMult*c.HcMult
 	a := be.Empty(n, c.Dim, backend.F32)
 	mix := be.Empty(n, mixW, backend.F32)
-	if err := be.HcPre(x, b.hcAttn, m.hc, a, mix); err != nil {
-		return nil, fmt.Errorf("%shc_pre attn: %w", prefix, err)
-	}
-	if err := check.Check("attn hc_pre", a, x); err != nil {
-		return nil, err
-	}
 	an := be.Empty(n, c.Dim, backend.F32)
-	if err := be.RMSNorm(a, b.attnNorm, m.eps, an); err != nil {
-		return nil, fmt.Errorf("%sattn_norm: %w", prefix, err)
+	if err := m.hcPreNorm(x, b.hcAttn, b.attnNorm, a, an, mix, tr, check, prefix, "attn"); err != nil {
+		return nil, err
 	}
 	o, err := b.attn.Forward(be, m.store, an, bt, check)
 	if err != nil {
@@ -310,11 +304,8 @@ func (m *Model) runBlock(b *block, x backend.Tensor, ids []int32, bt *backend.Ba
 	if err := check.Check("attn hc_post", x, o); err != nil {
 		return nil, err
 	}
-	if err := be.HcPre(x, b.hcFFN, m.hc, a, mix); err != nil {
-		return nil, fmt.Errorf("%shc_pre ffn: %w", prefix, err)
-	}
-	if err := be.RMSNorm(a, b.ffnNorm, m.eps, an); err != nil {
-		return nil, fmt.Errorf("%sffn_norm: %w", prefix, err)
+	if err := m.hcPreNorm(x, b.hcFFN, b.ffnNorm, a, an, mix, tr, nil, prefix, "ffn"); err != nil {
+		return nil, err
 	}
 	if err := check.Check("ffn norm", an, a); err != nil {
 		return nil, err
@@ -333,6 +324,30 @@ func (m *Model) runBlock(b *block, x backend.Tensor, ids []int32, bt *backend.Ba
 		be.Free(t)
 	}
 	return x, nil
+}
+
+// hcPreNorm is HcPre of x into a and mix, then the RMSNorm of a into an,
+// for the block's site ("attn" or "ffn"). The backend may fuse the two and
+// leave a undefined; with the tracer on they run separately, so that check
+// (nil: none) can name a non-finite hc_pre output before the norm.
+func (m *Model) hcPreNorm(x backend.Tensor, hc backend.HC, norm backend.Vec, a, an, mix backend.Tensor, tr *tracer, check backend.CheckFunc, prefix, site string) error {
+	be := m.be
+	if tr == nil {
+		if err := backend.HcPreThenNorm(be, x, hc, m.hc, norm, m.eps, a, an, mix); err != nil {
+			return fmt.Errorf("%shc_pre+%s_norm: %w", prefix, site, err)
+		}
+		return nil
+	}
+	if err := be.HcPre(x, hc, m.hc, a, mix); err != nil {
+		return fmt.Errorf("%shc_pre %s: %w", prefix, site, err)
+	}
+	if err := check.Check(site+" hc_pre", a, x); err != nil {
+		return err
+	}
+	if err := be.RMSNorm(a, norm, m.eps, an); err != nil {
+		return fmt.Errorf("%s%s_norm: %w", prefix, site, err)
+	}
+	return nil
 }
 
 // prepare validates items, reserves cache and builds the row layout.

@@ -61,8 +61,8 @@ func epilogueBatches() []epilogueBatch {
 	}
 }
 
-// sameBits requires got and want to hold the same finite fp32 bits.
-func sameBits(t *testing.T, g device, name string, got, want backend.Tensor) {
+// fusedSameBits requires got and want to hold the same finite fp32 bits.
+func fusedSameBits(t *testing.T, g device, name string, got, want backend.Tensor) {
 	t.Helper()
 	n := got.Rows() * got.Cols()
 	a, b := make([]float32, n), make([]float32, n)
@@ -106,7 +106,7 @@ func TestHeadNormRope(t *testing.T) {
 						must(t, fused.HeadNormRope(x.g, 1e-6, a, bc.bt))
 						must(t, p.g.HeadNorm(sep.g, d.hd, 1e-6))
 						must(t, p.g.Rope(sep.g, a, bc.bt))
-						sameBits(t, p.g, "head norm rope "+tag, x.g, sep.g)
+						fusedSameBits(t, p.g, "head norm rope "+tag, x.g, sep.g)
 						must(t, backend.HeadNormRope(p.c, x.c, 1e-6, a, bc.bt))
 						p.check("head norm rope "+tag, x, 2e-3)
 					}
@@ -165,7 +165,7 @@ func TestNormRopeKVQuant(t *testing.T) {
 						must(t, p.g.RMSNorm(x.g, w, 1e-6, sep.g))
 						must(t, p.g.Rope(sep.g, a, bc.bt))
 						must(t, p.g.KVQuant(sep.g, nope, 64))
-						sameBits(t, p.g, "norm rope kv quant "+tag, o.g, sep.g)
+						fusedSameBits(t, p.g, "norm rope kv quant "+tag, o.g, sep.g)
 						must(t, backend.NormRopeKVQuant(p.c, x.c, cw, 1e-6, a, nope, 64, bc.bt, o.c))
 						p.check("norm rope kv quant "+tag, o, lim)
 					}

@@ -49,6 +49,50 @@ func (b *Backend) HcPre(x backend.Tensor, h backend.HC, a backend.HcArgs, out, m
 	return nil
 }
 
+// HcPreNorm implements backend.HcPreNorm: where hc pre takes its split
+// path, the norm runs inside its final kernel (one launch fewer) and out is
+// left holding the split's partials; elsewhere HcPre, then RMSNorm.
+func (b *Backend) HcPreNorm(x backend.Tensor, h backend.HC, a backend.HcArgs, norm backend.Vec, eps float32, out, normed, mix backend.Tensor) error {
+	xt, hh, d, err := checkHC(x, h, a, "hc pre norm")
+	if err != nil {
+		return err
+	}
+	n := a.Streams
+	wv, ok := norm.(*vec)
+	if hh.mix != (2+n)*n || len(hh.scale) != 3 || !ok || wv == nil || wv.Len() != d {
+		return b.hcPreThenNorm(x, h, a, norm, eps, out, normed, mix)
+	}
+	ot, err := f32(out, xt.rows, d, "hc pre norm output")
+	if err != nil {
+		return err
+	}
+	yt, err := f32(normed, xt.rows, d, "hc pre norm normed")
+	if err != nil {
+		return err
+	}
+	mt, err := f32(mix, xt.rows, n+n*n, "hc pre norm mix")
+	if err != nil {
+		return err
+	}
+	sc := [3]float32{hh.scale[0], hh.scale[1], hh.scale[2]}
+	fused, err := cuda.HcPreNormF32(b.s, yt.ptr, ot.ptr, mt.ptr, xt.ptr, hh.fn.Ptr, hh.base.Ptr, wv.buf.Ptr, xt.rows, n, d, sc, a.Sinkhorn, a.Eps, a.NormEps, eps, b.faithful())
+	if err != nil {
+		return fmt.Errorf("hc pre norm: %w", err)
+	}
+	if !fused {
+		return b.hcPreThenNorm(x, h, a, norm, eps, out, normed, mix)
+	}
+	return nil
+}
+
+// hcPreThenNorm is HcPreNorm as the two separate ops.
+func (b *Backend) hcPreThenNorm(x backend.Tensor, h backend.HC, a backend.HcArgs, norm backend.Vec, eps float32, out, normed, mix backend.Tensor) error {
+	if err := b.HcPre(x, h, a, out, mix); err != nil {
+		return err
+	}
+	return b.RMSNorm(out, norm, eps, normed)
+}
+
 // HcHead implements backend.Backend (spec §4.3).
 func (b *Backend) HcHead(x backend.Tensor, h backend.HC, a backend.HcArgs, out backend.Tensor) error {
 	xt, hh, d, err := checkHC(x, h, a, "hc head")

@@ -6,6 +6,8 @@ import (
 	"testing"
 
 	"github.com/megamoe/megamoe/backend"
+	"github.com/megamoe/megamoe/checkpoint"
+	"github.com/megamoe/megamoe/model"
 	"github.com/megamoe/megamoe/num"
 )
 
@@ -104,5 +106,122 @@ func TestHcPreHead(t *testing.T) {
 				t.Error("hc head accepted hc pre parameters")
 			}
 		})
+	}
+}
+
+// TestHcPreNorm checks HcPreNorm bit for bit against HcPre then RMSNorm on
+// the GPU (normed and mix), and that it fuses exactly where hc pre splits:
+// the fused kernel leaves out holding the split's partials.
+func TestHcPreNorm(t *testing.T) {
+	shapes := []struct {
+		name        string
+		n, d, iters int
+		rows        []int
+		fused       bool
+	}{
+		{"flash", 4, 4096, 20, []int{1, 3, 17}, true},
+		{"pro", 4, 7168, 20, []int{1, 3}, true}, // rows beyond rmsnorm_f32's register cache
+		{"small", 4, 256, 20, []int{1, 3, 17}, true},
+		{"n2", 2, 256, 3, []int{3}, true},
+		{"n8", 8, 128, 1, []int{3}, true},
+		{"n1", 1, 64, 0, []int{3}, true},
+		{"odd d", 4, 66, 20, []int{3}, false}, // no split: the two ops
+	}
+	for _, mode := range hcModes {
+		t.Run(mode.String(), func(t *testing.T) {
+			p := newPair(t, mode)
+			g, ok := p.g.(backend.HcPreNorm)
+			if !ok {
+				t.Fatalf("%T does not implement backend.HcPreNorm", p.g)
+			}
+			for _, sh := range shapes {
+				n, d := sh.n, sh.d
+				a := backend.HcArgs{Streams: n, Sinkhorn: sh.iters, Eps: 1e-6, NormEps: 1e-6}
+				_, hc := p.hcParams((2+n)*n, n, d, []float32{0.7, 1.3, 0.9})
+				wv := make([]float32, d)
+				for i := range wv {
+					wv[i] = num.RoundBF16(float32(1 + 0.1*p.rng.NormFloat64()))
+				}
+				_, w := p.vec(wv)
+				for _, rows := range sh.rows {
+					tag := fmt.Sprintf("%s n=%d d=%d rows=%d", sh.name, n, d, rows)
+					x := p.rand(rows, n*d, 1)
+					o, y, mix := p.out(rows, d), p.out(rows, d), p.out(rows, n+n*n)
+					must(t, p.g.HcPre(x.g, hc, a, o.g, mix.g))
+					must(t, p.g.RMSNorm(o.g, w, 1e-6, y.g))
+					fo, fy, fmix := p.out(rows, d), p.out(rows, d), p.out(rows, n+n*n)
+					must(t, g.HcPreNorm(x.g, hc, a, w, 1e-6, fo.g, fy.g, fmix.g))
+					sameBits(t, p, tag+" normed", y.g, fy.g, true)
+					sameBits(t, p, tag+" mix", mix.g, fmix.g, true)
+					if same := sameBits(t, p, tag+" out", o.g, fo.g, false); same == sh.fused {
+						t.Errorf("%s: want fused %v, but out holds the hc output: %v", tag, sh.fused, same)
+					}
+				}
+			}
+		})
+	}
+}
+
+// sameBits reports whether GPU tensors a and b hold the same bits; must:
+// fail the test where they differ or a is not finite.
+func sameBits(t *testing.T, p *pair, name string, a, b backend.Tensor, must bool) bool {
+	t.Helper()
+	av, bv := make([]float32, a.Rows()*a.Cols()), make([]float32, b.Rows()*b.Cols())
+	p.must(p.g.Download(a, av))
+	p.must(p.g.Download(b, bv))
+	for i := range av {
+		if must && (math.IsNaN(float64(av[i])) || math.IsInf(float64(av[i]), 0)) {
+			t.Fatalf("%s: separate ops give %g at %d", name, av[i], i)
+		}
+		if math.Float32bits(av[i]) != math.Float32bits(bv[i]) {
+			if must {
+				t.Fatalf("%s: element %d is %g fused, %g separate", name, i, bv[i], av[i])
+			}
+			return false
+		}
+	}
+	return true
+}
+
+// sepHcPreNorm is the GPU backend with HcPreNorm as the two separate ops.
+type sepHcPreNorm struct{ *Backend }
+
+func (s sepHcPreNorm) HcPreNorm(x backend.Tensor, h backend.HC, a backend.HcArgs, norm backend.Vec, eps float32, out, normed, mix backend.Tensor) error {
+	return s.hcPreThenNorm(x, h, a, norm, eps, out, normed, mix)
+}
+
+// TestHcPreNormInModel runs the small model (a prefill, then a decode step)
+// with the fused HcPreNorm and with the separate ops: the same logits bits.
+func TestHcPreNormInModel(t *testing.T) {
+	g := openGPU(t, Options{})
+	w, err := checkpoint.RandomWeights(checkpoint.SmallConfig(), checkpoint.GenOfficial, 7)
+	if err != nil {
+		t.Fatal(err)
+	}
+	opts := model.Options{CacheBytes: 16 << 20}
+	run := func(be backend.Backend) [][]float32 {
+		m, err := model.New(w, be, opts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		s := m.Cache().NewSequence()
+		defer m.FreeSequence(s)
+		var logits [][]float32
+		for _, toks := range [][]int32{{5, 17, 3}, {99}} {
+			out, err := m.Forward(&model.Batch{Items: []model.BatchItem{{Seq: s, Tokens: toks, AllLogits: true}}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			logits = append(logits, out.Rows(0)...)
+		}
+		return logits
+	}
+	fused, sep := run(g), run(sepHcPreNorm{g})
+	for r := range sep {
+		for i := range sep[r] {
+			if math.Float32bits(fused[r][i]) != math.Float32bits(sep[r][i]) {
+				t.Fatalf("row %d logit %d: %g fused, %g separate", r, i, fused[r][i], sep[r][i])
+			}
+		}
 	}
 }

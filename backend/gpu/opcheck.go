@@ -201,6 +201,11 @@ func checkHcPreHead(p *pair, d OpDims, _ *embedTable) {
 	}
 	cPre, gPre := p.hcParams((2+n)*n, n, d.Dim, []float32{0.7, 1.3, 0.9})
 	cHead, gHead := p.hcParams(n, n, d.Dim, []float32{1.1})
+	w := make([]float32, d.Dim)
+	for i := range w {
+		w[i] = num.RoundBF16(float32(1 + 0.1*p.rng.NormFloat64()))
+	}
+	cw, gw := p.vec(w)
 	for _, rows := range d.Tokens {
 		tag := fmt.Sprintf("%dx%dx%d iters=%d", rows, n, d.Dim, d.Sinkhorn)
 		x := p.rand(rows, n*d.Dim, 1)
@@ -209,6 +214,14 @@ func checkHcPreHead(p *pair, d OpDims, _ *embedTable) {
 		p.gpu("hc pre", func() error { return p.g.HcPre(x.g, gPre, a, o.g, mix.g) })
 		p.check("hc_pre out "+tag, o, lim)
 		p.check("hc_pre mix "+tag, mix, 1e-4)
+		// attn_norm / ffn_norm inside hc pre (backend.HcPreNorm)
+		on, y, mixn := p.out(rows, d.Dim), p.out(rows, d.Dim), p.out(rows, n+n*n)
+		p.cpu("hc pre norm", backend.HcPreThenNorm(p.c, x.c, cPre, a, cw, d.NormEps, on.c, y.c, mixn.c))
+		p.gpu("hc pre norm", func() error {
+			return backend.HcPreThenNorm(p.g, x.g, gPre, a, gw, d.NormEps, on.g, y.g, mixn.g)
+		})
+		p.check("hc_pre+norm normed "+tag, y, lim)
+		p.check("hc_pre+norm mix "+tag, mixn, 1e-4)
 		oh := p.out(rows, d.Dim)
 		p.cpu("hc head", p.c.HcHead(x.c, cHead, a, oh.c))
 		p.gpu("hc head", func() error { return p.g.HcHead(x.g, gHead, a, oh.g) })

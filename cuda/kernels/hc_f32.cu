@@ -16,34 +16,46 @@ DEV float gomax(float a, float b) { return (b > a || b != b || a != a) ? (a != a
 // One division per row or column instead of N, and the N products overlap.
 DEV float div_rs(float a, double rs) { return (float)((double)a * rs); }
 
-// Sinkhorn of backend/cpu sinkhorn: c is n×n row-major (one thread).
+// Sinkhorn of backend/cpu sinkhorn on one thread, c (n×n row-major) in
+// registers: every loop over rows and columns is unrolled, so the N
+// independent rows (columns) of a pass overlap, while each keeps the CPU's
+// operations in the CPU's order.
 template <int N>
-DEV void sinkhorn(float* c, int iters, float eps) {
+DEV void sinkhorn(float (&c)[N * N], int iters, float eps) {
+#pragma unroll
 	for (int j = 0; j < N; j++) {
-		float* row = c + j * N;
-		float mx = row[0];
-		for (int k = 1; k < N; k++) mx = gomax(mx, row[k]);
+		float mx = c[j * N];
+#pragma unroll
+		for (int k = 1; k < N; k++) mx = gomax(mx, c[j * N + k]);
 		float s = 0.0f;
+#pragma unroll
 		for (int k = 0; k < N; k++) {
-			row[k] = (float)exp((double)__fsub_rn(row[k], mx));
-			s = __fadd_rn(s, row[k]);
+			c[j * N + k] = (float)exp((double)__fsub_rn(c[j * N + k], mx));
+			s = __fadd_rn(s, c[j * N + k]);
 		}
 		const double rs = 1.0 / (double)s;
-		for (int k = 0; k < N; k++) row[k] = __fadd_rn(div_rs(row[k], rs), eps);
+#pragma unroll
+		for (int k = 0; k < N; k++) c[j * N + k] = __fadd_rn(div_rs(c[j * N + k], rs), eps);
 	}
 	for (int it = 0; it < iters; it++) {
 		if (it > 0) {
+#pragma unroll
 			for (int j = 0; j < N; j++) {
 				float s = 0.0f;
+#pragma unroll
 				for (int k = 0; k < N; k++) s = __fadd_rn(s, c[j * N + k]);
 				const double rs = 1.0 / (double)__fadd_rn(s, eps);
+#pragma unroll
 				for (int k = 0; k < N; k++) c[j * N + k] = div_rs(c[j * N + k], rs);
 			}
 		}
+#pragma unroll
 		for (int k = 0; k < N; k++) {
 			float s = 0.0f;
+#pragma unroll
 			for (int j = 0; j < N; j++) s = __fadd_rn(s, c[j * N + k]);
 			const double rs = 1.0 / (double)__fadd_rn(s, eps);
+#pragma unroll
 			for (int j = 0; j < N; j++) c[j * N + k] = div_rs(c[j * N + k], rs);
 		}
 	}
@@ -106,8 +118,10 @@ DEV void hc_body(float* __restrict__ out, float* __restrict__ mixo, const float*
 			float* mr = mixo + (size_t)r * (N + N * N);
 			float c[N * N];
 			for (int j = 0; j < N; j++) mr[j] = 2.0f * sigmoid_d(__fadd_rn(__fmul_rn(m[N + j], s1), base[N + j]));
+#pragma unroll
 			for (int i = 0; i < N * N; i++) c[i] = __fadd_rn(__fmul_rn(m[2 * N + i], s2), base[2 * N + i]);
 			sinkhorn<N>(c, max(iters, 1), eps);
+#pragma unroll
 			for (int i = 0; i < N * N; i++) mr[N + i] = c[i];
 		}
 	}
@@ -227,42 +241,92 @@ DEV void hc_part_body(float* __restrict__ out, const float* __restrict__ x, cons
 	}
 }
 
-// Sinkhorn of backend/cpu sinkhorn on N lanes of warp 0: lane j owns row j in
-// the row passes and column j in the column passes, each with the CPU's
-// sequential order, so the result is the one-thread result bit for bit.
-template <int N>
-DEV void sinkhorn_warp(float* c, int iters, float eps, int lane) {
-	if (lane < N) {
-		float* row = c + lane * N;
-		float mx = row[0];
-		for (int k = 1; k < N; k++) mx = gomax(mx, row[k]);
-		float s = 0.0f;
-		for (int k = 0; k < N; k++) {
-			row[k] = (float)exp((double)__fsub_rn(row[k], mx));
-			s = __fadd_rn(s, row[k]);
-		}
-		const double rs = 1.0 / (double)s;
-		for (int k = 0; k < N; k++) row[k] = __fadd_rn(div_rs(row[k], rs), eps);
-	}
-	__syncwarp();
-	for (int it = 0; it < iters; it++) {
-		if (it > 0) {
-			if (lane < N) {
-				float s = 0.0f;
-				for (int k = 0; k < N; k++) s = __fadd_rn(s, c[lane * N + k]);
-				const double rs = 1.0 / (double)__fadd_rn(s, eps);
-				for (int k = 0; k < N; k++) c[lane * N + k] = div_rs(c[lane * N + k], rs);
+// Shared memory of the final hc pre/head kernels.
+template <int N, bool PRE>
+struct HcFin {
+	float m[HcSplit<N, PRE>::MIX];
+	float c[N * N]; // Sinkhorn input (PRE)
+	float pre[N];
+	double tot;
+};
+
+// The scalar mHC recipe of the final kernels on row r, by threads
+// 0..HC_THREADS-1 (any further warps only pass its barriers): the S split
+// partials in orow summed (a fixed order), then pre into f.pre and, PRE,
+// post into mr and the Sinkhorn input into f.c. Every partial has been read
+// on return, so orow may be overwritten.
+template <int N, bool PRE>
+DEV void hc_fin_mix(HcFin<N, PRE>& f, const float* __restrict__ orow, float* __restrict__ mr,
+	const float* __restrict__ base, int d, float s0, float s1, float s2, float eps, float normEps, int S)
+{
+	constexpr int MIX = HcSplit<N, PRE>::MIX;
+	const int tid = threadIdx.x, lane = tid & 31, w = tid >> 5;
+	// The S partials of each mix entry: 8 lanes take every 8th split (their
+	// loads all in flight, instead of one serial chain of S), then a fixed
+	// shuffle tree adds the 8 sums: deterministic.
+	if (tid < HC_THREADS) {
+		for (int q = tid; q < (MIX * 8 + 31) / 32 * 32; q += HC_THREADS) {
+			const int i = q >> 3, j = q & 7;
+			float t = 0.0f;
+			if (i < MIX) {
+				const float* pp = orow + 2 * S + i;
+#pragma unroll 8
+				for (int s = j; s < S; s += 8) t += pp[s * MIX];
 			}
-			__syncwarp();
+			t += __shfl_xor_sync(0xffffffffu, t, 4);
+			t += __shfl_xor_sync(0xffffffffu, t, 2);
+			t += __shfl_xor_sync(0xffffffffu, t, 1);
+			if (i < MIX && j == 0) f.m[i] = t;
 		}
-		if (lane < N) {
-			float s = 0.0f;
-			for (int j = 0; j < N; j++) s = __fadd_rn(s, c[j * N + lane]);
-			const double rs = 1.0 / (double)__fadd_rn(s, eps);
-			for (int j = 0; j < N; j++) c[j * N + lane] = div_rs(c[j * N + lane], rs);
-		}
-		__syncwarp();
 	}
+	if (w == HC_THREADS / 32 - 1) {
+		const double* ps = reinterpret_cast<const double*>(orow);
+		double t = 0.0;
+		for (int s = lane; s < S; s += 32) t += ps[s];
+		t = warp_sum_d(t);
+		if (lane == 0) f.tot = t;
+	}
+	__syncthreads();
+	const int width = N * d;
+	const float ms = __fadd_rn((float)(f.tot / (double)width), normEps);
+	const float rr = (float)(1.0 / sqrt((double)ms));
+	if (tid < MIX) {
+		const float v = __fmul_rn(f.m[tid], rr);
+		if (tid < N) f.pre[tid] = __fadd_rn(sigmoid_d(__fadd_rn(__fmul_rn(v, s0), base[tid])), eps);
+		else if (tid < 2 * N) mr[tid - N] = 2.0f * sigmoid_d(__fadd_rn(__fmul_rn(v, s1), base[tid]));
+		else f.c[tid - 2 * N] = __fadd_rn(__fmul_rn(v, s2), base[tid]);
+	}
+	__syncthreads();
+}
+
+// comb = Sinkhorn of cs (shared) into mr[N..], on the calling thread alone.
+template <int N>
+DEV void hc_comb(const float* cs, float* __restrict__ mr, int iters, float eps) {
+	float c[N * N];
+#pragma unroll
+	for (int i = 0; i < N * N; i++) c[i] = cs[i];
+	sinkhorn<N>(c, max(iters, 1), eps);
+#pragma unroll
+	for (int i = 0; i < N * N; i++) mr[N + i] = c[i];
+}
+
+// The hc output's 4 values at 4i: rnd(Σ_j p_j·x_j) over row xr's N streams
+// of d, in stream order.
+template <int N>
+DEV float4 hc_wsum4(const float* __restrict__ xr, int d, const float (&p)[N], int i, int rnd) {
+	float4 v[N];
+#pragma unroll
+	for (int j = 0; j < N; j++) v[j] = *reinterpret_cast<const float4*>(xr + (size_t)j * d + 4 * i);
+	float o0 = 0.0f, o1 = 0.0f, o2 = 0.0f, o3 = 0.0f;
+#pragma unroll
+	for (int j = 0; j < N; j++) {
+		o0 = __fadd_rn(o0, __fmul_rn(p[j], v[j].x));
+		o1 = __fadd_rn(o1, __fmul_rn(p[j], v[j].y));
+		o2 = __fadd_rn(o2, __fmul_rn(p[j], v[j].z));
+		o3 = __fadd_rn(o3, __fmul_rn(p[j], v[j].w));
+	}
+	if (rnd) { o0 = rbf16(o0); o1 = rbf16(o1); o2 = rbf16(o2); o3 = rbf16(o3); }
+	return make_float4(o0, o1, o2, o3);
 }
 
 // PRE false: hc head (N mix entries, one scale, no Sinkhorn, mixo unused).
@@ -271,77 +335,55 @@ DEV void hc_fin_body(float* __restrict__ out, float* __restrict__ mixo, const fl
 	const float* __restrict__ base, int d, float s0, float s1, float s2, int iters, float eps, float normEps,
 	int rnd, int S)
 {
-	constexpr int MIX = HcSplit<N, PRE>::MIX;
-	__shared__ float m[MIX];
-	__shared__ float c[N * N];
-	__shared__ float pre[N];
-	__shared__ double tot;
-	const int r = blockIdx.x, tid = threadIdx.x, lane = tid & 31, w = tid >> 5;
+	__shared__ HcFin<N, PRE> f;
+	const int r = blockIdx.x, tid = threadIdx.x, w = tid >> 5;
 	float* orow = out + (size_t)r * d;
-	// The S partials of each mix entry: 8 lanes take every 8th split (their
-	// loads all in flight, instead of one serial chain of S), then a fixed
-	// shuffle tree adds the 8 sums: deterministic.
-	for (int q = tid; q < (MIX * 8 + 31) / 32 * 32; q += HC_THREADS) {
-		const int i = q >> 3, j = q & 7;
-		float t = 0.0f;
-		if (i < MIX) {
-			const float* pp = orow + 2 * S + i;
-#pragma unroll 8
-			for (int s = j; s < S; s += 8) t += pp[s * MIX];
-		}
-		t += __shfl_xor_sync(0xffffffffu, t, 4);
-		t += __shfl_xor_sync(0xffffffffu, t, 2);
-		t += __shfl_xor_sync(0xffffffffu, t, 1);
-		if (i < MIX && j == 0) m[i] = t;
-	}
-	if (w == HC_THREADS / 32 - 1) {
-		const double* ps = reinterpret_cast<const double*>(orow);
-		double t = 0.0;
-		for (int s = lane; s < S; s += 32) t += ps[s];
-		t = warp_sum_d(t);
-		if (lane == 0) tot = t;
-	}
-	__syncthreads(); // every partial read: out may be overwritten from here on
-	const int width = N * d;
-	const float ms = __fadd_rn((float)(tot / (double)width), normEps);
-	const float rr = (float)(1.0 / sqrt((double)ms));
 	float* mr = PRE ? mixo + (size_t)r * (N + N * N) : nullptr;
-	if (tid < MIX) {
-		const float v = __fmul_rn(m[tid], rr);
-		if (tid < N) pre[tid] = __fadd_rn(sigmoid_d(__fadd_rn(__fmul_rn(v, s0), base[tid])), eps);
-		else if (tid < 2 * N) mr[tid - N] = 2.0f * sigmoid_d(__fadd_rn(__fmul_rn(v, s1), base[tid]));
-		else c[tid - 2 * N] = __fadd_rn(__fmul_rn(v, s2), base[tid]);
-	}
-	__syncthreads();
-	// Warp 0 runs Sinkhorn while warps 1.. form the pre-weighted sum, which
-	// does not need it.
+	hc_fin_mix<N, PRE>(f, orow, mr, base, d, s0, s1, s2, eps, normEps, S);
+	// Warp 0 runs the Sinkhorn (on lane 0) while warps 1.. form the
+	// pre-weighted sum, which does not need it.
 	if (PRE && w == 0) {
-		sinkhorn_warp<N>(c, max(iters, 1), eps, lane);
-		for (int i = lane; i < N * N; i += 32) mr[N + i] = c[i];
+		if (tid == 0) hc_comb<N>(f.c, mr, iters, eps);
 		return;
 	}
 	constexpr int T0 = PRE ? 32 : 0; // first thread of the weighted sum
 	float p[N];
 #pragma unroll
-	for (int j = 0; j < N; j++) p[j] = pre[j];
-	const float* xr = x + (size_t)r * width;
+	for (int j = 0; j < N; j++) p[j] = f.pre[j];
+	const float* xr = x + (size_t)r * N * d;
 	const int d4 = d >> 2;
 #pragma unroll(N >= 8 ? 1 : 2) // (n8 spills when unrolled)
-	for (int i = tid - T0; i < d4; i += HC_THREADS - T0) {
-		float4 v[N];
-#pragma unroll
-		for (int j = 0; j < N; j++) v[j] = *reinterpret_cast<const float4*>(xr + (size_t)j * d + 4 * i);
-		float o0 = 0.0f, o1 = 0.0f, o2 = 0.0f, o3 = 0.0f;
-#pragma unroll
-		for (int j = 0; j < N; j++) {
-			o0 = __fadd_rn(o0, __fmul_rn(p[j], v[j].x));
-			o1 = __fadd_rn(o1, __fmul_rn(p[j], v[j].y));
-			o2 = __fadd_rn(o2, __fmul_rn(p[j], v[j].z));
-			o3 = __fadd_rn(o3, __fmul_rn(p[j], v[j].w));
-		}
-		if (rnd) { o0 = rbf16(o0); o1 = rbf16(o1); o2 = rbf16(o2); o3 = rbf16(o3); }
-		*reinterpret_cast<float4*>(orow + 4 * i) = make_float4(o0, o1, o2, o3);
+	for (int i = tid - T0; i < d4; i += HC_THREADS - T0)
+		*reinterpret_cast<float4*>(orow + 4 * i) = hc_wsum4<N>(xr, d, p, i, rnd);
+}
+
+// hc_pre_fin, then rmsnorm_f32 (weight nw, eps neps) of its output row into
+// y: warps 0-7 run rmsnorm_f32's float4 row body (rms_row4: its thread
+// mapping, sums and products) on the pre-weighted sums, formed where the row
+// body loads its input, while warp 8 runs the Sinkhorn. out holds the
+// partials only and is not written. Needs d % 4 == 0 and x, y, nw 16-byte
+// aligned (the launcher checks).
+#define HC_NORM_THREADS (HC_THREADS + 32)
+template <int N>
+DEV void hc_fin_norm_body(float* __restrict__ y, const float* __restrict__ out, float* __restrict__ mixo,
+	const float* __restrict__ x, const float* __restrict__ base, const float* __restrict__ nw, int d, float s0,
+	float s1, float s2, int iters, float eps, float normEps, int rnd, int S, float neps)
+{
+	__shared__ HcFin<N, true> f;
+	__shared__ float red[32];
+	const int r = blockIdx.x, tid = threadIdx.x;
+	float* mr = mixo + (size_t)r * (N + N * N);
+	hc_fin_mix<N, true>(f, out + (size_t)r * d, mr, base, d, s0, s1, s2, eps, normEps, S);
+	if (tid >= HC_THREADS) { // the Sinkhorn warp; the row body syncs on barrier 1 without it
+		if (tid == HC_THREADS) hc_comb<N>(f.c, mr, iters, eps);
+		return;
 	}
+	float p[N];
+#pragma unroll
+	for (int j = 0; j < N; j++) p[j] = f.pre[j];
+	const float* xr = x + (size_t)r * N * d;
+	rms_row4<1>(reinterpret_cast<float4*>(y + (size_t)r * d), [&](int i) { return hc_wsum4<N>(xr, d, p, i, rnd); },
+		reinterpret_cast<const float4*>(nw), d >> 2, d, neps, rnd, red, tid, HC_THREADS);
 }
 
 #define HC_SPLIT_KERNELS(N)                                                                                     \
@@ -355,6 +397,12 @@ DEV void hc_fin_body(float* __restrict__ out, float* __restrict__ mixo, const fl
 		int iters, float eps, float normEps, int rnd, int S)                                                   \
 	{ PDL_ENTRY();                                                                                             \
 		hc_fin_body<N, true>(out, mix, x, base, d, s0, s1, s2, iters, eps, normEps, rnd, S);                   \
+	}                                                                                                          \
+	extern "C" __global__ void __launch_bounds__(HC_NORM_THREADS) hc_pre_fin_norm_f32_n##N(                  \
+		float* y, const float* out, float* mix, const float* x, const float* base, const float* w, int d,      \
+		float s0, float s1, float s2, int iters, float eps, float normEps, int rnd, int S, float neps)         \
+	{ PDL_ENTRY();                                                                                             \
+		hc_fin_norm_body<N>(y, out, mix, x, base, w, d, s0, s1, s2, iters, eps, normEps, rnd, S, neps);        \
 	}                                                                                                          \
 	extern "C" __global__ void __launch_bounds__(HC_THREADS) hc_head_part_f32_n##N(                          \
 		float* out, const float* x, const float* fn, int rows, int d, int C, int S)                            \

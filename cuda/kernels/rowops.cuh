@@ -5,6 +5,7 @@
 // bf16 like the faithful CPU reference; 0 keeps fp32 (exact mode).
 #pragma once
 #include "common.cuh"
+#include "rms_row.cuh"
 
 DEV float rbf(float x, int rnd) { return rnd ? bf16_to_f32(f32_to_bf16(x)) : x; }
 DEV float rbf16(float x) { return bf16_to_f32(f32_to_bf16(x)); }
@@ -15,25 +16,17 @@ DEV double warp_sum_d(double v) {
 	return v;
 }
 
-DEV float block_sum(float v, float* red) {
-	v = warp_sum(v);
-	const int lane = threadIdx.x & 31, w = threadIdx.x >> 5, nw = blockDim.x >> 5;
-	__syncthreads();
-	if (lane == 0) red[w] = v;
-	__syncthreads();
-	float t = lane < nw ? red[lane] : 0.0f;
-	return warp_sum(t);
-}
+DEV float block_sum(float v, float* red) { return rms_block_sum<0>(v, red, blockDim.x); }
 
 // RMSNorm of segment seg of d values by the whole block:
 // y = w * (x * rsqrt(mean(x^2) + eps)). Latency-bound at decode (one block
 // per row), so every thread issues all of its loads before using any: float4
-// loads when d % 4 == 0 and the pointers are 16-byte aligned (x and w of the
-// first RMS_CACHE*1024 values stay in registers for the second pass), else a
+// loads when d % 4 == 0 and the pointers are 16-byte aligned (rms_row4 of
+// rms_row.cuh, shared with hc_pre_fin_norm_f32: x and w of the first
+// RMS_CACHE*1024 values stay in registers for the second pass), else a
 // 4-way unrolled scalar loop. The sum of squares is per thread in a fixed
 // order, then block_sum: deterministic. Each thread writes the outputs it
 // computed; others see them only after a __syncthreads.
-#define RMS_CACHE 4
 DEV void rmsnorm_seg(float* y, const float* x, const float* w, unsigned seg, int d, float eps, int rnd, float* red)
 {
 	const float* xs = x + (size_t)seg * d;
@@ -41,46 +34,9 @@ DEV void rmsnorm_seg(float* y, const float* x, const float* w, unsigned seg, int
 	const int nt = blockDim.x;
 	float ss = 0.0f;
 	if ((d & 3) == 0 && (((size_t)x | (size_t)y | (size_t)w) & 15) == 0) {
-		const int n4 = d >> 2;
 		const float4* x4 = reinterpret_cast<const float4*>(xs);
-		const float4* w4 = reinterpret_cast<const float4*>(w);
-		float4* y4 = reinterpret_cast<float4*>(ys);
-		float4 xv[RMS_CACHE], wv[RMS_CACHE];
-#pragma unroll
-		for (int k = 0; k < RMS_CACHE; k++) {
-			const int i = threadIdx.x + k * nt;
-			if (i < n4) { xv[k] = x4[i]; wv[k] = w4[i]; }
-		}
-#pragma unroll
-		for (int k = 0; k < RMS_CACHE; k++) {
-			if (threadIdx.x + k * nt < n4) {
-				ss += xv[k].x * xv[k].x; ss += xv[k].y * xv[k].y;
-				ss += xv[k].z * xv[k].z; ss += xv[k].w * xv[k].w;
-			}
-		}
-		for (int i = threadIdx.x + RMS_CACHE * nt; i < n4; i += nt) {
-			const float4 v = x4[i];
-			ss += v.x * v.x; ss += v.y * v.y; ss += v.z * v.z; ss += v.w * v.w;
-		}
-		ss = block_sum(ss, red);
-		const float r = (float)(1.0 / sqrt((double)(ss / (float)d + eps)));
-#pragma unroll
-		for (int k = 0; k < RMS_CACHE; k++) {
-			const int i = threadIdx.x + k * nt;
-			if (i < n4) {
-				float4 o;
-				o.x = rbf(wv[k].x * (xv[k].x * r), rnd); o.y = rbf(wv[k].y * (xv[k].y * r), rnd);
-				o.z = rbf(wv[k].z * (xv[k].z * r), rnd); o.w = rbf(wv[k].w * (xv[k].w * r), rnd);
-				y4[i] = o;
-			}
-		}
-		for (int i = threadIdx.x + RMS_CACHE * nt; i < n4; i += nt) {
-			const float4 v = x4[i], wq = w4[i];
-			float4 o;
-			o.x = rbf(wq.x * (v.x * r), rnd); o.y = rbf(wq.y * (v.y * r), rnd);
-			o.z = rbf(wq.z * (v.z * r), rnd); o.w = rbf(wq.w * (v.w * r), rnd);
-			y4[i] = o;
-		}
+		rms_row4<0>(reinterpret_cast<float4*>(ys), [&](int i) { return x4[i]; }, reinterpret_cast<const float4*>(w),
+			d >> 2, d, eps, rnd, red, threadIdx.x, nt);
 		return;
 	}
 	for (int i0 = threadIdx.x; i0 < d; i0 += 4 * nt) {
