@@ -2,7 +2,7 @@
 // router scores and top-k, the permutation of (row, slot) pairs into expert
 // order, (the gather and SwiGLU between the grouped FP4 GEMMs are in
 // moe_fused.cu) and the per-row combine in ascending expert id.
-#include "common.cuh"
+#include "moe_route.cuh"
 
 // a (index ia) ranks before b (index ib): larger first, ties to the lower
 // index, NaN after every number (the CPU's insertion top-k gives this order).
@@ -138,17 +138,7 @@ extern "C" __global__ void moe_scatter(
 		offsets[e] = off;
 		if (e == E - 1) offsets[E] = off + counts[e];
 	}
-	for (int i0 = 0; i0 < nk; i0 += 32) {
-		const int i = i0 + lane;
-		const bool hit = i < nk && ids[i] == e;
-		const u32 m = __ballot_sync(0xffffffffu, hit);
-		if (hit) {
-			const int p = off + __popc(m & ((1u << lane) - 1u));
-			perm[p] = i;
-			inv[i] = p;
-		}
-		off += __popc(m);
-	}
+	scatter_expert(ids, nk, e, off, lane, perm, inv, nullptr);
 }
 
 // acc[r, :] = Σ_k y[inv[r*K+k], :] over k in ascending expert id (stable),
