@@ -304,11 +304,16 @@ func decTileRows(sh MoEShape) int {
 	return 8
 }
 
-func planMoE(sh MoEShape, path Path) moePlan {
+// planMoE plans the launch on path; decTile, where not 0, is the decode
+// kernel's forced token tile (KernelChoice.MoEDecTile).
+func planMoE(sh MoEShape, path Path, decTile int) moePlan {
 	p := moePlan{path: path, bm: 64, colsPC: 128}
 	switch path {
 	case PathDec:
 		p.bm, p.colsPC = decTileRows(sh), 64
+		if decTile != 0 {
+			p.bm = decTile
+		}
 	case PathWG:
 		p.bm = moeBlockM(sh)
 	}
@@ -359,11 +364,14 @@ func moePaths(sh MoEShape) []Path {
 
 // MoEScratchBytes is the scratch size MoEFP4 needs (tile list, split-K
 // partials or bf16 activations), fixed by the shape so that it can live in a
-// CUDA graph: the largest over the paths the shape may take.
+// CUDA graph: the largest over the paths the shape may take, and for the
+// decode kernel over the tiles a KernelChoice may force.
 func MoEScratchBytes(sh MoEShape) int {
 	b := 0
 	for _, path := range moePaths(sh) {
-		b = max(b, planMoE(sh, path).scratchBytes(sh))
+		for _, t := range []int{0, 8, 16} {
+			b = max(b, planMoE(sh, path, t).scratchBytes(sh))
+		}
 	}
 	return b
 }
@@ -395,6 +403,13 @@ func (s *Stream) moePath(sh MoEShape) Path {
 	return PathTiled
 }
 
+// moePlan is the plan of a launch on this stream's context: its path and,
+// for the decode kernel, the forced token tile. The tile list and the GEMM
+// that reads it both take it from here.
+func (s *Stream) moePlan(sh MoEShape) moePlan {
+	return planMoE(sh, s.moePath(sh), s.ctx.kernelChoice().MoEDecTile)
+}
+
 // MoEFP4 runs the grouped expert GEMM: for every expert e and row m in
 // [offsets[e], offsets[e+1]), y[m, :] = bf16(G_e · xq[m, :] · W_eᵀ) with
 // FP8 activations (xq e4m3 [Rows, K], xs e8m0 [Rows, K/128]) and FP4 weights
@@ -420,6 +435,9 @@ type MoETileList struct {
 	bm, maxTiles int
 }
 
+// Plan is the list's rows per tile and its capacity in tiles.
+func (l MoETileList) Plan() (rows, maxTiles int) { return l.bm, l.maxTiles }
+
 // MoETiles writes the token tiles of the rows behind offsets into scratch
 // (sized by MoEScratchBytes) for the path sh takes.
 func MoETiles(s *Stream, offsets DevicePtr, sh MoEShape, scratch DevicePtr) (MoETileList, error) {
@@ -429,7 +447,7 @@ func MoETiles(s *Stream, offsets DevicePtr, sh MoEShape, scratch DevicePtr) (MoE
 	if sh.Rows == 0 {
 		return MoETileList{}, nil
 	}
-	p := planMoE(sh, s.moePath(sh))
+	p := s.moePlan(sh)
 	if p.maxTiles > 65535 || sh.Experts > 1<<20 {
 		return MoETileList{}, fmt.Errorf("cuda: moe_fp4_gemm: %d rows exceed the grid limit", sh.Rows)
 	}
@@ -466,8 +484,8 @@ func MoEFP4Tiles(s *Stream, y, xq, xs, w, wscale, gscale DevicePtr, sh MoEShape,
 	if sh.Rows == 0 {
 		return nil
 	}
-	path := s.moePath(sh)
-	p := planMoE(sh, path)
+	p := s.moePlan(sh)
+	path := p.path
 	if p.bm != tl.bm || p.maxTiles != tl.maxTiles {
 		return fmt.Errorf("cuda: moe_fp4_gemm: tile list of %d-row tiles (%d) built for another shape than %+v (%d-row tiles, %d)", tl.bm, tl.maxTiles, sh, p.bm, p.maxTiles)
 	}

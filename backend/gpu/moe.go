@@ -335,16 +335,13 @@ func (b *Backend) Experts(f backend.Tensor, e backend.Experts, weights, ids back
 	if exact {
 		x1, x2 = xg, h
 	}
-	steps := []func() error{
-		func() error { return cuda.MoEPermute(b.s, lids, nk, E, counts, offsets, perm, inv) },
-		func() error { return cuda.MoEGatherQuant(b.s, xq, xs, xg, ft.ptr, perm, offsets, E, K, d, nk) },
-	}
-	if !exact {
-		steps = append(steps, func() (err error) {
-			tl, err = cuda.MoETiles(b.s, offsets, cuda.MoEShape{Experts: E, Rows: nk, N: ex.w2.n, K: ex.w2.k, Format: ex.format}, tiles)
-			return err
-		})
-	}
+	// Permutation, gathered rows and tile list: one launch at decode sizes.
+	steps := []func() error{func() (err error) {
+		tl, err = cuda.MoERoute(b.s, cuda.MoERouteArgs{IDs: lids, Pairs: nk, Experts: E, Counts: counts, Offsets: offsets, Perm: perm, Inv: inv,
+			Tiles: tiles, Shape: cuda.MoEShape{Experts: E, Rows: nk, N: ex.w2.n, K: ex.w2.k, Format: ex.format},
+			XQ: xq, XS: xs, XG: xg, X: ft.ptr, K: K, D: d})
+		return err
+	}}
 	if ex.w13.w != nil {
 		steps = append(steps, func() error { return gemm(gu, x1, s1, &ex.w13) })
 	} else {

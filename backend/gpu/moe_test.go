@@ -10,6 +10,7 @@ import (
 	"github.com/megamoe/megamoe/backend"
 	"github.com/megamoe/megamoe/backend/cpu"
 	"github.com/megamoe/megamoe/checkpoint"
+	"github.com/megamoe/megamoe/cuda"
 	"github.com/megamoe/megamoe/cuda/kcheck"
 )
 
@@ -152,6 +153,7 @@ func testExperts(t *testing.T, mode backend.Numerics) {
 			}
 		}
 	}
+	testExpertsRoutes(t, p, tol)
 	ex := randExperts(p, checkpoint.FormatMXFP4, 4, dim, inter)
 	// Unsupported and mixed formats are refused.
 	bf := randExperts(p, checkpoint.FormatBF16, 2, dim, inter)
@@ -164,6 +166,38 @@ func testExperts(t *testing.T, mode backend.Numerics) {
 	}
 	if _, err := p.g.PrepareExperts("moe", ex, dim, 2*inter); err == nil {
 		t.Error("experts with the wrong inter accepted")
+	}
+}
+
+// testExpertsRoutes runs Experts where MoERoute plans differently: forced
+// decode tiles (KernelChoice.MoEDecTile: the tile list moe_route_small
+// writes must be the one the GEMMs expect), 8 rows where 16 would be picked
+// (600 pairs over 64 experts) and 16 where 8 would (1 token); and past
+// moe_route_small's 1024 pairs (the separate launches).
+func testExpertsRoutes(t *testing.T, p *pair, tol float64) {
+	const dim, inter = 256, 128
+	ctx := p.g.(*Backend).Context()
+	defer func() { must(t, ctx.SetKernelChoice(cuda.KernelChoice{})) }()
+	for _, c := range []struct{ E, K, n, tile int }{{64, 6, 1, 8}, {64, 6, 1, 16}, {64, 6, 100, 8}, {64, 6, 100, 16}, {8, 2, 520, 0}} {
+		if c.tile != 0 && !p.g.(*Backend).faithful() {
+			continue // exact mode has no tile list
+		}
+		tag := fmt.Sprintf("E=%d K=%d n=%d tile=%d", c.E, c.K, c.n, c.tile)
+		must(t, ctx.SetKernelChoice(cuda.KernelChoice{MoEDecTile: c.tile}))
+		ex := randExperts(p, checkpoint.FormatMXFP4, c.E, dim, inter)
+		ce, err := p.c.PrepareExperts("moe", ex, dim, inter)
+		must(t, err)
+		ge, err := p.g.PrepareExperts("moe", ex, dim, inter)
+		must(t, err)
+		idv, wv := routing(p, c.n, c.E, c.K)
+		ids, w := p.ids(c.n, c.K, idv), p.from(c.n, c.K, wv)
+		x := p.rand(c.n, dim, 1)
+		acc := p.out(c.n, dim)
+		must(t, p.c.Experts(x.c, ce, w.c, ids.c, backend.ExpertsArgs{}, acc.c))
+		if err := p.g.Experts(x.g, ge, w.g, ids.g, backend.ExpertsArgs{}, acc.g); err != nil {
+			t.Fatalf("experts %s: %v", tag, err)
+		}
+		p.check("experts "+tag, acc, tol)
 	}
 }
 

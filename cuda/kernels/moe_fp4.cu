@@ -19,7 +19,7 @@
 // Unpacking: fp4 * scale has at most 2+4 significant bits, so it is exact in
 // bf16; e4m3 activations are exact in bf16 too. The MMA is m16n8k16 bf16 with
 // fp32 accumulation, promoted per 128-K block by the activation scale.
-#include "common.cuh"
+#include "moe_route.cuh"
 
 #define BM 64
 #define BN 128
@@ -31,49 +31,14 @@
 #define S_STAGE (BN * 8 * 4) // up to 8 fp32 scales per row per 128-K block
 #define STAGE_BYTES (A_STAGE + B_STAGE + S_STAGE)
 
-// Tile list layout: int count at [0]; int4 tiles {expert, row_begin, row_end, 0} from byte 16.
+// Tile list layout (tile_map_block): int count at [0]; int4 tiles {expert,
+// row_begin, row_end, 0} from byte 16.
 extern "C" __global__ void __launch_bounds__(1024) moe_tile_map(
 	const int* __restrict__ offsets, int E, int Mtot, int* __restrict__ scratch, int maxTiles, int bm)
 {
 	PDL_ENTRY();
 	__shared__ int warpSums[32];
-	const int tid = threadIdx.x, lane = tid & 31, wid = tid >> 5;
-	const int per = (E + blockDim.x - 1) / blockDim.x;
-	const int e0 = tid * per;
-	int local = 0;
-	for (int e = e0; e < min(e0 + per, E); e++) {
-		int b = min(max(offsets[e], 0), Mtot), en = min(max(offsets[e + 1], b), Mtot);
-		local += (en - b + bm - 1) / bm;
-	}
-	// Block-wide exclusive scan of local.
-	int inc = local;
-#pragma unroll
-	for (int o = 1; o < 32; o <<= 1) {
-		int v = __shfl_up_sync(0xffffffffu, inc, o);
-		if (lane >= o) inc += v;
-	}
-	if (lane == 31) warpSums[wid] = inc;
-	__syncthreads();
-	if (wid == 0) {
-		int v = lane < (int)(blockDim.x >> 5) ? warpSums[lane] : 0;
-#pragma unroll
-		for (int o = 1; o < 32; o <<= 1) {
-			int t = __shfl_up_sync(0xffffffffu, v, o);
-			if (lane >= o) v += t;
-		}
-		warpSums[lane] = v; // inclusive over warps
-	}
-	__syncthreads();
-	int base = inc - local + (wid > 0 ? warpSums[wid - 1] : 0);
-	int4* tiles = reinterpret_cast<int4*>(scratch + 4);
-	for (int e = e0; e < min(e0 + per, E); e++) {
-		int b = min(max(offsets[e], 0), Mtot), en = min(max(offsets[e + 1], b), Mtot);
-		for (int r = b; r < en; r += bm) {
-			if (base < maxTiles) tiles[base] = make_int4(e, r, min(r + bm, en), 0);
-			base++;
-		}
-	}
-	if (tid == 0) scratch[0] = min(warpSums[(blockDim.x >> 5) - 1], maxTiles);
+	tile_map_block(offsets, E, Mtot, scratch, maxTiles, bm, warpSums);
 }
 
 DEV u32 lds32(const u8* p) { return *reinterpret_cast<const u32*>(p); }

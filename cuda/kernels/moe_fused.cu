@@ -8,35 +8,7 @@
 // for bit: amax with NaN kept, scale 2^ceil(log2(max(amax,1e-4)/448)),
 // e4m3 of clamp(v/s) nearest-even; a non-finite block becomes NaN codes
 // with scale byte 255.
-#include "common.cuh"
-
-// quant128 writes the e4m3 codes of this lane's four values v (columns
-// 4*lane..4*lane+3 of the block) to q and, from lane 0, the block's e8m0
-// scale byte to *s.
-DEV void quant128(const float* v, int lane, u8* __restrict__ q, u8* __restrict__ s)
-{
-	float amax = 0.0f;
-#pragma unroll
-	for (int i = 0; i < 4; i++) {
-		const float a = fabsf(v[i]);
-		if (a > amax || a != a) amax = a;
-	}
-	amax = warp_amax(amax);
-	u32 packed = 0x7f7f7f7fu;
-	int e = 128; // scale byte 255
-	if (amax <= 3.0e38f) {
-		e = fp8_scale_exp(amax);
-		const float sc = __uint_as_float((u32)(e + 127) << 23);
-		packed = 0;
-#pragma unroll
-		for (int i = 0; i < 4; i++) {
-			const float y = fminf(fmaxf(__fdiv_rn(v[i], sc), -448.0f), 448.0f);
-			packed |= f32_to_e4m3(y) << (8 * i);
-		}
-	}
-	*reinterpret_cast<u32*>(q + 4 * lane) = packed;
-	if (lane == 0) *s = (u8)(e + 127);
-}
+#include "moe_route.cuh"
 
 // xq [Mtot, d] e4m3 and xs [Mtot, d/128] e8m0 of the rows x[perm[m]/K]
 // (fp32 [*, d]) and/or (xg, fp32 [Mtot, d]) the gathered rows themselves.
@@ -51,10 +23,7 @@ extern "C" __global__ void __launch_bounds__(256) moe_gather_q(
 	if (w >= (long long)Mtot * nb) return;
 	const int m = (int)(w / nb), b = (int)(w % nb);
 	if (m >= offsets[E]) return;
-	const float4 v4 = *reinterpret_cast<const float4*>(x + (size_t)(perm[m] / K) * d + b * 128 + 4 * lane);
-	const float v[4] = {v4.x, v4.y, v4.z, v4.w};
-	if (xg) *reinterpret_cast<float4*>(xg + (size_t)m * d + b * 128 + 4 * lane) = v4;
-	if (xq) quant128(v, lane, xq + (size_t)m * d + b * 128, xs + (size_t)m * nb + b);
+	gather_store(xq, xs, xg, gather_load(x, perm[m], K, d, b, lane), d, m, b, lane);
 }
 
 // SwiGLU of the w1/w3 outputs g[m, j] and u[m, j] (row stride ld, bf16;
