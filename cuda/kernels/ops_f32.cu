@@ -3,8 +3,6 @@
 // reference (backend/cpu); 0 keeps fp32 (exact mode).
 #include "common.cuh"
 
-DEV float rbf(float x, int rnd) { return rnd ? bf16_to_f32(f32_to_bf16(x)) : x; }
-
 DEV float block_sum(float v, float* red) {
 	v = warp_sum(v);
 	const int lane = threadIdx.x & 31, w = threadIdx.x >> 5, nw = blockDim.x >> 5;
