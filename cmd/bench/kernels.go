@@ -61,6 +61,7 @@ func runKernels(args []string, stdout, stderr io.Writer) error {
 	tdecB3 := fs.Bool("tdec-bounds3", false, "with --tdec: linear_fp8_tdec3's entry compiled for 3 CTAs an SM")
 	tdecCarve := fs.Bool("tdec-default-carveout", false, "with --tdec: leave the shared-memory carveout to the driver")
 	tdecSmem := fs.Int("tdec-min-smem", 0, "with --tdec: give linear_fp8_tdec3 at least this much dynamic shared memory (fewer CTAs an SM)")
+	moeReduce := fs.Bool("moe-reduce", false, "moe_fp4_dec: sum split-K partials in a linear_fp8_reduce launch, not in the kernel's last CTA per tile")
 	jsonPath := fs.String("json", "", "also write one JSON record per line to this file")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -167,7 +168,7 @@ func runKernels(args []string, stdout, stderr io.Writer) error {
 				if *onlyPath != "" && string(path) != *onlyPath {
 					continue
 				}
-				kc := cuda.KernelChoice{Linear: path, MoE: path}
+				kc := cuda.KernelChoice{Linear: path, MoE: path, MoEReduce: *moeReduce}
 				kc.TDec.KBS, kc.TDec.Stages = geom[0], geom[1]
 				kc.TDec.Bounds3, kc.TDec.DefaultCarveout, kc.TDec.MinSmem = *tdecB3, *tdecCarve, *tdecSmem
 				if err := ctx.SetKernelChoice(kc); err != nil {
