@@ -446,6 +446,28 @@ func HcPreThenNorm(be Backend, x Tensor, hc HC, a HcArgs, norm Vec, eps float32,
 	return nil
 }
 
+// ExpertsShared is implemented by backends that add the shared expert's
+// output while combining the routed experts (the GPU: in moe_combine, one
+// launch less); the result is that of Experts into an accumulator, then
+// Combine(acc, shared, out).
+type ExpertsShared interface {
+	ExpertsShared(f Tensor, e Experts, weights, ids Tensor, a ExpertsArgs, shared, out Tensor) error
+}
+
+// ExpertsCombine writes out = bf16(Σ routed experts + shared) [N, d], in one
+// call where be offers ExpertsShared, else as Experts and Combine.
+func ExpertsCombine(be Backend, f Tensor, e Experts, weights, ids Tensor, a ExpertsArgs, shared, out Tensor) error {
+	if m, ok := be.(ExpertsShared); ok {
+		return m.ExpertsShared(f, e, weights, ids, a, shared, out)
+	}
+	acc := be.Empty(out.Rows(), out.Cols(), F32)
+	defer be.Free(acc)
+	if err := be.Experts(f, e, weights, ids, a, acc); err != nil {
+		return err
+	}
+	return be.Combine(acc, shared, out)
+}
+
 // Draw is one row's sampling for DeviceSampler, with the rules of
 // cuda/cpuref.SampleDraw (the host sampler's choose in fixed-point masses).
 type Draw struct {

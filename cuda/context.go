@@ -88,9 +88,12 @@ func (c *Context) MemInfo() (free, total uint64, err error) {
 
 // Stream is a non-blocking CUDA stream.
 type Stream struct {
-	ctx *Context
-	h   uintptr
-	pdl bool // launch with programmatic dependent launch (pdl.go)
+	ctx       *Context
+	h         uintptr
+	pdl       bool    // launch with programmatic dependent launch (pdl.go)
+	capturing bool    // between BeginCapture and EndCapture
+	fix       *Buffer // moe_fp4_dec's split-K tile counters (fixup.go)
+	fixZero   bool    // fix zeroed by an eager memset
 }
 
 const streamNonBlocking = 1
@@ -104,9 +107,19 @@ func (c *Context) NewStream() (*Stream, error) {
 	return &Stream{ctx: c, h: s, pdl: c.CanPDL()}, nil
 }
 
-// Close destroys the stream.
+// Close destroys the stream, first waiting for its work when it holds
+// the fixup counters (which then go back to the pool).
 func (s *Stream) Close() error {
-	return s.ctx.check("cuStreamDestroy", "", s.ctx.drv.api.streamDestroy(s.ctx.h, s.h))
+	var err error
+	if s.fix != nil {
+		err = s.Synchronize()
+	}
+	if e := s.ctx.check("cuStreamDestroy", "", s.ctx.drv.api.streamDestroy(s.ctx.h, s.h)); err == nil {
+		err = e
+	}
+	s.fix.Free()
+	s.fix = nil
+	return err
 }
 
 // Synchronize waits for the stream's work.
@@ -250,11 +263,14 @@ const captureModeRelaxed = 2 // other goroutines' threads may keep calling the d
 
 // BeginCapture starts recording the stream's work into a graph.
 func (s *Stream) BeginCapture() error {
-	return s.ctx.check("cuStreamBeginCapture", "", s.ctx.drv.api.beginCapture(s.ctx.h, s.h, captureModeRelaxed))
+	err := s.ctx.check("cuStreamBeginCapture", "", s.ctx.drv.api.beginCapture(s.ctx.h, s.h, captureModeRelaxed))
+	s.capturing = err == nil
+	return err
 }
 
 // EndCapture stops recording and returns the graph.
 func (s *Stream) EndCapture() (*Graph, error) {
+	s.capturing = false
 	g, r := s.ctx.drv.api.endCapture(s.ctx.h, s.h)
 	if err := s.ctx.check("cuStreamEndCapture", "", r); err != nil {
 		return nil, err

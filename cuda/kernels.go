@@ -304,6 +304,10 @@ func decTileRows(sh MoEShape) int {
 	return 8
 }
 
+// decCTATarget is the decode kernel's grid below which K is split: about 32
+// warps per SM (8 CTAs of 4) on the 132 SMs of an H200.
+const decCTATarget = 8 * 132
+
 // planMoE plans the launch on path; decTile, where not 0, is the decode
 // kernel's forced token tile (KernelChoice.MoEDecTile).
 func planMoE(sh MoEShape, path Path, decTile int) moePlan {
@@ -321,11 +325,9 @@ func planMoE(sh MoEShape, path Path, decTile int) moePlan {
 	ctas, nkb := p.maxTiles*ceilDiv(sh.N, p.colsPC), sh.K/128
 	switch path {
 	case PathDec:
-		// About 32 warps per SM (8 CTAs of 4) on the 132 SMs of an H200.
-		const target = 8 * 132
 		p.splits, p.per = 1, nkb
-		if ctas < target && nkb > 1 {
-			sp := min(nkb, ceilDiv(target, ctas))
+		if ctas < decCTATarget && nkb > 1 {
+			sp := min(nkb, ceilDiv(decCTATarget, ctas))
 			p.per = ceilDiv(nkb, sp)
 			p.splits = ceilDiv(nkb, p.per)
 		}
@@ -507,6 +509,7 @@ func MoEFP4Tiles(s *Stream, y, xq, xs, w, wscale, gscale DevicePtr, sh MoEShape,
 	}
 	b.I32(sh.N).I32(sh.K).Ptr(part).I32(p.per).I32(sh.Rows)
 	var err error
+	fixup := false
 	switch {
 	case path != PathDec:
 		err = launch(s, "moe_fp4", "moe_fp4_gemm", grid, Dim3{128, 1, 1}, moeSmem, b)
@@ -518,9 +521,16 @@ func MoEFP4Tiles(s *Stream, y, xq, xs, w, wscale, gscale DevicePtr, sh MoEShape,
 		if nv == 1 {
 			name += "_nv"
 		}
-		err = launch(s, "moe_fp4_dec", name, grid, Dim3{128, 1, 1}, 0, b)
+		// The last CTA of a tile sums the split-K partials (no reduce launch).
+		var counters DevicePtr
+		if fixup = p.splits > 1 && !s.ctx.kernelChoice().MoEReduce && int(grid.X*grid.Y) <= fixupSlots; fixup {
+			if counters, err = s.fixupCounters(); err != nil {
+				return err
+			}
+		}
+		err = launch(s, "moe_fp4_dec", name, grid, Dim3{128, 1, 1}, 0, b.Ptr(counters))
 	}
-	if err != nil || p.splits == 1 {
+	if err != nil || p.splits == 1 || fixup {
 		return err
 	}
 	return fp8Reduce(s, y, part, p.splits, sh.Rows, sh.N, tl.offsets, sh.Experts)

@@ -51,6 +51,20 @@ func MoEPermute(s *Stream, ids DevicePtr, nk, experts int, counts, offsets, perm
 // MoECombine: acc [rows, d] = Σ over the k slots of each row, in ascending
 // expert id, of the expert outputs y [*, d] (bf16; exact: fp32) at inv[r*k+slot].
 func MoECombine(s *Stream, acc, y, ids, inv DevicePtr, rows, k, d int, exact bool) error {
+	return moeCombine(s, acc, y, ids, inv, 0, rows, k, d, exact, false)
+}
+
+// MoECombineShared is MoECombine followed by AddF32(out, acc, shared, rnd)
+// in one launch (the same bits): out [rows, d] = rbf(Σ + shared) with the
+// shared expert's output shared fp32 [rows, d].
+func MoECombineShared(s *Stream, out, y, ids, inv, shared DevicePtr, rows, k, d int, exact, rnd bool) error {
+	if shared == 0 {
+		return fmt.Errorf("cuda: moe_combine: no shared expert output")
+	}
+	return moeCombine(s, out, y, ids, inv, shared, rows, k, d, exact, rnd)
+}
+
+func moeCombine(s *Stream, acc, y, ids, inv, shared DevicePtr, rows, k, d int, exact, rnd bool) error {
 	if rows < 0 || k <= 0 || k > 32 || d <= 0 {
 		return fmt.Errorf("cuda: moe_combine: bad shape rows=%d k=%d d=%d (k <= 32)", rows, k, d)
 	}
@@ -63,7 +77,7 @@ func MoECombine(s *Stream, acc, y, ids, inv DevicePtr, rows, k, d int, exact boo
 	if rows > 1<<31-1 || ceilDiv(d, chunk) > 65535 {
 		return fmt.Errorf("cuda: moe_combine: shape rows=%d d=%d exceeds the grid", rows, d)
 	}
-	a := new(Args).Ptr(acc).Ptr(y).Ptr(ids).Ptr(inv).I32(k).I32(d).I32(b2i(exact))
+	a := new(Args).Ptr(acc).Ptr(y).Ptr(ids).Ptr(inv).I32(k).I32(d).I32(b2i(exact)).Ptr(shared).I32(b2i(rnd))
 	return launch(s, "moe_route", "moe_combine", Dim3{uint32(rows), uint32(ceilDiv(d, chunk)), 1}, Dim3{128, 1, 1}, 0, a)
 }
 

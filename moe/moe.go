@@ -86,21 +86,39 @@ func (l *Layer) Route(be backend.Backend, f backend.Tensor, ids []int32) (backen
 }
 
 // Forward runs the MoE on the normed input f [N, d] for tokens ids.
+// Untraced and without expert parallel, the shared expert runs first and
+// backend.ExpertsCombine adds it while combining the routed experts (one GPU
+// launch less); otherwise the routed sum is checked (and all-reduced) apart.
 func (l *Layer) Forward(be backend.Backend, f backend.Tensor, ids []int32, check backend.CheckFunc) (backend.Tensor, error) {
-	n := f.Rows()
-	d := f.Cols()
+	n, d := f.Rows(), f.Cols()
 	w, e, err := l.Route(be, f, ids)
 	if err != nil {
 		return nil, err
 	}
+	defer be.Free(w)
+	defer be.Free(e)
 	if err := check.Check("moe router weights", w, f); err != nil {
 		return nil, err
 	}
 	if err := check.Check("moe router ids", e); err != nil {
 		return nil, err
 	}
-	acc := be.Empty(n, d, backend.F32)
 	ea := backend.ExpertsArgs{Limit: l.Limit, Trace: check != nil, Offset: l.ExpertLo, Partial: l.Reduce != nil}
+	if check == nil && l.Reduce == nil {
+		s, err := l.shared(be, f, nil)
+		if err != nil {
+			return nil, err
+		}
+		defer be.Free(s)
+		out := be.Empty(n, d, backend.F32)
+		if err := backend.ExpertsCombine(be, f, l.Experts, w, e, ea, s, out); err != nil {
+			be.Free(out)
+			return nil, fmt.Errorf("moe: %w", err)
+		}
+		return out, nil
+	}
+	acc := be.Empty(n, d, backend.F32)
+	defer be.Free(acc)
 	if err := be.Experts(f, l.Experts, w, e, ea, acc); err != nil {
 		return nil, fmt.Errorf("moe: %w", err)
 	}
@@ -112,11 +130,30 @@ func (l *Layer) Forward(be backend.Backend, f backend.Tensor, ids []int32, check
 	if err := check.Check("moe routed experts", acc, f); err != nil {
 		return nil, err
 	}
-	I := l.SW1.Out()
+	s, err := l.shared(be, f, check)
+	if err != nil {
+		return nil, err
+	}
+	defer be.Free(s)
+	out := be.Empty(n, d, backend.F32)
+	if err := be.Combine(acc, s, out); err != nil {
+		be.Free(out)
+		return nil, fmt.Errorf("moe combine: %w", err)
+	}
+	return out, nil
+}
+
+// shared runs the shared expert on f: w2(SwiGLU(w1 f, w3 f)) [N, d].
+func (l *Layer) shared(be backend.Backend, f backend.Tensor, check backend.CheckFunc) (backend.Tensor, error) {
+	n, I := f.Rows(), l.SW1.Out()
 	g := be.Empty(n, I, backend.F32)
 	u := be.Empty(n, I, backend.F32)
 	h := be.Empty(n, I, backend.F32)
-	s := be.Empty(n, d, backend.F32)
+	defer func() {
+		for _, t := range []backend.Tensor{g, u, h} {
+			be.Free(t)
+		}
+	}()
 	if err := backend.Linears(be, f, []backend.Linear{l.SW1, l.SW3}, []backend.Tensor{g, u}); err != nil {
 		return nil, fmt.Errorf("moe shared w1|w3: %w", err)
 	}
@@ -129,18 +166,14 @@ func (l *Layer) Forward(be backend.Backend, f backend.Tensor, ids []int32, check
 	if err := be.SwiGLU(g, u, l.Limit, h); err != nil {
 		return nil, fmt.Errorf("moe shared swiglu: %w", err)
 	}
+	s := be.Empty(n, f.Cols(), backend.F32)
 	if err := be.Linear(h, l.SW2, s); err != nil {
+		be.Free(s)
 		return nil, fmt.Errorf("moe shared w2: %w", err)
 	}
 	if err := check.Check("moe shared w2", s, h); err != nil {
+		be.Free(s)
 		return nil, err
 	}
-	out := be.Empty(n, d, backend.F32)
-	if err := be.Combine(acc, s, out); err != nil {
-		return nil, fmt.Errorf("moe combine: %w", err)
-	}
-	for _, t := range []backend.Tensor{w, e, acc, g, u, h, s} {
-		be.Free(t)
-	}
-	return out, nil
+	return s, nil
 }

@@ -231,6 +231,21 @@ func (b *Backend) Router(f backend.Tensor, gate backend.Linear, a backend.Router
 // Expert ids outside [0, E) are reported only with a.Trace (the check needs a
 // download); otherwise such pairs contribute nothing.
 func (b *Backend) Experts(f backend.Tensor, e backend.Experts, weights, ids backend.Tensor, a backend.ExpertsArgs, acc backend.Tensor) error {
+	return b.experts(f, e, weights, ids, a, acc, nil)
+}
+
+// ExpertsShared implements backend.ExpertsShared: Experts whose moe_combine
+// also adds the shared expert's output as Combine does, into out.
+func (b *Backend) ExpertsShared(f backend.Tensor, e backend.Experts, weights, ids backend.Tensor, a backend.ExpertsArgs, shared, out backend.Tensor) error {
+	if shared == nil {
+		return fmt.Errorf("experts: no shared expert output")
+	}
+	return b.experts(f, e, weights, ids, a, out, shared)
+}
+
+// experts runs the routed experts into acc, or with shared into acc =
+// rbf(Σ + shared).
+func (b *Backend) experts(f backend.Tensor, e backend.Experts, weights, ids backend.Tensor, a backend.ExpertsArgs, acc, shared backend.Tensor) error {
 	ex, ok := e.(*experts)
 	if !ok || ex == nil {
 		return fmt.Errorf("experts: %T", e)
@@ -252,6 +267,14 @@ func (b *Backend) Experts(f backend.Tensor, e backend.Experts, weights, ids back
 	at, err := f32(acc, n, ex.dim, "experts accumulator")
 	if err != nil {
 		return err
+	}
+	var sp cuda.DevicePtr
+	if shared != nil {
+		st, err := f32(shared, n, ex.dim, "experts shared expert")
+		if err != nil {
+			return err
+		}
+		sp = st.ptr
 	}
 	if n == 0 {
 		return nil
@@ -368,7 +391,12 @@ func (b *Backend) Experts(f backend.Tensor, e backend.Experts, weights, ids back
 			return err
 		}
 	}
-	if err := cuda.MoECombine(b.s, at.ptr, y, lids, inv, n, K, d, exact); err != nil {
+	if sp != 0 {
+		err = cuda.MoECombineShared(b.s, at.ptr, y, lids, inv, sp, n, K, d, exact, b.faithful())
+	} else {
+		err = cuda.MoECombine(b.s, at.ptr, y, lids, inv, n, K, d, exact)
+	}
+	if err != nil {
 		return fmt.Errorf("experts: %w", err)
 	}
 	return nil

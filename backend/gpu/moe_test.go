@@ -240,3 +240,73 @@ func TestExpertsPartial(t *testing.T) {
 		}
 	}
 }
+
+// TestExpertsCombine: ExpertsShared (moe_combine adding the shared expert,
+// moe_fp4_dec adding its own split-K partials) gives the bits of the launches
+// it replaces: Experts with linear_fp8_reduce, then Combine (add_f32); and
+// backend.ExpertsCombine on the CPU (its fallback) gives the reference.
+// Shapes: the small config's (8- and 16-row tiles, odd rows), a wider one
+// whose w2 splits K too, and Flash's d and inter with 4 experts (faithful MXFP4
+// only, where it is cheapest).
+func TestExpertsCombine(t *testing.T) {
+	for _, mode := range []backend.Numerics{backend.Faithful, backend.Exact} {
+		t.Run(mode.String(), func(t *testing.T) {
+			p := newPair(t, mode)
+			fused, ok := p.g.(backend.ExpertsShared)
+			if !ok {
+				t.Fatal("the GPU backend does not implement ExpertsShared")
+			}
+			ctx := p.g.(*Backend).Context()
+			defer func() { must(t, ctx.SetKernelChoice(cuda.KernelChoice{})) }()
+			tol := 2e-2
+			if mode == backend.Exact {
+				tol = 1e-4
+			}
+			type shape struct {
+				E, K, dim, inter int
+				f                checkpoint.Format
+				ns               []int
+			}
+			cases := []shape{
+				{8, 2, 256, 128, checkpoint.FormatMXFP4, []int{1, 3, 17, 41}},
+				{8, 2, 256, 128, checkpoint.FormatNVFP4, []int{1, 41}},
+				{16, 6, 512, 256, checkpoint.FormatMXFP4, []int{3}},
+			}
+			if mode == backend.Faithful {
+				cases = append(cases, shape{4, 2, 4096, 2048, checkpoint.FormatMXFP4, []int{1}})
+			}
+			for _, c := range cases {
+				ex := randExperts(p, c.f, c.E, c.dim, c.inter)
+				ce, err := p.c.PrepareExperts("moe", ex, c.dim, c.inter)
+				must(t, err)
+				ge, err := p.g.PrepareExperts("moe", ex, c.dim, c.inter)
+				must(t, err)
+				for _, n := range c.ns {
+					tag := fmt.Sprintf("%v E=%d K=%d d=%d n=%d", c.f, c.E, c.K, c.dim, n)
+					idv, wv := routing(p, n, c.E, c.K)
+					ids, w := p.ids(n, c.K, idv), p.from(n, c.K, wv)
+					x, s := p.rand(n, c.dim, 1), p.rand(n, c.dim, 1)
+					a := backend.ExpertsArgs{Limit: 2}
+					must(t, ctx.SetKernelChoice(cuda.KernelChoice{MoEReduce: true}))
+					acc, sep := p.out(n, c.dim), p.out(n, c.dim)
+					must(t, p.g.Experts(x.g, ge, w.g, ids.g, a, acc.g))
+					must(t, p.g.Combine(acc.g, s.g, sep.g))
+					must(t, ctx.SetKernelChoice(cuda.KernelChoice{}))
+					got := p.out(n, c.dim)
+					must(t, fused.ExpertsShared(x.g, ge, w.g, ids.g, a, s.g, got.g))
+					must(t, backend.ExpertsCombine(p.c, x.c, ce, w.c, ids.c, a, s.c, got.c))
+					p.check("experts+shared "+tag, got, tol)
+					want, have := make([]float32, n*c.dim), make([]float32, n*c.dim)
+					must(t, p.g.Download(sep.g, want))
+					must(t, p.g.Download(got.g, have))
+					for i := range want {
+						if math.IsNaN(float64(want[i])) || math.Float32bits(have[i]) != math.Float32bits(want[i]) {
+							t.Fatalf("%s: element %d is %g, Experts then Combine give %g", tag, i, have[i], want[i])
+						}
+					}
+					p.release()
+				}
+			}
+		})
+	}
+}

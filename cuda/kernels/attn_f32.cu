@@ -3,7 +3,6 @@
 // matching backend/cpu/attn.go rounding point by rounding point.
 #include "common.cuh"
 
-DEV float rbf(float x, int rnd) { return rnd ? bf16_to_f32(f32_to_bf16(x)) : x; }
 DEV float exp32(float x) { return (float)exp((double)x); }
 
 // seqs layout: slot, start, row0, rows, blkOff, nblk.

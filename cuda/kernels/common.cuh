@@ -42,6 +42,27 @@ DEV u32 f32_to_bf16(float f) {
 
 DEV u32 pack_bf16x2(float lo, float hi) { return f32_to_bf16(lo) | (f32_to_bf16(hi) << 16); }
 
+// x rounded to bf16 when rnd (faithful), else kept.
+DEV float rbf(float x, int rnd) { return rnd ? bf16_to_f32(f32_to_bf16(x)) : x; }
+
+// A split-K sum: p[0] + p[plane] + ... + p[(splits-1)*plane] added in split
+// order from 0, as linear_fp8_reduce and moe_fp4_dec's in-kernel fixup both
+// do (the same bits). The loads bypass L1 (other CTAs of the grid may have
+// just written the partials) and eight are issued before their adds.
+DEV float sum_splits(const float* p, size_t plane, int splits) {
+	float a = 0.f;
+	for (int z0 = 0; z0 < splits; z0 += 8) {
+		float v[8];
+#pragma unroll
+		for (int k = 0; k < 8; k++)
+			if (z0 + k < splits) asm volatile("ld.global.cg.f32 %0, [%1];" : "=f"(v[k]) : "l"(p + (size_t)(z0 + k) * plane));
+#pragma unroll
+		for (int k = 0; k < 8; k++)
+			if (z0 + k < splits) a += v[k];
+	}
+	return a;
+}
+
 // e4m3 ("fn": bias 7, no infinities, 0x7f/0xff NaN, max 448) -> fp32.
 DEV float e4m3_to_f32(u32 b) {
 	u32 em = b & 0x7fu;

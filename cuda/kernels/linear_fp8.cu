@@ -171,7 +171,7 @@ extern "C" __global__ void __launch_bounds__(128) linear_fp8(
 	}
 }
 
-// y[r, n] = bf16(sum_z part[z][r][n]) in z order, for rows r in [r0, r1) of a
+// y[r, n] = bf16(sum_z part[z][r][n]) in z order (sum_splits), for rows r in [r0, r1) of a
 // [rows, N] output (rows outside are left alone: MoE rows no expert owns).
 // bounds (optional) holds r0 at [0] and r1 at [E] (the MoE offsets).
 extern "C" __global__ void linear_fp8_reduce(
@@ -185,11 +185,8 @@ extern "C" __global__ void linear_fp8_reduce(
 		r1 = min(max(bounds[E], r0), rows);
 	}
 	const size_t plane = (size_t)rows * N;
-	for (size_t i = (size_t)r0 * N + blockIdx.x * blockDim.x + threadIdx.x; i < (size_t)r1 * N; i += (size_t)gridDim.x * blockDim.x) {
-		float a = 0.f;
-		for (int z = 0; z < splits; z++) a += part[z * plane + i];
-		y[i] = (u16)f32_to_bf16(a);
-	}
+	for (size_t i = (size_t)r0 * N + blockIdx.x * blockDim.x + threadIdx.x; i < (size_t)r1 * N; i += (size_t)gridDim.x * blockDim.x)
+		y[i] = (u16)f32_to_bf16(sum_splits(part + i, plane, splits));
 }
 
 // Decode-shaped FP8 linear (M <= 16): the same function as linear_fp8 with

@@ -23,7 +23,9 @@
 // product, activation scales per 128 K.
 //
 // Split K: with part != 0, CTA z covers K blocks [z*kbPer, (z+1)*kbPer) and
-// stores fp32 sums (times G_e) to part[z][Mtot][N] for linear_fp8_reduce.
+// stores fp32 sums (times G_e) to part[z][Mtot][N]. With counters (one int
+// per (column block, tile), zero at launch) the tile's last CTA adds them
+// (dec_fixup); without, linear_fp8_reduce does, in the same order.
 #include "common.cuh"
 
 #define DS 4    // ring stages
@@ -141,6 +143,31 @@ DEV void nv_scales(u32 v, float* f) {
 #define DEC_MIN_CTAS_NV 1
 #endif
 
+// Split K in the kernel: the last of the tile's gridDim.z CTAs to count
+// itself in adds the partials of rows [mBeg, mEnd) x 64 columns as
+// linear_fp8_reduce does (sum_splits: the same bits) and zeroes the counter
+// for the next launch or graph replay. Saves the reduce launch.
+DEV void dec_fixup(u8* ring, u16* __restrict__ y, const float* part, int* counter, int mBeg, int mEnd, int col0, int N, int Mtot)
+{
+	volatile int* last = reinterpret_cast<volatile int*>(ring); // the ring is idle after the barrier
+	__threadfence(); // this thread's partials reach L2 before the CTA counts itself in
+	__syncthreads();
+	if (threadIdx.x == 0) {
+		const int done = atomicAdd(counter, 1) == (int)gridDim.z - 1;
+		if (done) *counter = 0; // every other CTA has counted
+		*last = done;
+	}
+	__syncthreads();
+	if (!*last) return;
+	__threadfence(); // the others' partials, published before their counts
+	const int cols = min(64, N - col0);
+	const size_t plane = (size_t)Mtot * N;
+	for (int i = threadIdx.x; i < (mEnd - mBeg) * cols; i += blockDim.x) {
+		const size_t o = (size_t)(mBeg + i / cols) * N + col0 + i % cols;
+		y[o] = (u16)f32_to_bf16(sum_splits(part + o, plane, gridDim.z));
+	}
+}
+
 // One CTA of moe_fp4_dec, MXFP4 or NVFP4 (NV), for tiles of 8*MT tokens:
 // with MT = 2 each weight fragment is decoded once for two 8-token MMAs
 // (prefill chunks put 9-16 rows on an expert). The K loop is unrolled by the
@@ -150,7 +177,7 @@ DEV void nv_scales(u32 v, float* f) {
 template <bool NV, int MT>
 DEV void dec_cta(u8* ring, u16* __restrict__ y, const u8* __restrict__ xq, const u8* __restrict__ xs,
 	int e, int mBeg, int mEnd, const u8* __restrict__ w, const u8* __restrict__ wscale,
-	const float* __restrict__ gscale, int N, int K, float* __restrict__ part, int kbPer, int Mtot)
+	const float* __restrict__ gscale, int N, int K, float* __restrict__ part, int kbPer, int Mtot, int* __restrict__ counters)
 {
 	const int tid = threadIdx.x, lane = tid & 31, wid = tid >> 5;
 	const int g = lane >> 2, c = lane & 3;
@@ -369,12 +396,13 @@ DEV void dec_cta(u8* ring, u16* __restrict__ y, const u8* __restrict__ xq, const
 			else y[(size_t)tk * N + os[k]] = (u16)f32_to_bf16(v);
 		}
 	}
+	if (part && counters) dec_fixup(ring, y, part, counters + blockIdx.y * gridDim.x + blockIdx.x, mBeg, mEnd, col0, N, Mtot);
 }
 
 template <bool NV, int MT>
 DEV void dec_kernel(u16* __restrict__ y, const u8* __restrict__ xq, const u8* __restrict__ xs,
 	const int* __restrict__ scratch, const u8* __restrict__ w, const u8* __restrict__ wscale,
-	const float* __restrict__ gscale, int N, int K, float* __restrict__ part, int kbPer, int Mtot)
+	const float* __restrict__ gscale, int N, int K, float* __restrict__ part, int kbPer, int Mtot, int* __restrict__ counters)
 {
 	PDL_ENTRY();
 	__shared__ __align__(128) u8 ring[DS * DecGeom<MT>::STAGE];
@@ -382,7 +410,7 @@ DEV void dec_kernel(u16* __restrict__ y, const u8* __restrict__ xq, const u8* __
 	const int cnt = scratch[0];
 	const int4 tile = reinterpret_cast<const int4*>(scratch + 4)[t]; // in bounds: t < maxTiles
 	if (t >= cnt) return;
-	dec_cta<NV, MT>(ring, y, xq, xs, tile.x, tile.y, tile.z, w, wscale, gscale, N, K, part, kbPer, Mtot);
+	dec_cta<NV, MT>(ring, y, xq, xs, tile.x, tile.y, tile.z, w, wscale, gscale, N, K, part, kbPer, Mtot, counters);
 }
 
 // MXFP4 and NVFP4 entry points: NVFP4 holds more live values (the second
@@ -390,17 +418,17 @@ DEV void dec_kernel(u16* __restrict__ y, const u8* __restrict__ xq, const u8* __
 extern "C" __global__ void __launch_bounds__(128, DEC_MIN_CTAS) moe_fp4_dec(
 	u16* __restrict__ y, const u8* __restrict__ xq, const u8* __restrict__ xs,
 	const int* __restrict__ scratch, const u8* __restrict__ w, const u8* __restrict__ wscale,
-	const float* __restrict__ gscale, int N, int K, float* __restrict__ part, int kbPer, int Mtot)
+	const float* __restrict__ gscale, int N, int K, float* __restrict__ part, int kbPer, int Mtot, int* __restrict__ counters)
 {
-	dec_kernel<false, 1>(y, xq, xs, scratch, w, wscale, gscale, N, K, part, kbPer, Mtot);
+	dec_kernel<false, 1>(y, xq, xs, scratch, w, wscale, gscale, N, K, part, kbPer, Mtot, counters);
 }
 
 extern "C" __global__ void __launch_bounds__(128, DEC_MIN_CTAS_NV) moe_fp4_dec_nv(
 	u16* __restrict__ y, const u8* __restrict__ xq, const u8* __restrict__ xs,
 	const int* __restrict__ scratch, const u8* __restrict__ w, const u8* __restrict__ wscale,
-	const float* __restrict__ gscale, int N, int K, float* __restrict__ part, int kbPer, int Mtot)
+	const float* __restrict__ gscale, int N, int K, float* __restrict__ part, int kbPer, int Mtot, int* __restrict__ counters)
 {
-	dec_kernel<true, 1>(y, xq, xs, scratch, w, wscale, gscale, N, K, part, kbPer, Mtot);
+	dec_kernel<true, 1>(y, xq, xs, scratch, w, wscale, gscale, N, K, part, kbPer, Mtot, counters);
 }
 
 // Tiles of 16 tokens (moe_tile_map with bm = 16): 6 CTAs an SM, 80 registers
@@ -408,15 +436,15 @@ extern "C" __global__ void __launch_bounds__(128, DEC_MIN_CTAS_NV) moe_fp4_dec_n
 extern "C" __global__ void __launch_bounds__(128, 6) moe_fp4_dec16(
 	u16* __restrict__ y, const u8* __restrict__ xq, const u8* __restrict__ xs,
 	const int* __restrict__ scratch, const u8* __restrict__ w, const u8* __restrict__ wscale,
-	const float* __restrict__ gscale, int N, int K, float* __restrict__ part, int kbPer, int Mtot)
+	const float* __restrict__ gscale, int N, int K, float* __restrict__ part, int kbPer, int Mtot, int* __restrict__ counters)
 {
-	dec_kernel<false, 2>(y, xq, xs, scratch, w, wscale, gscale, N, K, part, kbPer, Mtot);
+	dec_kernel<false, 2>(y, xq, xs, scratch, w, wscale, gscale, N, K, part, kbPer, Mtot, counters);
 }
 
 extern "C" __global__ void __launch_bounds__(128, 6) moe_fp4_dec16_nv(
 	u16* __restrict__ y, const u8* __restrict__ xq, const u8* __restrict__ xs,
 	const int* __restrict__ scratch, const u8* __restrict__ w, const u8* __restrict__ wscale,
-	const float* __restrict__ gscale, int N, int K, float* __restrict__ part, int kbPer, int Mtot)
+	const float* __restrict__ gscale, int N, int K, float* __restrict__ part, int kbPer, int Mtot, int* __restrict__ counters)
 {
-	dec_kernel<true, 2>(y, xq, xs, scratch, w, wscale, gscale, N, K, part, kbPer, Mtot);
+	dec_kernel<true, 2>(y, xq, xs, scratch, w, wscale, gscale, N, K, part, kbPer, Mtot, counters);
 }

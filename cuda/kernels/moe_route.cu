@@ -208,6 +208,8 @@ extern "C" __global__ void __launch_bounds__(ROUTE_THREADS) moe_route_small(
 // pointers are aligned), loading up to 8 slots before adding them so the
 // loads overlap. Every element still gets 0 + y_first + y_second + ... in
 // ascending id, so the result is bit-identical to a serial loop.
+// With shared (fp32 [rows, d]) the row is stored as Combine (add_f32) would
+// store it: rbf(sum + shared, rnd), the shared expert added in this launch.
 #define COMBINE_THREADS 128
 #define COMBINE_CHUNK (4 * COMBINE_THREADS)
 
@@ -234,9 +236,13 @@ DEV void combine_rows4(float4& a, const T* __restrict__ y, const int* order, int
 	}
 }
 
+// The value stored at element i of a row: the routed sum a, or add_f32's
+// rbf(a + shared[i], rnd).
+DEV float combine_out(float a, const float* __restrict__ sh, int i, int rnd) { return sh ? rbf(a + sh[i], rnd) : a; }
+
 extern "C" __global__ void __launch_bounds__(COMBINE_THREADS) moe_combine(
 	float* __restrict__ acc, const void* __restrict__ y, const int* __restrict__ ids,
-	const int* __restrict__ inv, int K, int d, int exact)
+	const int* __restrict__ inv, int K, int d, int exact, const float* __restrict__ shared, int rnd)
 {
 	PDL_ENTRY();
 	__shared__ int order[32]; // y rows of the valid slots, ascending id
@@ -259,13 +265,18 @@ extern "C" __global__ void __launch_bounds__(COMBINE_THREADS) moe_combine(
 	__syncthreads();
 	const int n = nvalid;
 	float* ar = acc + (size_t)r * d;
-	const bool vec = (d & 3) == 0 && ((size_t)acc & 15) == 0 && ((size_t)y & (exact ? 15 : 7)) == 0;
+	const float* sr = shared ? shared + (size_t)r * d : nullptr;
+	const bool vec = (d & 3) == 0 && ((size_t)acc & 15) == 0 && ((size_t)shared & 15) == 0 && ((size_t)y & (exact ? 15 : 7)) == 0;
 	if (vec) {
 		const int i = blockIdx.y * COMBINE_CHUNK + 4 * threadIdx.x;
 		if (i >= d) return;
 		float4 a = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
 		if (exact) combine_rows4(a, (const float4*)y, order, n, d, i);
 		else combine_rows4(a, (const uint2*)y, order, n, d, i);
+		if (sr) {
+			const float4 s = *reinterpret_cast<const float4*>(sr + i);
+			a = make_float4(rbf(a.x + s.x, rnd), rbf(a.y + s.y, rnd), rbf(a.z + s.z, rnd), rbf(a.w + s.w, rnd));
+		}
 		*reinterpret_cast<float4*>(ar + i) = a;
 		return;
 	}
@@ -294,6 +305,6 @@ extern "C" __global__ void __launch_bounds__(COMBINE_THREADS) moe_combine(
 #pragma unroll
 	for (int t = 0; t < 4; t++) {
 		const int i = i0 + t * COMBINE_THREADS;
-		if (i < d) ar[i] = a[t];
+		if (i < d) ar[i] = combine_out(a[t], sr, i, rnd);
 	}
 }

@@ -7,7 +7,6 @@
 #include "common.cuh"
 #include "rms_row.cuh"
 
-DEV float rbf(float x, int rnd) { return rnd ? bf16_to_f32(f32_to_bf16(x)) : x; }
 DEV float rbf16(float x) { return bf16_to_f32(f32_to_bf16(x)); }
 
 DEV double warp_sum_d(double v) {

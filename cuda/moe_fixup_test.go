@@ -1,0 +1,290 @@
+package cuda
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"testing"
+)
+
+// TestMoEFixupSlots: every decode launch that splits K fits the stream's
+// counters, so the fixup never falls back to the reduce launch.
+func TestMoEFixupSlots(t *testing.T) {
+	for _, E := range []int{1, 4, 8, 48, 256, 384} {
+		for rows := 1; rows <= 16*E; rows += 1 + rows/7 {
+			for _, nk := range [][2]int{{256, 512}, {264, 384}, {4096, 4096}, {4096, 2048}, {6144, 7168}, {7168, 3072}} {
+				sh := MoEShape{Experts: E, Rows: rows, N: nk[0], K: nk[1]}
+				if !moeDecode(sh) {
+					continue
+				}
+				p := planMoE(sh, PathDec, 0)
+				if ctas := ceilDiv(sh.N, p.colsPC) * p.maxTiles; p.splits > 1 && ctas > fixupSlots {
+					t.Fatalf("%+v: %d CTAs split %d ways, %d counters", sh, ctas, p.splits, fixupSlots)
+				}
+			}
+		}
+	}
+}
+
+// testDevice opens device 0 (the emulator under MEGAMOE_EMU) with a stream,
+// skipping without one.
+func testDevice(t *testing.T) (*Context, *Stream) {
+	t.Helper()
+	drv, err := Load()
+	if err != nil {
+		t.Skipf("no CUDA driver: %v", err)
+	}
+	if n, err := drv.DeviceCount(); err != nil || n == 0 {
+		t.Skipf("no CUDA device (count %d): %v", n, err)
+	}
+	dev, err := drv.Device(0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, err := dev.NewContext()
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := ctx.NewStream()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := s.Close(); err != nil {
+			t.Error(err)
+		}
+		if err := ctx.Close(); err != nil {
+			t.Error(err)
+		}
+	})
+	return ctx, s
+}
+
+// TestMoEDecFixup: moe_fp4_dec adding its split-K partials in the last CTA
+// of each tile gives the bits of the kernel followed by linear_fp8_reduce,
+// for 8- and 16-row tiles, MXFP4 and NVFP4, column tails, odd row counts
+// and rows no expert owns. It runs twice eagerly and replays a graph twice
+// (a counter left non-zero would leave tiles unsummed: still poisoned), and
+// once on a stream whose first use of the counters is inside a capture.
+func TestMoEDecFixup(t *testing.T) {
+	ctx, s := testDevice(t)
+	seed := rand.Uint64()
+	t.Logf("seed %d", seed)
+	rng := rand.New(rand.NewPCG(seed, 3))
+	for i, c := range []struct {
+		E, rows, n, k, lead, tail, bm int
+		f                             FP4Format
+	}{
+		{8, 1, 256, 512, 0, 0, 8, MXFP4},
+		{8, 3, 264, 384, 0, 0, 8, NVFP4},
+		{16, 25, 256, 384, 3, 5, 8, MXFP4},
+		{4, 41, 128, 512, 0, 0, 16, MXFP4},
+		{4, 40, 136, 256, 3, 5, 16, NVFP4},
+	} {
+		sh := MoEShape{Experts: c.E, Rows: c.rows, N: c.n, K: c.k, Format: c.f}
+		name := fmt.Sprintf("E%d_M%d_n%d_k%d_%v", c.E, c.rows, c.n, c.k, c.f)
+		if p := planMoE(sh, PathDec, 0); !moeDecode(sh) || p.splits < 2 || p.bm != c.bm {
+			t.Fatalf("%s: decode %v, %d splits, %d-row tiles: not a split-K case of %d-row tiles", name, moeDecode(sh), p.splits, p.bm, c.bm)
+		}
+		t.Run(name, func(t *testing.T) {
+			in := newFixupInputs(t, ctx, s, rng, sh, c.lead, c.tail)
+			want := in.run(t, s, true)
+			for i := 2 * c.lead * c.n; i < 2*(c.rows-c.tail)*c.n; i += 2 {
+				if want[i] == 0xff && want[i+1] == 0xff {
+					t.Fatalf("reduce path: y[%d, %d] still poisoned", i/2/c.n, i/2%c.n)
+				}
+			}
+			for rep := range 2 {
+				in.same(t, fmt.Sprintf("launch %d", rep), in.run(t, s, false), want)
+			}
+			in.same(t, "graph", in.graph(t, s), want)
+			in.zero(t, s)
+			if i == 0 { // a fresh stream: the counters' memset goes into the graph
+				s2, err := ctx.NewStream()
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer func() {
+					if err := s2.Close(); err != nil {
+						t.Error(err)
+					}
+				}()
+				in.same(t, "graph on a fresh stream", in.graph(t, s2), want)
+				in.same(t, "launch after the capture", in.run(t, s2, false), want)
+				in.zero(t, s2)
+			}
+		})
+	}
+	if err := ctx.SetKernelChoice(KernelChoice{}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+type fixupInputs struct {
+	ctx                                *Context
+	sh                                 MoEShape
+	y, xq, xs, off, w, ws, gs, scratch *Buffer
+	ybytes, scratchBytes               int
+}
+
+// newFixupInputs uploads random FP8 activations and FP4 experts (no zero
+// scales, no NaN codes) and offsets with lead and tail rows owned by none.
+func newFixupInputs(t *testing.T, ctx *Context, s *Stream, rng *rand.Rand, sh MoEShape, lead, tail int) *fixupInputs {
+	t.Helper()
+	in := &fixupInputs{ctx: ctx, sh: sh, ybytes: 2 * sh.Rows * sh.N, scratchBytes: MoEScratchBytes(sh)}
+	group := 32
+	if sh.Format == NVFP4 {
+		group = 16
+	}
+	fill := func(n int, f func() byte) []byte {
+		b := make([]byte, n)
+		for i := range b {
+			b[i] = f()
+		}
+		return b
+	}
+	off := make([]int32, sh.Experts+1)
+	off[0] = int32(lead)
+	counts := make([]int32, sh.Experts)
+	for range sh.Rows - lead - tail {
+		counts[rng.IntN(sh.Experts)]++
+	}
+	for e, c := range counts {
+		off[e+1] = off[e] + c
+	}
+	scale := func() byte { return byte(118 + rng.IntN(8)) } // e8m0 near 2^-6
+	if sh.Format == NVFP4 {
+		scale = func() byte { return byte(0x30 + rng.IntN(0x10)) } // e4m3 0.125..0.23
+	}
+	gs := make([]float32, sh.Experts)
+	for e := range gs {
+		gs[e] = float32(1+e%3) / 1024
+	}
+	up := func(b []byte) *Buffer {
+		buf, err := ctx.Alloc(len(b))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(buf.Free)
+		if err := s.CopyHtoD(buf.Ptr, b); err != nil {
+			t.Fatal(err)
+		}
+		return buf
+	}
+	code := func() byte { // e4m3 without the NaN codes
+		b := byte(rng.IntN(256))
+		if b&0x7f == 0x7f {
+			b ^= 1
+		}
+		return b
+	}
+	in.xq = up(fill(sh.Rows*sh.K, code))
+	in.xs = up(fill(sh.Rows*sh.K/128, func() byte { return byte(120 + rng.IntN(8)) }))
+	in.off = up(Bytes(off))
+	in.w = up(fill(sh.Experts*sh.N*sh.K/2, func() byte { return byte(rng.IntN(256)) }))
+	in.ws = up(fill(sh.Experts*sh.N*sh.K/group, scale))
+	in.gs = up(Bytes(gs))
+	in.y = up(make([]byte, in.ybytes))
+	in.scratch = up(make([]byte, in.scratchBytes))
+	return in
+}
+
+// launch poisons y and the scratch, then runs MoEFP4 (tile map and GEMM).
+func (in *fixupInputs) launch(s *Stream) error {
+	if err := s.Memset8(in.y.Ptr, 0xff, in.ybytes); err != nil {
+		return err
+	}
+	if err := s.Memset8(in.scratch.Ptr, 0xff, in.scratchBytes); err != nil {
+		return err
+	}
+	var gs DevicePtr
+	if in.sh.Format == NVFP4 {
+		gs = in.gs.Ptr
+	}
+	return MoEFP4(s, in.y.Ptr, in.xq.Ptr, in.xs.Ptr, in.off.Ptr, in.w.Ptr, in.ws.Ptr, gs, in.sh, in.scratch.Ptr)
+}
+
+func (in *fixupInputs) download(t *testing.T, s *Stream) []byte {
+	t.Helper()
+	got := make([]byte, in.ybytes)
+	if err := s.CopyDtoH(got, in.y.Ptr); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Synchronize(); err != nil {
+		t.Fatal(err)
+	}
+	return got
+}
+
+// run launches eagerly, with linear_fp8_reduce (reduce) or the fixup.
+func (in *fixupInputs) run(t *testing.T, s *Stream, reduce bool) []byte {
+	t.Helper()
+	if err := in.ctx.SetKernelChoice(KernelChoice{MoEReduce: reduce}); err != nil {
+		t.Fatal(err)
+	}
+	if err := in.launch(s); err != nil {
+		t.Fatal(err)
+	}
+	return in.download(t, s)
+}
+
+// graph captures the fixup launch on s and replays it twice; the second
+// replay's output is returned.
+func (in *fixupInputs) graph(t *testing.T, s *Stream) []byte {
+	t.Helper()
+	if err := in.ctx.SetKernelChoice(KernelChoice{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.BeginCapture(); err != nil {
+		t.Fatal(err)
+	}
+	err := in.launch(s)
+	g, cerr := s.EndCapture()
+	if err != nil || cerr != nil {
+		t.Fatalf("capture: %v, %v", err, cerr)
+	}
+	defer g.Close()
+	exec, err := g.Instantiate()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer exec.Close()
+	var got []byte
+	for range 2 {
+		if err := exec.Launch(s); err != nil {
+			t.Fatal(err)
+		}
+		got = in.download(t, s)
+	}
+	return got
+}
+
+// same requires identical bytes.
+func (in *fixupInputs) same(t *testing.T, what string, got, want []byte) {
+	t.Helper()
+	for i := 0; i < len(got); i += 2 {
+		if got[i] != want[i] || got[i+1] != want[i+1] {
+			row, col := i/2/in.sh.N, i/2%in.sh.N
+			t.Fatalf("%s: y[%d, %d] = %02x%02x, the reduce path gives %02x%02x", what, row, col, got[i+1], got[i], want[i+1], want[i])
+		}
+	}
+}
+
+// zero requires the stream's counters back at zero.
+func (in *fixupInputs) zero(t *testing.T, s *Stream) {
+	t.Helper()
+	if s.fix == nil {
+		t.Fatal("no fixup counters on the stream")
+	}
+	c := make([]byte, 4*fixupSlots)
+	if err := s.CopyDtoH(c, s.fix.Ptr); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Synchronize(); err != nil {
+		t.Fatal(err)
+	}
+	for i, b := range c {
+		if b != 0 {
+			t.Fatalf("counter %d not reset", i/4)
+		}
+	}
+}
