@@ -91,6 +91,36 @@ DEV u32 f32_to_e4m3(float x) {
 	return s | (e << 3) | m;
 }
 
+// The FP8 activation quantisation of one 128-value block a warp holds, as
+// quant_fp8_f32 (kernels/ops_f32.cu) does it for blk = 128, bit for bit:
+// writes the e4m3 codes of this lane's four values v (columns 4*lane ..
+// 4*lane+3 of the block) to q and, from lane 0, the block's e8m0 scale byte
+// to *s (a non-finite block: NaN codes, byte 255).
+DEV void quant128(const float* v, int lane, u8* __restrict__ q, u8* __restrict__ s)
+{
+	float amax = 0.0f;
+#pragma unroll
+	for (int i = 0; i < 4; i++) {
+		const float a = fabsf(v[i]);
+		if (a > amax || a != a) amax = a;
+	}
+	amax = warp_amax(amax);
+	u32 packed = 0x7f7f7f7fu;
+	int e = 128; // scale byte 255
+	if (amax <= 3.0e38f) {
+		e = fp8_scale_exp(amax);
+		const float sc = __uint_as_float((u32)(e + 127) << 23);
+		packed = 0;
+#pragma unroll
+		for (int i = 0; i < 4; i++) {
+			const float y = fminf(fmaxf(__fdiv_rn(v[i], sc), -448.0f), 448.0f);
+			packed |= f32_to_e4m3(y) << (8 * i);
+		}
+	}
+	*reinterpret_cast<u32*>(q + 4 * lane) = packed;
+	if (lane == 0) *s = (u8)(e + 127);
+}
+
 // e8m0 (ue8m0) scale byte -> fp32: 2^(b-127); 0 -> 2^-127; 255 -> NaN.
 DEV float e8m0_to_f32(u32 b) {
 	b &= 0xffu;

@@ -10,34 +10,6 @@
 // with scale byte 255.
 #include "common.cuh"
 
-// quant128 writes the e4m3 codes of this lane's four values v (columns
-// 4*lane..4*lane+3 of the block) to q and, from lane 0, the block's e8m0
-// scale byte to *s.
-DEV void quant128(const float* v, int lane, u8* __restrict__ q, u8* __restrict__ s)
-{
-	float amax = 0.0f;
-#pragma unroll
-	for (int i = 0; i < 4; i++) {
-		const float a = fabsf(v[i]);
-		if (a > amax || a != a) amax = a;
-	}
-	amax = warp_amax(amax);
-	u32 packed = 0x7f7f7f7fu;
-	int e = 128; // scale byte 255
-	if (amax <= 3.0e38f) {
-		e = fp8_scale_exp(amax);
-		const float sc = __uint_as_float((u32)(e + 127) << 23);
-		packed = 0;
-#pragma unroll
-		for (int i = 0; i < 4; i++) {
-			const float y = fminf(fmaxf(__fdiv_rn(v[i], sc), -448.0f), 448.0f);
-			packed |= f32_to_e4m3(y) << (8 * i);
-		}
-	}
-	*reinterpret_cast<u32*>(q + 4 * lane) = packed;
-	if (lane == 0) *s = (u8)(e + 127);
-}
-
 // xq [Mtot, d] e4m3 and xs [Mtot, d/128] e8m0 of the rows x[perm[m]/K]
 // (fp32 [*, d]) and/or (xg, fp32 [Mtot, d]) the gathered rows themselves.
 // d % 128 == 0.

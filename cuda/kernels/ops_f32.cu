@@ -22,6 +22,65 @@ DEV float block_sum(float v, float* red) {
 // registers for the second pass), else a 4-way unrolled scalar loop. The sum
 // of squares is per thread in a fixed order, then block_sum: deterministic.
 #define RMS_CACHE 4
+
+// The float4 path for the segment xs -> ys. Q (d % 128 == 0): also the FP8
+// quantisation of the outputs (quant128) into codes q [d] and scales qs
+// [d/128]: a warp's 32 float4s of one step are one 128-value block.
+template <bool Q>
+DEV void rmsnorm_f4(float* __restrict__ ys, const float* __restrict__ xs, const float* __restrict__ w, int d, float eps,
+	int rnd, float* red, u8* __restrict__ q, u8* __restrict__ qs)
+{
+	const int nt = blockDim.x;
+	float ss = 0.0f;
+	const int n4 = d >> 2;
+	const float4* x4 = reinterpret_cast<const float4*>(xs);
+	const float4* w4 = reinterpret_cast<const float4*>(w);
+	float4* y4 = reinterpret_cast<float4*>(ys);
+	float4 xv[RMS_CACHE], wv[RMS_CACHE];
+#pragma unroll
+	for (int k = 0; k < RMS_CACHE; k++) {
+		const int i = threadIdx.x + k * nt;
+		if (i < n4) { xv[k] = x4[i]; wv[k] = w4[i]; }
+	}
+#pragma unroll
+	for (int k = 0; k < RMS_CACHE; k++) {
+		if (threadIdx.x + k * nt < n4) {
+			ss += xv[k].x * xv[k].x; ss += xv[k].y * xv[k].y;
+			ss += xv[k].z * xv[k].z; ss += xv[k].w * xv[k].w;
+		}
+	}
+	for (int i = threadIdx.x + RMS_CACHE * nt; i < n4; i += nt) {
+		const float4 v = x4[i];
+		ss += v.x * v.x; ss += v.y * v.y; ss += v.z * v.z; ss += v.w * v.w;
+	}
+	ss = block_sum(ss, red);
+	const float r = (float)(1.0 / sqrt((double)(ss / (float)d + eps)));
+	auto put = [&](int i, float4 o) {
+		y4[i] = o;
+		if (Q) {
+			const float v[4] = {o.x, o.y, o.z, o.w};
+			quant128(v, threadIdx.x & 31, q + (i >> 5) * 128, qs + (i >> 5));
+		}
+	};
+#pragma unroll
+	for (int k = 0; k < RMS_CACHE; k++) {
+		const int i = threadIdx.x + k * nt;
+		if (i < n4) {
+			float4 o;
+			o.x = rbf(wv[k].x * (xv[k].x * r), rnd); o.y = rbf(wv[k].y * (xv[k].y * r), rnd);
+			o.z = rbf(wv[k].z * (xv[k].z * r), rnd); o.w = rbf(wv[k].w * (xv[k].w * r), rnd);
+			put(i, o);
+		}
+	}
+	for (int i = threadIdx.x + RMS_CACHE * nt; i < n4; i += nt) {
+		const float4 v = x4[i], wq = w4[i];
+		float4 o;
+		o.x = rbf(wq.x * (v.x * r), rnd); o.y = rbf(wq.y * (v.y * r), rnd);
+		o.z = rbf(wq.z * (v.z * r), rnd); o.w = rbf(wq.w * (v.w * r), rnd);
+		put(i, o);
+	}
+}
+
 extern "C" __global__ void __launch_bounds__(256) rmsnorm_f32(
 	float* __restrict__ y, const float* __restrict__ x, const float* __restrict__ w, int d, float eps, int rnd)
 {
@@ -30,50 +89,11 @@ extern "C" __global__ void __launch_bounds__(256) rmsnorm_f32(
 	const float* xs = x + (size_t)blockIdx.x * d;
 	float* ys = y + (size_t)blockIdx.x * d;
 	const int nt = blockDim.x;
-	float ss = 0.0f;
 	if ((d & 3) == 0 && (((size_t)x | (size_t)y | (size_t)w) & 15) == 0) {
-		const int n4 = d >> 2;
-		const float4* x4 = reinterpret_cast<const float4*>(xs);
-		const float4* w4 = reinterpret_cast<const float4*>(w);
-		float4* y4 = reinterpret_cast<float4*>(ys);
-		float4 xv[RMS_CACHE], wv[RMS_CACHE];
-#pragma unroll
-		for (int k = 0; k < RMS_CACHE; k++) {
-			const int i = threadIdx.x + k * nt;
-			if (i < n4) { xv[k] = x4[i]; wv[k] = w4[i]; }
-		}
-#pragma unroll
-		for (int k = 0; k < RMS_CACHE; k++) {
-			if (threadIdx.x + k * nt < n4) {
-				ss += xv[k].x * xv[k].x; ss += xv[k].y * xv[k].y;
-				ss += xv[k].z * xv[k].z; ss += xv[k].w * xv[k].w;
-			}
-		}
-		for (int i = threadIdx.x + RMS_CACHE * nt; i < n4; i += nt) {
-			const float4 v = x4[i];
-			ss += v.x * v.x; ss += v.y * v.y; ss += v.z * v.z; ss += v.w * v.w;
-		}
-		ss = block_sum(ss, red);
-		const float r = (float)(1.0 / sqrt((double)(ss / (float)d + eps)));
-#pragma unroll
-		for (int k = 0; k < RMS_CACHE; k++) {
-			const int i = threadIdx.x + k * nt;
-			if (i < n4) {
-				float4 o;
-				o.x = rbf(wv[k].x * (xv[k].x * r), rnd); o.y = rbf(wv[k].y * (xv[k].y * r), rnd);
-				o.z = rbf(wv[k].z * (xv[k].z * r), rnd); o.w = rbf(wv[k].w * (xv[k].w * r), rnd);
-				y4[i] = o;
-			}
-		}
-		for (int i = threadIdx.x + RMS_CACHE * nt; i < n4; i += nt) {
-			const float4 v = x4[i], wq = w4[i];
-			float4 o;
-			o.x = rbf(wq.x * (v.x * r), rnd); o.y = rbf(wq.y * (v.y * r), rnd);
-			o.z = rbf(wq.z * (v.z * r), rnd); o.w = rbf(wq.w * (v.w * r), rnd);
-			y4[i] = o;
-		}
+		rmsnorm_f4<false>(ys, xs, w, d, eps, rnd, red, nullptr, nullptr);
 		return;
 	}
+	float ss = 0.0f;
 	for (int i0 = threadIdx.x; i0 < d; i0 += 4 * nt) {
 		float v[4];
 #pragma unroll
@@ -96,6 +116,20 @@ extern "C" __global__ void __launch_bounds__(256) rmsnorm_f32(
 			if (i < d) ys[i] = rbf(wq[k] * (v[k] * r), rnd);
 		}
 	}
+}
+
+// rmsnorm_f32 of rows of d values that also writes the FP8 input of the
+// linear that takes them (quant_fp8_f32's codes q [rows, d] and e8m0 scales
+// qs [rows, d/128], bit for bit), saving that linear's quantisation launch.
+// d % 128 == 0, x, y and w 16-byte aligned (the float4 path).
+extern "C" __global__ void __launch_bounds__(256) rmsnorm_quant_f32(
+	float* __restrict__ y, u8* __restrict__ q, u8* __restrict__ qs, const float* __restrict__ x,
+	const float* __restrict__ w, int d, float eps, int rnd)
+{
+	PDL_ENTRY();
+	__shared__ float red[32];
+	const size_t row = blockIdx.x;
+	rmsnorm_f4<true>(y + row * d, x + row * d, w, d, eps, rnd, red, q + row * d, qs + row * (d >> 7));
 }
 
 // Embedding gather: out[r, s*d + i] = table[ids[r], i] for every stream s.
@@ -138,18 +172,41 @@ extern "C" __global__ void add_f32(float* __restrict__ out, const float* __restr
 
 // Clamped SwiGLU (spec §6.2) exactly as the CPU: w * (g * sigmoid(g) * u).
 // limit <= 0 disables the clamp.
+DEV float swiglu1(float gv, float uv, float limit, int rnd)
+{
+	if (limit > 0.0f) {
+		uv = fminf(fmaxf(uv, -limit), limit);
+		gv = fminf(gv, limit);
+	}
+	float sig = (float)(1.0 / (1.0 + exp(-(double)gv)));
+	return rbf(gv * sig * uv, rnd);
+}
+
 extern "C" __global__ void swiglu_f32(float* __restrict__ out, const float* __restrict__ g, const float* __restrict__ u, long long n, float limit, int rnd)
 {
 	PDL_ENTRY();
-	for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x) {
-		float gv = g[i], uv = u[i];
-		if (limit > 0.0f) {
-			uv = fminf(fmaxf(uv, -limit), limit);
-			gv = fminf(gv, limit);
-		}
-		float sig = (float)(1.0 / (1.0 + exp(-(double)gv)));
-		out[i] = rbf(gv * sig * uv, rnd);
-	}
+	for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x)
+		out[i] = swiglu1(g[i], u[i], limit, rnd);
+}
+
+// swiglu_f32 on [rows, inter] that also writes the FP8 input of the linear
+// that takes h (quant_fp8_f32's codes q [rows, inter] and e8m0 scales qs
+// [rows, inter/128], bit for bit): one warp per (row, 128-value block), four
+// values a lane. inter % 128 == 0, pointers 16-byte aligned.
+extern "C" __global__ void __launch_bounds__(256) swiglu_quant_f32(
+	float* __restrict__ h, u8* __restrict__ q, u8* __restrict__ qs, const float* __restrict__ g,
+	const float* __restrict__ u, int rows, int inter, float limit, int rnd)
+{
+	PDL_ENTRY();
+	const long long blk = (blockIdx.x * (long long)blockDim.x + threadIdx.x) >> 5;
+	if (blk >= (long long)rows * (inter >> 7)) return;
+	const int lane = threadIdx.x & 31;
+	const size_t o = (size_t)blk * 128 + 4 * lane; // rows are contiguous
+	const float4 a = *reinterpret_cast<const float4*>(g + o), c = *reinterpret_cast<const float4*>(u + o);
+	const float v[4] = {swiglu1(a.x, c.x, limit, rnd), swiglu1(a.y, c.y, limit, rnd), swiglu1(a.z, c.z, limit, rnd),
+		swiglu1(a.w, c.w, limit, rnd)};
+	*reinterpret_cast<float4*>(h + o) = make_float4(v[0], v[1], v[2], v[3]);
+	quant128(v, lane, q + (size_t)blk * 128, qs + blk);
 }
 
 // bf16 bits -> fp32 (outputs of the tensor-core linears).
