@@ -187,7 +187,7 @@ func TestKernelResources(t *testing.T) {
 		module, name string
 		local        int
 	}{
-		{"linear_fp8", "linear_fp8", 24}, {"linear_fp8", "linear_fp8_dec", 0}, {"linear_fp8_tdec", "linear_fp8_tdec", 0}, {"linear_fp8_tdec3", "linear_fp8_tdec3", 0}, {"linear_fp8_tdec3", "linear_fp8_tdec3_b3", 0},
+		{"linear_fp8", "linear_fp8", 24}, {"linear_fp8", "linear_fp8_dec", 0}, {"linear_fp8", "linear_fp8_dec2", 0}, {"linear_fp8_tdec", "linear_fp8_tdec", 0}, {"linear_fp8_tdec3", "linear_fp8_tdec3", 0}, {"linear_fp8_tdec3", "linear_fp8_tdec3_b3", 0},
 		{"moe_fp4", "moe_fp4_gemm", 0}, {"moe_fp4_dec", "moe_fp4_dec", 0}, {"moe_fp4_dec", "moe_fp4_dec_nv", 8}, {"moe_fp4_dec", "moe_fp4_dec16", 0}, {"moe_fp4_dec", "moe_fp4_dec16_nv", 16},
 		{"rmsnorm", "rmsnorm_bf16", 0},
 		{"linear_fp8_wg", "linear_fp8_wg", 0}, {"moe_fp4_wg", "moe_fp4_wg32", 0}, {"moe_fp4_wg", "moe_fp4_wg128", 0},

@@ -103,7 +103,8 @@ func (b *Backend) linearFP8(xt *Tensor, l *linear, ot *Tensor) error {
 
 // linearsFP8 quantises x once (or takes the copy it carries) and runs the
 // FP8 GEMM of every ls[i] into ots[i] (the GEMMs run one after another on
-// the stream, so they share the bf16 staging and split-K scratch).
+// the stream, so they share the bf16 staging and split-K scratch); two
+// decode-shaped neighbours of one CTA size run as one launch.
 func (b *Backend) linearsFP8(xt *Tensor, ls []*linear, ots []*Tensor) error {
 	m, k := xt.rows, xt.cols
 	yBytes, split := 0, 0
@@ -134,7 +135,20 @@ func (b *Backend) linearsFP8(xt *Tensor, ls []*linear, ots []*Tensor) error {
 	if split > 0 {
 		part = y.Add(yBytes)
 	}
-	for i, l := range ls {
+	for i := 0; i < len(ls); i++ {
+		if i+1 < len(ls) {
+			l0, l1 := ls[i], ls[i+1]
+			ok, err := cuda.LinearFP8PairF32(b.s, q, qs, m, k, cuda.DecLinear{YF: ots[i].ptr, W: l0.w.Ptr, WS: l0.scale.Ptr, N: l0.out},
+				cuda.DecLinear{YF: ots[i+1].ptr, W: l1.w.Ptr, WS: l1.scale.Ptr, N: l1.out})
+			if err != nil {
+				return fmt.Errorf("linears %s|%s: %w", l0.name, l1.name, err)
+			}
+			if ok {
+				i++
+				continue
+			}
+		}
+		l := ls[i]
 		if err := cuda.LinearFP8F32(b.s, ots[i].ptr, y, q, qs, l.w.Ptr, l.scale.Ptr, m, l.out, k, part); err != nil {
 			return fmt.Errorf("linear %s: %w", l.name, err)
 		}
