@@ -36,7 +36,7 @@ func (b *Backend) Embed(e backend.Embedding, ids []int32, streams int, out backe
 
 // RMSNorm implements backend.Backend.
 func (b *Backend) RMSNorm(x backend.Tensor, w backend.Vec, eps float32, out backend.Tensor) error {
-	xt, wv, ot, err := b.normArgs(x, w, out)
+	xt, wv, ot, err := normArgs(x, w, out)
 	if err != nil {
 		return err
 	}
@@ -44,7 +44,7 @@ func (b *Backend) RMSNorm(x backend.Tensor, w backend.Vec, eps float32, out back
 	return cuda.RMSNormF32(b.s, ot.ptr, xt.ptr, wv.buf.Ptr, xt.rows*xt.cols/d, d, eps, b.faithful())
 }
 
-func (b *Backend) normArgs(x backend.Tensor, w backend.Vec, out backend.Tensor) (*Tensor, *vec, *Tensor, error) {
+func normArgs(x backend.Tensor, w backend.Vec, out backend.Tensor) (*Tensor, *vec, *Tensor, error) {
 	wv, ok := w.(*vec)
 	if !ok || wv == nil {
 		return nil, nil, nil, fmt.Errorf("rmsnorm: weight %T", w)

@@ -14,7 +14,7 @@ var _ backend.QuantFused = (*Backend)(nil)
 // and its FP8 quantisation in one launch, and the handle carrying both
 // saves those linears' quant_fp8_f32; otherwise it is RMSNorm and returns out.
 func (b *Backend) RMSNormQuant(x backend.Tensor, w backend.Vec, eps float32, out backend.Tensor, next []backend.Linear) (backend.Tensor, error) {
-	xt, wv, ot, err := b.normArgs(x, w, out)
+	xt, wv, ot, err := normArgs(x, w, out)
 	if err != nil {
 		return nil, err
 	}
