@@ -185,11 +185,8 @@ func (l *Layer) Forward(be backend.Backend, st backend.KVStore, a backend.Tensor
 	if err := step("wkv", kvr, nil, a); err != nil {
 		return nil, err
 	}
-	qr := empty(n, l.WqA.Out(), backend.F32)
-	if err := step("q_norm", qr, be.RMSNorm(qa, l.QNorm, l.Eps, qr), qa); err != nil {
-		return nil, err
-	}
-	// wq_b and the indexer's wq_b read the same input.
+	// wq_b and the indexer's wq_b read the same input, which q_norm may hand
+	// them already quantised (qin).
 	q := empty(n, H*D, backend.F32)
 	ws, outs := []backend.Linear{l.WqB}, []backend.Tensor{q}
 	var qi backend.Tensor
@@ -197,7 +194,15 @@ func (l *Layer) Forward(be backend.Backend, st backend.KVStore, a backend.Tensor
 		qi = empty(n, ix.Heads*ix.Dim, backend.F32)
 		ws, outs = append(ws, ix.WqB), append(outs, qi)
 	}
-	if err := step("wq_b", q, backend.Linears(be, qr, ws, outs), qr); err != nil {
+	qr := empty(n, l.WqA.Out(), backend.F32)
+	qin, err := backend.RMSNormQuant(be, qa, l.QNorm, l.Eps, qr, ws)
+	if err == nil && qin != qr {
+		tmp = append(tmp, qin)
+	}
+	if err := step("q_norm", qr, err, qa); err != nil {
+		return nil, err
+	}
+	if err := step("wq_b", q, backend.Linears(be, qin, ws, outs), qr); err != nil {
 		return nil, err
 	}
 	// The tracer checks q and kv only after their whole epilogues, so the
@@ -246,7 +251,7 @@ func (l *Layer) Forward(be backend.Backend, st backend.KVStore, a backend.Tensor
 	}
 	o := empty(n, H*D, backend.F32)
 	scale := float32(1 / math.Sqrt(float64(D)))
-	err := be.SparseAttention(st, q, kv, sel, backend.AttnArgs{Layer: l.Index, Heads: H, HeadDim: D, Window: l.Window,
+	err = be.SparseAttention(st, q, kv, sel, backend.AttnArgs{Layer: l.Index, Heads: H, HeadDim: D, Window: l.Window,
 		Ratio: l.Ratio, Scale: scale, Sink: l.Sink}, b, o)
 	if err == nil {
 		err = be.WriteWindow(st, l.Index, kv, b)

@@ -468,6 +468,36 @@ func ExpertsCombine(be Backend, f Tensor, e Experts, weights, ids Tensor, a Expe
 	return be.Combine(acc, shared, out)
 }
 
+// QuantFused is implemented by backends whose RMSNorm and SwiGLU can also
+// write the FP8 activation quantisation that the next linears would apply
+// to their output (the GPU saves those linears' quantisation launch). Each
+// returns the tensor to pass to Linear/Linears with next as the input: out
+// itself, or out carrying its quantised copy (the same values, so the same
+// results); in the latter case free it with Free once those linears ran,
+// which leaves out alone.
+type QuantFused interface {
+	RMSNormQuant(x Tensor, w Vec, eps float32, out Tensor, next []Linear) (Tensor, error)
+	SwiGLUQuant(g, u Tensor, limit float32, out Tensor, next []Linear) (Tensor, error)
+}
+
+// RMSNormQuant runs RMSNorm(x, w, eps, out) and returns the input to give
+// the linears next: out, or where be offers QuantFused, its handle.
+func RMSNormQuant(be Backend, x Tensor, w Vec, eps float32, out Tensor, next []Linear) (Tensor, error) {
+	if f, ok := be.(QuantFused); ok {
+		return f.RMSNormQuant(x, w, eps, out, next)
+	}
+	return out, be.RMSNorm(x, w, eps, out)
+}
+
+// SwiGLUQuant runs SwiGLU(g, u, limit, out) and returns the input to give
+// the linears next: out, or where be offers QuantFused, its handle.
+func SwiGLUQuant(be Backend, g, u Tensor, limit float32, out Tensor, next []Linear) (Tensor, error) {
+	if f, ok := be.(QuantFused); ok {
+		return f.SwiGLUQuant(g, u, limit, out, next)
+	}
+	return out, be.SwiGLU(g, u, limit, out)
+}
+
 // Draw is one row's sampling for DeviceSampler, with the rules of
 // cuda/cpuref.SampleDraw (the host sampler's choose in fixed-point masses).
 type Draw struct {

@@ -220,6 +220,30 @@ func TestPlanLinearDec(t *testing.T) {
 	}
 }
 
+// TestDecPair: linear_fp8_dec2 pairs the decode linears of one input whose
+// CTAs have one size (Flash and Pro wq_a|wkv and shared w1|w3), each grid
+// with the CTAs of its own launch, and refuses CTAs of two sizes.
+func TestDecPair(t *testing.T) {
+	for _, c := range []struct {
+		m, na, nb, k  int
+		warps, ca, cb int
+		ok            bool
+	}{
+		{1, 1024, 512, 4096, 16, 64, 32, true},     // Flash wq_a|wkv
+		{16, 2048, 2048, 4096, 16, 128, 128, true}, // Flash shared w1|w3
+		{1, 1536, 512, 7168, 16, 96, 32, true},     // Pro wq_a|wkv
+		{3, 3072, 3072, 7168, 8, 192, 192, true},   // Pro shared w1|w3
+		{1, 128, 128, 256, 8, 1, 1, true},          // small wq_a|wkv: one CTA each
+		{1, 1024, 4096, 4096, 16, 64, 0, false},    // 16 slices against 8
+	} {
+		pa, pb := planLinear(c.m, c.na, c.k), planLinear(c.m, c.nb, c.k)
+		warps, ca, cb, ok := decPair(pa, pb, c.na, c.nb)
+		if !pa.dec || !pb.dec || ok != c.ok || ok && (warps != c.warps || ca != c.ca || cb != c.cb) {
+			t.Errorf("decPair(%d, %d|%d, %d) = %d warps, %d+%d CTAs, %v; want %d, %d+%d, %v", c.m, c.na, c.nb, c.k, warps, ca, cb, ok, c.warps, c.ca, c.cb, c.ok)
+		}
+	}
+}
+
 // TestPlanTDec: linear_fp8_tdec's stage geometry stays inside a CTA's and
 // an SM's shared memory, never reads past a warp's slice in a whole chunk,
 // and takes the long contiguous reads at the decode shapes it runs.

@@ -188,14 +188,8 @@ func linearFP8(s *Stream, y, yf, xq, xs, w, ws DevicePtr, m, n, k int, scratch D
 	if ceilDiv(m, 64) > 65535 {
 		return fmt.Errorf("cuda: linear_fp8: m=%d exceeds the grid limit", m)
 	}
-	p := planLinear(m, n, k)
-	choice := s.ctx.kernelChoice().Linear
-	dec := p.dec && choice == PathAuto
-	if (choice == PathDec || choice == PathDecWG) && m <= decMaxRows {
-		p = planLinear(1, n, k) // forced: the geometry depends on n and k only
-		dec = p.dec
-	}
-	if dec && s.ctx.HasTMA() && (choice == PathDecWG || choice == PathAuto && tdecWins(n, k)) {
+	p, choice, dec, tdec := decodePath(s, m, n, k)
+	if tdec {
 		return linearFP8TDec(s, y, yf, xq, xs, w, ws, m, n, k)
 	}
 	if dec {
@@ -208,6 +202,64 @@ func linearFP8(s *Stream, y, yf, xq, xs, w, ws DevicePtr, m, n, k int, scratch D
 		return err
 	}
 	return BF16ToF32(s, yf, y, int64(m*n))
+}
+
+// decodePath is linearFP8's choice for m x n x k: the plan, the forced
+// path, and whether linear_fp8_dec (dec) or a TMA decode kernel (tdec) runs it.
+func decodePath(s *Stream, m, n, k int) (p linearPlan, choice Path, dec, tdec bool) {
+	p = planLinear(m, n, k)
+	choice = s.ctx.kernelChoice().Linear
+	dec = p.dec && choice == PathAuto
+	if (choice == PathDec || choice == PathDecWG) && m <= decMaxRows {
+		p = planLinear(1, n, k) // forced: the geometry depends on n and k only
+		dec = p.dec
+	}
+	tdec = dec && s.ctx.HasTMA() && (choice == PathDecWG || choice == PathAuto && tdecWins(n, k))
+	return p, choice, dec && !tdec, tdec
+}
+
+// DecLinear is one linear of LinearFP8PairF32: e4m3 weights W [N, k], their
+// e8m0 scales WS [ceil(N/128), k/128] and the fp32 output YF [m, N].
+type DecLinear struct {
+	YF, W, WS DevicePtr
+	N         int
+}
+
+// LinearFP8PairF32 runs LinearFP8F32 of one input (xq, xs: m x k) for two
+// weights in one launch (linear_fp8_dec2) where both would run
+// linear_fp8_dec with the same CTA size; each CTA computes what it does in
+// its own launch, so the results are the same bits. Otherwise it launches
+// nothing and reports false.
+func LinearFP8PairF32(s *Stream, xq, xs DevicePtr, m, k int, a, b DecLinear) (bool, error) {
+	if m <= 0 || k <= 0 || k%128 != 0 || a.N <= 0 || a.N%8 != 0 || b.N <= 0 || b.N%8 != 0 {
+		return false, nil
+	}
+	if a.YF == 0 || b.YF == 0 {
+		return false, fmt.Errorf("cuda: linear_fp8_dec2: no fp32 output")
+	}
+	pa, _, deca, _ := decodePath(s, m, a.N, k)
+	pb, _, decb, _ := decodePath(s, m, b.N, k)
+	if !deca || !decb {
+		return false, nil
+	}
+	warps, ca, cb, ok := decPair(pa, pb, a.N, b.N)
+	if !ok {
+		return false, nil
+	}
+	d := new(Args).Ptr(xq).Ptr(xs).I32(m).I32(k).I32(ca).
+		Ptr(0).Ptr(a.W).Ptr(a.WS).I32(a.N).I32(pa.slices).Ptr(a.YF).
+		Ptr(0).Ptr(b.W).Ptr(b.WS).I32(b.N).I32(pb.slices).Ptr(b.YF)
+	grid := Dim3{uint32(ca + cb), 1, 1}
+	return true, launch(s, "linear_fp8", "linear_fp8_dec2", grid, Dim3{uint32(32 * warps), 1, 1}, 0, d)
+}
+
+// decPair is linear_fp8_dec2's geometry for the linear_fp8_dec plans pa and
+// pb of na and nb outputs: the CTA's warps and each plan's CTAs; false where
+// the two CTA sizes differ.
+func decPair(pa, pb linearPlan, na, nb int) (warps, ca, cb int, ok bool) {
+	warps, ga := decGeometry(pa.slices)
+	wb, gb := decGeometry(pb.slices)
+	return warps, ceilDiv(ceilDiv(na, 16), ga), ceilDiv(ceilDiv(nb, 16), gb), warps == wb
 }
 
 // linearFP8Tiled runs the wgmma or the mma.sync tiled kernel (bf16 out).

@@ -30,6 +30,27 @@ func RMSNormF32(s *Stream, y, x, w DevicePtr, segs, d int, eps float32, rnd bool
 	return launch(s, "ops_f32", "rmsnorm_f32", Dim3{uint32(segs), 1, 1}, Dim3{256, 1, 1}, 0, a)
 }
 
+// RMSNormQuantF32 is RMSNormF32 of rows of d values (one segment a row) that
+// also writes the FP8 input of the linear that takes y: e4m3 codes q [rows, d]
+// and e8m0 scales qs [rows, d/128], as QuantFP8F32 (blk 128) of y gives them.
+// The shape and alignment must fit (RMSNormQuantFits).
+func RMSNormQuantF32(s *Stream, y, q, qs, x, w DevicePtr, rows, d int, eps float32, rnd bool) error {
+	if rows < 0 || rows > 1<<31-1 || !RMSNormQuantFits(y, x, w, d) || q%4 != 0 || qs == 0 {
+		return fmt.Errorf("cuda: rmsnorm_quant_f32: bad shape or alignment rows=%d d=%d (d %% 128 == 0, 16-byte aligned)", rows, d)
+	}
+	if rows == 0 {
+		return nil
+	}
+	a := new(Args).Ptr(y).Ptr(q).Ptr(qs).Ptr(x).Ptr(w).I32(d).F32(eps).I32(b2i(rnd))
+	return launch(s, "ops_f32", "rmsnorm_quant_f32", Dim3{uint32(rows), 1, 1}, Dim3{256, 1, 1}, 0, a)
+}
+
+// RMSNormQuantFits reports whether RMSNormQuantF32 takes rows of d values at
+// these addresses (its float4 path: d % 128 == 0, 16-byte aligned).
+func RMSNormQuantFits(y, x, w DevicePtr, d int) bool {
+	return d > 0 && d%128 == 0 && (y|x|w)%16 == 0
+}
+
 // EmbedF32 gathers table rows (bf16 or fp32 [vocab, d]) for ids [rows] into
 // out [rows, streams*d]. ids must be in range (checked by the caller).
 func EmbedF32(s *Stream, out, table DevicePtr, bf16 bool, ids DevicePtr, rows, d, streams int) error {
@@ -81,6 +102,31 @@ func SwiGLUF32(s *Stream, out, g, u DevicePtr, n int64, limit float32, rnd bool)
 	}
 	a := new(Args).Ptr(out).Ptr(g).Ptr(u).I64(n).F32(limit).I32(b2i(rnd))
 	return launch(s, "ops_f32", "swiglu_f32", gridFor(n), Dim3{256, 1, 1}, 0, a)
+}
+
+// SwiGLUQuantF32 is SwiGLUF32 of [rows, inter] that also writes the FP8
+// input of the linear that takes h: e4m3 codes q [rows, inter] and e8m0
+// scales qs [rows, inter/128], as QuantFP8F32 (blk 128) of h gives them.
+// The shape and alignment must fit (SwiGLUQuantFits).
+func SwiGLUQuantF32(s *Stream, h, q, qs, g, u DevicePtr, rows, inter int, limit float32, rnd bool) error {
+	if rows < 0 || !SwiGLUQuantFits(h, g, u, inter) || q%4 != 0 || qs == 0 {
+		return fmt.Errorf("cuda: swiglu_quant_f32: bad shape or alignment rows=%d inter=%d (inter %% 128 == 0, 16-byte aligned)", rows, inter)
+	}
+	grid, err := warpGrid(int64(rows) * int64(inter/128))
+	if err != nil {
+		return fmt.Errorf("cuda: swiglu_quant_f32: %w", err)
+	}
+	if rows == 0 {
+		return nil
+	}
+	a := new(Args).Ptr(h).Ptr(q).Ptr(qs).Ptr(g).Ptr(u).I32(rows).I32(inter).F32(limit).I32(b2i(rnd))
+	return launch(s, "ops_f32", "swiglu_quant_f32", grid, Dim3{256, 1, 1}, 0, a)
+}
+
+// SwiGLUQuantFits reports whether SwiGLUQuantF32 takes rows of inter values
+// at these addresses.
+func SwiGLUQuantFits(h, g, u DevicePtr, inter int) bool {
+	return inter > 0 && inter%128 == 0 && (h|g|u)%16 == 0
 }
 
 // BF16ToF32 widens n bf16 values.

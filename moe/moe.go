@@ -163,11 +163,17 @@ func (l *Layer) shared(be backend.Backend, f backend.Tensor, check backend.Check
 	if err := check.Check("moe shared w3", u, f); err != nil {
 		return nil, err
 	}
-	if err := be.SwiGLU(g, u, l.Limit, h); err != nil {
+	// The SwiGLU may hand w2 its input already quantised (hin).
+	hin, err := backend.SwiGLUQuant(be, g, u, l.Limit, h, []backend.Linear{l.SW2})
+	if err != nil {
 		return nil, fmt.Errorf("moe shared swiglu: %w", err)
 	}
 	s := be.Empty(n, f.Cols(), backend.F32)
-	if err := be.Linear(h, l.SW2, s); err != nil {
+	err = be.Linear(hin, l.SW2, s)
+	if hin != h {
+		be.Free(hin)
+	}
+	if err != nil {
 		be.Free(s)
 		return nil, fmt.Errorf("moe shared w2: %w", err)
 	}

@@ -61,16 +61,28 @@ func epilogueBatches() []epilogueBatch {
 	}
 }
 
-// fusedSameBits requires got and want to hold the same finite fp32 bits.
-func fusedSameBits(t *testing.T, g device, name string, got, want backend.Tensor) {
+// equalBits requires two F32 GPU tensors to hold the same bits (NaN
+// payloads included) and returns got's values.
+func equalBits(t *testing.T, g device, name string, got, want backend.Tensor) []float32 {
 	t.Helper()
-	n := got.Rows() * got.Cols()
-	a, b := make([]float32, n), make([]float32, n)
+	a, b := make([]float32, got.Rows()*got.Cols()), make([]float32, want.Rows()*want.Cols())
 	must(t, g.Download(got, a))
 	must(t, g.Download(want, b))
 	for i := range a {
-		if math.Float32bits(a[i]) != math.Float32bits(b[i]) || math.IsNaN(float64(a[i])) || math.IsInf(float64(a[i]), 0) {
-			t.Fatalf("%s: element %d (row %d col %d) is %g, the separate ops give %g", name, i, i/got.Cols(), i%got.Cols(), a[i], b[i])
+		if math.Float32bits(a[i]) != math.Float32bits(b[i]) {
+			t.Fatalf("%s: element %d (row %d col %d) is %g (%#x), the separate ops give %g (%#x)", name, i,
+				i/got.Cols(), i%got.Cols(), a[i], math.Float32bits(a[i]), b[i], math.Float32bits(b[i]))
+		}
+	}
+	return a
+}
+
+// fusedSameBits requires got and want to hold the same finite fp32 bits.
+func fusedSameBits(t *testing.T, g device, name string, got, want backend.Tensor) {
+	t.Helper()
+	for i, v := range equalBits(t, g, name, got, want) {
+		if math.IsNaN(float64(v)) || math.IsInf(float64(v), 0) {
+			t.Fatalf("%s: element %d is %g in both", name, i, v)
 		}
 	}
 }

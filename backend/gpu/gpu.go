@@ -170,6 +170,10 @@ type Tensor struct {
 	dt         backend.DType
 	buf        *cuda.Buffer // owner; nil for views
 	ptr        cuda.DevicePtr
+	// q8 (owned) holds these values FP8-quantised for the linears that take
+	// them (fp8Layout), written with them by RMSNormQuant or SwiGLUQuant;
+	// nil for plain tensors.
+	q8 *cuda.Buffer
 }
 
 // Rows implements backend.Tensor.
@@ -256,11 +260,19 @@ func (b *Backend) View(t backend.Tensor, rows, cols int) (backend.Tensor, error)
 	return &Tensor{rows: rows, cols: cols, dt: g.dt, ptr: g.ptr}, nil
 }
 
-// Free implements backend.Backend (views free nothing).
+// Free implements backend.Backend (views free nothing but a quantised copy).
 func (b *Backend) Free(t backend.Tensor) {
-	if g, ok := t.(*Tensor); ok && g != nil && g.buf != nil {
+	g, ok := t.(*Tensor)
+	if !ok || g == nil {
+		return
+	}
+	if g.buf != nil {
 		g.buf.Free()
 		g.buf = nil
+	}
+	if g.q8 != nil {
+		g.q8.Free()
+		g.q8 = nil
 	}
 }
 

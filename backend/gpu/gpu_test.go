@@ -10,6 +10,7 @@ import (
 	"github.com/megamoe/megamoe/backend"
 	"github.com/megamoe/megamoe/backend/cpu"
 	"github.com/megamoe/megamoe/checkpoint"
+	"github.com/megamoe/megamoe/cuda"
 	"github.com/megamoe/megamoe/num"
 	"github.com/megamoe/megamoe/rope"
 	"github.com/megamoe/megamoe/safetensors"
@@ -218,9 +219,22 @@ func TestLinears(t *testing.T) {
 }
 
 // TestSharedInputLinears: the GPU's Linears (one activation quantisation for
-// the FP8 tensor-core linears of one input) gives exactly what separate
-// Linear calls give, also with a linear of another format in the list.
+// the FP8 tensor-core linears of one input; two decode linears of one CTA
+// size in one linear_fp8_dec2 launch) gives exactly what separate Linear
+// calls give, also with a linear of another format in the list. The pairs
+// are checked at the kernel too: LinearFP8PairF32 against two LinearFP8F32
+// launches, bit for bit, at the small config's, Flash's and Pro's wq_a|wkv
+// and shared w1|w3 (Flash's and Pro's in faithful mode only: exact mode
+// runs them as separate fp32 linears, minutes each under the emulator).
 func TestSharedInputLinears(t *testing.T) {
+	const (
+		fp8  = checkpoint.FormatFP8Block
+		bf16 = checkpoint.FormatBF16
+	)
+	type lin struct {
+		f   checkpoint.Format
+		out int
+	}
 	for _, mode := range []backend.Numerics{backend.Faithful, backend.Exact} {
 		t.Run(mode.String(), func(t *testing.T) {
 			p := newPair(t, mode)
@@ -228,23 +242,39 @@ func TestSharedInputLinears(t *testing.T) {
 			if !ok {
 				t.Fatal("the GPU backend does not implement SharedInputLinears")
 			}
-			for _, m := range []int{1, 9, 130} {
-				const in = 512
+			for _, c := range []struct {
+				name  string
+				m, in int
+				ls    []lin
+				pair  bool // the first two run as one launch (faithful)
+				big   bool // faithful only
+			}{
+				{"mixed", 1, 512, []lin{{fp8, 1024}, {fp8, 256}, {bf16, 128}}, true, false},
+				{"mixed", 9, 512, []lin{{fp8, 1024}, {fp8, 256}, {bf16, 128}}, true, false},
+				{"mixed", 130, 512, []lin{{fp8, 1024}, {fp8, 256}, {bf16, 128}}, false, false},
+				{"small wq_a|wkv", 3, 256, []lin{{fp8, 128}, {fp8, 128}}, true, false},
+				{"small shared w1|w3", 16, 256, []lin{{fp8, 128}, {fp8, 128}}, true, false},
+				{"flash wq_a|wkv", 1, 4096, []lin{{fp8, 1024}, {fp8, 512}}, true, true},
+				{"flash shared w1|w3", 3, 4096, []lin{{fp8, 2048}, {fp8, 2048}}, true, true},
+				{"pro wq_a|wkv", 1, 7168, []lin{{fp8, 1536}, {fp8, 512}}, true, true},
+				{"three", 1, 512, []lin{{bf16, 64}, {fp8, 256}, {fp8, 136}}, false, false}, // a pair after a bf16 linear
+			} {
+				if c.big && mode != backend.Faithful {
+					continue
+				}
+				tag := fmt.Sprintf("%s m=%d", c.name, c.m)
 				var cws, gws []backend.Linear
 				var outs []twin
-				for _, l := range []struct {
-					f   checkpoint.Format
-					out int
-				}{{checkpoint.FormatFP8Block, 1024}, {checkpoint.FormatFP8Block, 256}, {checkpoint.FormatBF16, 128}} {
-					cl := randLinear(p.rng, l.f, l.out, in)
+				for _, l := range c.ls {
+					cl := randLinear(p.rng, l.f, l.out, c.in)
 					cw, err := p.c.PrepareLinear(cl)
 					must(t, err)
 					gw, err := p.g.PrepareLinear(cl)
 					must(t, err)
 					cws, gws = append(cws, cw), append(gws, gw)
-					outs = append(outs, p.out(m, l.out))
+					outs = append(outs, p.out(c.m, l.out))
 				}
-				x := p.rand(m, in, 1)
+				x := p.rand(c.m, c.in, 1)
 				gouts := make([]backend.Tensor, len(outs))
 				for i, o := range outs {
 					gouts[i] = o.g
@@ -252,24 +282,52 @@ func TestSharedInputLinears(t *testing.T) {
 				}
 				must(t, multi.Linears(x.g, gws, gouts))
 				for i, o := range outs {
-					tag := fmt.Sprintf("linears m=%d #%d", m, i)
-					p.check(tag, o, 1e-2)
-					got := make([]float32, m*gws[i].Out())
-					must(t, p.g.Download(o.g, got))
-					sep := p.out(m, gws[i].Out())
+					tag := fmt.Sprintf("%s #%d", tag, i)
+					p.check("linears "+tag, o, 1e-2)
+					sep := p.out(c.m, gws[i].Out())
 					must(t, p.g.Linear(x.g, gws[i], sep.g))
-					want := make([]float32, len(got))
-					must(t, p.g.Download(sep.g, want))
-					for j := range got {
-						if math.Float32bits(got[j]) != math.Float32bits(want[j]) {
-							t.Fatalf("%s: element %d is %g, separate Linear gives %g", tag, j, got[j], want[j])
-						}
-					}
+					equalBits(t, p.g, tag, o.g, sep.g)
 				}
+				if mode == backend.Faithful && len(c.ls) >= 2 && c.ls[0].f == fp8 && c.ls[1].f == fp8 {
+					checkPairLaunch(t, p, tag, x, gws[0].(*linear), gws[1].(*linear), c.pair)
+				}
+				p.release()
 			}
 			if err := multi.Linears(p.rand(1, 64, 1).g, nil, []backend.Tensor{p.out(1, 8).g}); err == nil {
 				t.Error("Linears accepted one output for no weights")
 			}
 		})
+	}
+}
+
+// checkPairLaunch runs l0 and l1 on x as one LinearFP8PairF32 launch and as
+// two LinearFP8F32 launches (outputs poisoned) and requires the same bits;
+// pair says whether the shapes make one launch.
+func checkPairLaunch(t *testing.T, p *pair, tag string, x twin, l0, l1 *linear, pair bool) {
+	t.Helper()
+	g := p.g.(*Backend)
+	m, k := x.g.Rows(), x.g.Cols()
+	buf, err := g.scratch(fp8Bytes(m, k))
+	must(t, err)
+	defer buf.Free()
+	q, qs := fp8Layout(buf.Ptr, m, k)
+	must(t, cuda.QuantFP8F32(g.s, q, qs, 0, x.g.(*Tensor).ptr, m, k, k, 128))
+	a, b := p.out(m, l0.out), p.out(m, l1.out)
+	ok, err := cuda.LinearFP8PairF32(g.s, q, qs, m, k, cuda.DecLinear{YF: a.g.(*Tensor).ptr, W: l0.w.Ptr, WS: l0.scale.Ptr, N: l0.out},
+		cuda.DecLinear{YF: b.g.(*Tensor).ptr, W: l1.w.Ptr, WS: l1.scale.Ptr, N: l1.out})
+	must(t, err)
+	if ok != pair {
+		t.Fatalf("%s: pair launch %v, want %v", tag, ok, pair)
+	}
+	if !ok {
+		return
+	}
+	for i, l := range []*linear{l0, l1} {
+		sep := p.out(m, l.out)
+		y, err := g.scratch(2 * m * l.out)
+		must(t, err)
+		must(t, cuda.LinearFP8F32(g.s, sep.g.(*Tensor).ptr, y.Ptr, q, qs, l.w.Ptr, l.scale.Ptr, m, l.out, k, 0))
+		y.Free()
+		equalBits(t, g, fmt.Sprintf("%s pair launch #%d", tag, i), []backend.Tensor{a.g, b.g}[i], sep.g)
 	}
 }

@@ -101,9 +101,10 @@ func (b *Backend) linearFP8(xt *Tensor, l *linear, ot *Tensor) error {
 	return b.linearsFP8(xt, []*linear{l}, []*Tensor{ot})
 }
 
-// linearsFP8 quantises x once and runs the FP8 GEMM of every ls[i] into
-// ots[i] (the GEMMs run one after another on the stream, so they share the
-// bf16 staging and split-K scratch).
+// linearsFP8 quantises x once (or takes the copy it carries) and runs the
+// FP8 GEMM of every ls[i] into ots[i] (the GEMMs run one after another on
+// the stream, so they share the bf16 staging and split-K scratch); two
+// decode-shaped neighbours of one CTA size run as one launch.
 func (b *Backend) linearsFP8(xt *Tensor, ls []*linear, ots []*Tensor) error {
 	m, k := xt.rows, xt.cols
 	yBytes, split := 0, 0
@@ -111,28 +112,56 @@ func (b *Backend) linearsFP8(xt *Tensor, ls []*linear, ots []*Tensor) error {
 		yBytes = max(yBytes, (2*m*l.out+255)&^255)
 		split = max(split, cuda.LinearFP8ScratchBytes(m, l.out, k))
 	}
-	tmp, err := b.scratch(m*k + m*(k/128) + yBytes + split + 512)
+	qBytes := 0
+	if xt.q8 == nil {
+		qBytes = fp8Bytes(m, k)
+	}
+	tmp, err := b.scratch(qBytes + yBytes + split + 512)
 	if err != nil {
 		return err
 	}
 	defer tmp.Free()
-	q := tmp.Ptr
-	qs := q.Add(m * k)
-	y := qs.Add((m*(k/128) + 255) &^ 255)
+	var q, qs cuda.DevicePtr
+	if xt.q8 != nil {
+		q, qs = fp8Layout(xt.q8.Ptr, m, k)
+	} else {
+		q, qs = fp8Layout(tmp.Ptr, m, k)
+		if err := cuda.QuantFP8F32(b.s, q, qs, 0, xt.ptr, m, k, k, 128); err != nil {
+			return err
+		}
+	}
+	y := tmp.Ptr.Add(qBytes)
 	var part cuda.DevicePtr
 	if split > 0 {
 		part = y.Add(yBytes)
 	}
-	if err := cuda.QuantFP8F32(b.s, q, qs, 0, xt.ptr, m, k, k, 128); err != nil {
-		return err
-	}
-	for i, l := range ls {
+	for i := 0; i < len(ls); i++ {
+		if i+1 < len(ls) {
+			l0, l1 := ls[i], ls[i+1]
+			ok, err := cuda.LinearFP8PairF32(b.s, q, qs, m, k, cuda.DecLinear{YF: ots[i].ptr, W: l0.w.Ptr, WS: l0.scale.Ptr, N: l0.out},
+				cuda.DecLinear{YF: ots[i+1].ptr, W: l1.w.Ptr, WS: l1.scale.Ptr, N: l1.out})
+			if err != nil {
+				return fmt.Errorf("linears %s|%s: %w", l0.name, l1.name, err)
+			}
+			if ok {
+				i++
+				continue
+			}
+		}
+		l := ls[i]
 		if err := cuda.LinearFP8F32(b.s, ots[i].ptr, y, q, qs, l.w.Ptr, l.scale.Ptr, m, l.out, k, part); err != nil {
 			return fmt.Errorf("linear %s: %w", l.name, err)
 		}
 	}
 	return nil
 }
+
+// fp8Bytes is the size of m x k FP8 activations with their scales per 128
+// (k % 128 == 0), laid out by fp8Layout.
+func fp8Bytes(m, k int) int { return m*k + (m*(k/128)+255)&^255 }
+
+// fp8Layout places the e4m3 codes [m, k] and e8m0 scales [m, k/128] at base.
+func fp8Layout(base cuda.DevicePtr, m, k int) (q, qs cuda.DevicePtr) { return base, base.Add(m * k) }
 
 // Linears implements backend.SharedInputLinears: in faithful mode the FP8
 // tensor-core linears of x share one quantisation; the others run as Linear.

@@ -36,23 +36,32 @@ func (b *Backend) Embed(e backend.Embedding, ids []int32, streams int, out backe
 
 // RMSNorm implements backend.Backend.
 func (b *Backend) RMSNorm(x backend.Tensor, w backend.Vec, eps float32, out backend.Tensor) error {
+	xt, wv, ot, err := normArgs(x, w, out)
+	if err != nil {
+		return err
+	}
+	d := wv.Len()
+	return cuda.RMSNormF32(b.s, ot.ptr, xt.ptr, wv.buf.Ptr, xt.rows*xt.cols/d, d, eps, b.faithful())
+}
+
+func normArgs(x backend.Tensor, w backend.Vec, out backend.Tensor) (*Tensor, *vec, *Tensor, error) {
 	wv, ok := w.(*vec)
 	if !ok || wv == nil {
-		return fmt.Errorf("rmsnorm: weight %T", w)
+		return nil, nil, nil, fmt.Errorf("rmsnorm: weight %T", w)
 	}
 	d := wv.Len()
 	xt, err := f32(x, -1, -1, "rmsnorm input")
 	if err != nil {
-		return err
+		return nil, nil, nil, err
 	}
 	if d == 0 || xt.cols%d != 0 {
-		return fmt.Errorf("rmsnorm: width %d not a multiple of weight %d", xt.cols, d)
+		return nil, nil, nil, fmt.Errorf("rmsnorm: width %d not a multiple of weight %d", xt.cols, d)
 	}
 	ot, err := f32(out, xt.rows, xt.cols, "rmsnorm output")
 	if err != nil {
-		return err
+		return nil, nil, nil, err
 	}
-	return cuda.RMSNormF32(b.s, ot.ptr, xt.ptr, wv.buf.Ptr, xt.rows*xt.cols/d, d, eps, b.faithful())
+	return xt, wv, ot, nil
 }
 
 // AddStreams implements backend.Backend.
@@ -82,19 +91,27 @@ func (b *Backend) Scale(x backend.Tensor, s float32) error {
 
 // SwiGLU implements backend.Backend.
 func (b *Backend) SwiGLU(g, u backend.Tensor, limit float32, out backend.Tensor) error {
-	gt, err := f32(g, -1, -1, "swiglu gate")
-	if err != nil {
-		return err
-	}
-	ut, err := f32(u, gt.rows, gt.cols, "swiglu up")
-	if err != nil {
-		return err
-	}
-	ot, err := f32(out, gt.rows, gt.cols, "swiglu output")
+	gt, ut, ot, err := swigluArgs(g, u, out)
 	if err != nil {
 		return err
 	}
 	return cuda.SwiGLUF32(b.s, ot.ptr, gt.ptr, ut.ptr, int64(gt.rows*gt.cols), limit, b.faithful())
+}
+
+func swigluArgs(g, u, out backend.Tensor) (*Tensor, *Tensor, *Tensor, error) {
+	gt, err := f32(g, -1, -1, "swiglu gate")
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	ut, err := f32(u, gt.rows, gt.cols, "swiglu up")
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	ot, err := f32(out, gt.rows, gt.cols, "swiglu output")
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	return gt, ut, ot, nil
 }
 
 // Combine implements backend.Backend.

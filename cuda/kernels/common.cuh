@@ -112,9 +112,11 @@ DEV u32 f32_to_e4m3(float x) {
 	return s | (e << 3) | m;
 }
 
-// quant128 writes the FP8 quantisation of a 128-value block held by a warp
-// (quant_fp8_f32's for blk = 128): the e4m3 codes of this lane's four values
-// v (columns 4*lane..4*lane+3) to q and, from lane 0, the e8m0 scale byte to *s.
+// The FP8 activation quantisation of one 128-value block a warp holds, as
+// quant_fp8_f32 (kernels/ops_f32.cu) does it for blk = 128, bit for bit:
+// writes the e4m3 codes of this lane's four values v (columns 4*lane ..
+// 4*lane+3 of the block) to q and, from lane 0, the block's e8m0 scale byte
+// to *s (a non-finite block: NaN codes, byte 255).
 DEV void quant128(const float* v, int lane, u8* __restrict__ q, u8* __restrict__ s)
 {
 	float amax = 0.0f;

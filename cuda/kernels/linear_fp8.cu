@@ -207,12 +207,15 @@ extern "C" __global__ void linear_fp8_reduce(
 // [16c, 16c+16) and [64+16c, 80+16c) of the block (each 16-byte load of the
 // warp then covers whole 32-byte sectors), 8 of them per k32 MMA, in A and B
 // alike.
-extern "C" __global__ void __launch_bounds__(512) linear_fp8_dec(
-	u16* __restrict__ y, const u8* __restrict__ xq, const u8* __restrict__ xs,
+// fp8_dec is the work of CTA bx() of such a grid (linear_fp8_dec2 runs two
+// grids as one; a functor, so that linear_fp8_dec reads blockIdx.x where it
+// always did and compiles to the same SASS).
+template <class BX>
+DEV void fp8_dec(BX bx, u16* __restrict__ y, const u8* __restrict__ xq, const u8* __restrict__ xs,
 	const u8* __restrict__ w, const u8* __restrict__ ws, int M, int N, int K, int S, float* __restrict__ yf)
 {
 	if (threadIdx.x == 0) { // this CTA's weight rows, while the previous kernel finishes
-		const int rows = (blockDim.x >> 5) / S * 16, r0 = blockIdx.x * rows;
+		const int rows = (blockDim.x >> 5) / S * 16, r0 = bx() * rows;
 		if (r0 < N) prefetch_l2(w + (size_t)r0 * K, (unsigned long long)min(rows, N - r0) * K);
 	}
 	PDL_ENTRY();
@@ -221,7 +224,7 @@ extern "C" __global__ void __launch_bounds__(512) linear_fp8_dec(
 	const int g = lane >> 2, c = lane & 3;
 	const int R = (blockDim.x >> 5) / S, r = wid % R, s = wid / R;
 	const int nkb = K / BK, per = (nkb + S - 1) / S;
-	const int o0 = (blockIdx.x * R + r) * 16;
+	const int o0 = (bx() * R + r) * 16;
 	const int oA = o0 + g, oB = oA + 8;
 	const bool okA = oA < N, okB = oB < N;
 	// An idle warp (rows past N) runs an empty K range but still meets the barrier.
@@ -366,4 +369,26 @@ extern "C" __global__ void __launch_bounds__(512) linear_fp8_dec(
 	};
 	if (M <= 8) run(char{});
 	else run(short{});
+}
+
+extern "C" __global__ void __launch_bounds__(512) linear_fp8_dec(
+	u16* __restrict__ y, const u8* __restrict__ xq, const u8* __restrict__ xs,
+	const u8* __restrict__ w, const u8* __restrict__ ws, int M, int N, int K, int S, float* __restrict__ yf)
+{
+	fp8_dec([] { return (int)blockIdx.x; }, y, xq, xs, w, ws, M, N, K, S, yf);
+}
+
+// Two linear_fp8_dec launches on one input (same M, K and CTA size; each
+// its own N, S and weights) as one: CTAs [0, ctas0) are the first grid's,
+// the rest the second's, each doing exactly what it does in its own launch
+// (one launch and one ramp instead of two).
+extern "C" __global__ void __launch_bounds__(512) linear_fp8_dec2(
+	const u8* __restrict__ xq, const u8* __restrict__ xs, int M, int K, int ctas0,
+	u16* y0, const u8* w0, const u8* ws0, int N0, int S0, float* yf0,
+	u16* y1, const u8* w1, const u8* ws1, int N1, int S1, float* yf1)
+{
+	const bool b = blockIdx.x >= ctas0;
+	const int bx = b ? blockIdx.x - ctas0 : blockIdx.x;
+	fp8_dec([bx] { return bx; }, b ? y1 : y0, xq, xs, b ? w1 : w0, b ? ws1 : ws0, M, b ? N1 : N0,
+		K, b ? S1 : S0, b ? yf1 : yf0);
 }

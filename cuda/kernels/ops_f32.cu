@@ -13,6 +13,31 @@ extern "C" __global__ void __launch_bounds__(256) rmsnorm_f32(
 	rmsnorm_seg(y, x, w, blockIdx.x, d, eps, rnd, red);
 }
 
+// rmsnorm_f32 of rows of d values that also writes the FP8 input of the
+// linear that takes them (quant_fp8_f32's codes q [rows, d] and e8m0 scales
+// qs [rows, d/128], bit for bit), saving that linear's quantisation launch.
+// d % 128 == 0, x, y and w 16-byte aligned (the float4 path).
+extern "C" __global__ void __launch_bounds__(256) rmsnorm_quant_f32(
+	float* __restrict__ y, u8* __restrict__ q, u8* __restrict__ qs, const float* __restrict__ x,
+	const float* __restrict__ w, int d, float eps, int rnd)
+{
+	PDL_ENTRY();
+	__shared__ float red[32];
+	const size_t row = blockIdx.x;
+	float4* y4 = reinterpret_cast<float4*>(y + row * d);
+	const float4* x4 = reinterpret_cast<const float4*>(x + row * d);
+	u8* qr = q + row * d;
+	u8* qsr = qs + row * (d >> 7);
+	// A warp's 32 float4s of one step are one 128-value block (d % 128 == 0).
+	auto put = [&](int i, float4 o) {
+		y4[i] = o;
+		const float v[4] = {o.x, o.y, o.z, o.w};
+		quant128(v, threadIdx.x & 31, qr + (i >> 5) * 128, qsr + (i >> 5));
+	};
+	rms_row4_put<0>(put, [&](int i) { return x4[i]; }, reinterpret_cast<const float4*>(w), d >> 2, d, eps, rnd, red,
+		threadIdx.x, blockDim.x);
+}
+
 // Embedding gather: out[r, s*d + i] = table[ids[r], i] for every stream s.
 extern "C" __global__ void embed_f32(
 	float* __restrict__ out, const void* __restrict__ table, int bf16, const int* __restrict__ ids, int d, int streams)
@@ -53,18 +78,41 @@ extern "C" __global__ void add_f32(float* __restrict__ out, const float* __restr
 
 // Clamped SwiGLU (spec §6.2) exactly as the CPU: w * (g * sigmoid(g) * u).
 // limit <= 0 disables the clamp.
+DEV float swiglu1(float gv, float uv, float limit, int rnd)
+{
+	if (limit > 0.0f) {
+		uv = fminf(fmaxf(uv, -limit), limit);
+		gv = fminf(gv, limit);
+	}
+	float sig = (float)(1.0 / (1.0 + exp(-(double)gv)));
+	return rbf(gv * sig * uv, rnd);
+}
+
 extern "C" __global__ void swiglu_f32(float* __restrict__ out, const float* __restrict__ g, const float* __restrict__ u, long long n, float limit, int rnd)
 {
 	PDL_ENTRY();
-	for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x) {
-		float gv = g[i], uv = u[i];
-		if (limit > 0.0f) {
-			uv = fminf(fmaxf(uv, -limit), limit);
-			gv = fminf(gv, limit);
-		}
-		float sig = (float)(1.0 / (1.0 + exp(-(double)gv)));
-		out[i] = rbf(gv * sig * uv, rnd);
-	}
+	for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x)
+		out[i] = swiglu1(g[i], u[i], limit, rnd);
+}
+
+// swiglu_f32 on [rows, inter] that also writes the FP8 input of the linear
+// that takes h (quant_fp8_f32's codes q [rows, inter] and e8m0 scales qs
+// [rows, inter/128], bit for bit): one warp per (row, 128-value block), four
+// values a lane. inter % 128 == 0, pointers 16-byte aligned.
+extern "C" __global__ void __launch_bounds__(256) swiglu_quant_f32(
+	float* __restrict__ h, u8* __restrict__ q, u8* __restrict__ qs, const float* __restrict__ g,
+	const float* __restrict__ u, int rows, int inter, float limit, int rnd)
+{
+	PDL_ENTRY();
+	const long long blk = (blockIdx.x * (long long)blockDim.x + threadIdx.x) >> 5;
+	if (blk >= (long long)rows * (inter >> 7)) return;
+	const int lane = threadIdx.x & 31;
+	const size_t o = (size_t)blk * 128 + 4 * lane; // rows are contiguous
+	const float4 a = *reinterpret_cast<const float4*>(g + o), c = *reinterpret_cast<const float4*>(u + o);
+	const float v[4] = {swiglu1(a.x, c.x, limit, rnd), swiglu1(a.y, c.y, limit, rnd), swiglu1(a.z, c.z, limit, rnd),
+		swiglu1(a.w, c.w, limit, rnd)};
+	*reinterpret_cast<float4*>(h + o) = make_float4(v[0], v[1], v[2], v[3]);
+	quant128(v, lane, q + (size_t)blk * 128, qs + blk);
 }
 
 // bf16 bits -> fp32 (outputs of the tensor-core linears).

@@ -28,13 +28,15 @@ DEV float rms_block_sum(float v, float* red, int nt) {
 
 DEV float rms_rnd(float x, int rnd) { return rnd ? bf16_to_f32(f32_to_bf16(x)) : x; }
 
-// y4 = rnd(w4 * (x * r)), r = 1/sqrt(mean(x^2) + eps), over one row of n4
-// float4s (d = 4·n4 values), thread tid of nt. xat(i) is the row's i-th
-// float4: every thread issues its first RMS_CACHE of them (and of w4) before
-// using any, keeps them for the second pass and calls xat again for the rest.
-template <int BAR, class X>
-DEV void rms_row4(float4* __restrict__ y4, X xat, const float4* __restrict__ w4, int n4, int d, float eps, int rnd,
-	float* red, int tid, int nt)
+// put(i, rnd(w4[i] * (x[i] * r))), r = 1/sqrt(mean(x^2) + eps), over one row
+// of n4 float4s (d = 4·n4 values), thread tid of nt. xat(i) is the row's
+// i-th float4: every thread issues its first RMS_CACHE of them (and of w4)
+// before using any, keeps them for the second pass and calls xat again for
+// the rest. The threads of a warp put at the same steps (i = tid + k·nt),
+// so put may use warp collectives when n4 % 32 == 0.
+template <int BAR, class P, class X>
+DEV void rms_row4_put(P put, X xat, const float4* __restrict__ w4, int n4, int d, float eps, int rnd, float* red,
+	int tid, int nt)
 {
 	float ss = 0.0f;
 	float4 xv[RMS_CACHE], wv[RMS_CACHE];
@@ -63,7 +65,7 @@ DEV void rms_row4(float4* __restrict__ y4, X xat, const float4* __restrict__ w4,
 			float4 o;
 			o.x = rms_rnd(wv[k].x * (xv[k].x * r), rnd); o.y = rms_rnd(wv[k].y * (xv[k].y * r), rnd);
 			o.z = rms_rnd(wv[k].z * (xv[k].z * r), rnd); o.w = rms_rnd(wv[k].w * (xv[k].w * r), rnd);
-			y4[i] = o;
+			put(i, o);
 		}
 	}
 	for (int i = tid + RMS_CACHE * nt; i < n4; i += nt) {
@@ -71,6 +73,14 @@ DEV void rms_row4(float4* __restrict__ y4, X xat, const float4* __restrict__ w4,
 		float4 o;
 		o.x = rms_rnd(wq.x * (v.x * r), rnd); o.y = rms_rnd(wq.y * (v.y * r), rnd);
 		o.z = rms_rnd(wq.z * (v.z * r), rnd); o.w = rms_rnd(wq.w * (v.w * r), rnd);
-		y4[i] = o;
+		put(i, o);
 	}
+}
+
+// rms_row4_put storing into y4.
+template <int BAR, class X>
+DEV void rms_row4(float4* __restrict__ y4, X xat, const float4* __restrict__ w4, int n4, int d, float eps, int rnd,
+	float* red, int tid, int nt)
+{
+	rms_row4_put<BAR>([&](int i, float4 o) { y4[i] = o; }, xat, w4, n4, d, eps, rnd, red, tid, nt);
 }

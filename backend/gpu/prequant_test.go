@@ -1,0 +1,187 @@
+package gpu
+
+import (
+	"bytes"
+	"fmt"
+	"math"
+	"testing"
+
+	"github.com/megamoe/megamoe/backend"
+	"github.com/megamoe/megamoe/checkpoint"
+	"github.com/megamoe/megamoe/cuda"
+	"github.com/megamoe/megamoe/num"
+)
+
+// TestFusedLinearInputs: RMSNormQuant and SwiGLUQuant, whose kernels also
+// write the FP8 input of the linears after them, give bit for bit what the
+// separate ops give (RMSNorm or SwiGLU, then each Linear quantising its own
+// input): the producer's output, the linears' outputs, and the quantised
+// copy itself (QuantFP8F32 of the output). Exact numerics and inputs no FP8
+// tensor-core linear takes keep the plain op (the handle is out itself).
+// Shapes: the small config's q_norm (128) and shared expert (128), Flash's
+// (1024, 2048) and Pro's (1536, 3072) with fewer linear outputs, 4608 for
+// rmsnorm's loop past the cached values; a NaN poisons its row or block.
+func TestFusedLinearInputs(t *testing.T) {
+	for _, mode := range []backend.Numerics{backend.Faithful, backend.Exact} {
+		t.Run(mode.String(), func(t *testing.T) {
+			p := newPair(t, mode)
+			g := p.g.(*Backend)
+			fused := mode == backend.Faithful
+			for _, c := range []struct {
+				name    string
+				rows, d int
+				outs    []int // FP8 linears after the producer
+				limit   float32
+				nan     bool
+			}{
+				{"small", 1, 128, []int{768, 256}, 10, false},
+				{"small", 3, 128, []int{256}, 10, true},
+				{"flash", 17, 1024, []int{256, 128}, 10, false},
+				{"flash", 16, 2048, []int{128}, 0, false},
+				{"pro", 3, 1536, []int{256, 8}, 10, false},
+				{"pro", 1, 3072, []int{128}, 10, true},
+				{"wide", 2, 4608, []int{128}, 0, false},
+			} {
+				ws := make([]backend.Linear, len(c.outs))
+				for i, n := range c.outs {
+					var err error
+					ws[i], err = g.PrepareLinear(randLinear(p.rng, checkpoint.FormatFP8Block, n, c.d))
+					must(t, err)
+				}
+				tag := fmt.Sprintf("%s %dx%d", c.name, c.rows, c.d)
+				x := p.rand(c.rows, c.d, 1)
+				if c.nan {
+					x.host[c.rows/2*c.d+5] = float32(math.NaN()) // its row, or its 128-block
+					x = p.from(c.rows, c.d, x.host)
+				}
+				wv := make([]float32, c.d)
+				for i := range wv {
+					wv[i] = num.RoundBF16(float32(1 + 0.1*p.rng.NormFloat64()))
+				}
+				w, err := g.NewVec(wv)
+				must(t, err)
+				checkFused(t, p, g, "rmsnorm "+tag, fused, ws, c.rows, c.d,
+					func(out backend.Tensor) (backend.Tensor, error) { return g.RMSNormQuant(x.g, w, 1e-6, out, ws) },
+					func(out backend.Tensor) error { return g.RMSNorm(x.g, w, 1e-6, out) },
+					func(y, q, qs cuda.DevicePtr) error {
+						return cuda.RMSNormQuantF32(g.s, y, q, qs, x.g.(*Tensor).ptr, w.(*vec).buf.Ptr, c.rows, c.d, 1e-6, true)
+					})
+				gate, up := p.rand(c.rows, c.d, 3), p.rand(c.rows, c.d, 3)
+				if c.nan {
+					gate.host[c.rows/2*c.d+5] = float32(math.NaN())
+					gate = p.from(c.rows, c.d, gate.host)
+				}
+				checkFused(t, p, g, fmt.Sprintf("swiglu limit %g %s", c.limit, tag), fused, ws, c.rows, c.d,
+					func(out backend.Tensor) (backend.Tensor, error) { return g.SwiGLUQuant(gate.g, up.g, c.limit, out, ws) },
+					func(out backend.Tensor) error { return g.SwiGLU(gate.g, up.g, c.limit, out) },
+					func(y, q, qs cuda.DevicePtr) error {
+						return cuda.SwiGLUQuantF32(g.s, y, q, qs, gate.g.(*Tensor).ptr, up.g.(*Tensor).ptr, c.rows, c.d, c.limit, true)
+					})
+				// No FP8 tensor-core linear after it: the plain op.
+				bl, err := g.PrepareLinear(randLinear(p.rng, checkpoint.FormatBF16, 64, c.d))
+				must(t, err)
+				bf := []backend.Linear{bl}
+				o := p.out(c.rows, c.d)
+				h, err := g.RMSNormQuant(x.g, w, 1e-6, o.g, bf)
+				must(t, err)
+				if h != o.g {
+					t.Errorf("%s: RMSNormQuant quantised for a bf16 linear", tag)
+				}
+				p.release()
+			}
+		})
+	}
+}
+
+// checkFused runs the producer fused (fusedOp, then Linears on its handle)
+// and separately (plainOp, then one Linear each) on poisoned outputs and
+// requires the same bits; with fused it also checks the kernel's quantised
+// copy (launched by kernel into poisoned buffers) against QuantFP8F32.
+func checkFused(t *testing.T, p *pair, g *Backend, tag string, fused bool, ws []backend.Linear, rows, d int,
+	fusedOp func(out backend.Tensor) (backend.Tensor, error), plainOp func(out backend.Tensor) error,
+	kernel func(y, q, qs cuda.DevicePtr) error) {
+	t.Helper()
+	fo, so := p.out(rows, d), p.out(rows, d)
+	h, err := fusedOp(fo.g)
+	must(t, err)
+	if (h != fo.g) != fused {
+		t.Fatalf("%s: fused %v, want %v", tag, h != fo.g, fused)
+	}
+	var fouts, souts []backend.Tensor
+	for _, w := range ws {
+		fouts, souts = append(fouts, p.out(rows, w.Out()).g), append(souts, p.out(rows, w.Out()).g)
+	}
+	must(t, g.Linears(h, ws, fouts))
+	must(t, plainOp(so.g))
+	for i, w := range ws {
+		must(t, g.Linear(so.g, w, souts[i]))
+	}
+	equalBits(t, g, tag+" output", fo.g, so.g)
+	for i := range ws {
+		equalBits(t, g, fmt.Sprintf("%s linear #%d", tag, i), fouts[i], souts[i])
+	}
+	if !fused {
+		return
+	}
+	n := fp8Bytes(rows, d)
+	got := download8(t, g, h.(*Tensor).q8.Ptr, n)
+	g.Free(h)
+	ref := poisoned(t, g, n)
+	defer ref.Free()
+	q, qs := fp8Layout(ref.Ptr, rows, d)
+	must(t, cuda.QuantFP8F32(g.s, q, qs, 0, so.g.(*Tensor).ptr, rows, d, d, 128))
+	want := download8(t, g, ref.Ptr, n)
+	sameBytes(t, tag+" handle's codes", got, want, rows*d)
+	kq := poisoned(t, g, n)
+	defer kq.Free()
+	ko := p.out(rows, d)
+	q, qs = fp8Layout(kq.Ptr, rows, d)
+	must(t, kernel(ko.g.(*Tensor).ptr, q, qs))
+	equalBits(t, g, tag+" kernel output", ko.g, so.g)
+	sameBytes(t, tag+" kernel's codes", download8(t, g, kq.Ptr, n), want, rows*d)
+}
+
+// poisoned is an n-byte device buffer of 0xFF (e4m3 -NaN, a code the
+// quantisation never writes).
+func poisoned(t *testing.T, g *Backend, n int) *cuda.Buffer {
+	t.Helper()
+	buf, err := g.scratch(n)
+	must(t, err)
+	must(t, g.s.Memset8(buf.Ptr, 0xFF, n))
+	return buf
+}
+
+func download8(t *testing.T, g *Backend, p cuda.DevicePtr, n int) []byte {
+	t.Helper()
+	b := make([]byte, n)
+	must(t, g.s.CopyDtoH(b, p))
+	must(t, g.s.Synchronize())
+	return b
+}
+
+// sameBytes compares the codes [0, codes) and the scales after them
+// (fp8Layout, codes/128 of them) of two quantised copies.
+func sameBytes(t *testing.T, tag string, got, want []byte, codes int) {
+	t.Helper()
+	n := codes + codes/128
+	for _, part := range []struct {
+		what string
+		a, b []byte
+	}{{"code", got[:codes], want[:codes]}, {"scale", got[codes:n], want[codes:n]}} {
+		if i := firstDiff(part.a, part.b); i >= 0 {
+			t.Errorf("%s: %s byte %d is %#x, want %#x", tag, part.what, i, part.a[i], part.b[i])
+		}
+	}
+}
+
+func firstDiff(a, b []byte) int {
+	if bytes.Equal(a, b) {
+		return -1
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return i
+		}
+	}
+	return len(a)
+}
