@@ -16,46 +16,34 @@ DEV float gomax(float a, float b) { return (b > a || b != b || a != a) ? (a != a
 // One division per row or column instead of N, and the N products overlap.
 DEV float div_rs(float a, double rs) { return (float)((double)a * rs); }
 
-// Sinkhorn of backend/cpu sinkhorn on one thread, c (n×n row-major) in
-// registers: every loop over rows and columns is unrolled, so the N
-// independent rows (columns) of a pass overlap, while each keeps the CPU's
-// operations in the CPU's order.
+// Sinkhorn of backend/cpu sinkhorn: c is n×n row-major (one thread).
 template <int N>
-DEV void sinkhorn(float (&c)[N * N], int iters, float eps) {
-#pragma unroll
+DEV void sinkhorn(float* c, int iters, float eps) {
 	for (int j = 0; j < N; j++) {
-		float mx = c[j * N];
-#pragma unroll
-		for (int k = 1; k < N; k++) mx = gomax(mx, c[j * N + k]);
+		float* row = c + j * N;
+		float mx = row[0];
+		for (int k = 1; k < N; k++) mx = gomax(mx, row[k]);
 		float s = 0.0f;
-#pragma unroll
 		for (int k = 0; k < N; k++) {
-			c[j * N + k] = (float)exp((double)__fsub_rn(c[j * N + k], mx));
-			s = __fadd_rn(s, c[j * N + k]);
+			row[k] = (float)exp((double)__fsub_rn(row[k], mx));
+			s = __fadd_rn(s, row[k]);
 		}
 		const double rs = 1.0 / (double)s;
-#pragma unroll
-		for (int k = 0; k < N; k++) c[j * N + k] = __fadd_rn(div_rs(c[j * N + k], rs), eps);
+		for (int k = 0; k < N; k++) row[k] = __fadd_rn(div_rs(row[k], rs), eps);
 	}
 	for (int it = 0; it < iters; it++) {
 		if (it > 0) {
-#pragma unroll
 			for (int j = 0; j < N; j++) {
 				float s = 0.0f;
-#pragma unroll
 				for (int k = 0; k < N; k++) s = __fadd_rn(s, c[j * N + k]);
 				const double rs = 1.0 / (double)__fadd_rn(s, eps);
-#pragma unroll
 				for (int k = 0; k < N; k++) c[j * N + k] = div_rs(c[j * N + k], rs);
 			}
 		}
-#pragma unroll
 		for (int k = 0; k < N; k++) {
 			float s = 0.0f;
-#pragma unroll
 			for (int j = 0; j < N; j++) s = __fadd_rn(s, c[j * N + k]);
 			const double rs = 1.0 / (double)__fadd_rn(s, eps);
-#pragma unroll
 			for (int j = 0; j < N; j++) c[j * N + k] = div_rs(c[j * N + k], rs);
 		}
 	}
@@ -118,10 +106,8 @@ DEV void hc_body(float* __restrict__ out, float* __restrict__ mixo, const float*
 			float* mr = mixo + (size_t)r * (N + N * N);
 			float c[N * N];
 			for (int j = 0; j < N; j++) mr[j] = 2.0f * sigmoid_d(__fadd_rn(__fmul_rn(m[N + j], s1), base[N + j]));
-#pragma unroll
 			for (int i = 0; i < N * N; i++) c[i] = __fadd_rn(__fmul_rn(m[2 * N + i], s2), base[2 * N + i]);
 			sinkhorn<N>(c, max(iters, 1), eps);
-#pragma unroll
 			for (int i = 0; i < N * N; i++) mr[N + i] = c[i];
 		}
 	}
@@ -299,15 +285,42 @@ DEV void hc_fin_mix(HcFin<N, PRE>& f, const float* __restrict__ orow, float* __r
 	__syncthreads();
 }
 
-// comb = Sinkhorn of cs (shared) into mr[N..], on the calling thread alone.
+// Sinkhorn of backend/cpu sinkhorn on N lanes of one warp: lane j owns row j in
+// the row passes and column j in the column passes, each with the CPU's
+// sequential order, so the result is the one-thread result bit for bit.
 template <int N>
-DEV void hc_comb(const float* cs, float* __restrict__ mr, int iters, float eps) {
-	float c[N * N];
-#pragma unroll
-	for (int i = 0; i < N * N; i++) c[i] = cs[i];
-	sinkhorn<N>(c, max(iters, 1), eps);
-#pragma unroll
-	for (int i = 0; i < N * N; i++) mr[N + i] = c[i];
+DEV void sinkhorn_warp(float* c, int iters, float eps, int lane) {
+	if (lane < N) {
+		float* row = c + lane * N;
+		float mx = row[0];
+		for (int k = 1; k < N; k++) mx = gomax(mx, row[k]);
+		float s = 0.0f;
+		for (int k = 0; k < N; k++) {
+			row[k] = (float)exp((double)__fsub_rn(row[k], mx));
+			s = __fadd_rn(s, row[k]);
+		}
+		const double rs = 1.0 / (double)s;
+		for (int k = 0; k < N; k++) row[k] = __fadd_rn(div_rs(row[k], rs), eps);
+	}
+	__syncwarp();
+	for (int it = 0; it < iters; it++) {
+		if (it > 0) {
+			if (lane < N) {
+				float s = 0.0f;
+				for (int k = 0; k < N; k++) s = __fadd_rn(s, c[lane * N + k]);
+				const double rs = 1.0 / (double)__fadd_rn(s, eps);
+				for (int k = 0; k < N; k++) c[lane * N + k] = div_rs(c[lane * N + k], rs);
+			}
+			__syncwarp();
+		}
+		if (lane < N) {
+			float s = 0.0f;
+			for (int j = 0; j < N; j++) s = __fadd_rn(s, c[j * N + lane]);
+			const double rs = 1.0 / (double)__fadd_rn(s, eps);
+			for (int j = 0; j < N; j++) c[j * N + lane] = div_rs(c[j * N + lane], rs);
+		}
+		__syncwarp();
+	}
 }
 
 // The hc output's 4 values at 4i: rnd(Σ_j p_j·x_j) over row xr's N streams
@@ -340,10 +353,11 @@ DEV void hc_fin_body(float* __restrict__ out, float* __restrict__ mixo, const fl
 	float* orow = out + (size_t)r * d;
 	float* mr = PRE ? mixo + (size_t)r * (N + N * N) : nullptr;
 	hc_fin_mix<N, PRE>(f, orow, mr, base, d, s0, s1, s2, eps, normEps, S);
-	// Warp 0 runs the Sinkhorn (on lane 0) while warps 1.. form the
-	// pre-weighted sum, which does not need it.
+	// Warp 0 runs the Sinkhorn while warps 1.. form the pre-weighted sum,
+	// which does not need it.
 	if (PRE && w == 0) {
-		if (tid == 0) hc_comb<N>(f.c, mr, iters, eps);
+		sinkhorn_warp<N>(f.c, max(iters, 1), eps, tid & 31);
+		for (int i = tid & 31; i < N * N; i += 32) mr[N + i] = f.c[i];
 		return;
 	}
 	constexpr int T0 = PRE ? 32 : 0; // first thread of the weighted sum
@@ -375,7 +389,8 @@ DEV void hc_fin_norm_body(float* __restrict__ y, const float* __restrict__ out, 
 	float* mr = mixo + (size_t)r * (N + N * N);
 	hc_fin_mix<N, true>(f, out + (size_t)r * d, mr, base, d, s0, s1, s2, eps, normEps, S);
 	if (tid >= HC_THREADS) { // the Sinkhorn warp; the row body syncs on barrier 1 without it
-		if (tid == HC_THREADS) hc_comb<N>(f.c, mr, iters, eps);
+		sinkhorn_warp<N>(f.c, max(iters, 1), eps, tid & 31);
+		for (int i = tid & 31; i < N * N; i += 32) mr[N + i] = f.c[i];
 		return;
 	}
 	float p[N];
