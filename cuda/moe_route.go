@@ -2,8 +2,13 @@ package cuda
 
 import "fmt"
 
-// MoERoute: a step's routing bookkeeping before the grouped expert GEMMs, in
-// one launch of moe_route_small (kernels/moe_route.cu) where the step is small.
+// MoERoute: a step's routing bookkeeping before the grouped expert GEMMs, by
+// the separate kernels or, opted in (KernelChoice.MoERouteSmall), in one
+// launch of moe_route_small (kernels/moe_route.cu) where the step is small.
+// The one launch measured slower on the H200 (2026-12-05: 15.7 us a layer
+// under ncu against about 12 for the four it replaces; batch-1 decode of the
+// Flash 4-layer stack 1.36-1.38 ms with it, 1.33-1.34 ms without), so it is
+// off by default: a single CTA of serial ballot loops.
 
 // MoERouteArgs are the operands of MoERoute: MoEPermute's, MoETiles's and
 // MoEGatherQuant's.
@@ -27,8 +32,8 @@ const (
 	routeSmallGather = 256
 )
 
-// MoERouteSmallFits reports whether MoERoute takes moe_route_small for a
-// step of pairs (row, slot) pairs over experts.
+// MoERouteSmallFits reports whether moe_route_small takes a step of pairs
+// (row, slot) pairs over experts (MoERoute takes it there when opted in).
 func MoERouteSmallFits(pairs, experts int) bool {
 	return pairs >= 1 && pairs <= routeSmallMax && experts >= 1 && experts <= routeSmallMax
 }
@@ -36,13 +41,13 @@ func MoERouteSmallFits(pairs, experts int) bool {
 // MoERoute sorts the pairs into expert order (MoEPermute), gathers and
 // quantises their rows (MoEGatherQuant, X set) and writes the tile list of
 // the GEMMs (MoETiles, Tiles set), all bit for bit as those launchers, in
-// one moe_route_small launch where MoERouteSmallFits (plus moe_gather_q past
-// routeSmallGather row blocks); else by the three.
+// one moe_route_small launch where opted in and MoERouteSmallFits (plus
+// moe_gather_q past routeSmallGather row blocks); else by the three.
 func MoERoute(s *Stream, a MoERouteArgs) (MoETileList, error) {
 	if err := a.check(); err != nil {
 		return MoETileList{}, err
 	}
-	if MoERouteSmallFits(a.Pairs, a.Experts) {
+	if s.ctx.kernelChoice().MoERouteSmall && MoERouteSmallFits(a.Pairs, a.Experts) {
 		return moeRouteSmall(s, a)
 	}
 	if err := MoEPermute(s, a.IDs, a.Pairs, a.Experts, a.Counts, a.Offsets, a.Perm, a.Inv); err != nil {
