@@ -12,6 +12,8 @@ import (
 	"github.com/megamoe/megamoe/checkpoint"
 	"github.com/megamoe/megamoe/cuda"
 	"github.com/megamoe/megamoe/cuda/kcheck"
+	"github.com/megamoe/megamoe/model"
+	"github.com/megamoe/megamoe/model/synth"
 )
 
 func TestRouter(t *testing.T) {
@@ -308,5 +310,38 @@ func TestExpertsCombine(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestMoEFusedInModel: the synthetic model on the GPU gives the same logits,
+// bit for bit, with the MoE launches fused (shared expert in moe_combine,
+// split-K sums in moe_fp4_dec) as traced (separate ops) with the split-K
+// reduce launch, over a prefill chunk of odd length and two decode steps.
+func TestMoEFusedInModel(t *testing.T) {
+	g := openGPU(t, Options{})
+	w := synth.Weights(synth.Config(), 3, synth.Options{})
+	run := func(trace bool) [][]float32 {
+		must(t, g.Context().SetKernelChoice(cuda.KernelChoice{MoEReduce: trace}))
+		m, err := model.New(w, g, model.Options{CacheBytes: 16 << 20, TraceNonFinite: trace})
+		must(t, err)
+		s := m.Cache().NewSequence()
+		defer m.FreeSequence(s)
+		var logits [][]float32
+		for _, toks := range [][]int32{{5, 17, 3, 99, 42, 7, 250, 11, 64}, {8}, {301}} {
+			out, err := m.Forward(&model.Batch{Items: []model.BatchItem{{Seq: s, Tokens: toks}}})
+			must(t, err)
+			logits = append(logits, append([]float32(nil), out.Last(0)...))
+		}
+		return logits
+	}
+	want := run(true)
+	got := run(false)
+	must(t, g.Context().SetKernelChoice(cuda.KernelChoice{}))
+	for step := range want {
+		for i := range want[step] {
+			if math.IsNaN(float64(want[step][i])) || math.Float32bits(got[step][i]) != math.Float32bits(want[step][i]) {
+				t.Fatalf("step %d logit %d: fused %g, separate %g", step, i, got[step][i], want[step][i])
+			}
+		}
 	}
 }
