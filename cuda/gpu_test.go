@@ -15,38 +15,11 @@ import (
 	"github.com/megamoe/megamoe/cuda/kcheck"
 )
 
-// gpu opens device 0 or skips the test with the reason.
+// gpu opens device 0 (the emulator under MEGAMOE_EMU) with a stream, or
+// skips the test with the reason.
 func gpu(t *testing.T) (*cuda.Context, *cuda.Stream) {
 	t.Helper()
-	drv, err := cuda.Load()
-	if err != nil {
-		t.Skipf("no CUDA driver: %v", err)
-	}
-	n, err := drv.DeviceCount()
-	if err != nil || n == 0 {
-		t.Skipf("no CUDA device (count %d): %v", n, err)
-	}
-	dev, err := drv.Device(0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, err := dev.NewContext()
-	if err != nil {
-		t.Fatal(err)
-	}
-	s, err := ctx.NewStream()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := s.Close(); err != nil {
-			t.Error(err)
-		}
-		if err := ctx.Close(); err != nil {
-			t.Error(err)
-		}
-	})
-	return ctx, s
+	return cuda.OpenTestDevice(t)
 }
 
 func TestDeviceInfo(t *testing.T) {

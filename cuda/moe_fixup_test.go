@@ -25,40 +25,6 @@ func TestMoEFixupSlots(t *testing.T) {
 	}
 }
 
-// testDevice opens device 0 (the emulator under MEGAMOE_EMU) with a stream,
-// skipping without one.
-func testDevice(t *testing.T) (*Context, *Stream) {
-	t.Helper()
-	drv, err := Load()
-	if err != nil {
-		t.Skipf("no CUDA driver: %v", err)
-	}
-	if n, err := drv.DeviceCount(); err != nil || n == 0 {
-		t.Skipf("no CUDA device (count %d): %v", n, err)
-	}
-	dev, err := drv.Device(0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, err := dev.NewContext()
-	if err != nil {
-		t.Fatal(err)
-	}
-	s, err := ctx.NewStream()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := s.Close(); err != nil {
-			t.Error(err)
-		}
-		if err := ctx.Close(); err != nil {
-			t.Error(err)
-		}
-	})
-	return ctx, s
-}
-
 // TestMoEDecFixup: moe_fp4_dec adding its split-K partials in the last CTA
 // of each tile gives the bits of the kernel followed by linear_fp8_reduce,
 // for 8- and 16-row tiles, MXFP4 and NVFP4, column tails, odd row counts
