@@ -1,7 +1,6 @@
 package cuda_test
 
 import (
-	"bytes"
 	"encoding/binary"
 	"fmt"
 	"math"
@@ -9,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/megamoe/megamoe/cuda"
+	"github.com/megamoe/megamoe/cuda/kcheck"
 )
 
 // routeCase is one step's routing: tokens × top-K of E experts, rows of d.
@@ -177,7 +177,7 @@ func TestMoERouteSmall(t *testing.T) {
 					must(t, s.CopyDtoH(a, wp[i]))
 					must(t, s.CopyDtoH(b, gp[i]))
 					must(t, s.Synchronize())
-					if j := firstDiff(a, b); j >= 0 {
+					if j := kcheck.FirstDiff(a, b); j >= 0 {
 						t.Errorf("%s: %s differs at byte %d of %d (got %#x, want %#x)", tag, names[i], j, n, b[j], a[j])
 					}
 					wb = append(wb, a)
@@ -207,18 +207,6 @@ func must(t *testing.T, err error) {
 	if err != nil {
 		t.Fatal(err)
 	}
-}
-
-func firstDiff(a, b []byte) int {
-	if bytes.Equal(a, b) {
-		return -1
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return i
-		}
-	}
-	return -1
 }
 
 // checkPermutation is the host twin of MoEPermute: ids in [0, E) counted,

@@ -20,7 +20,7 @@ func (b *Backend) RMSNormQuant(x backend.Tensor, w backend.Vec, eps float32, out
 	}
 	d := wv.Len()
 	if d != xt.cols || xt.rows == 0 || !b.takesQuant(d, next) || !cuda.RMSNormQuantFits(ot.ptr, xt.ptr, wv.buf.Ptr, d) {
-		return out, cuda.RMSNormF32(b.s, ot.ptr, xt.ptr, wv.buf.Ptr, xt.rows*xt.cols/d, d, eps, b.faithful())
+		return out, b.RMSNorm(x, w, eps, out)
 	}
 	h, err := b.quantHandle(ot)
 	if err != nil {
@@ -42,7 +42,7 @@ func (b *Backend) SwiGLUQuant(g, u backend.Tensor, limit float32, out backend.Te
 		return nil, err
 	}
 	if gt.rows == 0 || !b.takesQuant(gt.cols, next) || !cuda.SwiGLUQuantFits(ot.ptr, gt.ptr, ut.ptr, gt.cols) {
-		return out, cuda.SwiGLUF32(b.s, ot.ptr, gt.ptr, ut.ptr, int64(gt.rows*gt.cols), limit, b.faithful())
+		return out, b.SwiGLU(g, u, limit, out)
 	}
 	h, err := b.quantHandle(ot)
 	if err != nil {

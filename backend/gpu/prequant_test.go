@@ -1,7 +1,6 @@
 package gpu
 
 import (
-	"bytes"
 	"fmt"
 	"math"
 	"testing"
@@ -9,6 +8,7 @@ import (
 	"github.com/megamoe/megamoe/backend"
 	"github.com/megamoe/megamoe/checkpoint"
 	"github.com/megamoe/megamoe/cuda"
+	"github.com/megamoe/megamoe/cuda/kcheck"
 	"github.com/megamoe/megamoe/num"
 )
 
@@ -168,20 +168,8 @@ func sameBytes(t *testing.T, tag string, got, want []byte, codes int) {
 		what string
 		a, b []byte
 	}{{"code", got[:codes], want[:codes]}, {"scale", got[codes:n], want[codes:n]}} {
-		if i := firstDiff(part.a, part.b); i >= 0 {
+		if i := kcheck.FirstDiff(part.a, part.b); i >= 0 {
 			t.Errorf("%s: %s byte %d is %#x, want %#x", tag, part.what, i, part.a[i], part.b[i])
 		}
 	}
-}
-
-func firstDiff(a, b []byte) int {
-	if bytes.Equal(a, b) {
-		return -1
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return i
-		}
-	}
-	return len(a)
 }

@@ -6,6 +6,7 @@
 package kcheck
 
 import (
+	"bytes"
 	"fmt"
 	"math"
 	"math/rand/v2"
@@ -337,3 +338,17 @@ func shapeStr(format string, a ...any) string { return fmt.Sprintf(format, a...)
 // Time is the median time in microseconds of env.Reps runs of f (after one
 // warm-up), from CUDA events on env.S.
 func Time(env *Env, f func() error) (float64, error) { return timeIt(env, f) }
+
+// FirstDiff is the index of the first byte where a and b differ (len(a)
+// where b only runs longer), or -1 where they are equal.
+func FirstDiff(a, b []byte) int {
+	if bytes.Equal(a, b) {
+		return -1
+	}
+	for i := range a {
+		if i >= len(b) || a[i] != b[i] {
+			return i
+		}
+	}
+	return len(a)
+}
