@@ -200,19 +200,22 @@ func TestLinears(t *testing.T) {
 				}
 			}
 			// Grouped output projection: 8 groups of R=128 rows over K=256 columns each.
-			// 1 and 3 rows take the decode GEMV; 33 linear_bf16 (faithful) or the tiled fp32 kernel (exact).
+			// Faithful: up to 32 rows linear_bf16_dec (1, 2 and 4 token tiles), 33
+			// linear_bf16; exact: the decode GEMV up to 8 rows, then the tiled fp32 kernel.
 			const groups, R, K = 8, 128, 256
-			cl := randLinear(p.rng, checkpoint.FormatBF16, groups*R, K)
-			cw, err := p.c.PrepareLinear(cl)
-			must(t, err)
-			gw, err := p.g.PrepareLinear(cl)
-			must(t, err)
-			for _, m := range []int{1, 3, 33} {
-				x := p.rand(m, groups*K, 1)
-				o := p.out(m, groups*R)
-				must(t, p.c.GroupedOutProj(x.c, cw, groups, o.c))
-				must(t, p.g.GroupedOutProj(x.g, gw, groups, o.g))
-				p.check(fmt.Sprintf("grouped out proj m=%d", m), o, 1e-2)
+			for _, f := range []checkpoint.Format{checkpoint.FormatBF16, checkpoint.FormatFP8Block} {
+				cl := randLinear(p.rng, f, groups*R, K)
+				cw, err := p.c.PrepareLinear(cl)
+				must(t, err)
+				gw, err := p.g.PrepareLinear(cl)
+				must(t, err)
+				for _, m := range []int{1, 3, 9, 17, 33} {
+					x := p.rand(m, groups*K, 1)
+					o := p.out(m, groups*R)
+					must(t, p.c.GroupedOutProj(x.c, cw, groups, o.c))
+					must(t, p.g.GroupedOutProj(x.g, gw, groups, o.g))
+					p.check(fmt.Sprintf("grouped out proj %v m=%d", f, m), o, 1e-2)
+				}
 			}
 		})
 	}

@@ -236,11 +236,14 @@ func (b *Backend) GroupedOutProj(x backend.Tensor, w backend.Linear, groups int,
 	if err != nil {
 		return err
 	}
-	if b.faithful() && xt.rows > bf16MinRows {
-		// Faithful inputs are bf16 values: the tensor-core kernel forms the same
-		// products (docs/numerics.md).
+	if b.faithful() {
+		// Faithful inputs are bf16 values: the tensor-core kernels form the same
+		// products (docs/numerics.md); decode-sized steps stream the weights.
 		sh, ws := l.shape(xt.rows, groups, groups*l.in)
-		if cuda.BF16GroupedFits(sh, xt.ptr, l.w.Ptr) {
+		if cuda.BF16DecFits(sh, xt.ptr, l.w.Ptr) {
+			return b.outProjDec(ot.ptr, xt.ptr, l, ws, sh)
+		}
+		if xt.rows > bf16MinRows && cuda.BF16GroupedFits(sh, xt.ptr, l.w.Ptr) {
 			if err := cuda.GroupedLinearBF16(b.s, ot.ptr, xt.ptr, l.w.Ptr, ws, sh); err != nil {
 				return fmt.Errorf("grouped out proj %s: %w", l.name, err)
 			}
@@ -248,6 +251,23 @@ func (b *Backend) GroupedOutProj(x backend.Tensor, w backend.Linear, groups int,
 		}
 	}
 	return b.simt(ot.ptr, xt.ptr, l, xt.rows, groups, groups*l.in, b.faithful())
+}
+
+// outProjDec runs the grouped output projection on linear_bf16_dec.
+func (b *Backend) outProjDec(y, x cuda.DevicePtr, l *linear, ws cuda.DevicePtr, sh cuda.LinearShape) error {
+	var part cuda.DevicePtr
+	if n := cuda.BF16DecScratchBytes(b.s, sh); n > 0 {
+		tmp, err := b.scratch(n)
+		if err != nil {
+			return err
+		}
+		defer tmp.Free()
+		part = tmp.Ptr
+	}
+	if err := cuda.GroupedLinearBF16Dec(b.s, y, x, l.w.Ptr, ws, part, sh); err != nil {
+		return fmt.Errorf("grouped out proj %s: %w", l.name, err)
+	}
+	return nil
 }
 
 // bf16MinRows: up to this many rows the bf16-weight linears (grouped output

@@ -157,6 +157,9 @@ func runKernels(args []string, stdout, stderr io.Writer) error {
 				if t <= 8 { // the decode GEMV's rows
 					jobs = append(jobs, job{"gemv_fp8", "wo_a", t, g.n, g.k, []cuda.Path{cuda.PathDec}, kcheck.GemvFP8Case(t, g.n, g.k, g.r)})
 				}
+				if t <= cuda.BF16DecMaxRows { // linear_bf16_dec, what faithful decode runs
+					jobs = append(jobs, job{"gemv_mma", "wo_a", t, g.n, g.k, []cuda.Path{cuda.PathDec}, kcheck.GemvMMACase(t, g.n, g.k, g.r, cuda.WeightFP8Block)})
+				}
 			}
 		}
 		for _, f := range []cuda.FP4Format{cuda.MXFP4, cuda.NVFP4} {

@@ -476,6 +476,12 @@ func SmallCases() []Case {
 		LinearCase(300, 1032, 2048, 0), LinearCase(512, 512, 4096, 64), LinearCase(1100, 1280, 1024, 64),
 		SwiGLUCase(1, 256, true), SwiGLUCase(9, 2048, true), SwiGLUCase(4, 3072, false),
 		GemvFP8Case(1, 512, 1024, 256), GemvFP8Case(3, 384, 512, 128), // grouped, as wo_a
+		// linear_bf16_dec: split K (2-chunk slices), one slice of 6 chunks, the
+		// chunk ring wrapping (10 and 18 chunks), 2 and 4 token tiles.
+		GemvMMACase(1, 1024, 512, 256, cuda.WeightFP8Block), GemvMMACase(8, 512, 384, 128, cuda.WeightFP8Block),
+		GemvMMACase(3, 384, 1024, 128, cuda.WeightBF16), GemvMMACase(2, 256, 640, 128, cuda.WeightBF16),
+		GemvMMACase(5, 128, 1152, 128, cuda.WeightFP8Block), GemvMMACase(13, 256, 2048, 256, cuda.WeightBF16),
+		GemvMMACase(32, 256, 1024, 128, cuda.WeightFP8Block), GemvMMACase(20, 128, 384, 128, cuda.WeightBF16),
 	}
 	for _, f := range []cuda.FP4Format{cuda.MXFP4, cuda.NVFP4} {
 		cs = append(cs,

@@ -281,3 +281,50 @@ DEV void mma_k32(float* d, const u32* a, const u32* b) {
 	for (int i = 0; i < 4; i++) d[i] = fmaf(t[i], 65536.0f, d[i]);
 #endif
 }
+
+// ---- weight streaming (decode GEMVs) ----
+// Weight-stream loads: every weight is read once, so bypass L1 and let L2
+// fetch 256-byte lines. volatile: never speculated past a bounds check.
+DEV uint4 ldw16(const u8* p) {
+	uint4 r;
+	asm volatile("ld.global.nc.L1::no_allocate.L2::256B.v4.u32 {%0,%1,%2,%3}, [%4];\n"
+		: "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w) : "l"(p));
+	return r;
+}
+DEV uint2 ldw8(const u8* p) {
+	uint2 r;
+	asm volatile("ld.global.nc.L1::no_allocate.L2::256B.v2.u32 {%0,%1}, [%2];\n" : "=r"(r.x), "=r"(r.y) : "l"(p));
+	return r;
+}
+DEV u32 ldw4(const u8* p) {
+	u32 r;
+	asm volatile("ld.global.nc.L1::no_allocate.L2::256B.u32 %0, [%1];\n" : "=r"(r) : "l"(p));
+	return r;
+}
+// Scale bytes are shared by neighbouring lanes and rows: keep them in L1.
+DEV u32 lds1(const u8* p) {
+	u32 r;
+	asm volatile("ld.global.nc.u8 %0, [%1];\n" : "=r"(r) : "l"(p));
+	return r;
+}
+
+// Exact decoders of packed weights to fp32 (the values e4m3_to_f32 and
+// e2m1_to_f32 give, without branches).
+DEV void f16x2_to_f32(u32 h, float& lo, float& hi) {
+	asm("{.reg .b16 a, b;\n mov.b32 {a, b}, %2;\n cvt.f32.f16 %0, a;\n cvt.f32.f16 %1, b;}\n" : "=f"(lo), "=f"(hi) : "r"(h));
+}
+// Four e4m3 bytes (low byte first) -> v[0..4). sm_89+: the hardware e4m3x2
+// -> f16x2 conversion (exact: every e4m3 value, subnormals included, is an
+// f16 value; 0x7f/0xff give NaN as e4m3_to_f32 does), then f16 -> f32.
+DEV void e4m3x4_to_f32(u32 r, float* v) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
+	u32 h0, h1;
+	asm("{.reg .b16 a, b;\n mov.b32 {a, b}, %2;\n cvt.rn.f16x2.e4m3x2 %0, a;\n cvt.rn.f16x2.e4m3x2 %1, b;}\n"
+		: "=r"(h0), "=r"(h1) : "r"(r));
+	f16x2_to_f32(h0, v[0], v[1]);
+	f16x2_to_f32(h1, v[2], v[3]);
+#else
+#pragma unroll
+	for (int i = 0; i < 4; i++) v[i] = e4m3_to_f32((r >> (8 * i)) & 0xffu);
+#endif
+}

@@ -212,3 +212,174 @@ extern "C" __global__ void __launch_bounds__(256) linear_bf16x3_w1(float* __rest
 	PDL_ENTRY();
 	bf16_grouped<1, 3>(y, x, w, ws, sCols, M, N, K, R, ldx);
 }
+
+// ---- linear_bf16_dec: the same grouped linear for decode (M <= 8·NT) ----
+// The weights are the MMA's A operand (16 output rows a warp) and the tokens
+// its B (NT tiles of 8), so every weight byte is read once from HBM and x
+// once per CTA (from L2, into shared memory as bf16). A CTA owns 128 rows
+// (8 warps x 16) of one group and the K slice [y·kc, (y+1)·kc). Per 64-K
+// chunk lane (g, t) loads 16 contiguous K of rows g and g+8; MMA step s
+// takes its K 16t+4s..+3 into the fragment slots of k 2t, 2t+1, 2t+8, 2t+9,
+// and B takes x at the same K (a dot product only needs A and B to agree on
+// which K a slot holds). FP8 weights go to bf16 unscaled (exact); each
+// chunk's MMAs sum into tmp, which the chunk's 128x128 block scale (a power
+// of two) multiplies into acc: the products are those of linear_f32, only
+// the order of the fp32 sums differs. Split K (gridDim.y > 1): partials to
+// part[split][M][N]; the tile's last CTA sums them in split order
+// (sum_splits) and resets its counter.
+#define BD_ROWS 128
+#define BD_THREADS 256
+
+// Four e4m3 bytes -> two bf16x2 (exact; NaN stays NaN).
+DEV void e4m3x4_to_bf16x4(u32 r, u32& lo, u32& hi) {
+	float v[4];
+	e4m3x4_to_f32(r, v);
+	lo = __byte_perm(__float_as_uint(v[0]), __float_as_uint(v[1]), 0x7632);
+	hi = __byte_perm(__float_as_uint(v[2]), __float_as_uint(v[3]), 0x7632);
+}
+
+template <int FMT, int NT>
+DEV void bf16_dec(float* __restrict__ y, const float* __restrict__ x, const u8* __restrict__ w,
+	const u8* __restrict__ ws, float* __restrict__ part, int* __restrict__ counters, int sCols, int M, int N, int K,
+	int R, int ldx, int kc)
+{
+	extern __shared__ __align__(16) u16 xs[]; // [8·NT][kc + 4]: 8-byte slots of 16 lanes on distinct banks
+	__shared__ int last;
+	constexpr int LPC = FMT == 1 ? 4 : 2;     // uint4 a lane loads per chunk (both rows)
+	constexpr int RING = NT >= 4 ? 8 : 16;    // uint4 a lane keeps in flight
+	constexpr int CPR = RING / LPC;           // chunks in the ring
+	const int tid = threadIdx.x, lane = tid & 31, wid = tid >> 5, g8 = lane >> 2, t4 = lane & 3;
+	const int o0 = blockIdx.x * BD_ROWS, grp = o0 / R, kb = blockIdx.y * kc, nch = kc >> 6;
+	const int ra = o0 + wid * 16 + g8;
+	const int xst = kc + 4;
+	const u8* pa = FMT == 2 ? w + (size_t)ra * K + kb + 16 * t4 : w + ((size_t)ra * K + kb + 16 * t4) * 2;
+	const size_t rowB = FMT == 2 ? (size_t)8 * K : (size_t)16 * K; // row g+8
+	constexpr int CB = FMT == 2 ? 64 : 128;                        // bytes of a row's chunk
+	const u8* sp = FMT == 2 ? ws + (size_t)(o0 / 128) * sCols + kb / 128 : nullptr;
+	uint4 r[RING];
+	u32 sc[CPR];
+	auto load = [&](int j, int c) {
+		const u8* p = pa + (size_t)c * CB;
+		if (FMT == 2) {
+			r[2 * j] = ldw16(p);
+			r[2 * j + 1] = ldw16(p + rowB);
+			sc[j] = lds1(sp + (c >> 1));
+		} else {
+			r[4 * j] = ldw16(p);
+			r[4 * j + 1] = ldw16(p + 16);
+			r[4 * j + 2] = ldw16(p + rowB);
+			r[4 * j + 3] = ldw16(p + rowB + 16);
+		}
+	};
+	// The weights do not depend on the previous kernel: in flight before the wait.
+#pragma unroll
+	for (int j = 0; j < CPR; j++)
+		if (j < nch) load(j, j);
+	PDL_ENTRY();
+	// x rows of this group and slice, as bf16 (exact: faithful x holds bf16 values); rows past M are zeros.
+	const int q4 = kc >> 2;
+	const float* xg = x + (size_t)grp * K + kb;
+#pragma unroll 4
+	for (int i = tid; i < 8 * NT * q4; i += BD_THREADS) {
+		const int m = i / q4, c4 = i - m * q4;
+		float4 v = make_float4(0.f, 0.f, 0.f, 0.f);
+		if (m < M) v = *reinterpret_cast<const float4*>(xg + (size_t)m * ldx + 4 * c4);
+		*reinterpret_cast<uint2*>(xs + m * xst + 4 * c4) = make_uint2(pack_bf16x2(v.x, v.y), pack_bf16x2(v.z, v.w));
+	}
+	__syncthreads();
+
+	float acc[NT][4];
+#pragma unroll
+	for (int n = 0; n < NT; n++) acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.f;
+	const u16* xl = xs + g8 * xst + 16 * t4;
+	for (int c0 = 0; c0 < nch; c0 += CPR) {
+#pragma unroll
+		for (int j = 0; j < CPR; j++) {
+			const int c = c0 + j;
+			if (c >= nch) break;
+			// A fragments of the chunk: a[s] for step s (rows g, g+8; k pairs lo, hi).
+			u32 a[4][4];
+			if (FMT == 2) {
+				const u32* wa = reinterpret_cast<const u32*>(&r[2 * j]);
+				const u32* wb = reinterpret_cast<const u32*>(&r[2 * j + 1]);
+#pragma unroll
+				for (int s = 0; s < 4; s++) {
+					e4m3x4_to_bf16x4(wa[s], a[s][0], a[s][2]);
+					e4m3x4_to_bf16x4(wb[s], a[s][1], a[s][3]);
+				}
+			} else {
+				const u32* wa = reinterpret_cast<const u32*>(&r[4 * j]);
+				const u32* wb = reinterpret_cast<const u32*>(&r[4 * j + 2]);
+#pragma unroll
+				for (int s = 0; s < 4; s++) {
+					a[s][0] = wa[2 * s];
+					a[s][2] = wa[2 * s + 1];
+					a[s][1] = wb[2 * s];
+					a[s][3] = wb[2 * s + 1];
+				}
+			}
+			const float scl = FMT == 2 ? e8m0_to_f32_sel(sc[j]) : 1.f;
+			// FP8: the ring slot is free once converted; bf16 weights are the
+			// fragments themselves, so their slot refills after the MMAs.
+			if (FMT == 2 && c + CPR < nch) load(j, c + CPR);
+#pragma unroll
+			for (int n = 0; n < NT; n++) {
+				float t[4] = {0.f, 0.f, 0.f, 0.f};
+				float* d = FMT == 2 ? t : acc[n];
+#pragma unroll
+				for (int s = 0; s < 4; s++) {
+					const uint2 b = *reinterpret_cast<const uint2*>(xl + n * 8 * xst + c * 64 + 4 * s);
+					const u32 bb[2] = {b.x, b.y};
+					mma_bf16_16816(d, a[s], bb);
+				}
+				if (FMT == 2) {
+#pragma unroll
+					for (int i = 0; i < 4; i++) acc[n][i] = fmaf(t[i], scl, acc[n][i]);
+				}
+			}
+			if (FMT == 1 && c + CPR < nch) load(j, c + CPR);
+		}
+	}
+
+	// acc[n]: [0..1] row ra, tokens 8n + 2t, +1; [2..3] row ra + 8.
+	const int S = gridDim.y;
+	float* dst = S == 1 ? y : part + (size_t)blockIdx.y * M * N;
+#pragma unroll
+	for (int n = 0; n < NT; n++)
+#pragma unroll
+		for (int i = 0; i < 4; i++) {
+			const int m = 8 * n + 2 * t4 + (i & 1), o = ra + 8 * (i >> 1);
+			if (m < M) dst[(size_t)m * N + o] = S == 1 ? bf16_to_f32(f32_to_bf16(acc[n][i])) : acc[n][i];
+		}
+	if (S == 1) return;
+	__threadfence(); // this thread's partials reach L2 before the CTA counts itself in
+	__syncthreads();
+	if (tid == 0) {
+		int* cnt = counters + blockIdx.x;
+		const int done = atomicAdd(cnt, 1) == S - 1;
+		if (done) *cnt = 0; // every other CTA has counted
+		last = done;
+	}
+	__syncthreads();
+	if (!last) return;
+	__threadfence(); // the others' partials, published before their counts
+	const size_t plane = (size_t)M * N;
+	for (int i = tid; i < M * BD_ROWS; i += BD_THREADS) {
+		const size_t o = (size_t)(i / BD_ROWS) * N + o0 + i % BD_ROWS;
+		y[o] = bf16_to_f32(f32_to_bf16(sum_splits(part + o, plane, S)));
+	}
+}
+
+#define BF16_DEC_KERNEL(name, FMT, NT)                                                                              \
+	extern "C" __global__ void __launch_bounds__(BD_THREADS, 2) name(float* __restrict__ y,                        \
+		const float* __restrict__ x, const u8* __restrict__ w, const u8* __restrict__ ws, float* __restrict__ part, \
+		int* __restrict__ counters, int sCols, int M, int N, int K, int R, int ldx, int kc)                         \
+	{                                                                                                               \
+		bf16_dec<FMT, NT>(y, x, w, ws, part, counters, sCols, M, N, K, R, ldx, kc);                                 \
+	}
+BF16_DEC_KERNEL(linear_bf16_dec1_w1, 1, 1)
+BF16_DEC_KERNEL(linear_bf16_dec1_w2, 2, 1)
+BF16_DEC_KERNEL(linear_bf16_dec2_w1, 1, 2)
+BF16_DEC_KERNEL(linear_bf16_dec2_w2, 2, 2)
+BF16_DEC_KERNEL(linear_bf16_dec4_w1, 1, 4)
+BF16_DEC_KERNEL(linear_bf16_dec4_w2, 2, 4)
