@@ -35,3 +35,28 @@ func TestGemvLaunch(t *testing.T) {
 		t.Error("linear_f32 accepted an unknown weight format")
 	}
 }
+
+// TestPlanBF16Dec: linear_bf16_dec's K slices at the wo_a shapes (a wave of
+// two CTAs an SM on 132 SMs) and where K does not split.
+func TestPlanBF16Dec(t *testing.T) {
+	for _, c := range []struct {
+		m, n, k, kc, splits int
+		ok                  bool
+	}{
+		{1, 8192, 4096, 1024, 4, true},  // Flash: 64 row tiles x 4
+		{8, 16384, 4096, 2048, 2, true}, // Pro: 128 x 2
+		{17, 16384, 4096, 512, 8, true}, // four token tiles: slices of at most 512
+		{1, 1024, 384, 384, 1, true},    // 384 does not halve into 128-multiples
+		{20, 128, 640, 0, 0, false},     // 640 > 512 and does not halve
+		{1, 1024, 200, 0, 0, false},
+	} {
+		kc, splits, ok := planBF16Dec(c.m, c.n, c.k, 132)
+		if ok != c.ok || ok && (kc != c.kc || splits != c.splits) {
+			t.Errorf("planBF16Dec(%d, %d, %d) = %d x %d, %v; want %d x %d, %v", c.m, c.n, c.k, kc, splits, ok, c.kc, c.splits, c.ok)
+		}
+	}
+	sh := LinearShape{M: 1, N: 1024, K: 256, R: 192, LdX: 256 * 6, Format: WeightFP8Block}
+	if BF16DecFits(sh, 0, 0) {
+		t.Error("linear_bf16_dec took groups of 192 rows (tiles of 128)")
+	}
+}
