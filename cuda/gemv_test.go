@@ -43,11 +43,14 @@ func TestPlanBF16Dec(t *testing.T) {
 		m, n, k, kc, splits int
 		ok                  bool
 	}{
-		{1, 8192, 4096, 1024, 4, true},  // Flash: 64 row tiles x 4
-		{8, 16384, 4096, 2048, 2, true}, // Pro: 128 x 2
-		{17, 16384, 4096, 512, 8, true}, // four token tiles: slices of at most 512
-		{1, 1024, 384, 384, 1, true},    // 384 does not halve into 128-multiples
-		{20, 128, 640, 0, 0, false},     // 640 > 512 and does not halve
+		{1, 8192, 4096, 1024, 4, true},    // Flash: 64 row tiles x 4
+		{8, 16384, 4096, 2048, 2, true},   // Pro: 128 x 2
+		{17, 16384, 4096, 512, 8, true},   // four token tiles: slices of at most 512
+		{1, 1024, 384, 384, 1, true},      // 384 does not halve into 128-multiples
+		{20, 128, 640, 0, 0, false},       // 640 > 512 and does not halve
+		{8, 129280, 4096, 2048, 2, true},  // head: 1010 row tiles x 2
+		{8, 1 << 18, 4096, 0, 0, false},   // a split grid with more row tiles than counters
+		{8, 1 << 18, 2048, 2048, 1, true}, // one slice: no counters
 		{1, 1024, 200, 0, 0, false},
 	} {
 		kc, splits, ok := planBF16Dec(c.m, c.n, c.k, 132)

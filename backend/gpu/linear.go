@@ -203,12 +203,24 @@ func (b *Backend) LinearF32(x backend.Tensor, w backend.Linear, out backend.Tens
 	return b.linearF32(ot.ptr, xt.ptr, l, xt.rows)
 }
 
-// linearF32 is the fp32 linear y[m, :] = x[m, :] · Wᵀ (no rounding): above
-// bf16MinRows rows with bf16 weights on tensor cores, x split exactly into
-// three bf16 parts (every product exact); otherwise the SIMT kernels.
+// linearF32 is the fp32 linear y[m, :] = x[m, :] · Wᵀ (no rounding): with
+// bf16 weights on tensor cores, x split exactly into three bf16 parts
+// (every product exact), from 2 rows on (one row streams as fast on the
+// SIMT GEMV); otherwise the SIMT kernels.
 func (b *Backend) linearF32(y, x cuda.DevicePtr, l *linear, m int) error {
+	sh, _ := l.shape(m, 1, l.in)
+	if m >= 2 && sh.Format == cuda.WeightBF16 && cuda.BF16x3DecFits(sh, x, l.w.Ptr) {
+		part, err := b.decPartials(sh)
+		if err != nil {
+			return err
+		}
+		defer part.Free()
+		if err := cuda.LinearF32BF16x3Dec(b.s, y, x, l.w.Ptr, part.Ptr, sh); err != nil {
+			return fmt.Errorf("linear-f32 %s: %w", l.name, err)
+		}
+		return nil
+	}
 	if m > bf16MinRows {
-		sh, _ := l.shape(m, 1, l.in)
 		if sh.Format == cuda.WeightBF16 && cuda.BF16GroupedFits(sh, x, l.w.Ptr) {
 			if err := cuda.LinearF32BF16x3(b.s, y, x, l.w.Ptr, sh); err != nil {
 				return fmt.Errorf("linear-f32 %s: %w", l.name, err)
@@ -241,7 +253,15 @@ func (b *Backend) GroupedOutProj(x backend.Tensor, w backend.Linear, groups int,
 		// products (docs/numerics.md); decode-sized steps stream the weights.
 		sh, ws := l.shape(xt.rows, groups, groups*l.in)
 		if cuda.BF16DecFits(sh, xt.ptr, l.w.Ptr) {
-			return b.outProjDec(ot.ptr, xt.ptr, l, ws, sh)
+			part, err := b.decPartials(sh)
+			if err != nil {
+				return err
+			}
+			defer part.Free()
+			if err := cuda.GroupedLinearBF16Dec(b.s, ot.ptr, xt.ptr, l.w.Ptr, ws, part.Ptr, sh); err != nil {
+				return fmt.Errorf("grouped out proj %s: %w", l.name, err)
+			}
+			return nil
 		}
 		if xt.rows > bf16MinRows && cuda.BF16GroupedFits(sh, xt.ptr, l.w.Ptr) {
 			if err := cuda.GroupedLinearBF16(b.s, ot.ptr, xt.ptr, l.w.Ptr, ws, sh); err != nil {
@@ -253,21 +273,10 @@ func (b *Backend) GroupedOutProj(x backend.Tensor, w backend.Linear, groups int,
 	return b.simt(ot.ptr, xt.ptr, l, xt.rows, groups, groups*l.in, b.faithful())
 }
 
-// outProjDec runs the grouped output projection on linear_bf16_dec.
-func (b *Backend) outProjDec(y, x cuda.DevicePtr, l *linear, ws cuda.DevicePtr, sh cuda.LinearShape) error {
-	var part cuda.DevicePtr
-	if n := cuda.BF16DecScratchBytes(b.s, sh); n > 0 {
-		tmp, err := b.scratch(n)
-		if err != nil {
-			return err
-		}
-		defer tmp.Free()
-		part = tmp.Ptr
-	}
-	if err := cuda.GroupedLinearBF16Dec(b.s, y, x, l.w.Ptr, ws, part, sh); err != nil {
-		return fmt.Errorf("grouped out proj %s: %w", l.name, err)
-	}
-	return nil
+// decPartials is scratch for linear_bf16_dec's split-K partials of sh (a
+// minimal buffer when it needs none).
+func (b *Backend) decPartials(sh cuda.LinearShape) (*cuda.Buffer, error) {
+	return b.scratch(cuda.BF16DecScratchBytes(b.s, sh))
 }
 
 // bf16MinRows: up to this many rows the bf16-weight linears (grouped output

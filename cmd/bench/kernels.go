@@ -162,6 +162,15 @@ func runKernels(args []string, stdout, stderr io.Writer) error {
 				}
 			}
 		}
+		// The head (fp32 linear, bf16 weights): the SIMT GEMV and linear_bf16x3_dec.
+		for _, t := range toks {
+			if t <= 8 {
+				jobs = append(jobs, job{"gemv_f32", "head_simt", t, kcheck.HeadVocab, m.D, []cuda.Path{cuda.PathDec}, kcheck.GemvF32Case(t, kcheck.HeadVocab, m.D, false)})
+			}
+			if t <= cuda.BF16DecMaxRows {
+				jobs = append(jobs, job{"gemv_f32", "head_x3", t, kcheck.HeadVocab, m.D, []cuda.Path{cuda.PathDec}, kcheck.GemvF32Case(t, kcheck.HeadVocab, m.D, true)})
+			}
+		}
 		for _, f := range []cuda.FP4Format{cuda.MXFP4, cuda.NVFP4} {
 			for _, t := range toks {
 				rows := t * m.K

@@ -482,6 +482,9 @@ func SmallCases() []Case {
 		GemvMMACase(3, 384, 1024, 128, cuda.WeightBF16), GemvMMACase(2, 256, 640, 128, cuda.WeightBF16),
 		GemvMMACase(5, 128, 1152, 128, cuda.WeightFP8Block), GemvMMACase(13, 256, 2048, 256, cuda.WeightBF16),
 		GemvMMACase(32, 256, 1024, 128, cuda.WeightFP8Block), GemvMMACase(20, 128, 384, 128, cuda.WeightBF16),
+		// linear_bf16x3_dec (fp32 x in three planes): one slice, split K, 2 and 4 token tiles.
+		GemvF32Case(1, 384, 640, true), GemvF32Case(3, 256, 1024, true), GemvF32Case(9, 128, 2048, true),
+		GemvF32Case(27, 256, 512, true), GemvF32Case(4, 256, 512, false),
 	}
 	for _, f := range []cuda.FP4Format{cuda.MXFP4, cuda.NVFP4} {
 		cs = append(cs,
@@ -506,6 +509,9 @@ func SmallCases() []Case {
 	}
 	return cs
 }
+
+// HeadVocab is the output head's rows (spec §1: vocab, Flash and Pro).
+const HeadVocab = 129280
 
 // Model dimensions (spec §1): hidden d, MoE intermediate, experts, top-k.
 type Model struct {

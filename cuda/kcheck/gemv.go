@@ -135,8 +135,9 @@ func GemvMMACase(m, n, k, r int, f cuda.WeightFormat) Case {
 		b.download(got, dy)
 		if res.Err == nil && b.err == nil {
 			var st ErrStats
+			step := sampleStep(m, n, k)
 			for row := 0; row < m; row++ {
-				for o := 0; o < n; o++ {
+				for o := row % step; o < n; o += step {
 					xr := x[row*ldx+(o/r)*k:]
 					sum, abs := 0.0, 0.0
 					for j := 0; j < k; j++ {
@@ -160,6 +161,91 @@ func GemvMMACase(m, n, k, r int, f cuda.WeightFormat) Case {
 			res.Cos, res.RelErr, res.MaxAbs = st.Cos(), st.Rel(), st.MaxAbs
 			res.TimeUs, res.Err = timeIt(env, run)
 			res.GBs = float64(4*m*ldx + len(w) + len(ws) + 4*m*n)
+			res.TFLOPs = 2 * float64(m) * float64(n) * float64(k)
+		}
+		return finish(res, b)
+	}}
+}
+
+// sampleStep is the stride of the outputs a GEMV case checks: all of them up
+// to 2^27 multiply-adds of float64 reference, then an odd stride (every
+// output column is still reached across rows) that keeps it near that.
+func sampleStep(m, n, k int) int {
+	return max(1, m*n*k>>27) | 1
+}
+
+// GemvF32Case checks linear_bf16x3_dec (cuda.LinearF32BF16x3Dec; dec
+// false: the SIMT GEMV, cuda.LinearF32Kernel) on the fp32 linear of bf16
+// weights [n, k] and fp32 x that is not bf16-valued (the head, the
+// compressor): fp32 outputs within 2^-20·Σ|products| (+2^-126) of the
+// float64 sum (Mismatch counts the others).
+func GemvF32Case(m, n, k int, dec bool) Case {
+	comp := "gemv_f32_simt"
+	if dec {
+		comp = "gemv_f32_x3"
+	}
+	return Case{Component: comp, Shape: shapeStr("%dx%dx%d", m, n, k), Run: func(env *Env) Result {
+		res := Result{Component: comp, Shape: shapeStr("m=%d n=%d k=%d", m, n, k), Limit: LimitFP32}
+		rng := env.rng()
+		x := make([]float32, m*k)
+		for i := range x {
+			x[i] = float32(rng.NormFloat64())
+		}
+		w := make([]byte, 2*n*k)
+		for i, h := range randBF16(rng, n, k) {
+			binary.LittleEndian.PutUint16(w[2*i:], h)
+		}
+		xb := make([]byte, 4*len(x))
+		for i, v := range x {
+			binary.LittleEndian.PutUint32(xb[4*i:], math.Float32bits(v))
+		}
+		b := &bufs{env: env}
+		defer b.free()
+		dx, dw := b.upload(xb), b.upload(w)
+		dy := b.alloc(4 * m * n)
+		b.poison(dy, 4*m*n)
+		sh := cuda.LinearShape{M: m, N: n, K: k, R: n, LdX: k, Format: cuda.WeightBF16}
+		var part cuda.DevicePtr
+		if nb := cuda.BF16DecScratchBytes(env.S, sh); dec && nb > 0 {
+			part = b.alloc(nb)
+			b.poison(part, nb)
+		}
+		run := func() error {
+			if dec {
+				return cuda.LinearF32BF16x3Dec(env.S, dy, dx, dw, part, sh)
+			}
+			return cuda.LinearF32Kernel(env.S, dy, dx, dw, 0, sh, false)
+		}
+		if b.err == nil {
+			res.Err = run()
+		}
+		got := make([]byte, 4*m*n)
+		b.download(got, dy)
+		if res.Err == nil && b.err == nil {
+			var st ErrStats
+			step := sampleStep(m, n, k)
+			for row := 0; row < m; row++ {
+				for o := row % step; o < n; o += step {
+					sum, abs := 0.0, 0.0
+					for j := 0; j < k; j++ {
+						t := float64(x[row*k+j]) * float64(cpuref.BF16ToF32(binary.LittleEndian.Uint16(w[2*(o*k+j):])))
+						sum, abs = sum+t, abs+math.Abs(t)
+					}
+					g := float64(math.Float32frombits(binary.LittleEndian.Uint32(got[4*(row*n+o):])))
+					res.Checked++
+					if math.IsNaN(g) || math.IsInf(g, 0) {
+						res.NonFinite++
+						continue
+					}
+					if math.Abs(g-sum) > math.Ldexp(abs, -20)+0x1p-126 {
+						res.Mismatch++
+					}
+					st.Add(sum, g)
+				}
+			}
+			res.Cos, res.RelErr, res.MaxAbs = st.Cos(), st.Rel(), st.MaxAbs
+			res.TimeUs, res.Err = timeIt(env, run)
+			res.GBs = float64(4*m*k + len(w) + 4*m*n)
 			res.TFLOPs = 2 * float64(m) * float64(n) * float64(k)
 		}
 		return finish(res, b)

@@ -30,6 +30,26 @@
 #define BT_K 32
 #define BT_LD 40 // bf16 per shared row: 32 + 8 (80-byte rows: ldmatrix's 8 rows hit distinct banks)
 
+// x0, x1 split into three bf16x2 planes (hi, mid, lo) by truncation: every
+// part is exactly a bf16 (its low 16 bits are zero) and hi + mid + lo = x.
+DEV void split_bf16x3(float x0, float x1, u32 (&hml)[3]) {
+	u32 hv[2], mv[2], lv[2];
+	const float xv[2] = {x0, x1};
+#pragma unroll
+	for (int j = 0; j < 2; j++) {
+		const float v = xv[j];
+		const float h = __uint_as_float(__float_as_uint(v) & 0xffff0000u);
+		const float r = v - h; // exact
+		const float m = __uint_as_float(__float_as_uint(r) & 0xffff0000u);
+		hv[j] = __float_as_uint(h) >> 16;
+		mv[j] = __float_as_uint(m) >> 16;
+		lv[j] = __float_as_uint(r - m) >> 16; // exact, at most 8 significant bits
+	}
+	hml[0] = hv[0] | (hv[1] << 16);
+	hml[1] = mv[0] | (mv[1] << 16);
+	hml[2] = lv[0] | (lv[1] << 16);
+}
+
 // SPLIT 1: x is bf16-valued, output rounded to bf16; SPLIT 3: fp32 x in three
 // bf16 planes, fp32 output.
 template <int FMT, int SPLIT>
@@ -77,25 +97,14 @@ DEV void bf16_grouped(float* __restrict__ y, const float* __restrict__ x, const 
 			ad[0] = a[0];
 			ad[1] = a[1];
 		} else {
-			// Planes by truncation: every part is exactly a bf16 (its low 16 bits are zero).
 			uint4 a[3][2];
 			const float* xv = reinterpret_cast<const float*>(ra);
 #pragma unroll
 			for (int i = 0; i < 16; i += 2) {
-				u32 hv[2], mv[2], lv[2];
+				u32 hml[3];
+				split_bf16x3(xv[i], xv[i + 1], hml);
 #pragma unroll
-				for (int j = 0; j < 2; j++) {
-					const float v = xv[i + j];
-					const float h = __uint_as_float(__float_as_uint(v) & 0xffff0000u);
-					const float r = v - h; // exact
-					const float m = __uint_as_float(__float_as_uint(r) & 0xffff0000u);
-					hv[j] = __float_as_uint(h) >> 16;
-					mv[j] = __float_as_uint(m) >> 16;
-					lv[j] = __float_as_uint(r - m) >> 16; // exact, at most 8 significant bits
-				}
-				reinterpret_cast<u32*>(a[0])[i >> 1] = hv[0] | (hv[1] << 16);
-				reinterpret_cast<u32*>(a[1])[i >> 1] = mv[0] | (mv[1] << 16);
-				reinterpret_cast<u32*>(a[2])[i >> 1] = lv[0] | (lv[1] << 16);
+				for (int p = 0; p < 3; p++) reinterpret_cast<u32*>(a[p])[i >> 1] = hml[p];
 			}
 #pragma unroll
 			for (int p = 0; p < SPLIT; p++) {
@@ -224,9 +233,11 @@ extern "C" __global__ void __launch_bounds__(256) linear_bf16x3_w1(float* __rest
 // which K a slot holds). FP8 weights go to bf16 unscaled (exact); each
 // chunk's MMAs sum into tmp, which the chunk's 128x128 block scale (a power
 // of two) multiplies into acc: the products are those of linear_f32, only
-// the order of the fp32 sums differs. Split K (gridDim.y > 1): partials to
-// part[split][M][N]; the tile's last CTA sums them in split order
-// (sum_splits) and resets its counter.
+// the order of the fp32 sums differs. SPLIT 3 (bf16 weights): fp32 x in the
+// three exact bf16 planes of linear_bf16x3, three MMAs per product, for the
+// fp32 linears (head, compressor); rnd 0 keeps their fp32 outputs. Split K
+// (gridDim.y > 1): partials to part[split][M][N]; the tile's last CTA sums
+// them in split order (sum_splits) and resets its counter.
 #define BD_ROWS 128
 #define BD_THREADS 256
 
@@ -238,12 +249,13 @@ DEV void e4m3x4_to_bf16x4(u32 r, u32& lo, u32& hi) {
 	hi = __byte_perm(__float_as_uint(v[2]), __float_as_uint(v[3]), 0x7632);
 }
 
-template <int FMT, int NT>
+template <int FMT, int NT, int SPLIT>
 DEV void bf16_dec(float* __restrict__ y, const float* __restrict__ x, const u8* __restrict__ w,
 	const u8* __restrict__ ws, float* __restrict__ part, int* __restrict__ counters, int sCols, int M, int N, int K,
-	int R, int ldx, int kc)
+	int R, int ldx, int kc, int rnd)
 {
-	extern __shared__ __align__(16) u16 xs[]; // [8·NT][kc + 4]: 8-byte slots of 16 lanes on distinct banks
+	// x as SPLIT bf16 planes [SPLIT][8·NT][kc + 4] (the 8-byte slots of 16 lanes on distinct banks).
+	extern __shared__ __align__(16) u16 xs[];
 	__shared__ int last;
 	constexpr int LPC = FMT == 1 ? 4 : 2;     // uint4 a lane loads per chunk (both rows)
 	constexpr int RING = NT >= 4 ? 8 : 16;    // uint4 a lane keeps in flight
@@ -251,7 +263,7 @@ DEV void bf16_dec(float* __restrict__ y, const float* __restrict__ x, const u8* 
 	const int tid = threadIdx.x, lane = tid & 31, wid = tid >> 5, g8 = lane >> 2, t4 = lane & 3;
 	const int o0 = blockIdx.x * BD_ROWS, grp = o0 / R, kb = blockIdx.y * kc, nch = kc >> 6;
 	const int ra = o0 + wid * 16 + g8;
-	const int xst = kc + 4;
+	const int xst = kc + 4, xpl = 8 * NT * xst;
 	const u8* pa = FMT == 2 ? w + (size_t)ra * K + kb + 16 * t4 : w + ((size_t)ra * K + kb + 16 * t4) * 2;
 	const size_t rowB = FMT == 2 ? (size_t)8 * K : (size_t)16 * K; // row g+8
 	constexpr int CB = FMT == 2 ? 64 : 128;                        // bytes of a row's chunk
@@ -276,7 +288,8 @@ DEV void bf16_dec(float* __restrict__ y, const float* __restrict__ x, const u8* 
 	for (int j = 0; j < CPR; j++)
 		if (j < nch) load(j, j);
 	PDL_ENTRY();
-	// x rows of this group and slice, as bf16 (exact: faithful x holds bf16 values); rows past M are zeros.
+	// x rows of this group and slice, as bf16 (SPLIT 1, exact: faithful x holds
+	// bf16 values) or three exact bf16 planes (SPLIT 3); rows past M are zeros.
 	const int q4 = kc >> 2;
 	const float* xg = x + (size_t)grp * K + kb;
 #pragma unroll 4
@@ -284,7 +297,16 @@ DEV void bf16_dec(float* __restrict__ y, const float* __restrict__ x, const u8* 
 		const int m = i / q4, c4 = i - m * q4;
 		float4 v = make_float4(0.f, 0.f, 0.f, 0.f);
 		if (m < M) v = *reinterpret_cast<const float4*>(xg + (size_t)m * ldx + 4 * c4);
-		*reinterpret_cast<uint2*>(xs + m * xst + 4 * c4) = make_uint2(pack_bf16x2(v.x, v.y), pack_bf16x2(v.z, v.w));
+		u16* d = xs + m * xst + 4 * c4;
+		if (SPLIT == 1) {
+			*reinterpret_cast<uint2*>(d) = make_uint2(pack_bf16x2(v.x, v.y), pack_bf16x2(v.z, v.w));
+		} else {
+			u32 lo[3], hi[3];
+			split_bf16x3(v.x, v.y, lo);
+			split_bf16x3(v.z, v.w, hi);
+#pragma unroll
+			for (int p = 0; p < 3; p++) *reinterpret_cast<uint2*>(d + p * xpl) = make_uint2(lo[p], hi[p]);
+		}
 	}
 	__syncthreads();
 
@@ -328,9 +350,12 @@ DEV void bf16_dec(float* __restrict__ y, const float* __restrict__ x, const u8* 
 				float* d = FMT == 2 ? t : acc[n];
 #pragma unroll
 				for (int s = 0; s < 4; s++) {
-					const uint2 b = *reinterpret_cast<const uint2*>(xl + n * 8 * xst + c * 64 + 4 * s);
-					const u32 bb[2] = {b.x, b.y};
-					mma_bf16_16816(d, a[s], bb);
+#pragma unroll
+					for (int p = 0; p < SPLIT; p++) {
+						const uint2 b = *reinterpret_cast<const uint2*>(xl + p * xpl + n * 8 * xst + c * 64 + 4 * s);
+						const u32 bb[2] = {b.x, b.y};
+						mma_bf16_16816(d, a[s], bb);
+					}
 				}
 				if (FMT == 2) {
 #pragma unroll
@@ -349,7 +374,7 @@ DEV void bf16_dec(float* __restrict__ y, const float* __restrict__ x, const u8* 
 #pragma unroll
 		for (int i = 0; i < 4; i++) {
 			const int m = 8 * n + 2 * t4 + (i & 1), o = ra + 8 * (i >> 1);
-			if (m < M) dst[(size_t)m * N + o] = S == 1 ? bf16_to_f32(f32_to_bf16(acc[n][i])) : acc[n][i];
+			if (m < M) dst[(size_t)m * N + o] = S == 1 ? rbf(acc[n][i], rnd) : acc[n][i];
 		}
 	if (S == 1) return;
 	__threadfence(); // this thread's partials reach L2 before the CTA counts itself in
@@ -366,20 +391,24 @@ DEV void bf16_dec(float* __restrict__ y, const float* __restrict__ x, const u8* 
 	const size_t plane = (size_t)M * N;
 	for (int i = tid; i < M * BD_ROWS; i += BD_THREADS) {
 		const size_t o = (size_t)(i / BD_ROWS) * N + o0 + i % BD_ROWS;
-		y[o] = bf16_to_f32(f32_to_bf16(sum_splits(part + o, plane, S)));
+		y[o] = rbf(sum_splits(part + o, plane, S), rnd);
 	}
 }
 
-#define BF16_DEC_KERNEL(name, FMT, NT)                                                                              \
+#define BF16_DEC_KERNEL(name, FMT, NT, SPLIT)                                                                       \
 	extern "C" __global__ void __launch_bounds__(BD_THREADS, 2) name(float* __restrict__ y,                        \
 		const float* __restrict__ x, const u8* __restrict__ w, const u8* __restrict__ ws, float* __restrict__ part, \
-		int* __restrict__ counters, int sCols, int M, int N, int K, int R, int ldx, int kc)                         \
+		int* __restrict__ counters, int sCols, int M, int N, int K, int R, int ldx, int kc, int rnd)               \
 	{                                                                                                               \
-		bf16_dec<FMT, NT>(y, x, w, ws, part, counters, sCols, M, N, K, R, ldx, kc);                                 \
+		bf16_dec<FMT, NT, SPLIT>(y, x, w, ws, part, counters, sCols, M, N, K, R, ldx, kc, rnd);                     \
 	}
-BF16_DEC_KERNEL(linear_bf16_dec1_w1, 1, 1)
-BF16_DEC_KERNEL(linear_bf16_dec1_w2, 2, 1)
-BF16_DEC_KERNEL(linear_bf16_dec2_w1, 1, 2)
-BF16_DEC_KERNEL(linear_bf16_dec2_w2, 2, 2)
-BF16_DEC_KERNEL(linear_bf16_dec4_w1, 1, 4)
-BF16_DEC_KERNEL(linear_bf16_dec4_w2, 2, 4)
+BF16_DEC_KERNEL(linear_bf16_dec1_w1, 1, 1, 1)
+BF16_DEC_KERNEL(linear_bf16_dec1_w2, 2, 1, 1)
+BF16_DEC_KERNEL(linear_bf16_dec2_w1, 1, 2, 1)
+BF16_DEC_KERNEL(linear_bf16_dec2_w2, 2, 2, 1)
+BF16_DEC_KERNEL(linear_bf16_dec4_w1, 1, 4, 1)
+BF16_DEC_KERNEL(linear_bf16_dec4_w2, 2, 4, 1)
+// fp32 x (three planes, three MMAs per product), bf16 weights: the fp32 linears.
+BF16_DEC_KERNEL(linear_bf16x3_dec1_w1, 1, 1, 3)
+BF16_DEC_KERNEL(linear_bf16x3_dec2_w1, 1, 2, 3)
+BF16_DEC_KERNEL(linear_bf16x3_dec4_w1, 1, 4, 3)
