@@ -48,6 +48,9 @@ type KernelChoice struct {
 	// GemvRows forces the decode GEMV's output rows per CTA (1, 2, 4 or 8;
 	// 0: gemvLogRowsPerCTA), to time the grid against the CTAs' length.
 	GemvRows int
+	// BF16DecRing8 runs linear_bf16_dec's ring-8 variants (half the bytes
+	// in flight a lane, two MMA chains, three CTAs an SM) at up to 16 rows.
+	BF16DecRing8 bool
 }
 
 // SetKernelChoice forces the GEMM paths for later launches on this context

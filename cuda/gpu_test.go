@@ -166,7 +166,7 @@ func TestKernelResources(t *testing.T) {
 		{"hc_f32", "hc_pre_fin_f32_n4", 0}, {"hc_f32", "hc_pre_fin_norm_f32_n4", 0},
 		{"linear_fp8_wg", "linear_fp8_wg", 0}, {"moe_fp4_wg", "moe_fp4_wg32", 0}, {"moe_fp4_wg", "moe_fp4_wg128", 0},
 		{"linear_f32", "gemv1_f32_w1", 0}, {"linear_f32", "gemv_f32_w1", 0}, {"linear_bf16", "linear_bf16_w1", 0}, {"linear_bf16", "linear_bf16_w2", 0}, {"linear_bf16", "linear_bf16x3_w1", 0},
-		{"linear_bf16", "linear_bf16_dec1_w2", 0}, {"linear_bf16", "linear_bf16_dec2_w2", 0}, {"linear_bf16", "linear_bf16_dec4_w2", 0}, {"linear_bf16", "linear_bf16_dec4_w1", 0},
+		{"linear_bf16", "linear_bf16_dec1_w2", 0}, {"linear_bf16", "linear_bf16_dec1_w2_r8", 0}, {"linear_bf16", "linear_bf16x3_dec1_w1", 0}, {"linear_bf16", "linear_bf16x3_dec2_w1_r8", 0}, {"linear_bf16", "linear_bf16_dec2_w2", 0}, {"linear_bf16", "linear_bf16_dec4_w2", 0}, {"linear_bf16", "linear_bf16_dec4_w1", 0},
 		{"moe_fused", "moe_gather_q", 0}, {"moe_fused", "moe_swiglu_q", 0},
 		{"ops_f32", "rmsnorm_quant_f32", 0}, {"ops_f32", "swiglu_quant_f32", 0},
 		{"moe_route", "router_topk8", 0}, {"moe_route", "router_topk12", 0}, {"moe_route", "moe_route_small", 0},
@@ -339,6 +339,7 @@ func TestKernelsVsCPU(t *testing.T) {
 			choices = append(choices, choice{fmt.Sprintf("wg_group%d", g), cuda.KernelChoice{Linear: cuda.PathWG, WGGroup: g}})
 		}
 	}
+	choices = append(choices, choice{"dec_ring8", cuda.KernelChoice{BF16DecRing8: true}})
 	for _, ch := range choices {
 		if err := ctx.SetKernelChoice(ch.kc); err != nil {
 			t.Fatal(err)
@@ -347,7 +348,7 @@ func TestKernelsVsCPU(t *testing.T) {
 			if ch.kc.Linear != cuda.PathAuto && c.Component != "linear_fp8" && (c.Component != "moe_fp4" || ch.kc.TDec.KBS > 0) {
 				continue
 			}
-			if ch.kc.GemvRows > 0 && c.Component != "gemv_fp8" {
+			if ch.kc.GemvRows > 0 && c.Component != "gemv_fp8" || ch.kc.BF16DecRing8 && !strings.HasPrefix(c.Component, "gemv_") {
 				continue
 			}
 			t.Run(ch.name+"/"+c.Component+"/"+strings.ReplaceAll(c.Shape, " ", "_"), func(t *testing.T) {
