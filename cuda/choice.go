@@ -51,6 +51,13 @@ type KernelChoice struct {
 	// BF16DecRing8 runs linear_bf16_dec's ring-8 variants (half the bytes
 	// in flight a lane, two MMA chains, three CTAs an SM) at up to 16 rows.
 	BF16DecRing8 bool
+	// HcFinOld launches the split hc pre's first kernels (hc_pre_part,
+	// hc_pre_fin, hc_pre_fin_norm) instead of hc_pre_part2, hc_pre_fin2 and
+	// hc_pre_fin_norm2 (the same bits on a shorter critical path).
+	HcFinOld bool
+	// HcPostOld launches hc_post_f32 (n a kernel argument, its inputs on the
+	// stack) instead of hc_post_f32_n1/2/4/8 (unrolled; the same bits).
+	HcPostOld bool
 }
 
 // SetKernelChoice forces the GEMM paths for later launches on this context

@@ -164,6 +164,7 @@ func TestKernelResources(t *testing.T) {
 		{"moe_fp4", "moe_fp4_gemm", 0}, {"moe_fp4_dec", "moe_fp4_dec", 0}, {"moe_fp4_dec", "moe_fp4_dec_nv", 8}, {"moe_fp4_dec", "moe_fp4_dec16", 0}, {"moe_fp4_dec", "moe_fp4_dec16_nv", 16},
 		{"rmsnorm", "rmsnorm_bf16", 0}, {"ops_f32", "rmsnorm_f32", 0},
 		{"hc_f32", "hc_pre_fin_f32_n4", 0}, {"hc_f32", "hc_pre_fin_norm_f32_n4", 0},
+		{"hc_f32", "hc_pre_part2_f32_n4", 0}, {"hc_f32", "hc_pre_fin2_f32_n4", 0}, {"hc_f32", "hc_pre_fin_norm2_f32_n4", 0},
 		{"linear_fp8_wg", "linear_fp8_wg", 0}, {"moe_fp4_wg", "moe_fp4_wg32", 0}, {"moe_fp4_wg", "moe_fp4_wg128", 0},
 		{"linear_f32", "gemv1_f32_w1", 0}, {"linear_f32", "gemv_f32_w1", 0}, {"linear_bf16", "linear_bf16_w1", 0}, {"linear_bf16", "linear_bf16_w2", 0}, {"linear_bf16", "linear_bf16x3_w1", 0},
 		{"linear_bf16", "linear_bf16_dec1_w2", 0}, {"linear_bf16", "linear_bf16_dec1_w2_r8", 0}, {"linear_bf16", "linear_bf16x3_dec1_w1", 0}, {"linear_bf16", "linear_bf16x3_dec2_w1_r8", 0}, {"linear_bf16", "linear_bf16_dec2_w2", 0}, {"linear_bf16", "linear_bf16_dec4_w2", 0}, {"linear_bf16", "linear_bf16_dec4_w1", 0},

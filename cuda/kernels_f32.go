@@ -225,8 +225,13 @@ func HcPostF32(s *Stream, out, x, o, mix DevicePtr, rows, n, d int, rnd bool) er
 	if rows == 0 {
 		return nil
 	}
+	grid := Dim3{uint32(ceilDiv(d, 256)), uint32(rows), 1}
+	if hcStreams(n) && !s.ctx.kernelChoice().HcPostOld {
+		a := new(Args).Ptr(out).Ptr(x).Ptr(o).Ptr(mix).I32(d).I32(b2i(rnd))
+		return launch(s, "ops_f32", fmt.Sprintf("hc_post_f32_n%d", n), grid, Dim3{256, 1, 1}, 0, a)
+	}
 	a := new(Args).Ptr(out).Ptr(x).Ptr(o).Ptr(mix).I32(n).I32(d).I32(b2i(rnd))
-	return launch(s, "ops_f32", "hc_post_f32", Dim3{uint32(ceilDiv(d, 256)), uint32(rows), 1}, Dim3{256, 1, 1}, 0, a)
+	return launch(s, "ops_f32", "hc_post_f32", grid, Dim3{256, 1, 1}, 0, a)
 }
 
 // WeightFormat is a linear's storage format for LinearF32Kernel.

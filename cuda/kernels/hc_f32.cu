@@ -3,11 +3,9 @@
 // scalar step mirrors backend/cpu (ops.go, linear.go) with explicit _rn
 // intrinsics so NVRTC's default FMA contraction cannot change a rounding.
 #include "rowops.cuh"
+#include "hc_sinkhorn.cuh"
 
 DEV float sigmoid_d(float x) { return (float)(1.0 / (1.0 + exp(-(double)x))); }
-
-// Go's max(a, b) for the Sinkhorn row max: NaN propagates.
-DEV float gomax(float a, float b) { return (b > a || b != b || a != a) ? (a != a ? a : b) : a; }
 
 // a / s rounded once to fp32, bit for bit __fdiv_rn(a, s), given rs =
 // 1.0 / (double)s: the double product is within 2^-52 (relative) of a/s,
@@ -157,7 +155,11 @@ struct HcSplit {
 	static constexpr int RW = (MIX + 7) / 8;   // fn rows per warp
 };
 
-template <int N, bool PRE>
+// FAST (hc_pre_part2): the first column step's fn float4s, weights, are
+// loaded before the PDL wait, so they are in flight with x's; rows past
+// `rows` (a CTA of R rows at batch 1..R-1) skip their dots and warp sums,
+// which at batch 1 were 7/8 of the shuffles. The partials are the same bits.
+template <int N, bool PRE, bool FAST = false>
 DEV void hc_part_body(float* __restrict__ out, const float* __restrict__ x, const float* __restrict__ fn,
 	int rows, int d, int C, int S)
 {
@@ -169,6 +171,18 @@ DEV void hc_part_body(float* __restrict__ out, const float* __restrict__ x, cons
 	const int c0 = s * C;
 	const int C4 = min(C, width - c0) >> 2; // columns of this chunk / 4
 	const int CS = C >> 2;                  // smem row stride (float4)
+	const int nr = min(R, rows - r0);       // rows of this CTA
+	auto fnat = [&](int k, int c4) {
+		const int i = w + 8 * k;
+		return i < MIX ? *reinterpret_cast<const float4*>(fn + (size_t)i * width + c0 + 4 * c4)
+			       : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+	};
+	float4 f0[RW];
+	if (FAST && lane < C4) {
+#pragma unroll
+		for (int k = 0; k < RW; k++) f0[k] = fnat(k, lane);
+	}
+	PDL_ENTRY();
 	for (int idx = tid; idx < R * C4; idx += HC_THREADS) {
 		const int r = idx / C4, c4 = idx - r * C4;
 		float4 v = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
@@ -193,17 +207,10 @@ DEV void hc_part_body(float* __restrict__ out, const float* __restrict__ x, cons
 	for (int k = 0; k < RW; k++)
 #pragma unroll
 		for (int r = 0; r < R; r++) acc[k][r] = 0.0f;
-#pragma unroll 1 // (unrolling spills on some toolkits; R rows per load keep it busy)
-	for (int c4 = lane; c4 < C4; c4 += 32) {
-		float4 f[RW];
-#pragma unroll
-		for (int k = 0; k < RW; k++) {
-			const int i = w + 8 * k;
-			f[k] = i < MIX ? *reinterpret_cast<const float4*>(fn + (size_t)i * width + c0 + 4 * c4)
-				       : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-		}
+	auto step = [&](int c4, const float4 (&f)[RW]) {
 #pragma unroll
 		for (int r = 0; r < R; r++) {
+			if (FAST && r >= nr) break;
 			const float4 v = xs4[r * CS + c4];
 #pragma unroll
 			for (int k = 0; k < RW; k++) {
@@ -215,12 +222,21 @@ DEV void hc_part_body(float* __restrict__ out, const float* __restrict__ x, cons
 				acc[k][r] = a;
 			}
 		}
+	};
+	if (FAST && lane < C4) step(lane, f0);
+#pragma unroll 1 // (unrolling spills on some toolkits; R rows per load keep it busy)
+	for (int c4 = FAST ? lane + 32 : lane; c4 < C4; c4 += 32) {
+		float4 f[RW];
+#pragma unroll
+		for (int k = 0; k < RW; k++) f[k] = fnat(k, c4);
+		step(c4, f);
 	}
 #pragma unroll
 	for (int k = 0; k < RW; k++) {
 		const int i = w + 8 * k;
 #pragma unroll
 		for (int r = 0; r < R; r++) {
+			if (FAST && r >= nr) break; // (uniform: whole warps skip the shuffles)
 			const float t = warp_sum(acc[k][r]);
 			if (i < MIX && lane == 0 && r0 + r < rows) out[(size_t)(r0 + r) * d + 2 * S + s * MIX + i] = t;
 		}
@@ -323,13 +339,17 @@ DEV void sinkhorn_warp(float* c, int iters, float eps, int lane) {
 	}
 }
 
-// The hc output's 4 values at 4i: rnd(Σ_j p_j·x_j) over row xr's N streams
-// of d, in stream order.
+// The N streams' float4 at 4i of row xr (streams of d).
 template <int N>
-DEV float4 hc_wsum4(const float* __restrict__ xr, int d, const float (&p)[N], int i, int rnd) {
-	float4 v[N];
+DEV void hc_load4(float4 (&v)[N], const float* __restrict__ xr, int d, int i) {
 #pragma unroll
 	for (int j = 0; j < N; j++) v[j] = *reinterpret_cast<const float4*>(xr + (size_t)j * d + 4 * i);
+}
+
+// The hc output's 4 values from hc_load4's v: rnd(Σ_j p_j·v_j), in stream
+// order.
+template <int N>
+DEV float4 hc_wsum4v(const float4 (&v)[N], const float (&p)[N], int rnd) {
 	float o0 = 0.0f, o1 = 0.0f, o2 = 0.0f, o3 = 0.0f;
 #pragma unroll
 	for (int j = 0; j < N; j++) {
@@ -340,6 +360,14 @@ DEV float4 hc_wsum4(const float* __restrict__ xr, int d, const float (&p)[N], in
 	}
 	if (rnd) { o0 = rbf16(o0); o1 = rbf16(o1); o2 = rbf16(o2); o3 = rbf16(o3); }
 	return make_float4(o0, o1, o2, o3);
+}
+
+// The hc output's 4 values at 4i of row xr.
+template <int N>
+DEV float4 hc_wsum4(const float* __restrict__ xr, int d, const float (&p)[N], int i, int rnd) {
+	float4 v[N];
+	hc_load4<N>(v, xr, d, i);
+	return hc_wsum4v<N>(v, p, rnd);
 }
 
 // PRE false: hc head (N mix entries, one scale, no Sinkhorn, mixo unused).
@@ -401,11 +429,166 @@ DEV void hc_fin_norm_body(float* __restrict__ y, const float* __restrict__ out, 
 		reinterpret_cast<const float4*>(nw), d >> 2, d, neps, rnd, red, tid, HC_THREADS);
 }
 
+// ---- hc pre fin, fast (the default; KernelChoice.HcFinOld takes the two above) ----
+// hc_pre_fin2_f32 / hc_pre_fin_norm2_f32 give hc_pre_fin_f32's and
+// hc_pre_fin_norm_f32's bits on a shorter critical path. At decode one CTA
+// runs a row, so each memory round trip and each dependent step is on it:
+// - base and the norm weight (weights) are loaded before the PDL wait, x's
+//   first XC float4 sets and all S partials of a thread right after it: one
+//   round trip where there were two for the partials, then base's, then x's;
+// - warp 8 sums the float64 squares and, after the one block barrier, forms
+//   the Sinkhorn input itself and runs sinkhorn_lanes (a matrix element a
+//   lane, one division a pass, no shared memory) without waiting for the
+//   sigmoids: the old warp Sinkhorn's shared-memory round trip, float64
+//   reciprocal and 2N conversions a pass were most of the kernel;
+// - warps 0-7 form pre and post, then the output or (NORM) its RMS norm,
+//   rmsnorm_f32's row body (rms_row4_rest) on named barrier 1.
+#define HC_PB 16 // partials a thread loads before it adds them
+
+// rsqrt of the mean square + eps from the float64 sum of squares, as hc_fin_mix.
+DEV float hc_rr(double tot, int width, float normEps) {
+	const float ms = __fadd_rn((float)(tot / (double)width), normEps);
+	return (float)(1.0 / sqrt((double)ms));
+}
+
+template <int N, bool NORM>
+DEV void hc_fin2_body(float* __restrict__ y, float* __restrict__ out, float* __restrict__ mixo,
+	const float* __restrict__ x, const float* __restrict__ base, const float* __restrict__ nw, int d, float s0,
+	float s1, float s2, int iters, float eps, float normEps, int rnd, int S, float neps)
+{
+	constexpr int MIX = HcSplit<N, true>::MIX, NN = N * N, E = SkLayout<N>::E;
+	// x float4 sets loaded ahead: N·XC float4 registers (n8 would need 128 at
+	// 4; n2 at 4 or 2 spills a word around the sigmoid's float64 division
+	// slow-path call under NVRTC 12.4, at 3 not).
+	constexpr int XC = N == 1 || N == 4 ? RMS_CACHE : N == 2 ? 3 : 2;
+	constexpr int QE = (MIX * 8 + 31) / 32 * 32; // partial-sum threads (whole warps)
+	__shared__ float m[MIX];
+	__shared__ float pre[N];
+	__shared__ double tot;
+	__shared__ float red[32];
+	const int r = blockIdx.x, tid = threadIdx.x, lane = tid & 31;
+	float* orow = out + (size_t)r * d;
+	float* mr = mixo + (size_t)r * (N + NN);
+	const int width = N * d;
+	if (tid >= HC_THREADS) { // warp 8: the squares, then the Sinkhorn
+		const SkLayout<N> L(lane);
+		float bc[E];
+#pragma unroll
+		for (int t = 0; t < E; t++) bc[t] = base[2 * N + L.e0 + 32 * t];
+		PDL_ENTRY();
+		const double* ps = reinterpret_cast<const double*>(orow);
+		double a = 0.0; // hc_fin_mix's order: lane-strided, then the warp tree
+		for (int sb = lane; sb < S; sb += 32 * 8) {
+			double v[8];
+#pragma unroll
+			for (int k = 0; k < 8; k++) v[k] = sb + 32 * k < S ? ps[sb + 32 * k] : 0.0;
+#pragma unroll
+			for (int k = 0; k < 8; k++)
+				if (sb + 32 * k < S) a += v[k];
+		}
+		a = warp_sum_d(a); // the same bits on every lane
+		if (lane == 0) tot = a;
+		__syncthreads();
+		const float rr = hc_rr(a, width, normEps);
+		float c[E];
+#pragma unroll
+		for (int t = 0; t < E; t++) c[t] = __fadd_rn(__fmul_rn(__fmul_rn(m[2 * N + L.e0 + 32 * t], rr), s2), bc[t]);
+		sinkhorn_lanes<N>(c, max(iters, 1), eps, lane);
+		if (lane < NN) {
+#pragma unroll
+			for (int t = 0; t < E; t++) mr[N + lane + 32 * t] = c[t];
+		}
+		return;
+	}
+	const int n4 = d >> 2;
+	const float4* w4 = reinterpret_cast<const float4*>(nw);
+	const float bp = tid < 2 * N ? base[tid] : 0.0f;
+	float4 wv[RMS_CACHE];
+	if (NORM) {
+#pragma unroll
+		for (int k = 0; k < RMS_CACHE; k++)
+			if (tid + k * HC_THREADS < n4) wv[k] = w4[tid + k * HC_THREADS];
+	}
+	PDL_ENTRY();
+	const float* xr = x + (size_t)r * width;
+	float4 xs[XC][N];
+#pragma unroll
+	for (int k = 0; k < XC; k++)
+		if (tid + k * HC_THREADS < n4) hc_load4<N>(xs[k], xr, d, tid + k * HC_THREADS);
+	// The S partials of each mix entry as hc_fin_mix sums them: 8 lanes take
+	// every 8th split, then a fixed shuffle tree adds their 8 sums.
+#pragma unroll
+	for (int q = tid; q < QE; q += HC_THREADS) {
+		const int i = q >> 3, j = q & 7;
+		float t = 0.0f;
+		if (i < MIX) {
+			const float* pp = orow + 2 * S + i;
+			for (int sb = j; sb < S; sb += 8 * HC_PB) {
+				float v[HC_PB];
+#pragma unroll
+				for (int k = 0; k < HC_PB; k++) v[k] = sb + 8 * k < S ? pp[(sb + 8 * k) * MIX] : 0.0f;
+#pragma unroll
+				for (int k = 0; k < HC_PB; k++)
+					if (sb + 8 * k < S) t += v[k];
+			}
+		}
+		t += __shfl_xor_sync(0xffffffffu, t, 4);
+		t += __shfl_xor_sync(0xffffffffu, t, 2);
+		t += __shfl_xor_sync(0xffffffffu, t, 1);
+		if (i < MIX && j == 0) m[i] = t;
+	}
+	__syncthreads(); // every partial has been read: out may be written
+	if (tid < 2 * N) {
+		const float v = __fmul_rn(m[tid], hc_rr(tot, width, normEps));
+		if (tid < N) pre[tid] = __fadd_rn(sigmoid_d(__fadd_rn(__fmul_rn(v, s0), bp)), eps);
+		else mr[tid - N] = 2.0f * sigmoid_d(__fadd_rn(__fmul_rn(v, s1), bp));
+	}
+	rms_sync<1>(HC_THREADS);
+	float p[N];
+#pragma unroll
+	for (int j = 0; j < N; j++) p[j] = pre[j];
+	float4 xv[RMS_CACHE];
+#pragma unroll
+	for (int k = 0; k < RMS_CACHE; k++) {
+		const int i = tid + k * HC_THREADS;
+		if (i < n4) xv[k] = k < XC ? hc_wsum4v<N>(xs[k < XC ? k : 0], p, rnd) : hc_wsum4<N>(xr, d, p, i, rnd);
+	}
+	auto xat = [&](int i) { return hc_wsum4<N>(xr, d, p, i, rnd); };
+	if (NORM) {
+		float4* y4 = reinterpret_cast<float4*>(y + (size_t)r * d);
+		rms_row4_rest<1>([&](int i, float4 o) { y4[i] = o; }, xat, w4, xv, wv, n4, d, neps, rnd, red, tid, HC_THREADS);
+		return;
+	}
+	float4* o4 = reinterpret_cast<float4*>(orow);
+#pragma unroll
+	for (int k = 0; k < RMS_CACHE; k++)
+		if (tid + k * HC_THREADS < n4) o4[tid + k * HC_THREADS] = xv[k];
+	for (int i = tid + RMS_CACHE * HC_THREADS; i < n4; i += HC_THREADS) o4[i] = xat(i);
+}
+
 #define HC_SPLIT_KERNELS(N)                                                                                     \
 	extern "C" __global__ void __launch_bounds__(HC_THREADS) hc_pre_part_f32_n##N(                           \
 		float* out, const float* x, const float* fn, int rows, int d, int C, int S)                            \
-	{ PDL_ENTRY();                                                                                             \
+	{                                                                                                          \
 		hc_part_body<N, true>(out, x, fn, rows, d, C, S);                                                      \
+	}                                                                                                          \
+	extern "C" __global__ void __launch_bounds__(HC_THREADS) hc_pre_part2_f32_n##N(                          \
+		float* out, const float* x, const float* fn, int rows, int d, int C, int S)                            \
+	{                                                                                                          \
+		hc_part_body<N, true, true>(out, x, fn, rows, d, C, S);                                                \
+	}                                                                                                          \
+	extern "C" __global__ void __launch_bounds__(HC_NORM_THREADS) hc_pre_fin2_f32_n##N(                      \
+		float* out, float* mix, const float* x, const float* base, int d, float s0, float s1, float s2,        \
+		int iters, float eps, float normEps, int rnd, int S)                                                   \
+	{                                                                                                          \
+		hc_fin2_body<N, false>(nullptr, out, mix, x, base, nullptr, d, s0, s1, s2, iters, eps, normEps, rnd, S, \
+			0.0f);                                                                                             \
+	}                                                                                                          \
+	extern "C" __global__ void __launch_bounds__(HC_NORM_THREADS) hc_pre_fin_norm2_f32_n##N(                 \
+		float* y, float* out, float* mix, const float* x, const float* base, const float* w, int d, float s0,  \
+		float s1, float s2, int iters, float eps, float normEps, int rnd, int S, float neps)                   \
+	{                                                                                                          \
+		hc_fin2_body<N, true>(y, out, mix, x, base, w, d, s0, s1, s2, iters, eps, normEps, rnd, S, neps);      \
 	}                                                                                                          \
 	extern "C" __global__ void __launch_bounds__(HC_THREADS) hc_pre_fin_f32_n##N(                            \
 		float* out, float* mix, const float* x, const float* base, int d, float s0, float s1, float s2,        \
@@ -421,7 +604,7 @@ DEV void hc_fin_norm_body(float* __restrict__ y, const float* __restrict__ out, 
 	}                                                                                                          \
 	extern "C" __global__ void __launch_bounds__(HC_THREADS) hc_head_part_f32_n##N(                          \
 		float* out, const float* x, const float* fn, int rows, int d, int C, int S)                            \
-	{ PDL_ENTRY();                                                                                             \
+	{                                                                                                          \
 		hc_part_body<N, false>(out, x, fn, rows, d, C, S);                                                     \
 	}                                                                                                          \
 	extern "C" __global__ void __launch_bounds__(HC_THREADS) hc_head_fin_f32_n##N(                           \

@@ -223,3 +223,41 @@ extern "C" __global__ void hc_post_f32(
 		out[(size_t)r * n * d + (size_t)k * d + i] = rbf(m[k] * ov + s, rnd);
 	}
 }
+
+// hc_post_f32 for n = N, unrolled: its n inputs and the row's n+n·n mix
+// values are loaded at once into registers (hc_post_f32 keeps res on the
+// stack and loads each mix value in the add chain that uses it), then the
+// same expressions, contracted alike: the same bits.
+template <int N>
+DEV void hc_post_n(float* out, const float* x, const float* __restrict__ o, const float* __restrict__ mix, int d, int rnd)
+{
+	const int r = blockIdx.y;
+	const int i = blockIdx.x * blockDim.x + threadIdx.x;
+	if (i >= d) return;
+	const float* m = mix + (size_t)r * (N + N * N);
+	float res[N], mm[N + N * N];
+#pragma unroll
+	for (int j = 0; j < N; j++) res[j] = x[(size_t)r * N * d + (size_t)j * d + i];
+	const float ov = o[(size_t)r * d + i];
+#pragma unroll
+	for (int q = 0; q < N + N * N; q++) mm[q] = m[q];
+#pragma unroll
+	for (int k = 0; k < N; k++) {
+		float s = 0.0f;
+#pragma unroll
+		for (int j = 0; j < N; j++) s += mm[N + j * N + k] * res[j];
+		out[(size_t)r * N * d + (size_t)k * d + i] = rbf(mm[k] * ov + s, rnd);
+	}
+}
+
+#define HC_POST_N(N)                                                                                           \
+	extern "C" __global__ void hc_post_f32_n##N(                                                              \
+		float* out, const float* x, const float* __restrict__ o, const float* __restrict__ mix, int d, int rnd) \
+	{                                                                                                          \
+		PDL_ENTRY();                                                                                           \
+		hc_post_n<N>(out, x, o, mix, d, rnd);                                                                  \
+	}
+HC_POST_N(1)
+HC_POST_N(2)
+HC_POST_N(4)
+HC_POST_N(8)

@@ -28,23 +28,13 @@ DEV float rms_block_sum(float v, float* red, int nt) {
 
 DEV float rms_rnd(float x, int rnd) { return rnd ? bf16_to_f32(f32_to_bf16(x)) : x; }
 
-// put(i, rnd(w4[i] * (x[i] * r))), r = 1/sqrt(mean(x^2) + eps), over one row
-// of n4 float4s (d = 4·n4 values), thread tid of nt. xat(i) is the row's
-// i-th float4: every thread issues its first RMS_CACHE of them (and of w4)
-// before using any, keeps them for the second pass and calls xat again for
-// the rest. The threads of a warp put at the same steps (i = tid + k·nt),
-// so put may use warp collectives when n4 % 32 == 0.
+// rms_row4_put after its first loads: xv[k] and wv[k] hold xat(i) and w4[i]
+// for i = tid + k·nt < n4 (rms_row4_put, or a caller that issued them early).
 template <int BAR, class P, class X>
-DEV void rms_row4_put(P put, X xat, const float4* __restrict__ w4, int n4, int d, float eps, int rnd, float* red,
-	int tid, int nt)
+DEV void rms_row4_rest(P put, X xat, const float4* __restrict__ w4, const float4 (&xv)[RMS_CACHE],
+	const float4 (&wv)[RMS_CACHE], int n4, int d, float eps, int rnd, float* red, int tid, int nt)
 {
 	float ss = 0.0f;
-	float4 xv[RMS_CACHE], wv[RMS_CACHE];
-#pragma unroll
-	for (int k = 0; k < RMS_CACHE; k++) {
-		const int i = tid + k * nt;
-		if (i < n4) { xv[k] = xat(i); wv[k] = w4[i]; }
-	}
 #pragma unroll
 	for (int k = 0; k < RMS_CACHE; k++) {
 		if (tid + k * nt < n4) {
@@ -75,6 +65,25 @@ DEV void rms_row4_put(P put, X xat, const float4* __restrict__ w4, int n4, int d
 		o.z = rms_rnd(wq.z * (v.z * r), rnd); o.w = rms_rnd(wq.w * (v.w * r), rnd);
 		put(i, o);
 	}
+}
+
+// put(i, rnd(w4[i] * (x[i] * r))), r = 1/sqrt(mean(x^2) + eps), over one row
+// of n4 float4s (d = 4·n4 values), thread tid of nt. xat(i) is the row's
+// i-th float4: every thread issues its first RMS_CACHE of them (and of w4)
+// before using any, keeps them for the second pass and calls xat again for
+// the rest. The threads of a warp put at the same steps (i = tid + k·nt),
+// so put may use warp collectives when n4 % 32 == 0.
+template <int BAR, class P, class X>
+DEV void rms_row4_put(P put, X xat, const float4* __restrict__ w4, int n4, int d, float eps, int rnd, float* red,
+	int tid, int nt)
+{
+	float4 xv[RMS_CACHE], wv[RMS_CACHE];
+#pragma unroll
+	for (int k = 0; k < RMS_CACHE; k++) {
+		const int i = tid + k * nt;
+		if (i < n4) { xv[k] = xat(i); wv[k] = w4[i]; }
+	}
+	rms_row4_rest<BAR>(put, xat, w4, xv, wv, n4, d, eps, rnd, red, tid, nt);
 }
 
 // rms_row4_put storing into y4.
