@@ -2,6 +2,7 @@ package cpu
 
 import (
 	"encoding/binary"
+	"errors"
 	"math"
 	"testing"
 
@@ -179,5 +180,70 @@ func TestExpertsPartial(t *testing.T) {
 	}
 	if _, err := run(2, 4, false); err == nil {
 		t.Error("ids outside [2, 4) accepted without Partial")
+	}
+}
+
+// TestExpertsTrace: each case overflows exactly one stage of expert 1 by a
+// wide margin (a same-signed sum ≥ 8·MaxFloat32, every earlier stage far
+// inside the range), so the tracer must name that stage whatever the
+// summation order; expert 0 sees only ordinary rows and must stay silent.
+func TestExpertsTrace(t *testing.T) {
+	const E, K, n, d, I = 3, 2, 3, 8, 4
+	fill := func(v []float32, x float32) []float32 {
+		for i := range v {
+			v[i] = x
+		}
+		return v
+	}
+	type expert struct{ w1, w3, w2 []float32 }
+	for _, c := range []struct {
+		stage string // "" for no overflow
+		loud  float64
+		edit  func(e *expert)
+	}{
+		{"", 1, func(*expert) {}},
+		{"w1", 0x1p110, func(e *expert) { fill(e.w1[:d], 0x1p20) }},
+		{"w3", 0x1p110, func(e *expert) { fill(e.w3[:d], 0x1p20) }},
+		{"swiglu", 0x1p64, func(e *expert) { fill(e.w1[:d], 1); fill(e.w3[:d], 1) }},
+		{"w2", 0x1p56, func(e *expert) { // h is zero but h_0 = 2^117; y_0 = h_0·2^20
+			fill(e.w1, 0)
+			fill(e.w3, 0)
+			fill(e.w1[:d], 1)
+			fill(e.w3[:d], 1)
+			fill(e.w2[:I], 0x1p20)
+		}},
+	} {
+		for _, mode := range []backend.Numerics{backend.Faithful, backend.Exact} {
+			rg := rnd(21)
+			ex := make([]checkpoint.Expert, E)
+			for i := range ex {
+				e := expert{randVec(rg, I*d, 1, true), randVec(rg, I*d, 1, true), randVec(rg, d*I, 1, true)}
+				if i == 1 {
+					c.edit(&e)
+				}
+				ex[i] = checkpoint.Expert{W1: *bf16Linear("w1", I, d, e.w1), W3: *bf16Linear("w3", I, d, e.w3), W2: *bf16Linear("w2", d, I, e.w2)}
+			}
+			b := newB(mode)
+			pe, err := b.PrepareExperts("moe", ex, d, I)
+			if err != nil {
+				t.Fatal(err)
+			}
+			xv := randVec(rg, n*d, 1, true)
+			fill(xv[d:2*d], float32(c.loud)) // row 1, expert 1's only row
+			ids := &Tensor{rows: n, cols: K, dt: backend.I32, I: []int32{0, 2, 1, 2, 2, 0}}
+			w := NewTensor(n, K, []float32{0.5, 0.5, 0.5, 0.5, 0.5, 0.5})
+			acc := b.Alloc(n, d, backend.F32).(*Tensor)
+			err = b.Experts(NewTensor(n, d, xv), pe, w, ids, backend.ExpertsArgs{Trace: true}, acc)
+			var nf *backend.OpNonFinite
+			switch {
+			case c.stage == "" && err != nil:
+				t.Errorf("%v, no overflow: %v", mode, err)
+			case c.stage == "":
+			case !errors.As(err, &nf):
+				t.Errorf("%v %s: err %v, want *OpNonFinite", mode, c.stage, err)
+			case nf.Component != "expert 1 "+c.stage || nf.Row != 1:
+				t.Errorf("%v %s: %q row %d, want %q row 1", mode, c.stage, nf.Component, nf.Row, "expert 1 "+c.stage)
+			}
+		}
 	}
 }

@@ -1,7 +1,6 @@
 package gpu
 
 import (
-	"errors"
 	"fmt"
 	"math"
 	"strings"
@@ -126,29 +125,11 @@ func testExperts(t *testing.T, mode backend.Numerics) {
 					}
 				}
 			}
-			// Trace: an input row that overflows w1 is reported at the same expert,
-			// stage and row. (Huge finite values rather than NaN: the quantisers
-			// treat NaN inputs differently, see the report.)
+			testExpertsTrace(t, p, f, c.E, c.K)
+			// Out-of-range expert ids are reported in trace mode.
 			const n = 8
 			idv, wv := routing(p, n, c.E, c.K)
-			ids, w := p.ids(n, c.K, idv), p.from(n, c.K, wv)
-			xv := p.rand(n, dim, 1).host
-			for i := 5 * dim; i < 6*dim; i++ {
-				xv[i] = float32(math.Copysign(3e38, float64(xv[i])))
-			}
-			x := p.from(n, dim, xv)
-			a := backend.ExpertsArgs{Trace: true}
-			acc := p.out(n, dim)
-			cerr := p.c.Experts(x.c, ce, w.c, ids.c, a, acc.c)
-			gerr := p.g.Experts(x.g, ge, w.g, ids.g, a, acc.g)
-			var cn, gn *backend.OpNonFinite
-			if !errors.As(cerr, &cn) || !errors.As(gerr, &gn) {
-				t.Fatalf("trace: cpu %v, gpu %v; want *OpNonFinite from both", cerr, gerr)
-			}
-			if cn.Component != gn.Component || cn.Row != gn.Row {
-				t.Errorf("trace: gpu %q row %d, cpu %q row %d", gn.Component, gn.Row, cn.Component, cn.Row)
-			}
-			// Out-of-range expert ids are reported in trace mode.
+			w, a, acc := p.from(n, c.K, wv), backend.ExpertsArgs{Trace: true}, p.out(n, dim)
 			idv[3] = int32(c.E)
 			if err := p.g.Experts(p.rand(n, dim, 1).g, ge, w.g, p.ids(n, c.K, idv).g, a, acc.g); err == nil {
 				t.Errorf("experts accepted expert id %d of %d", c.E, c.E)
