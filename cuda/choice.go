@@ -51,13 +51,17 @@ type KernelChoice struct {
 	// BF16DecRing8 runs linear_bf16_dec's ring-8 variants (half the bytes
 	// in flight a lane, two MMA chains, three CTAs an SM) at up to 16 rows.
 	BF16DecRing8 bool
-	// HcFinOld launches the split hc pre's first kernels (hc_pre_part,
-	// hc_pre_fin, hc_pre_fin_norm) instead of hc_pre_part2, hc_pre_fin2 and
-	// hc_pre_fin_norm2 (the same bits on a shorter critical path).
-	HcFinOld bool
-	// HcPostOld launches hc_post_f32 (n a kernel argument, its inputs on the
-	// stack) instead of hc_post_f32_n1/2/4/8 (unrolled; the same bits).
-	HcPostOld bool
+	// F32Dec runs the fp32 linears with bf16 weights (the head, the
+	// compressor's) at 2-32 rows on linear_bf16x3_dec (tensor cores, x in
+	// three exact bf16 planes) instead of the SIMT GEMV and linear_bf16x3.
+	// Opt-in until timed on a device (written 2026-12-05 without one).
+	F32Dec bool
+	// HcFast launches the split hc pre as hc_pre_part2, hc_pre_fin2 and
+	// hc_pre_fin_norm2 (a lane-per-element Sinkhorn, loads before the PDL
+	// wait: the same bits on a shorter critical path) and hc post as
+	// hc_post_f32_n1/2/4/8 (unrolled, the same bits) instead of the first
+	// kernels. Opt-in until timed on a device (written 2026-12-05 without one).
+	HcFast bool
 }
 
 // SetKernelChoice forces the GEMM paths for later launches on this context
@@ -90,6 +94,9 @@ func (c *Context) SetKernelChoice(k KernelChoice) error {
 	c.fnMu.Unlock()
 	return nil
 }
+
+// KernelChoice returns the context's kernel choice (SetKernelChoice).
+func (c *Context) KernelChoice() KernelChoice { return c.kernelChoice() }
 
 func (c *Context) kernelChoice() KernelChoice {
 	c.fnMu.Lock()

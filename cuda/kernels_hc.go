@@ -63,10 +63,10 @@ type hcPreSplit struct {
 	finThreads         int
 }
 
-// hcPreKernels picks hc_pre_part2/fin2/fin_norm2 (the warp-8 Sinkhorn of
-// hc_sinkhorn.cuh), or the first kernels under KernelChoice.HcFinOld.
+// hcPreKernels picks the first kernels, or hc_pre_part2/fin2/fin_norm2
+// (the warp-8 Sinkhorn of hc_sinkhorn.cuh) under KernelChoice.HcFast.
 func hcPreKernels(s *Stream, n int) hcPreSplit {
-	if s.ctx.kernelChoice().HcFinOld {
+	if !s.ctx.kernelChoice().HcFast {
 		return hcPreSplit{fmt.Sprintf("hc_pre_part_f32_n%d", n), fmt.Sprintf("hc_pre_fin_f32_n%d", n),
 			fmt.Sprintf("hc_pre_fin_norm_f32_n%d", n), 256}
 	}

@@ -11,12 +11,12 @@ import (
 	"github.com/megamoe/megamoe/num"
 )
 
-// hcKernelChoices are the split hc pre's kernel sets: the default
-// (hc_pre_part2, hc_pre_fin2, hc_pre_fin_norm2) and the first ones.
+// hcKernelChoices are the split hc pre's kernel sets: KernelChoice.HcFast's
+// (hc_pre_part2, hc_pre_fin2, hc_pre_fin_norm2) and the default ones.
 var hcKernelChoices = []struct {
 	name string
 	kc   cuda.KernelChoice
-}{{"new", cuda.KernelChoice{}}, {"old", cuda.KernelChoice{HcFinOld: true}}}
+}{{"new", cuda.KernelChoice{HcFast: true}}, {"old", cuda.KernelChoice{}}}
 
 // hcPreBoth runs HcPre and HcPreNorm under kernel choice kc: hc pre's out and
 // mix, then the fused op's normed and mix.
@@ -32,7 +32,7 @@ func hcPreBoth(t *testing.T, p *pair, kc cuda.KernelChoice, x twin, h backend.HC
 	return o, mix, y, fmix
 }
 
-// TestHcPreFinOld: the default split kernels give the first kernels' bits
+// TestHcPreFinOld: the HcFast split kernels give the default kernels' bits
 // (hc pre's output and mix, the fused norm and mix), at batch 1 and past
 // the 8 rows of a partial-sum CTA (9: a second CTA of one row).
 func TestHcPreFinOld(t *testing.T) {
@@ -142,7 +142,7 @@ func TestHcPreSinkhornBits(t *testing.T) {
 	}
 }
 
-// TestHcPostOld: hc_post_f32_nN gives hc_post_f32's bits, out of place and in
+// TestHcPostOld: hc_post_f32_nN (HcFast) gives hc_post_f32's bits, out of place and in
 // place (out aliasing x).
 func TestHcPostOld(t *testing.T) {
 	for _, mode := range hcModes {
@@ -157,7 +157,7 @@ func TestHcPostOld(t *testing.T) {
 				for _, inPlace := range []bool{false, true} {
 					tag := fmt.Sprintf("n=%d d=%d rows=%d in place %v", n, d, rows, inPlace)
 					var got [2]twin
-					for i, kc := range []cuda.KernelChoice{{}, {HcPostOld: true}} {
+					for i, kc := range []cuda.KernelChoice{{HcFast: true}, {}} {
 						must(t, g.Context().SetKernelChoice(kc))
 						src, dst := x, p.out(rows, n*d)
 						if inPlace {

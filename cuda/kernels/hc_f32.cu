@@ -429,7 +429,7 @@ DEV void hc_fin_norm_body(float* __restrict__ y, const float* __restrict__ out, 
 		reinterpret_cast<const float4*>(nw), d >> 2, d, neps, rnd, red, tid, HC_THREADS);
 }
 
-// ---- hc pre fin, fast (the default; KernelChoice.HcFinOld takes the two above) ----
+// ---- hc pre fin, fast (KernelChoice.HcFast; the default takes the two above) ----
 // hc_pre_fin2_f32 / hc_pre_fin_norm2_f32 give hc_pre_fin_f32's and
 // hc_pre_fin_norm_f32's bits on a shorter critical path. At decode one CTA
 // runs a row, so each memory round trip and each dependent step is on it:
