@@ -9,6 +9,7 @@ import (
 	"math/rand/v2"
 	"runtime"
 	"slices"
+	"sort"
 	"strconv"
 	"strings"
 	"time"
@@ -17,6 +18,7 @@ import (
 	"github.com/megamoe/megamoe/backend/cpu"
 	"github.com/megamoe/megamoe/backend/gpu"
 	"github.com/megamoe/megamoe/checkpoint"
+	"github.com/megamoe/megamoe/cuda"
 	"github.com/megamoe/megamoe/engine"
 	"github.com/megamoe/megamoe/kvcache"
 	"github.com/megamoe/megamoe/model"
@@ -34,6 +36,7 @@ type stackFlags struct {
 	timeGraphs                       bool
 	tp                               int
 	reserveGiB                       float64
+	kernelOpts                       cuda.KernelChoice // --kernel-opts
 	// corrupt, if set (tests), edits the weights before the model is built.
 	corrupt func(*checkpoint.Weights)
 }
@@ -63,7 +66,12 @@ func parseStack(args []string, stderr io.Writer) (*stackFlags, error) {
 	fs.BoolVar(&f.profile, "profile", false, "time every backend op (synchronised) and print the prefill and decode breakdowns")
 	fs.IntVar(&f.tp, "tensor-parallel", 1, "ranks (GPUs 0..N-1 over NCCL with --device cuda, else CPU backends); needs --layers unless --preset small or small-tp")
 	fs.Float64Var(&f.reserveGiB, "reserve-gib", 8, "GPU memory kept free for activations when --layers is 0")
+	opts := fs.String("kernel-opts", "", "comma-separated opt-in kernels of the cuda device, to time against the defaults: "+strings.Join(kernelOptNames(), ", "))
 	if err := fs.Parse(args); err != nil {
+		return nil, err
+	}
+	var err error
+	if f.kernelOpts, err = parseKernelOpts(*opts); err != nil {
 		return nil, err
 	}
 	if fs.NArg() > 0 {
@@ -121,6 +129,12 @@ func stack(f *stackFlags, stdout, stderr io.Writer) error {
 	be, closeBE, err := openBackend(f)
 	if err != nil {
 		return err
+	}
+	if g, ok := be.(*gpu.Backend); ok {
+		if err := g.Context().SetKernelChoice(f.kernelOpts); err != nil {
+			closeBE()
+			return err
+		}
 	}
 	layers := f.layers
 	if layers == 0 {
@@ -508,4 +522,36 @@ func randTokens(rng *rand.Rand, n, vocab int) []int32 {
 		toks[k] = int32(rng.IntN(vocab))
 	}
 	return toks
+}
+
+// kernelOpts are the opt-in kernels --kernel-opts names.
+var kernelOpts = map[string]func(*cuda.KernelChoice){
+	"hc-fast":   func(k *cuda.KernelChoice) { k.HcFast = true },
+	"f32-dec":   func(k *cuda.KernelChoice) { k.F32Dec = true },
+	"dec-ring8": func(k *cuda.KernelChoice) { k.BF16DecRing8 = true },
+}
+
+func kernelOptNames() []string {
+	names := make([]string, 0, len(kernelOpts))
+	for n := range kernelOpts {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	return names
+}
+
+// parseKernelOpts turns --kernel-opts into a kernel choice.
+func parseKernelOpts(list string) (cuda.KernelChoice, error) {
+	var kc cuda.KernelChoice
+	for _, n := range strings.Split(list, ",") {
+		if n = strings.TrimSpace(n); n == "" {
+			continue
+		}
+		set, ok := kernelOpts[n]
+		if !ok {
+			return kc, fmt.Errorf("--kernel-opts: unknown %q (want %s)", n, strings.Join(kernelOptNames(), ", "))
+		}
+		set(&kc)
+	}
+	return kc, nil
 }

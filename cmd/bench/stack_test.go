@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/megamoe/megamoe/checkpoint"
+	"github.com/megamoe/megamoe/cuda"
 	"github.com/megamoe/megamoe/model"
 )
 
@@ -191,5 +192,28 @@ func TestStackPrefillSeqs(t *testing.T) {
 	}
 	if !regexp.MustCompile(`(?m)^prefill 10 tokens \(2 × 5, 2 a step\) in \S+: [0-9.]+ tok/s$`).MatchString(out.String()) {
 		t.Errorf("output:\n%s", out.String())
+	}
+}
+
+// TestParseKernelOpts: --kernel-opts sets the named opt-in kernels and
+// rejects unknown names.
+func TestParseKernelOpts(t *testing.T) {
+	for _, c := range []struct {
+		in   string
+		want cuda.KernelChoice
+		err  bool
+	}{
+		{"", cuda.KernelChoice{}, false},
+		{"hc-fast", cuda.KernelChoice{HcFast: true}, false},
+		{" f32-dec , dec-ring8,", cuda.KernelChoice{F32Dec: true, BF16DecRing8: true}, false},
+		{"hc-fast,nope", cuda.KernelChoice{}, true},
+	} {
+		got, err := parseKernelOpts(c.in)
+		if (err != nil) != c.err || err == nil && got != c.want {
+			t.Errorf("parseKernelOpts(%q) = %+v, %v; want %+v (error %v)", c.in, got, err, c.want, c.err)
+		}
+	}
+	if _, err := parseStack([]string{"--kernel-opts", "bogus"}, io.Discard); err == nil {
+		t.Error("bench stack accepted --kernel-opts bogus")
 	}
 }
