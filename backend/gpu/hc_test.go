@@ -138,11 +138,7 @@ func TestHcPreNorm(t *testing.T) {
 				n, d := sh.n, sh.d
 				a := backend.HcArgs{Streams: n, Sinkhorn: sh.iters, Eps: 1e-6, NormEps: 1e-6}
 				_, hc := p.hcParams((2+n)*n, n, d, []float32{0.7, 1.3, 0.9})
-				wv := make([]float32, d)
-				for i := range wv {
-					wv[i] = num.RoundBF16(float32(1 + 0.1*p.rng.NormFloat64()))
-				}
-				_, w := p.vec(wv)
+				_, w := p.normWeights(d)
 				for _, rows := range sh.rows {
 					tag := fmt.Sprintf("%s n=%d d=%d rows=%d", sh.name, n, d, rows)
 					x := p.rand(rows, n*d, 1)

@@ -164,6 +164,15 @@ func (p *pair) vec(v []float32) (backend.Vec, backend.Vec) {
 	return cpu.NewVec(v), g
 }
 
+// normWeights are RMSNorm weights of d bf16 values near 1, both sides.
+func (p *pair) normWeights(d int) (backend.Vec, backend.Vec) {
+	w := make([]float32, d)
+	for i := range w {
+		w[i] = num.RoundBF16(float32(1 + 0.1*p.rng.NormFloat64()))
+	}
+	return p.vec(w)
+}
+
 func (p *pair) prep(l *checkpoint.Linear) (backend.Linear, backend.Linear) {
 	c, err := p.c.PrepareLinear(l)
 	p.must(err)
@@ -173,11 +182,7 @@ func (p *pair) prep(l *checkpoint.Linear) (backend.Linear, backend.Linear) {
 }
 
 func checkRMSNorm(p *pair, d OpDims, _ *embedTable) {
-	w := make([]float32, d.Dim)
-	for i := range w {
-		w[i] = num.RoundBF16(float32(1 + 0.1*p.rng.NormFloat64()))
-	}
-	cw, gw := p.vec(w)
+	cw, gw := p.normWeights(d.Dim)
 	for _, n := range d.Tokens {
 		for _, segs := range []int{1, d.HcMult} { // attn_norm on [N, d], and hc-wide rows
 			x := p.rand(n, segs*d.Dim, 1)
@@ -201,11 +206,7 @@ func checkHcPreHead(p *pair, d OpDims, _ *embedTable) {
 	}
 	cPre, gPre := p.hcParams((2+n)*n, n, d.Dim, []float32{0.7, 1.3, 0.9})
 	cHead, gHead := p.hcParams(n, n, d.Dim, []float32{1.1})
-	w := make([]float32, d.Dim)
-	for i := range w {
-		w[i] = num.RoundBF16(float32(1 + 0.1*p.rng.NormFloat64()))
-	}
-	cw, gw := p.vec(w)
+	cw, gw := p.normWeights(d.Dim)
 	for _, rows := range d.Tokens {
 		tag := fmt.Sprintf("%dx%dx%d iters=%d", rows, n, d.Dim, d.Sinkhorn)
 		x := p.rand(rows, n*d.Dim, 1)

@@ -7,7 +7,6 @@ import (
 	"github.com/megamoe/megamoe/backend"
 	"github.com/megamoe/megamoe/backend/cpu"
 	"github.com/megamoe/megamoe/checkpoint"
-	"github.com/megamoe/megamoe/num"
 	"github.com/megamoe/megamoe/rope"
 )
 
@@ -236,11 +235,7 @@ func checkEpilogues(p *pair, d OpDims, _ *embedTable) {
 	fr, err := rope.New(d.RopeDim, d.CompressTheta, d.YaRN)
 	p.must(err)
 	a := backend.RopeArgs{Freqs: fr, HeadDim: d.HeadDim}
-	w := make([]float32, d.HeadDim)
-	for i := range w {
-		w[i] = num.RoundBF16(float32(1 + 0.1*p.rng.NormFloat64()))
-	}
-	cw, gw := p.vec(w)
+	cw, gw := p.normWeights(d.HeadDim)
 	nope := d.HeadDim - d.RopeDim
 	kvLim := 2e-3
 	if p.c.Numerics() == backend.Faithful {
