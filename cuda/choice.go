@@ -56,6 +56,11 @@ type KernelChoice struct {
 	// three exact bf16 planes) instead of the SIMT GEMV and linear_bf16x3.
 	// Opt-in until timed on a device (written 2026-12-05 without one).
 	F32Dec bool
+	// AttnScoreCache runs sparse_attn_split_sc_f32: faithful decode's second
+	// pass over a CTA's first two key blocks takes the first pass's scores
+	// from shared memory instead of computing them again (the same bits).
+	// Opt-in until timed on a device (written 2026-12-05 without one).
+	AttnScoreCache bool
 	// HcFast launches the split hc pre as hc_pre_part2, hc_pre_fin2 and
 	// hc_pre_fin_norm2 (a lane-per-element Sinkhorn, loads before the PDL
 	// wait: the same bits on a shorter critical path) and hc post as

@@ -136,7 +136,11 @@ func SparseAttnF32(s *Stream, out, q, kv, ring, ent, sel, sink, seqs, pos, seqOf
 	smem := 4 * attnHeads * sh.D // the group's q rows
 	if attnSplit(sh.Rows, groups, s.ctx.dev) {
 		grid := Dim3{uint32(attnCluster * groups), uint32(sh.Rows), 1}
-		return launch(s, "attn_f32", "sparse_attn_split_f32", grid, Dim3{256, 1, 1}, smem, a)
+		name := "sparse_attn_split_f32"
+		if s.ctx.kernelChoice().AttnScoreCache {
+			name = "sparse_attn_split_sc_f32"
+		}
+		return launch(s, "attn_f32", name, grid, Dim3{256, 1, 1}, smem, a)
 	}
 	return launch(s, "attn_f32", "sparse_attn_f32", Dim3{uint32(sh.Rows), uint32(groups), 1}, Dim3{256, 1, 1}, smem, a)
 }

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Times the opt-in kernels (cuda.KernelChoice: F32Dec, BF16DecRing8, HcFast;
+# Times the opt-in kernels (cuda.KernelChoice: F32Dec, BF16DecRing8, HcFast, AttnScoreCache;
 # written 2026-12-05c without a device) against the defaults from ONE build,
 # after their tests. Build here, carry bin, run there:
 #   go test -c -ldflags="-s -w" -o bin/cuda.test ./cuda && go test -c -ldflags="-s -w" -o bin/gpu.test ./backend/gpu &&
@@ -19,21 +19,21 @@ nvidia-smi --query-gpu=name,driver_version --format=csv,noheader >"$out/gpu.txt"
 # fast kernels' bits against the default ones; the fp32-linear decode path.
 timeout 200 ./cuda.test -test.v -test.run 'TestKernelsVsCPU|TestKernelResources|TestPlanBF16Dec' >"$out/cuda.txt" 2>&1
 log "cuda.test rc=$? ($(grep -c -- '--- PASS' "$out/cuda.txt") passed, $(grep -c -- '--- FAIL' "$out/cuda.txt") failed)"
-timeout 240 ./gpu.test -test.v -test.run 'TestLinears|TestHc|TestExperts|TestRegressionPromptsOnGPU|TestSmallModelEndToEnd|TestGreedyExact|TestRecordedDecodeSteps' >"$out/gpu.txt" 2>&1
+timeout 240 ./gpu.test -test.v -test.run 'TestLinears|TestHc|TestKVStoreSteps|TestAttnScoreCache|TestExperts|TestRegressionPromptsOnGPU|TestSmallModelEndToEnd|TestGreedyExact|TestRecordedDecodeSteps' >"$out/gpu.txt" 2>&1
 log "gpu.test rc=$? ($(grep -c -- '--- PASS' "$out/gpu.txt") passed, $(grep -c -- '--- FAIL' "$out/gpu.txt") failed)"
 timeout 150 ./bench kernels --model flash,pro --tokens 1,2,4,8,16,32 --only gemv --reps 10 >"$out/kernels.txt" 2>&1
 log "bench kernels rc=$?"
 timeout 120 ./bench kernels --model flash,pro --tokens 1,2,4,8,16,32 --only gemv --dec-ring8 --reps 10 >"$out/kernels-r8.txt" 2>&1
 log "bench kernels --dec-ring8 rc=$?"
 for b in "1" "1 --draw" "8" "32 --draw"; do
-	for o in "" hc-fast f32-dec dec-ring8 "hc-fast,f32-dec,dec-ring8" ""; do
+	for o in "" hc-fast f32-dec dec-ring8 attn-sc "hc-fast,f32-dec,dec-ring8,attn-sc" ""; do
 		f="$out/stack-b${b// /}-${o:-default}.txt"
 		# shellcheck disable=SC2086 # $b is a list
 		timeout 60 ./bench stack --preset flash --layers 4 --prefill 64 --decode 48 --batch $b --kernel-opts "$o" >>"$f" 2>&1
 		log "batch $b opts ${o:-default}: $(grep -hE '^decode [0-9]' "$f" | tail -1 | sed 's/  */ /g')"
 	done
 done
-for o in "" "hc-fast,f32-dec"; do
+for o in "" "hc-fast,f32-dec,attn-sc"; do
 	for b in 1 8; do
 		n="$out/ncu-b$b-${o:-default}"
 		timeout 60 /usr/local/cuda/bin/ncu --metrics gpu__time_duration.sum --csv --cache-control all --clock-control none \

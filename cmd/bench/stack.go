@@ -529,6 +529,7 @@ var kernelOpts = map[string]func(*cuda.KernelChoice){
 	"hc-fast":   func(k *cuda.KernelChoice) { k.HcFast = true },
 	"f32-dec":   func(k *cuda.KernelChoice) { k.F32Dec = true },
 	"dec-ring8": func(k *cuda.KernelChoice) { k.BF16DecRing8 = true },
+	"attn-sc":   func(k *cuda.KernelChoice) { k.AttnScoreCache = true },
 }
 
 func kernelOptNames() []string {

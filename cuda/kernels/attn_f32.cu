@@ -582,7 +582,14 @@ struct AttnSmem {
 	float f[AT_NC][AT_HG];  // combine factors
 };
 
-template <bool SPLIT>
+// The split kernel's score cache (SC): pass 1's scores of a CTA's first
+// AT_SC blocks, which pass 2 would compute again bit for bit.
+#define AT_SC 2
+struct AttnScoreCache {
+	float sc[AT_SC][AT_HG][64];
+};
+
+template <bool SPLIT, bool SC = false>
 DEV void attn_body(float* __restrict__ out, const float* __restrict__ q, const float* __restrict__ kv,
 	const float* __restrict__ ring, const float* __restrict__ ent, const int* __restrict__ sel, int selCols,
 	const float* __restrict__ sink, const int* __restrict__ seqs, const int* __restrict__ pos,
@@ -591,6 +598,7 @@ DEV void attn_body(float* __restrict__ out, const float* __restrict__ q, const f
 {
 	extern __shared__ float4 qs4[]; // [AT_HG][D/4]; the CTA's partial acc in the split combine
 	__shared__ AttnSmem sm;
+	__shared__ AttnScoreCache scc[1]; // SC only (unreferenced otherwise)
 	const int tid = threadIdx.x, lane = tid & 31, w = tid >> 5;
 	const int D4 = D >> 2;
 	const int h0 = g * AT_HG;
@@ -678,6 +686,9 @@ DEV void attn_body(float* __restrict__ out, const float* __restrict__ q, const f
 				const float bm = warp_max(fmaxf(NEG_INF, fmaxf(sm.sc[w][lane], sm.sc[w][lane + 32])));
 				if (lane == 0) sm.mloc[w] = fmaxf(sm.mloc[w], bm);
 			}
+			if (SC && b - blo < AT_SC) // reads sm.sc, like the max: no barrier between
+				for (int i = tid; i < AT_HG * 64; i += AT_THREADS)
+					(&scc[0].sc[b - blo][0][0])[i] = (&sm.sc[0][0])[i];
 		}
 		__syncthreads();
 		cluster_sync();
@@ -702,7 +713,11 @@ DEV void attn_body(float* __restrict__ out, const float* __restrict__ q, const f
 		__syncthreads();
 		keys(b0, n);
 		__syncthreads();
-		scores(n);
+		if (SC && faithful && b - blo < AT_SC) { // pass 1 computed these scores
+			for (int i = tid; i < AT_HG * 64; i += AT_THREADS) (&sm.sc[0][0])[i] = (&scc[0].sc[b - blo][0][0])[i];
+		} else {
+			scores(n);
+		}
 		__syncthreads();
 		if (w < AT_HG) { // head w: block max, rescale, P
 			const float s0 = sm.sc[w][lane], s1 = sm.sc[w][lane + 32];
@@ -823,21 +838,27 @@ extern "C" __global__ void __launch_bounds__(AT_THREADS) sparse_attn_f32(
 // Grid (AT_NC·groups, rows): the AT_NC consecutive CTAs along x of one
 // (row, head group) form a cluster. sm_90+ only (the launcher checks).
 #ifdef AT_CLUSTER
-extern "C" __global__ void __cluster_dims__(AT_NC, 1, 1) __launch_bounds__(AT_THREADS) sparse_attn_split_f32(
+#define AT_SPLIT_ATTRS __cluster_dims__(AT_NC, 1, 1) __launch_bounds__(AT_THREADS)
 #else
-extern "C" __global__ void __launch_bounds__(AT_THREADS) sparse_attn_split_f32(
+#define AT_SPLIT_ATTRS __launch_bounds__(AT_THREADS)
 #endif
-	float* __restrict__ out, const float* __restrict__ q, const float* __restrict__ kv, const float* __restrict__ ring,
-	const float* __restrict__ ent, const int* __restrict__ sel, int selCols, const float* __restrict__ sink,
-	const int* __restrict__ seqs, const int* __restrict__ pos, const int* __restrict__ seqOf, const int* __restrict__ blocks,
-	int rows, int H, int D, int W, int ratio, int per, float scale, int faithful)
-{
-	PDL_ENTRY();
-	(void)rows;
+#define AT_SPLIT_KERNEL(name, SC)                                                                                      \
+	extern "C" __global__ void AT_SPLIT_ATTRS name(float* __restrict__ out, const float* __restrict__ q,               \
+		const float* __restrict__ kv, const float* __restrict__ ring, const float* __restrict__ ent,                   \
+		const int* __restrict__ sel, int selCols, const float* __restrict__ sink, const int* __restrict__ seqs,      \
+		const int* __restrict__ pos, const int* __restrict__ seqOf, const int* __restrict__ blocks, int rows, int H,  \
+		int D, int W, int ratio, int per, float scale, int faithful)                                                  \
+	{                                                                                                                  \
+		PDL_ENTRY();                                                                                                   \
+		(void)rows;                                                                                                    \
+		AT_SPLIT_BODY(SC);                                                                                             \
+	}
 #ifdef AT_CLUSTER
-	attn_body<true>(out, q, kv, ring, ent, sel, selCols, sink, seqs, pos, seqOf, blocks, H, D, W, ratio, per, scale,
-		faithful, blockIdx.y, blockIdx.x / AT_NC, (int)cluster_rank());
+#define AT_SPLIT_BODY(SC) attn_body<true, SC>(out, q, kv, ring, ent, sel, selCols, sink, seqs, pos, seqOf, blocks, H, D, \
+	W, ratio, per, scale, faithful, blockIdx.y, blockIdx.x / AT_NC, (int)cluster_rank())
 #else
-	__trap();
+#define AT_SPLIT_BODY(SC) __trap()
 #endif
-}
+AT_SPLIT_KERNEL(sparse_attn_split_f32, false)
+// KernelChoice.AttnScoreCache: pass 2 takes pass 1's scores of the first AT_SC blocks.
+AT_SPLIT_KERNEL(sparse_attn_split_sc_f32, true)
