@@ -5,6 +5,7 @@
 #   go test -c -ldflags="-s -w" -o bin/cuda.test ./cuda && go test -c -ldflags="-s -w" -o bin/gpu.test ./backend/gpu &&
 #   go build -ldflags="-s -w" -o bin/bench ./cmd/bench && cp scripts/optin-device.sh scripts/ncu_steps.py bin/
 #   (device) cd bin && ./optin-device.sh OUT        # ~8 minutes; OUT.tgz is the one file to bring back
+# STEPS picks parts (default "tests kernels stacks ncu"), e.g. to split the run over two calls.
 # Keep an opt-in as the default only if its tests pass and its stacks beat the
 # default in this same call (docs/performance.md, 2026-12-05c).
 set -u
@@ -15,31 +16,42 @@ export LD_LIBRARY_PATH=/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
 t0=$(date +%s)
 log() { echo "[$(($(date +%s) - t0)) s] $*" | tee -a "$out/log.txt"; }
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader >"$out/gpu.txt" 2>&1
+steps=" ${STEPS:-tests kernels stacks ncu} "
+on() { [[ $steps == *" $1 "* ]]; }
 # Kernel tests: every gemv case under the default and the ring-8 choice; the hc
-# fast kernels' bits against the default ones; the fp32-linear decode path.
-timeout 200 ./cuda.test -test.v -test.run 'TestKernelsVsCPU|TestKernelResources|TestPlanBF16Dec' >"$out/cuda.txt" 2>&1
-log "cuda.test rc=$? ($(grep -c -- '--- PASS' "$out/cuda.txt") passed, $(grep -c -- '--- FAIL' "$out/cuda.txt") failed)"
-timeout 240 ./gpu.test -test.v -test.run 'TestLinears|TestHc|TestKVStoreSteps|TestAttnScoreCache|TestExperts|TestRegressionPromptsOnGPU|TestSmallModelEndToEnd|TestGreedyExact|TestRecordedDecodeSteps' >"$out/gpu.txt" 2>&1
-log "gpu.test rc=$? ($(grep -c -- '--- PASS' "$out/gpu.txt") passed, $(grep -c -- '--- FAIL' "$out/gpu.txt") failed)"
-timeout 150 ./bench kernels --model flash,pro --tokens 1,2,4,8,16,32 --only gemv --reps 10 >"$out/kernels.txt" 2>&1
-log "bench kernels rc=$?"
-timeout 120 ./bench kernels --model flash,pro --tokens 1,2,4,8,16,32 --only gemv --dec-ring8 --reps 10 >"$out/kernels-r8.txt" 2>&1
-log "bench kernels --dec-ring8 rc=$?"
-for b in "1" "1 --draw" "8" "32 --draw"; do
-	for o in "" hc-fast f32-dec dec-ring8 attn-sc "hc-fast,f32-dec,dec-ring8,attn-sc" ""; do
-		f="$out/stack-b${b// /}-${o:-default}.txt"
-		# shellcheck disable=SC2086 # $b is a list
-		timeout 60 ./bench stack --preset flash --layers 4 --prefill 64 --decode 48 --batch $b --kernel-opts "$o" >>"$f" 2>&1
-		log "batch $b opts ${o:-default}: $(grep -hE '^decode [0-9]' "$f" | tail -1 | sed 's/  */ /g')"
+# fast kernels' bits against the default ones; the fp32-linear decode path and
+# the attention score cache against the default kernels.
+if on tests; then
+	timeout 200 ./cuda.test -test.v -test.run 'TestKernelsVsCPU|TestKernelResources|TestPlanBF16Dec' >"$out/cuda.txt" 2>&1
+	log "cuda.test rc=$? ($(grep -c -- '--- PASS' "$out/cuda.txt") passed, $(grep -c -- '--- FAIL' "$out/cuda.txt") failed)"
+	timeout 240 ./gpu.test -test.v -test.run 'TestLinears|TestHc|TestKVStoreSteps|TestAttnScoreCache|TestExperts|TestRegressionPromptsOnGPU|TestSmallModelEndToEnd|TestGreedyExact|TestRecordedDecodeSteps' >"$out/gpu.txt" 2>&1
+	log "gpu.test rc=$? ($(grep -c -- '--- PASS' "$out/gpu.txt") passed, $(grep -c -- '--- FAIL' "$out/gpu.txt") failed)"
+fi
+if on kernels; then
+	timeout 150 ./bench kernels --model flash,pro --tokens 1,2,4,8,16,32 --only gemv --reps 10 >"$out/kernels.txt" 2>&1
+	log "bench kernels rc=$?"
+	timeout 120 ./bench kernels --model flash,pro --tokens 1,2,4,8,16,32 --only gemv --dec-ring8 --reps 10 >"$out/kernels-r8.txt" 2>&1
+	log "bench kernels --dec-ring8 rc=$?"
+fi
+if on stacks; then
+	for b in "1" "1 --draw" "8" "32 --draw"; do
+		for o in "" hc-fast f32-dec dec-ring8 attn-sc "hc-fast,f32-dec,dec-ring8,attn-sc"; do
+			f="$out/stack-b${b// /}-${o:-default}.txt"
+			# shellcheck disable=SC2086 # $b is a list
+			timeout 60 ./bench stack --preset flash --layers 4 --prefill 64 --decode 48 --batch $b --kernel-opts "$o" >>"$f" 2>&1
+			log "batch $b opts ${o:-default}: $(grep -hE '^decode [0-9]' "$f" | tail -1 | sed 's/  */ /g')"
+		done
 	done
-done
-for o in "" "hc-fast,f32-dec,attn-sc"; do
-	for b in 1 8; do
-		n="$out/ncu-b$b-${o:-default}"
-		timeout 60 /usr/local/cuda/bin/ncu --metrics gpu__time_duration.sum --csv --cache-control all --clock-control none \
-			./bench stack --preset flash --layers 4 --prefill 8 --decode 3 --batch $b --cuda-graphs=false --kernel-opts "$o" >"$n.csv" 2>/dev/null
-		python3 ncu_steps.py "$n.csv" >"$n.txt" 2>&1
+fi
+if on ncu; then
+	for o in "" "hc-fast,f32-dec,attn-sc"; do
+		for b in 1 8; do
+			n="$out/ncu-b$b-${o:-default}"
+			timeout 60 /usr/local/cuda/bin/ncu --metrics gpu__time_duration.sum --csv --cache-control all --clock-control none \
+				./bench stack --preset flash --layers 4 --prefill 8 --decode 3 --batch $b --cuda-graphs=false --kernel-opts "$o" >"$n.csv" 2>/dev/null
+			python3 ncu_steps.py "$n.csv" >"$n.txt" 2>&1
+		done
 	done
-done
-log "ncu done"
+	log "ncu done"
+fi
 tar czf "$out.tgz" -C "$(dirname "$out")" "$(basename "$out")"
