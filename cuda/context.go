@@ -92,7 +92,7 @@ type Stream struct {
 	h         uintptr
 	pdl       bool    // launch with programmatic dependent launch (pdl.go)
 	capturing bool    // between BeginCapture and EndCapture
-	fix       *Buffer // moe_fp4_dec's split-K tile counters (fixup.go)
+	fix       *Buffer // split-K tile counters of the in-kernel fixups (fixup.go)
 	fixZero   bool    // fix zeroed by an eager memset
 }
 

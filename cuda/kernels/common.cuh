@@ -63,6 +63,25 @@ DEV float sum_splits(const float* p, size_t plane, int splits) {
 	return a;
 }
 
+// Split-K arrival of a CTA (every thread calls it after writing its
+// partials): the partials are published, the CTA counts itself in on
+// counter, and the last of splits CTAs, which resets the counter for the
+// next launch or graph replay, gets true after a fence, so that it sees
+// every CTA's partials. flag: a shared int the CTA may overwrite.
+DEV bool splitk_last(int* counter, int splits, volatile int* flag) {
+	__threadfence(); // this thread's partials reach L2 before the CTA counts itself in
+	__syncthreads();
+	if (threadIdx.x == 0) {
+		const int done = atomicAdd(counter, 1) == splits - 1;
+		if (done) *counter = 0; // every other CTA has counted
+		*flag = done;
+	}
+	__syncthreads();
+	if (!*flag) return false;
+	__threadfence(); // the others' partials, published before their counts
+	return true;
+}
+
 // e4m3 ("fn": bias 7, no infinities, 0x7f/0xff NaN, max 448) -> fp32.
 DEV float e4m3_to_f32(u32 b) {
 	u32 em = b & 0x7fu;

@@ -259,7 +259,7 @@ DEV void bf16_dec(float* __restrict__ y, const float* __restrict__ x, const u8* 
 {
 	// x as SPLIT bf16 planes [SPLIT][8·NT][kc + 4] (the 8-byte slots of 16 lanes on distinct banks).
 	extern __shared__ __align__(16) u16 xs[];
-	__shared__ int last;
+	__shared__ volatile int last;
 	constexpr int LPC = FMT == 1 ? 4 : 2;     // uint4 a lane loads per chunk (both rows)
 	constexpr int RING = NT >= 4 || R8 ? 8 : 16; // uint4 a lane keeps in flight
 	constexpr int CPR = RING / LPC;           // chunks in the ring
@@ -383,17 +383,7 @@ DEV void bf16_dec(float* __restrict__ y, const float* __restrict__ x, const u8* 
 			if (m < M) dst[(size_t)m * N + o] = S == 1 ? rbf(acc[n][i], rnd) : acc[n][i];
 		}
 	if (S == 1) return;
-	__threadfence(); // this thread's partials reach L2 before the CTA counts itself in
-	__syncthreads();
-	if (tid == 0) {
-		int* cnt = counters + blockIdx.x;
-		const int done = atomicAdd(cnt, 1) == S - 1;
-		if (done) *cnt = 0; // every other CTA has counted
-		last = done;
-	}
-	__syncthreads();
-	if (!last) return;
-	__threadfence(); // the others' partials, published before their counts
+	if (!splitk_last(counters + blockIdx.x, S, &last)) return;
 	const size_t plane = (size_t)M * N;
 	for (int i = tid; i < M * BD_ROWS; i += BD_THREADS) {
 		const size_t o = (size_t)(i / BD_ROWS) * N + o0 + i % BD_ROWS;

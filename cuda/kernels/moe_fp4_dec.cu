@@ -149,17 +149,8 @@ DEV void nv_scales(u32 v, float* f) {
 // for the next launch or graph replay. Saves the reduce launch.
 DEV void dec_fixup(u8* ring, u16* __restrict__ y, const float* part, int* counter, int mBeg, int mEnd, int col0, int N, int Mtot)
 {
-	volatile int* last = reinterpret_cast<volatile int*>(ring); // the ring is idle after the barrier
-	__threadfence(); // this thread's partials reach L2 before the CTA counts itself in
-	__syncthreads();
-	if (threadIdx.x == 0) {
-		const int done = atomicAdd(counter, 1) == (int)gridDim.z - 1;
-		if (done) *counter = 0; // every other CTA has counted
-		*last = done;
-	}
-	__syncthreads();
-	if (!*last) return;
-	__threadfence(); // the others' partials, published before their counts
+	// The ring is idle after splitk_last's barrier: it holds the flag.
+	if (!splitk_last(counter, gridDim.z, reinterpret_cast<volatile int*>(ring))) return;
 	const int cols = min(64, N - col0);
 	const size_t plane = (size_t)Mtot * N;
 	for (int i = threadIdx.x; i < (mEnd - mBeg) * cols; i += blockDim.x) {
