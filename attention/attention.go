@@ -185,6 +185,45 @@ func (l *Layer) Forward(be backend.Backend, st backend.KVStore, a backend.Tensor
 	if err := step("wkv", kvr, nil, a); err != nil {
 		return nil, err
 	}
+	// The kv epilogue, the compressors and the indexer's weights depend on
+	// nothing of the q path below: forked (backend.Fork), they run beside it
+	// on the GPU's side stream at decode sizes. The tracer reads each output
+	// as it comes.
+	ra := backend.RopeArgs{Freqs: l.Rope, HeadDim: D}
+	kv := empty(n, D, backend.F32)
+	var w backend.Tensor // the indexer's head weights
+	kvSide := func() error {
+		if err := step("kv", kv, backend.NormRopeKVQuant(be, kvr, l.KVNorm, l.Eps, ra, D-l.RopeDim, 64, b, kv), kvr); err != nil {
+			return err
+		}
+		if ix := l.Idx; ix != nil {
+			if err := step("indexer compressor", nil, l.compress(be, st, a, &ix.Comp, backend.CompressIndex, b)); err != nil {
+				return err
+			}
+			w = empty(n, ix.Heads, backend.F32)
+			err := be.Linear(a, ix.WeightsProj, w)
+			if err == nil {
+				err = be.Scale(w, float32(math.Pow(float64(ix.Dim), -0.5)*math.Pow(float64(ix.Heads), -0.5)))
+			}
+			if err := step("indexer weights", w, err, a); err != nil {
+				return err
+			}
+		}
+		if l.Comp != nil {
+			return step("compressor", nil, l.compress(be, st, a, l.Comp, backend.CompressKV, b))
+		}
+		return nil
+	}
+	defer backend.Join(be) // error paths; runs before the frees above
+	var err error
+	if check != nil {
+		err = kvSide()
+	} else {
+		err = backend.Fork(be, n, b, kvSide)
+	}
+	if err != nil {
+		return nil, err
+	}
 	// wq_b and the indexer's wq_b read the same input, which q_norm may hand
 	// them already quantised (qin).
 	q := empty(n, H*D, backend.F32)
@@ -207,12 +246,7 @@ func (l *Layer) Forward(be backend.Backend, st backend.KVStore, a backend.Tensor
 	}
 	// The tracer checks q and kv only after their whole epilogues, so the
 	// fused forms hide nothing it looks at.
-	ra := backend.RopeArgs{Freqs: l.Rope, HeadDim: D}
 	if err := step("q", q, backend.HeadNormRope(be, q, l.Eps, ra, b)); err != nil {
-		return nil, err
-	}
-	kv := empty(n, D, backend.F32)
-	if err := step("kv", kv, backend.NormRopeKVQuant(be, kvr, l.KVNorm, l.Eps, ra, D-l.RopeDim, 64, b, kv), kvr); err != nil {
 		return nil, err
 	}
 	var sel backend.Tensor
@@ -224,28 +258,17 @@ func (l *Layer) Forward(be backend.Backend, st backend.KVStore, a backend.Tensor
 		if err := step("indexer q", qi, err, qr); err != nil {
 			return nil, err
 		}
-		if err := step("indexer compressor", nil, l.compress(be, st, a, &ix.Comp, backend.CompressIndex, b)); err != nil {
-			return nil, err
-		}
-		w := empty(n, ix.Heads, backend.F32)
-		err = be.Linear(a, ix.WeightsProj, w)
-		if err == nil {
-			err = be.Scale(w, float32(math.Pow(float64(ix.Dim), -0.5)*math.Pow(float64(ix.Heads), -0.5)))
-		}
-		if err := step("indexer weights", w, err, a); err != nil {
-			return nil, err
-		}
+	}
+	if err := backend.Join(be); err != nil {
+		return nil, fmt.Errorf("attn: %w", err)
+	}
+	if ix := l.Idx; ix != nil {
 		sel = empty(n, ix.TopK, backend.I32)
 		if err := be.IndexerTopK(st, qi, w, backend.IndexerArgs{Layer: l.Index, Heads: ix.Heads, HeadDim: ix.Dim,
 			TopK: ix.TopK, Ratio: l.Ratio, Trace: check != nil}, b, sel); err != nil {
 			return nil, fmt.Errorf("attn indexer: %w", err)
 		}
 		if err := check.Check("indexer top-k", sel); err != nil {
-			return nil, err
-		}
-	}
-	if l.Comp != nil {
-		if err := step("compressor", nil, l.compress(be, st, a, l.Comp, backend.CompressKV, b)); err != nil {
 			return nil, err
 		}
 	}

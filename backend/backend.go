@@ -468,6 +468,37 @@ func ExpertsCombine(be Backend, f Tensor, e Experts, weights, ids Tensor, a Expe
 	return be.Combine(acc, shared, out)
 }
 
+// SideStream is implemented by backends that can run an independent run of
+// ops beside the main one (the GPU: on a second stream, in steps too small
+// to fill the device alone). Fork issues fn's ops, which may then run beside
+// the ops issued after Fork returns, until Join; bt (may be nil) is the
+// step's batch, made ready for both first. fn's ops and the main ones
+// between Fork and Join must not write what the other reads, and no op may
+// read fn's outputs before Join, except ExpertsShared's shared: the backend
+// joins before it reads it. A Fork while another is open runs fn at once,
+// in order; so does a backend that chose not to fork.
+type SideStream interface {
+	Fork(rows int, bt *Batch, fn func() error) error
+	Join() error
+}
+
+// Fork runs fn beside the ops that follow where be offers SideStream, and
+// otherwise now.
+func Fork(be Backend, rows int, bt *Batch, fn func() error) error {
+	if f, ok := be.(SideStream); ok {
+		return f.Fork(rows, bt, fn)
+	}
+	return fn()
+}
+
+// Join orders the ops that follow after those of the open Fork, if any.
+func Join(be Backend) error {
+	if f, ok := be.(SideStream); ok {
+		return f.Join()
+	}
+	return nil
+}
+
 // QuantFused is implemented by backends whose RMSNorm and SwiGLU can also
 // write the FP8 activation quantisation that the next linears would apply
 // to their output (the GPU saves those linears' quantisation launch). Each

@@ -90,6 +90,7 @@ type driverAPI interface {
 	eventCreate(c uintptr, flags uint32) (uintptr, int)
 	eventDestroy(c, e uintptr) int
 	eventRecord(c, e, s uintptr) int
+	streamWaitEvent(c, s, e uintptr) int // s's later work waits for e's last record
 	eventSynchronize(c, e uintptr) int
 	eventElapsed(c, start, end uintptr) (float32, int)
 	moduleLoadData(c uintptr, image []byte) (uintptr, int)

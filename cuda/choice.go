@@ -67,6 +67,11 @@ type KernelChoice struct {
 	// hc_post_f32_n1/2/4/8 (unrolled, the same bits) instead of the first
 	// kernels. Opt-in until timed on a device (written 2026-12-05 without one).
 	HcFast bool
+	// AttnClusterFit sizes the split sparse attention's clusters by the
+	// step's longest row (AttnShape.MaxKeys): 2 or 4 CTAs where 8 would
+	// leave most idle (a window of 128 is two key blocks), none for one
+	// block. Opt-in until timed on a device (written 2026-12-05 without one).
+	AttnClusterFit bool
 }
 
 // SetKernelChoice forces the GEMM paths for later launches on this context

@@ -90,10 +90,14 @@ func (c *Context) MemInfo() (free, total uint64, err error) {
 type Stream struct {
 	ctx       *Context
 	h         uintptr
-	pdl       bool    // launch with programmatic dependent launch (pdl.go)
-	capturing bool    // between BeginCapture and EndCapture
-	fix       *Buffer // split-K tile counters of the in-kernel fixups (fixup.go)
-	fixZero   bool    // fix zeroed by an eager memset
+	pdl       bool      // launch with programmatic dependent launch (pdl.go)
+	capturing bool      // between BeginCapture and EndCapture, or joined to another stream's capture
+	origin    *Stream   // the capture this stream records into: its BeginCapture stream
+	forks     []*Stream // on an origin: the streams that joined its capture
+	captures  int       // BeginCaptures so far: which capture an event belongs to
+	afterWait bool      // the next launch follows a WaitEvent: launched without PDL
+	fix       *Buffer   // split-K tile counters of the in-kernel fixups (fixup.go)
+	fixZero   bool      // fix zeroed by an eager memset
 }
 
 const streamNonBlocking = 1
@@ -175,10 +179,12 @@ func (s *Stream) Memset32(dst DevicePtr, v uint32, n int) error {
 
 // ---- events ----
 
-// Event is a CUDA event with timing enabled.
+// Event is a CUDA event (NewEvent: timing enabled).
 type Event struct {
-	ctx *Context
-	h   uintptr
+	ctx    *Context
+	h      uintptr
+	origin *Stream // the capture of its last Record, if any: its origin
+	nth    int     // and which of the origin's captures
 }
 
 // NewEvent creates a timing event.
@@ -190,9 +196,45 @@ func (c *Context) NewEvent() (*Event, error) {
 	return &Event{ctx: c, h: e}, nil
 }
 
+// NewSyncEvent creates an event for ordering streams only (no timing,
+// which makes its record and wait cheaper).
+func (c *Context) NewSyncEvent() (*Event, error) {
+	e, r := c.drv.api.eventCreate(c.h, eventDisableTiming)
+	if err := c.check("cuEventCreate", "", r); err != nil {
+		return nil, err
+	}
+	return &Event{ctx: c, h: e}, nil
+}
+
+const eventDisableTiming = 2 // CU_EVENT_DISABLE_TIMING
+
 // Record enqueues the event on s.
 func (e *Event) Record(s *Stream) error {
-	return e.ctx.check("cuEventRecord", "", e.ctx.drv.api.eventRecord(e.ctx.h, e.h, s.h))
+	err := e.ctx.check("cuEventRecord", "", e.ctx.drv.api.eventRecord(e.ctx.h, e.h, s.h))
+	if err == nil {
+		e.origin = s.origin
+		if e.origin != nil {
+			e.nth = e.origin.captures
+		}
+	}
+	return err
+}
+
+// WaitEvent makes s's later work wait for e's last Record (cuStreamWaitEvent).
+// An event recorded inside a capture pulls s into that capture (a fork); the
+// capture's origin must wait on every forked stream's last work (a join)
+// before EndCapture. The next kernel on s is launched without programmatic
+// dependent launch, so that it waits for e like any stream order.
+func (s *Stream) WaitEvent(e *Event) error {
+	if err := s.ctx.check("cuStreamWaitEvent", "", s.ctx.drv.api.streamWaitEvent(s.ctx.h, s.h, e.h)); err != nil {
+		return err
+	}
+	s.afterWait = true
+	if o := e.origin; o != nil && o.capturing && o.captures == e.nth && s.origin == nil {
+		s.capturing, s.origin = true, o
+		o.forks = append(o.forks, s)
+	}
+	return nil
 }
 
 // Synchronize waits until the event has completed.
@@ -265,12 +307,19 @@ const captureModeRelaxed = 2 // other goroutines' threads may keep calling the d
 func (s *Stream) BeginCapture() error {
 	err := s.ctx.check("cuStreamBeginCapture", "", s.ctx.drv.api.beginCapture(s.ctx.h, s.h, captureModeRelaxed))
 	s.capturing = err == nil
+	if s.capturing {
+		s.origin = s
+		s.captures++
+	}
 	return err
 }
 
 // EndCapture stops recording and returns the graph.
 func (s *Stream) EndCapture() (*Graph, error) {
-	s.capturing = false
+	for _, f := range s.forks {
+		f.capturing, f.origin = false, nil
+	}
+	s.capturing, s.origin, s.forks = false, nil, nil
 	g, r := s.ctx.drv.api.endCapture(s.ctx.h, s.h)
 	if err := s.ctx.check("cuStreamEndCapture", "", r); err != nil {
 		return nil, err
@@ -375,7 +424,8 @@ func (s *Stream) Launch(f *Function, grid, block Dim3, smem int, a *Args) error 
 	if grid.X == 0 || grid.Y == 0 || grid.Z == 0 {
 		return fmt.Errorf("cuda: cuLaunchKernel(%s): empty grid %v", f.Name, grid)
 	}
-	r := s.ctx.drv.api.launch(s.ctx.h, f.h, grid, block, smem, s.h, a.buf[:], a.offs[:a.na], s.pdl)
+	r := s.ctx.drv.api.launch(s.ctx.h, f.h, grid, block, smem, s.h, a.buf[:], a.offs[:a.na], s.pdl && !s.afterWait)
+	s.afterWait = false
 	return s.ctx.check("cuLaunchKernel", f.Name, r)
 }
 

@@ -54,6 +54,7 @@ typedef struct {
 	CUresult (*cuEventCreate)(CUevent*, unsigned int);
 	CUresult (*cuEventDestroy)(CUevent);
 	CUresult (*cuEventRecord)(CUevent, CUstream);
+	CUresult (*cuStreamWaitEvent)(CUstream, CUevent, unsigned int);
 	CUresult (*cuEventSynchronize)(CUevent);
 	CUresult (*cuEventElapsedTime)(float*, CUevent, CUevent);
 	CUresult (*cuModuleLoadData)(CUmodule*, const void*);
@@ -138,6 +139,7 @@ static void mm_driver_bind(mm_driver* d, char* miss, size_t n) {
 	SYM(d, cuEventCreate, "cuEventCreate");
 	SYM(d, cuEventDestroy, "cuEventDestroy_v2");
 	SYM(d, cuEventRecord, "cuEventRecord");
+	SYM(d, cuStreamWaitEvent, "cuStreamWaitEvent");
 	SYM(d, cuEventSynchronize, "cuEventSynchronize");
 	SYM(d, cuEventElapsedTime, "cuEventElapsedTime");
 	SYM(d, cuModuleLoadData, "cuModuleLoadData");
@@ -204,6 +206,7 @@ static CUresult w_streamSync(mm_driver* d, H c, H s) { CTX(d, c); return d->cuSt
 static CUresult w_eventCreate(mm_driver* d, H c, H* e, unsigned int fl) { CTX(d, c); CUevent x = 0; CUresult r = d->cuEventCreate(&x, fl); *e = (H)x; return r; }
 static CUresult w_eventDestroy(mm_driver* d, H c, H e) { CTX(d, c); return d->cuEventDestroy((CUevent)e); }
 static CUresult w_eventRecord(mm_driver* d, H c, H e, H s) { CTX(d, c); return d->cuEventRecord((CUevent)e, (CUstream)s); }
+static CUresult w_streamWaitEvent(mm_driver* d, H c, H s, H e) { CTX(d, c); return d->cuStreamWaitEvent((CUstream)s, (CUevent)e, 0); }
 static CUresult w_eventSync(mm_driver* d, H c, H e) { CTX(d, c); return d->cuEventSynchronize((CUevent)e); }
 static CUresult w_eventElapsed(mm_driver* d, H c, float* ms, H a, H b) { CTX(d, c); return d->cuEventElapsedTime(ms, (CUevent)a, (CUevent)b); }
 static CUresult w_moduleLoad(mm_driver* d, H c, H* m, const void* img) { CTX(d, c); CUmodule x = 0; CUresult r = d->cuModuleLoadData(&x, img); *m = (H)x; return r; }
@@ -483,6 +486,10 @@ func (g *cgoDriver) eventDestroy(c, e uintptr) int { return int(C.w_eventDestroy
 
 func (g *cgoDriver) eventRecord(c, e, s uintptr) int {
 	return int(C.w_eventRecord(g.d, h(c), h(e), h(s)))
+}
+
+func (g *cgoDriver) streamWaitEvent(c, s, e uintptr) int {
+	return int(C.w_streamWaitEvent(g.d, h(c), h(s), h(e)))
 }
 
 func (g *cgoDriver) eventSynchronize(c, e uintptr) int { return int(C.w_eventSync(g.d, h(c), h(e))) }

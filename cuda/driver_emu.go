@@ -23,7 +23,11 @@ const EmulatorEnv = "MEGAMOE_EMU"
 
 // emuDriver implements driverAPI over ptxemu. Every operation completes
 // before it returns, so streams and events are trivially ordered; a stream
-// in capture mode records its operations into a graph instead.
+// in capture mode records its operations into a graph instead. As on a GPU,
+// a stream that waits on an event recorded inside a capture joins that
+// capture (a fork), and the capture ends only on its origin stream after
+// every forked stream's work has been waited on there (a join): issue order
+// is then a valid order of the graph's nodes.
 type emuDriver struct {
 	mu      sync.Mutex
 	major   int // compute capability reported: 8 (sm_80) or 9 (sm_90a without TMA)
@@ -33,7 +37,7 @@ type emuDriver struct {
 	modules map[uintptr]*ptxemu.Module
 	funcs   map[uintptr]*ptxemu.Function
 	streams map[uintptr]*emuStream
-	events  map[uintptr]time.Time
+	events  map[uintptr]*emuEvent
 	graphs  map[uintptr][]func() int
 	maxDyn  map[uintptr]int // CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES set on a function
 
@@ -41,7 +45,27 @@ type emuDriver struct {
 	detail   string // the last failure's message, for errorName (once)
 }
 
-type emuStream struct{ capture []func() int }
+type emuStream struct {
+	capture *emuCapture // the capture this stream records into, if any
+	ops     int         // operations recorded into it
+}
+
+// emuCapture is one stream capture: its operations in issue order, the
+// stream that began it, and the forked streams with work not yet joined.
+type emuCapture struct {
+	ops      []func() int
+	origin   uintptr
+	unjoined map[uintptr]bool
+}
+
+// emuEvent is an event's last record: its time, or inside a capture the
+// capture, the recording stream and how many operations it had recorded.
+type emuEvent struct {
+	t    time.Time
+	cap  *emuCapture
+	src  uintptr
+	mark int
+}
 
 // Emulated device: sm_80 (or sm_90a without TMA) instructions, H200-sized
 // shared memory and SMs.
@@ -61,19 +85,21 @@ func newEmuDriver() *emuDriver {
 	}
 	return &emuDriver{dev: dev, major: major, next: 1, hosts: map[unsafe.Pointer][]byte{},
 		modules: map[uintptr]*ptxemu.Module{}, funcs: map[uintptr]*ptxemu.Function{},
-		streams: map[uintptr]*emuStream{0: {}}, events: map[uintptr]time.Time{}, graphs: map[uintptr][]func() int{},
+		streams: map[uintptr]*emuStream{0: {}}, events: map[uintptr]*emuEvent{}, graphs: map[uintptr][]func() int{},
 		maxDyn: map[uintptr]int{}}
 }
 
 const (
-	cuInvalidValue   = 1
-	cuOutOfMemory    = 2
-	cuInvalidImage   = 200
-	cuNotFound       = 500
-	cuIllegalAddress = 700
-	cuLaunchFailed   = 719
-	cuNotSupported   = 801
-	cuCaptureInvalid = 901
+	cuInvalidValue     = 1
+	cuOutOfMemory      = 2
+	cuInvalidImage     = 200
+	cuNotFound         = 500
+	cuIllegalAddress   = 700
+	cuLaunchFailed     = 719
+	cuNotSupported     = 801
+	cuCaptureInvalid   = 901
+	cuCaptureUnjoined  = 904
+	cuCaptureIsolation = 905
 )
 
 func (e *emuDriver) handle() uintptr { e.next++; return e.next }
@@ -101,7 +127,8 @@ func (e *emuDriver) errorName(r int) string {
 	name := map[int]string{cuInvalidValue: "CUDA_ERROR_INVALID_VALUE", cuOutOfMemory: "CUDA_ERROR_OUT_OF_MEMORY",
 		cuInvalidImage: "CUDA_ERROR_INVALID_IMAGE", cuNotFound: "CUDA_ERROR_NOT_FOUND",
 		cuIllegalAddress: "CUDA_ERROR_ILLEGAL_ADDRESS", cuLaunchFailed: "CUDA_ERROR_LAUNCH_FAILED",
-		cuNotSupported: "CUDA_ERROR_NOT_SUPPORTED", cuCaptureInvalid: "CUDA_ERROR_STREAM_CAPTURE_INVALIDATED"}[r]
+		cuNotSupported: "CUDA_ERROR_NOT_SUPPORTED", cuCaptureInvalid: "CUDA_ERROR_STREAM_CAPTURE_INVALIDATED",
+		cuCaptureUnjoined: "CUDA_ERROR_STREAM_CAPTURE_UNJOINED", cuCaptureIsolation: "CUDA_ERROR_STREAM_CAPTURE_ISOLATION"}[r]
 	if name == "" {
 		name = fmt.Sprintf("CUresult %d", r)
 	}
@@ -213,8 +240,12 @@ func (e *emuDriver) enqueue(s uintptr, op func() int) int {
 		e.mu.Unlock()
 		return e.failf(cuInvalidValue, "no stream %#x", s)
 	}
-	if st.capture != nil { // under e.mu, as beginCapture/endCapture change it
-		st.capture = append(st.capture, op)
+	if c := st.capture; c != nil { // under e.mu, as beginCapture/endCapture change it
+		c.ops = append(c.ops, op)
+		st.ops++
+		if s != c.origin {
+			c.unjoined[s] = true
+		}
 		e.mu.Unlock()
 		return 0
 	}
@@ -303,7 +334,7 @@ func (e *emuDriver) eventCreate(uintptr, uint32) (uintptr, int) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	h := e.handle()
-	e.events[h] = time.Now()
+	e.events[h] = &emuEvent{t: time.Now()}
 	return h, 0
 }
 
@@ -315,12 +346,56 @@ func (e *emuDriver) eventDestroy(_, ev uintptr) int {
 }
 
 func (e *emuDriver) eventRecord(_, ev, s uintptr) int {
-	return e.enqueue(s, func() int {
+	e.mu.Lock()
+	x, st := e.events[ev], e.streams[s]
+	if x == nil || st == nil {
+		e.mu.Unlock()
+		return e.failf(cuInvalidValue, "no event %#x or stream %#x", ev, s)
+	}
+	e.mu.Unlock()
+	if r := e.enqueue(s, func() int {
 		e.mu.Lock()
-		e.events[ev] = time.Now()
+		x.t = time.Now()
 		e.mu.Unlock()
 		return 0
-	})
+	}); r != 0 {
+		return r
+	}
+	e.mu.Lock()
+	x.cap, x.src, x.mark = st.capture, s, st.ops // the record itself counted
+	e.mu.Unlock()
+	return 0
+}
+
+// streamWaitEvent: operations complete when issued, so an eager wait has
+// nothing to wait for. An event recorded inside a live capture makes s join
+// it; the origin waiting on a forked stream's latest record joins that
+// stream back.
+func (e *emuDriver) streamWaitEvent(_, s, ev uintptr) int {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	x, st := e.events[ev], e.streams[s]
+	if x == nil || st == nil {
+		return e.failf(cuInvalidValue, "no event %#x or stream %#x", ev, s)
+	}
+	c := x.cap
+	if c != nil && e.streams[c.origin] != nil && e.streams[c.origin].capture != c {
+		c = nil // that capture has ended: the record was a graph node, nothing to wait for now
+	}
+	switch {
+	case c == nil && st.capture != nil:
+		return e.failf(cuCaptureIsolation, "capturing stream %#x waits on an event recorded outside its capture", s)
+	case c == nil:
+		return 0
+	case st.capture == nil:
+		st.capture, st.ops = c, 0
+	case st.capture != c:
+		return e.failf(cuCaptureIsolation, "stream %#x waits on an event of another capture", s)
+	}
+	if s == c.origin && x.src != s && e.streams[x.src] != nil && e.streams[x.src].ops == x.mark {
+		delete(c.unjoined, x.src)
+	}
+	return 0
 }
 
 func (e *emuDriver) eventElapsed(_, start, end uintptr) (float32, int) {
@@ -331,7 +406,7 @@ func (e *emuDriver) eventElapsed(_, start, end uintptr) (float32, int) {
 	if !ok0 || !ok1 {
 		return 0, e.failf(cuInvalidValue, "no event %#x or %#x", start, end)
 	}
-	return float32(t1.Sub(t0).Seconds() * 1e3), 0
+	return float32(t1.t.Sub(t0.t).Seconds() * 1e3), 0
 }
 
 func (e *emuDriver) moduleLoadData(_ uintptr, image []byte) (uintptr, int) {
@@ -465,7 +540,7 @@ func (e *emuDriver) beginCapture(_, s uintptr, _ int) int {
 	if st == nil || st.capture != nil {
 		return e.failf(cuInvalidValue, "stream %#x: missing or already capturing", s)
 	}
-	st.capture = []func() int{}
+	st.capture, st.ops = &emuCapture{ops: []func() int{}, origin: s, unjoined: map[uintptr]bool{}}, 0
 	return 0
 }
 
@@ -473,12 +548,20 @@ func (e *emuDriver) endCapture(_, s uintptr) (uintptr, int) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	st := e.streams[s]
-	if st == nil || st.capture == nil {
-		return 0, e.failf(cuCaptureInvalid, "stream %#x is not capturing", s)
+	if st == nil || st.capture == nil || st.capture.origin != s {
+		return 0, e.failf(cuCaptureInvalid, "stream %#x is not the origin of a capture", s)
+	}
+	c := st.capture
+	for _, o := range e.streams {
+		if o.capture == c {
+			o.capture = nil
+		}
+	}
+	if len(c.unjoined) > 0 {
+		return 0, e.failf(cuCaptureUnjoined, "%d forked streams not joined into stream %#x", len(c.unjoined), s)
 	}
 	h := e.handle()
-	e.graphs[h] = st.capture
-	st.capture = nil
+	e.graphs[h] = c.ops
 	return h, 0
 }
 

@@ -19,6 +19,8 @@ type Pool struct {
 	cached int64
 	allocs int64 // cuMemAlloc calls
 	keep   bool  // never trim on its own: graphs hold the addresses of cached blocks
+	holds  int   // open Holds: freed blocks wait in held
+	held   []*Buffer
 }
 
 // Buffer is a block of device memory owned by a pool.
@@ -99,10 +101,42 @@ func (b *Buffer) Free() {
 	p := b.pool
 	b.pool = nil
 	p.mu.Lock()
+	if p.holds > 0 {
+		p.held = append(p.held, &Buffer{Ptr: b.Ptr, cls: b.cls})
+		p.mu.Unlock()
+		return
+	}
 	p.free[b.cls] = append(p.free[b.cls], b.Ptr)
 	p.inUse -= int64(b.cls)
 	p.cached += int64(b.cls)
 	p.mu.Unlock()
+}
+
+// Hold keeps the blocks freed from now on out of reuse until the matching
+// Release. Reuse is ordered by one stream; while work issued on a second
+// stream may run beside it, a block either frees must not go to the other.
+func (p *Pool) Hold() {
+	p.mu.Lock()
+	p.holds++
+	p.mu.Unlock()
+}
+
+// Release ends a Hold; the last one returns the held blocks to the pool.
+func (p *Pool) Release() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.holds == 0 {
+		return
+	}
+	if p.holds--; p.holds > 0 {
+		return
+	}
+	for _, b := range p.held {
+		p.free[b.cls] = append(p.free[b.cls], b.Ptr)
+		p.inUse -= int64(b.cls)
+		p.cached += int64(b.cls)
+	}
+	p.held = nil
 }
 
 // Trim frees every cached block with cuMemFree.

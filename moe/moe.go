@@ -86,10 +86,15 @@ func (l *Layer) Route(be backend.Backend, f backend.Tensor, ids []int32) (backen
 }
 
 // Forward runs the MoE on the normed input f [N, d] for tokens ids.
-// Untraced and without expert parallel, the shared expert runs first and
-// backend.ExpertsCombine adds it while combining the routed experts (one GPU
-// launch less); otherwise the routed sum is checked (and all-reduced) apart.
+// Untraced and without expert parallel, the shared expert is forked
+// (backend.Fork: on the GPU it runs beside the router and the routed experts
+// at decode sizes) and backend.ExpertsCombine adds it while combining the
+// routed experts (one GPU launch less); otherwise the routed sum is checked
+// (and all-reduced) apart.
 func (l *Layer) Forward(be backend.Backend, f backend.Tensor, ids []int32, check backend.CheckFunc) (backend.Tensor, error) {
+	if check == nil && l.Reduce == nil {
+		return l.forwardForked(be, f, ids)
+	}
 	n, d := f.Rows(), f.Cols()
 	w, e, err := l.Route(be, f, ids)
 	if err != nil {
@@ -104,19 +109,6 @@ func (l *Layer) Forward(be backend.Backend, f backend.Tensor, ids []int32, check
 		return nil, err
 	}
 	ea := backend.ExpertsArgs{Limit: l.Limit, Trace: check != nil, Offset: l.ExpertLo, Partial: l.Reduce != nil}
-	if check == nil && l.Reduce == nil {
-		s, err := l.shared(be, f, nil)
-		if err != nil {
-			return nil, err
-		}
-		defer be.Free(s)
-		out := be.Empty(n, d, backend.F32)
-		if err := backend.ExpertsCombine(be, f, l.Experts, w, e, ea, s, out); err != nil {
-			be.Free(out)
-			return nil, fmt.Errorf("moe: %w", err)
-		}
-		return out, nil
-	}
 	acc := be.Empty(n, d, backend.F32)
 	defer be.Free(acc)
 	if err := be.Experts(f, l.Experts, w, e, ea, acc); err != nil {
@@ -139,6 +131,47 @@ func (l *Layer) Forward(be backend.Backend, f backend.Tensor, ids []int32, check
 	if err := be.Combine(acc, s, out); err != nil {
 		be.Free(out)
 		return nil, fmt.Errorf("moe combine: %w", err)
+	}
+	return out, nil
+}
+
+// forwardForked is Forward's untraced single-rank path: the shared expert
+// forked, the routed experts, then their sum with the shared expert's.
+func (l *Layer) forwardForked(be backend.Backend, f backend.Tensor, ids []int32) (backend.Tensor, error) {
+	var s backend.Tensor
+	err := backend.Fork(be, f.Rows(), nil, func() (err error) {
+		s, err = l.shared(be, f, nil)
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	out, err := l.routedPlus(be, f, ids, s)
+	if e := backend.Join(be); err == nil && e != nil {
+		err = fmt.Errorf("moe: %w", e)
+	}
+	be.Free(s)
+	if err != nil {
+		if out != nil {
+			be.Free(out)
+		}
+		return nil, err
+	}
+	return out, nil
+}
+
+// routedPlus routes f and returns bf16(Σ routed experts + s) [N, d].
+func (l *Layer) routedPlus(be backend.Backend, f backend.Tensor, ids []int32, s backend.Tensor) (backend.Tensor, error) {
+	w, e, err := l.Route(be, f, ids)
+	if err != nil {
+		return nil, err
+	}
+	defer be.Free(w)
+	defer be.Free(e)
+	out := be.Empty(f.Rows(), f.Cols(), backend.F32)
+	ea := backend.ExpertsArgs{Limit: l.Limit, Offset: l.ExpertLo}
+	if err := backend.ExpertsCombine(be, f, l.Experts, w, e, ea, s, out); err != nil {
+		return out, fmt.Errorf("moe: %w", err)
 	}
 	return out, nil
 }

@@ -137,7 +137,7 @@ func (b *Backend) traceScores(sc *cuda.Buffer, qt *Tensor, bt *backend.Batch, ld
 		if err := b.s.CopyDtoH(cuda.Bytes(host), sc.Ptr); err != nil {
 			return fmt.Errorf("indexer trace: %w", err)
 		}
-		if err := b.s.Synchronize(); err != nil {
+		if err := b.sync(); err != nil {
 			return fmt.Errorf("indexer trace: %w", err)
 		}
 	}
@@ -148,7 +148,7 @@ func (b *Backend) traceScores(sc *cuda.Buffer, qt *Tensor, bt *backend.Batch, ld
 			if err := b.s.CopyDtoH(cuda.Bytes(qr), qt.Row(row)); err != nil {
 				return fmt.Errorf("indexer trace: %w", err)
 			}
-			if err := b.s.Synchronize(); err != nil {
+			if err := b.sync(); err != nil {
 				return fmt.Errorf("indexer trace: %w", err)
 			}
 			return &backend.OpNonFinite{Component: "indexer scores", Row: row, Stats: st, In: backend.SliceStats(qr)}
@@ -203,6 +203,17 @@ func (b *Backend) SparseAttention(s backend.KVStore, q, kv, sel backend.Tensor, 
 	if kl.kv != nil {
 		ent = kl.kv.Ptr
 	}
-	sh := cuda.AttnShape{Rows: n, Heads: H, D: D, Window: a.Window, Ratio: a.Ratio, Per: max(kl.per, 1), SelCols: selCols, Scale: a.Scale}
+	// The most keys a row can have: the window, plus the selected entries
+	// (ratio 4) or every compressed one up to the step's last position (128;
+	// a recorded step's capacity).
+	maxKeys := a.Window
+	switch a.Ratio {
+	case 4:
+		maxKeys += selCols
+	case 128:
+		maxKeys += db.MaxEnd / 128
+	}
+	sh := cuda.AttnShape{Rows: n, Heads: H, D: D, Window: a.Window, Ratio: a.Ratio, Per: max(kl.per, 1), SelCols: selCols,
+		MaxKeys: maxKeys, Scale: a.Scale}
 	return cuda.SparseAttnF32(b.s, ot.ptr, qt.ptr, kt.ptr, kl.win.Ptr, ent, selPtr, sink.buf.Ptr, db.Seqs, db.Pos, db.Seq, db.Blocks, sh, b.faithful())
 }

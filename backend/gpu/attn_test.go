@@ -185,3 +185,60 @@ func TestAttnScoreCache(t *testing.T) {
 		start += rows
 	}
 }
+
+// TestAttnClusterFit: under KernelChoice.AttnClusterFit the split sparse
+// attention runs clusters of 2 (a window of 128: two key blocks) and 4 (256:
+// four blocks) on decode rows; the outputs match the CPU as the default
+// kernel's do, and the score cache gives the same bits in those clusters.
+func TestAttnClusterFit(t *testing.T) {
+	const D, H = 128, 8
+	for _, W := range []int{128, 256} {
+		t.Run(fmt.Sprint("window ", W), func(t *testing.T) {
+			p := newPair(t, backend.Faithful)
+			g := p.g.(*Backend)
+			defer func() { must(t, g.Context().SetKernelChoice(cuda.KernelChoice{})) }()
+			spec := backend.KVSpec{BlockTokens: 256, MaxBlocks: 4, MaxSlots: 2, Layers: []backend.LayerKV{{Window: W, HeadDim: D}}}
+			var kv kvTwin
+			var err error
+			kv.c, err = p.c.NewKVStore(spec)
+			must(t, err)
+			kv.g, err = p.g.NewKVStore(spec)
+			must(t, err)
+			for s := range spec.MaxSlots {
+				must(t, p.c.ResetSlot(kv.c, s))
+				must(t, p.g.ResetSlot(kv.g, s))
+			}
+			sinkH := p.rand(1, H, 1).host
+			cs := cpu.NewVec(sinkH)
+			gs, err := p.g.NewVec(sinkH)
+			must(t, err)
+			// Two sequences: one past the window, one still filling it.
+			starts := []int{0, 0}
+			for si, rows := range [][]int{{W + 40, 9}, {1, 1}, {1, 1}, {1, 1}} {
+				bt := stepBatch(starts, rows)
+				n := bt.Rows()
+				kvr, q := p.rand(n, D, 1), p.rand(n, H*D, 1)
+				if rows[0] == 1 {
+					a := backend.AttnArgs{Heads: H, HeadDim: D, Window: W, Scale: 0.088, Sink: cs}
+					ga := a
+					ga.Sink = gs
+					o := p.out(n, H*D)
+					must(t, p.c.SparseAttention(kv.c, q.c, kvr.c, nil, a, bt, o.c))
+					must(t, g.Context().SetKernelChoice(cuda.KernelChoice{AttnClusterFit: true}))
+					must(t, p.g.SparseAttention(kv.g, q.g, kvr.g, nil, ga, bt, o.g))
+					p.check(fmt.Sprintf("attention step %d, fitted clusters", si), o, 2e-3)
+					o2 := p.out(n, H*D)
+					must(t, g.Context().SetKernelChoice(cuda.KernelChoice{AttnClusterFit: true, AttnScoreCache: true}))
+					must(t, p.g.SparseAttention(kv.g, q.g, kvr.g, nil, ga, bt, o2.g))
+					sameBits(t, p, fmt.Sprintf("attention step %d, fitted clusters with the score cache", si), o2.g, o.g, true)
+					must(t, g.Context().SetKernelChoice(cuda.KernelChoice{}))
+				}
+				must(t, p.c.WriteWindow(kv.c, 0, kvr.c, bt))
+				must(t, p.g.WriteWindow(kv.g, 0, kvr.g, bt))
+				for i := range starts {
+					starts[i] += rows[i]
+				}
+			}
+		})
+	}
+}

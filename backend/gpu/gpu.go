@@ -33,6 +33,11 @@ type Options struct {
 	// TimeReplays times every graph replay on the device (GraphStats.ReplayMs):
 	// two events a step, so that tools can tell device time from host time.
 	TimeReplays bool
+	// SideStream runs independent ops of small steps on a second stream
+	// beside the main one (backend.SideStream: the shared expert beside the
+	// routed ones). Opt-in until timed on a device (written 2026-12-05
+	// without one).
+	SideStream bool
 }
 
 // Backend is the CUDA backend.
@@ -51,6 +56,7 @@ type Backend struct {
 	rec      *recording         // the step being recorded, if any
 	pdl      bool               // programmatic dependent launch for small steps (pdlFor)
 	drawBuf  *cuda.HostBuffer   // pinned staging of SampleDraw's parameters and ids
+	side     sideStream         // forked ops (side.go)
 	closed   bool
 }
 
@@ -82,7 +88,7 @@ func New(o Options) (*Backend, error) {
 		return nil, fmt.Errorf("gpu backend: %w", err)
 	}
 	pdl := s.SetPDL(!o.NoPDL)
-	b := &Backend{drv: drv, dev: dev, ctx: ctx, s: s, ropes: map[any]*ropeTable{}, pdl: pdl}
+	b := &Backend{drv: drv, dev: dev, ctx: ctx, s: s, ropes: map[any]*ropeTable{}, pdl: pdl, side: sideStream{on: o.SideStream}}
 	b.graphs = graphSet{on: o.Graphs, graphs: map[string]*stepGraph{}, seen: map[string]bool{}, failed: map[string]error{}}
 	if o.Graphs && o.TimeReplays {
 		if b.graphs.timer, err = newReplayTimer(ctx); err != nil {
@@ -115,7 +121,10 @@ func (b *Backend) Close() error {
 		return nil
 	}
 	b.closed = true
-	err := b.s.Synchronize()
+	err := b.sync()
+	if e := b.closeSide(); err == nil {
+		err = e
+	}
 	if e := b.closeGraphs(); err == nil {
 		err = e
 	}
@@ -143,7 +152,16 @@ func (b *Backend) Context() *cuda.Context { return b.ctx }
 func (b *Backend) Stream() *cuda.Stream { return b.s }
 
 // Sync waits for all queued work and reports any asynchronous kernel error.
-func (b *Backend) Sync() error { return b.s.Synchronize() }
+func (b *Backend) Sync() error { return b.sync() }
+
+// sync joins an open fork and waits for the stream: a download or a check
+// may read what the fork wrote.
+func (b *Backend) sync() error {
+	if err := b.Join(); err != nil {
+		return err
+	}
+	return b.s.Synchronize()
+}
 
 // Name implements backend.Backend.
 func (b *Backend) Name() string { return "cuda:" + b.dev.Name }
@@ -342,13 +360,16 @@ func (b *Backend) Download(t backend.Tensor, dst []float32) error {
 	if err != nil {
 		return err
 	}
+	if err := b.Join(); err != nil { // t may come from the open fork
+		return fmt.Errorf("download: %w", err)
+	}
 	if len(dst) != g.rows*g.cols {
 		return fmt.Errorf("download: %d values for %dx%d", len(dst), g.rows, g.cols)
 	}
 	if err := b.s.CopyDtoH(cuda.Bytes(dst), g.ptr); err != nil {
 		return fmt.Errorf("download: %w", err)
 	}
-	return b.s.Synchronize()
+	return b.sync()
 }
 
 // DownloadI32 implements backend.Backend.
@@ -357,13 +378,16 @@ func (b *Backend) DownloadI32(t backend.Tensor, dst []int32) error {
 	if err != nil {
 		return err
 	}
+	if err := b.Join(); err != nil { // t may come from the open fork
+		return fmt.Errorf("download: %w", err)
+	}
 	if len(dst) != g.rows*g.cols {
 		return fmt.Errorf("download: %d values for %dx%d", len(dst), g.rows, g.cols)
 	}
 	if err := b.s.CopyDtoH(cuda.Bytes(dst), g.ptr); err != nil {
 		return fmt.Errorf("download: %w", err)
 	}
-	return b.s.Synchronize()
+	return b.sync()
 }
 
 // Stats implements backend.Backend (NaN tracer path: downloads t).
@@ -380,8 +404,9 @@ func (b *Backend) Stats(t backend.Tensor) backend.Stats {
 }
 
 // scratch allocates a temporary device buffer. Freeing it right after the
-// launches that use it is safe: everything runs on one stream, so a later
-// kernel that reuses the memory is ordered after them.
+// launches that use it is safe: a later kernel of the same stream that reuses
+// the memory is ordered after them, and while a fork runs on the side stream
+// the pool holds freed blocks until the join.
 func (b *Backend) scratch(n int) (*cuda.Buffer, error) {
 	return b.pool().Alloc(max(n, 16))
 }
@@ -411,6 +436,12 @@ func (b *Backend) upload(data []byte) (*cuda.Buffer, error) {
 	if err := b.s.CopyHtoD(buf.Ptr, data); err != nil {
 		buf.Free()
 		return nil, err
+	}
+	if b.side.open { // a table made inside a fork may be read by either stream next
+		if err := b.s.Synchronize(); err != nil {
+			buf.Free()
+			return nil, err
+		}
 	}
 	return buf, nil
 }

@@ -222,6 +222,9 @@ func (b *Backend) record(bt *backend.Batch, ids []int32, capacity int, forward f
 		return nil, err
 	}
 	out, ferr := forward()
+	if err := b.Join(); ferr == nil { // a capture ends only with its forks joined
+		ferr = err
+	}
 	graph, cerr := b.s.EndCapture()
 	b.rec = nil
 	if ferr == nil && cerr != nil {
@@ -334,6 +337,24 @@ func (b *Backend) closeGraphs() error {
 	if g.arena != nil {
 		return g.arena.Trim()
 	}
+	return nil
+}
+
+// DropGraphs discards every recorded step; later steps record anew (the
+// second time a layout is seen). A replay runs the kernels it captured, so a
+// tool that changes the kernel choice or the side stream between runs drops
+// them first. The counts of GraphStats go on.
+func (b *Backend) DropGraphs() error {
+	if err := b.sync(); err != nil {
+		return err
+	}
+	g := &b.graphs
+	for k, sg := range g.graphs {
+		sg.free()
+		delete(g.graphs, k)
+	}
+	clear(g.seen)
+	clear(g.failed)
 	return nil
 }
 

@@ -13,7 +13,16 @@ import (
 // with the same bytes in use. model's TestForwardFreesTemporaries checks the
 // model's own tensors on the CPU; this one also covers the backend's scratch.
 func TestStepsReturnPoolMemory(t *testing.T) {
-	g := openGPU(t, Options{})
+	for _, side := range []bool{false, true} {
+		t.Run(map[bool]string{false: "main stream", true: "side stream"}[side], func(t *testing.T) {
+			stepsReturnPoolMemory(t, openGPU(t, Options{SideStream: side}))
+		})
+	}
+}
+
+// stepsReturnPoolMemory: with the side stream, forks hold the blocks freed
+// meanwhile until their join, which must release them all.
+func stepsReturnPoolMemory(t *testing.T, g *Backend) {
 	c := synth.Config()
 	m, err := model.New(synth.Weights(c, 1, synth.Options{}), g, model.Options{CacheBytes: 64 << 20})
 	if err != nil {

@@ -392,6 +392,11 @@ func (b *Backend) experts(f backend.Tensor, e backend.Experts, weights, ids back
 		}
 	}
 	if sp != 0 {
+		// shared may come from the open fork (backend.SideStream): the
+		// routed experts above ran beside it.
+		if err := b.Join(); err != nil {
+			return fmt.Errorf("experts: %w", err)
+		}
 		err = cuda.MoECombineShared(b.s, at.ptr, y, lids, inv, sp, n, K, d, exact, b.faithful())
 	} else {
 		err = cuda.MoECombine(b.s, at.ptr, y, lids, inv, n, K, d, exact)
@@ -416,7 +421,7 @@ func (b *Backend) traceExperts(E, K, nk, d, I int, offsets, perm, xg, gf, uf, h,
 			return fmt.Errorf("experts trace: %w", err)
 		}
 	}
-	if err := b.s.Synchronize(); err != nil {
+	if err := b.sync(); err != nil {
 		return fmt.Errorf("experts trace: %w", err)
 	}
 	if int(off[E]) != nk && !partial {
@@ -455,7 +460,7 @@ func (b *Backend) localIDs(ids cuda.DevicePtr, nk, E int, a backend.ExpertsArgs)
 	if err := b.s.CopyDtoH(cuda.Bytes(v), ids); err != nil {
 		return 0, nil, fmt.Errorf("experts ids: %w", err)
 	}
-	if err := b.s.Synchronize(); err != nil {
+	if err := b.sync(); err != nil {
 		return 0, nil, fmt.Errorf("experts ids: %w", err)
 	}
 	for i, id := range v {

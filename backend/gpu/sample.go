@@ -53,7 +53,7 @@ func (b *Backend) SampleDraw(logits backend.Tensor, d []backend.Draw, ids []int3
 	// From the upload on, an error return first waits for the stream, so that
 	// no copy still uses the pinned staging or the scratch.
 	fail := func(err error) error {
-		_ = b.s.Synchronize()
+		_ = b.sync()
 		return fmt.Errorf("sample draw: %w", err)
 	}
 	if err := b.s.CopyHtoD(dev, host); err != nil {
@@ -68,7 +68,7 @@ func (b *Backend) SampleDraw(logits backend.Tensor, d []backend.Draw, ids []int3
 	if err := b.s.CopyDtoH(got, out); err != nil {
 		return fail(err)
 	}
-	if err := b.s.Synchronize(); err != nil {
+	if err := b.sync(); err != nil {
 		return fmt.Errorf("sample draw: %w", err)
 	}
 	for i := range ids {

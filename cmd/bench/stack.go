@@ -33,10 +33,11 @@ type stackFlags struct {
 	seed                             uint64
 	mtp, trace, profile, graphs, pdl bool
 	draw                             bool
-	timeGraphs                       bool
+	timeGraphs, side                 bool
 	tp                               int
 	reserveGiB                       float64
 	kernelOpts                       cuda.KernelChoice // --kernel-opts
+	variants                         []variant         // --variants
 	// corrupt, if set (tests), edits the weights before the model is built.
 	corrupt func(*checkpoint.Weights)
 }
@@ -63,16 +64,23 @@ func parseStack(args []string, stderr io.Writer) (*stackFlags, error) {
 	fs.BoolVar(&f.trace, "trace-nonfinite", false, "check every sub-layer for NaN/Inf from the start (otherwise only on a rerun after a failure)")
 	fs.BoolVar(&f.graphs, "cuda-graphs", true, "record decode steps as CUDA graphs and replay them (not with --profile)")
 	fs.BoolVar(&f.pdl, "pdl", true, "launch kernels with programmatic dependent launch (sm_90+)")
+	fs.BoolVar(&f.side, "side-stream", false, "run independent ops of steps up to 64 rows on a second stream (the shared expert beside the routed ones, the kv epilogue, compressors and indexer weights beside the q path; opt-in until timed)")
 	fs.BoolVar(&f.profile, "profile", false, "time every backend op (synchronised) and print the prefill and decode breakdowns")
 	fs.IntVar(&f.tp, "tensor-parallel", 1, "ranks (GPUs 0..N-1 over NCCL with --device cuda, else CPU backends); needs --layers unless --preset small or small-tp")
 	fs.Float64Var(&f.reserveGiB, "reserve-gib", 8, "GPU memory kept free for activations when --layers is 0")
 	opts := fs.String("kernel-opts", "", "comma-separated opt-in kernels of the cuda device, to time against the defaults: "+strings.Join(kernelOptNames(), ", "))
+	vars := fs.String("variants", "", "time the plan once per variant on one model (weights generated once): runs separated by ';', each 'label=names' or 'names', names from --kernel-opts plus 'side' (the side stream), '' or 'default' for neither; e.g. 'default;side;hc-fast;all=hc-fast,attn-sc,side;default'")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
 	}
 	var err error
 	if f.kernelOpts, err = parseKernelOpts(*opts); err != nil {
 		return nil, err
+	}
+	if *vars != "" {
+		if f.variants, err = parseVariants(*vars); err != nil {
+			return nil, err
+		}
 	}
 	if fs.NArg() > 0 {
 		return nil, fmt.Errorf("unexpected arguments %q", fs.Args())
@@ -92,6 +100,8 @@ func parseStack(args []string, stderr io.Writer) (*stackFlags, error) {
 		return nil, errors.New("--tensor-parallel > 1 needs --layers N")
 	case f.tp > 1 && (f.profile || f.trace):
 		return nil, errors.New("--profile and --trace-nonfinite run on one rank only")
+	case f.variants != nil && (f.tp > 1 || f.profile || f.trace || f.device != "cuda" || *opts != "" || f.side):
+		return nil, errors.New("--variants runs on one CUDA device, without --profile, --trace-nonfinite, --kernel-opts or --side-stream (each variant sets its own)")
 	}
 	if f.format != checkpoint.GenOfficial && f.format != checkpoint.GenNVFP4 {
 		return nil, fmt.Errorf("--format %q, want %s or %s", f.format, checkpoint.GenOfficial, checkpoint.GenNVFP4)
@@ -208,9 +218,16 @@ func stack(f *stackFlags, stdout, stderr io.Writer) error {
 			return fmt.Errorf("copy bandwidth: %w", err)
 		}
 	}
+	g, onGPU := be.(*gpu.Backend)
+	if f.variants != nil {
+		defer closeBE()
+		if !onGPU {
+			return errors.New("--variants needs the cuda device")
+		}
+		return runVariants(m, g, f, c, formats, copyGBs, stdout)
+	}
 	r, err := runPlan(m, f, prof, nil)
 	graphs := ""
-	g, onGPU := be.(*gpu.Backend)
 	if onGPU {
 		graphs = fmt.Sprintf("programmatic dependent launch: %v (steps of <= 16 rows)\n", g.PDL())
 	}
@@ -252,14 +269,7 @@ func stack(f *stackFlags, stdout, stderr io.Writer) error {
 		return fmt.Errorf("profile: %w", prof.err)
 	}
 	r.print(stdout, f)
-	if copyGBs > 0 && len(r.steps) > 0 {
-		fb := decodeFloorBytes(c, formats, f.batch)
-		floor := float64(fb) / (copyGBs * 1e9)
-		s := slices.Clone(r.steps)
-		slices.Sort(s)
-		fmt.Fprintf(stdout, "decode floor: %s of weights per step at the copy rate %.0f GB/s = %.3f ms; step median %.2f× the floor\n",
-			gib(fb), copyGBs, floor*1e3, s[len(s)/2].Seconds()/floor)
-	}
+	printFloor(stdout, r, c, formats, f.batch, copyGBs)
 	fmt.Fprint(stdout, graphs)
 	if prof != nil {
 		fmt.Fprintln(stdout, r.profiles)
@@ -271,7 +281,7 @@ func openBackend(f *stackFlags) (backend.Backend, func(), error) {
 	if f.device == "cpu" {
 		return cpu.New(cpu.Options{Threads: f.threads}), func() {}, nil
 	}
-	g, err := gpu.New(gpu.Options{Graphs: f.graphs, NoPDL: !f.pdl, TimeReplays: f.timeGraphs})
+	g, err := gpu.New(gpu.Options{Graphs: f.graphs, NoPDL: !f.pdl, TimeReplays: f.timeGraphs, SideStream: f.side})
 	if err != nil {
 		return nil, nil, fmt.Errorf("--device cuda: %w", err)
 	}
@@ -530,6 +540,7 @@ var kernelOpts = map[string]func(*cuda.KernelChoice){
 	"f32-dec":   func(k *cuda.KernelChoice) { k.F32Dec = true },
 	"dec-ring8": func(k *cuda.KernelChoice) { k.BF16DecRing8 = true },
 	"attn-sc":   func(k *cuda.KernelChoice) { k.AttnScoreCache = true },
+	"attn-fit":  func(k *cuda.KernelChoice) { k.AttnClusterFit = true },
 }
 
 func kernelOptNames() []string {

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"io"
+	"reflect"
 	"regexp"
 	"slices"
 	"strconv"
@@ -215,5 +216,35 @@ func TestParseKernelOpts(t *testing.T) {
 	}
 	if _, err := parseStack([]string{"--kernel-opts", "bogus"}, io.Discard); err == nil {
 		t.Error("bench stack accepted --kernel-opts bogus")
+	}
+}
+
+// TestParseVariants: --variants names each run's opt-in kernels and side
+// stream, labels them, and refuses what it cannot combine with.
+func TestParseVariants(t *testing.T) {
+	got, err := parseVariants("default; side ;hc-fast,attn-fit;all=hc-fast,side;")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []variant{
+		{label: "default"},
+		{label: "side", side: true},
+		{label: "hc-fast,attn-fit", choice: cuda.KernelChoice{HcFast: true, AttnClusterFit: true}},
+		{label: "all", choice: cuda.KernelChoice{HcFast: true}, side: true},
+		{label: "default"},
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("parseVariants = %+v\nwant %+v", got, want)
+	}
+	for _, args := range [][]string{
+		{"--variants", "nope"},
+		{"--variants", "side", "--kernel-opts", "hc-fast"},
+		{"--variants", "side", "--side-stream"},
+		{"--variants", "side", "--device", "cpu"},
+		{"--variants", "side", "--profile"},
+	} {
+		if _, err := parseStack(args, io.Discard); err == nil {
+			t.Errorf("bench stack accepted %q", args)
+		}
 	}
 }

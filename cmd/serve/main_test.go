@@ -47,7 +47,7 @@ func TestParseFlags(t *testing.T) {
 // back to the CPU (nil backend).
 func TestPickBackend(t *testing.T) {
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	if be, err := pickBackend("cpu", true, log); be != nil || err != nil {
+	if be, err := pickBackend("cpu", gpu.Options{Graphs: true}, log); be != nil || err != nil {
 		t.Fatalf("cpu: %v, %v", be, err)
 	}
 	g, gerr := gpu.New(gpu.Options{})
@@ -55,10 +55,10 @@ func TestPickBackend(t *testing.T) {
 		g.Close()
 		t.Skip("a GPU is usable here")
 	}
-	if _, err := pickBackend("cuda", true, log); err == nil || !strings.Contains(err.Error(), "--device cuda") {
+	if _, err := pickBackend("cuda", gpu.Options{Graphs: true}, log); err == nil || !strings.Contains(err.Error(), "--device cuda") {
 		t.Errorf("cuda without GPU: %v", err)
 	}
-	if be, err := pickBackend("auto", true, log); be != nil || err != nil {
+	if be, err := pickBackend("auto", gpu.Options{Graphs: true}, log); be != nil || err != nil {
 		t.Errorf("auto without GPU: %v, %v", be, err)
 	}
 }

@@ -491,7 +491,8 @@ extern "C" __global__ void __launch_bounds__(1024) indexer_topk_f32(
 // leaves score (key, head) on lane key*8+head), the online softmax of
 // backend/cpu per head (warp h), then P·V with every key row read once per
 // thread column. sparse_attn_f32 runs all keys; sparse_attn_split_f32
-// (sm_90) splits the blocks of a row over a cluster of AT_NC CTAs and
+// (sm_90) splits the blocks of a row over a cluster of NC (AT_NC, or 2 or 4
+// where a row has few key blocks: KernelChoice.AttnClusterFit) CTAs and
 // combines through distributed shared memory in rank order. Faithful mode
 // first exchanges per-CTA score maxima, so every CTA starts its online
 // softmax from the true running max of the blocks before it and rounds P to
@@ -589,7 +590,7 @@ struct AttnScoreCache {
 	float sc[AT_SC][AT_HG][64];
 };
 
-template <bool SPLIT, bool SC = false>
+template <bool SPLIT, bool SC = false, int NC = AT_NC>
 DEV void attn_body(float* __restrict__ out, const float* __restrict__ q, const float* __restrict__ kv,
 	const float* __restrict__ ring, const float* __restrict__ ent, const int* __restrict__ sel, int selCols,
 	const float* __restrict__ sink, const int* __restrict__ seqs, const int* __restrict__ pos,
@@ -616,7 +617,7 @@ DEV void attn_body(float* __restrict__ out, const float* __restrict__ q, const f
 	const int nkeys = winLen + ncomp;
 	const int nb = (nkeys + 63) >> 6;
 	int blo = 0, bhi = nb;
-	if (SPLIT) { blo = rank * nb / AT_NC; bhi = (rank + 1) * nb / AT_NC; }
+	if (SPLIT) { blo = rank * nb / NC; bhi = (rank + 1) * nb / NC; }
 	for (int i = tid; i < AT_HG * D4; i += AT_THREADS) {
 		const int h = i / D4;
 		qs4[i] = h0 + h < H ? reinterpret_cast<const float4*>(q + ((size_t)row * H + h0 + h) * D)[i - h * D4] : f4zero();
@@ -794,15 +795,15 @@ DEV void attn_body(float* __restrict__ out, const float* __restrict__ q, const f
 	}
 	cluster_sync();
 	if (tid < AT_HG) {
-		float mc[AT_NC], mf = NEG_INF;
+		float mc[NC], mf = NEG_INF;
 #pragma unroll
-		for (int c = 0; c < AT_NC; c++) {
+		for (int c = 0; c < NC; c++) {
 			mc[c] = ld_dsmem(dsmem(&sm.m[tid], c));
 			mf = fmaxf(mf, mc[c]);
 		}
 		float lt = 0.0f;
 #pragma unroll
-		for (int c = 0; c < AT_NC; c++) {
+		for (int c = 0; c < NC; c++) {
 			const float f = mc[c] == NEG_INF ? 0.0f : exp32(mc[c] - mf);
 			sm.f[c][tid] = f;
 			lt += f * ld_dsmem(dsmem(&sm.l[tid], c));
@@ -810,13 +811,13 @@ DEV void attn_body(float* __restrict__ out, const float* __restrict__ q, const f
 		sm.lf[tid] = h0 + tid < H ? lt + exp32(sink[h0 + tid] - mf) : 1.0f;
 	}
 	__syncthreads();
-	const int dsl = D / AT_NC;
+	const int dsl = D / NC;
 	for (int e = tid; e < AT_HG * dsl; e += AT_THREADS) {
 		const int h = e / dsl, dd = rank * dsl + (e - h * dsl);
 		if (h0 + h >= H) continue;
 		float s = 0.0f;
 #pragma unroll
-		for (int c = 0; c < AT_NC; c++) s += sm.f[c][h] * ld_dsmem(dsmem(pa + (size_t)h * D + dd, c));
+		for (int c = 0; c < NC; c++) s += sm.f[c][h] * ld_dsmem(dsmem(pa + (size_t)h * D + dd, c));
 		out[((size_t)row * H + h0 + h) * D + dd] = rbf(s / sm.lf[h], faithful);
 	}
 	cluster_sync(); // keep this CTA's shared memory alive until every rank has read it
@@ -835,15 +836,15 @@ extern "C" __global__ void __launch_bounds__(AT_THREADS) sparse_attn_f32(
 		faithful, blockIdx.x, blockIdx.y, 0);
 }
 
-// Grid (AT_NC·groups, rows): the AT_NC consecutive CTAs along x of one
-// (row, head group) form a cluster. sm_90+ only (the launcher checks).
+// Grid (NC·groups, rows): the NC consecutive CTAs along x of one (row, head
+// group) form a cluster. sm_90+ only (the launcher checks).
 #ifdef AT_CLUSTER
-#define AT_SPLIT_ATTRS __cluster_dims__(AT_NC, 1, 1) __launch_bounds__(AT_THREADS)
+#define AT_SPLIT_ATTRS(NC) __cluster_dims__(NC, 1, 1) __launch_bounds__(AT_THREADS)
 #else
-#define AT_SPLIT_ATTRS __launch_bounds__(AT_THREADS)
+#define AT_SPLIT_ATTRS(NC) __launch_bounds__(AT_THREADS)
 #endif
-#define AT_SPLIT_KERNEL(name, SC)                                                                                      \
-	extern "C" __global__ void AT_SPLIT_ATTRS name(float* __restrict__ out, const float* __restrict__ q,               \
+#define AT_SPLIT_KERNEL(name, SC, NC)                                                                                  \
+	extern "C" __global__ void AT_SPLIT_ATTRS(NC) name(float* __restrict__ out, const float* __restrict__ q,           \
 		const float* __restrict__ kv, const float* __restrict__ ring, const float* __restrict__ ent,                   \
 		const int* __restrict__ sel, int selCols, const float* __restrict__ sink, const int* __restrict__ seqs,      \
 		const int* __restrict__ pos, const int* __restrict__ seqOf, const int* __restrict__ blocks, int rows, int H,  \
@@ -851,14 +852,19 @@ extern "C" __global__ void __launch_bounds__(AT_THREADS) sparse_attn_f32(
 	{                                                                                                                  \
 		PDL_ENTRY();                                                                                                   \
 		(void)rows;                                                                                                    \
-		AT_SPLIT_BODY(SC);                                                                                             \
+		AT_SPLIT_BODY(SC, NC);                                                                                         \
 	}
 #ifdef AT_CLUSTER
-#define AT_SPLIT_BODY(SC) attn_body<true, SC>(out, q, kv, ring, ent, sel, selCols, sink, seqs, pos, seqOf, blocks, H, D, \
-	W, ratio, per, scale, faithful, blockIdx.y, blockIdx.x / AT_NC, (int)cluster_rank())
+#define AT_SPLIT_BODY(SC, NC) attn_body<true, SC, NC>(out, q, kv, ring, ent, sel, selCols, sink, seqs, pos, seqOf,     \
+	blocks, H, D, W, ratio, per, scale, faithful, blockIdx.y, blockIdx.x / NC, (int)cluster_rank())
 #else
-#define AT_SPLIT_BODY(SC) __trap()
+#define AT_SPLIT_BODY(SC, NC) __trap()
 #endif
-AT_SPLIT_KERNEL(sparse_attn_split_f32, false)
+AT_SPLIT_KERNEL(sparse_attn_split_f32, false, AT_NC)
 // KernelChoice.AttnScoreCache: pass 2 takes pass 1's scores of the first AT_SC blocks.
-AT_SPLIT_KERNEL(sparse_attn_split_sc_f32, true)
+AT_SPLIT_KERNEL(sparse_attn_split_sc_f32, true, AT_NC)
+// KernelChoice.AttnClusterFit: clusters of 2 or 4 for rows with few key blocks.
+AT_SPLIT_KERNEL(sparse_attn_split2_f32, false, 2)
+AT_SPLIT_KERNEL(sparse_attn_split4_f32, false, 4)
+AT_SPLIT_KERNEL(sparse_attn_split2_sc_f32, true, 2)
+AT_SPLIT_KERNEL(sparse_attn_split4_sc_f32, true, 4)

@@ -1,0 +1,106 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"slices"
+	"strings"
+
+	"github.com/megamoe/megamoe/backend/gpu"
+	"github.com/megamoe/megamoe/checkpoint"
+	"github.com/megamoe/megamoe/cuda"
+	"github.com/megamoe/megamoe/engine"
+)
+
+// variant is one run of --variants: the opt-in kernels and the side stream.
+type variant struct {
+	label  string
+	choice cuda.KernelChoice
+	side   bool
+}
+
+// parseVariants reads --variants: runs separated by ';', each "label=names"
+// or just "names" (its own label), names as --kernel-opts takes them plus
+// "side" (the side stream); "" or "default" is the default run.
+func parseVariants(list string) ([]variant, error) {
+	var vs []variant
+	for _, item := range strings.Split(list, ";") {
+		item = strings.TrimSpace(item)
+		label, names, ok := strings.Cut(item, "=")
+		if !ok {
+			names = item
+		}
+		label = strings.TrimSpace(label)
+		var v variant
+		var opts []string
+		for _, n := range strings.Split(names, ",") {
+			switch n = strings.TrimSpace(n); n {
+			case "", "default":
+			case "side":
+				v.side = true
+			default:
+				opts = append(opts, n)
+			}
+		}
+		var err error
+		if v.choice, err = parseKernelOpts(strings.Join(opts, ",")); err != nil {
+			return nil, fmt.Errorf("--variants %q: %w", item, err)
+		}
+		if v.label = label; v.label == "" {
+			v.label = "default"
+		}
+		vs = append(vs, v)
+	}
+	return vs, nil
+}
+
+// runVariants times the plan once per variant on one model: the weights are
+// generated and uploaded once, and every variant runs in the same process
+// (fresh sequences, its own warm-up and graph recordings).
+func runVariants(m engine.Stepper, g *gpu.Backend, f *stackFlags, c *checkpoint.Config, formats checkpoint.FormatFunc,
+	copyGBs float64, stdout io.Writer) error {
+	var errs []error
+	for _, v := range f.variants {
+		if err := g.Context().SetKernelChoice(v.choice); err != nil {
+			return err
+		}
+		if err := g.SetSideStream(v.side); err != nil {
+			return err
+		}
+		if err := g.DropGraphs(); err != nil {
+			return err
+		}
+		fmt.Fprintf(stdout, "variant %s\n", v.label)
+		before := g.GraphStats()
+		r, err := runPlan(m, f, nil, nil)
+		if st := g.GraphStats(); f.graphs {
+			fmt.Fprintf(stdout, "cuda graphs: %d recorded, %d steps replayed, %d eager\n",
+				st.Recorded-before.Recorded, st.Replayed-before.Replayed, st.Eager-before.Eager)
+			for _, e := range st.Failed {
+				fmt.Fprintln(stdout, "cuda graph not recorded: "+e)
+			}
+		}
+		if err != nil {
+			fmt.Fprintf(stdout, "variant %s failed: %v\n", v.label, err)
+			errs = append(errs, fmt.Errorf("variant %s: %w", v.label, err))
+			continue
+		}
+		r.print(stdout, f)
+		printFloor(stdout, r, c, formats, f.batch, copyGBs)
+	}
+	return errors.Join(errs...)
+}
+
+// printFloor prints the decode steps' median against the weight-read floor.
+func printFloor(out io.Writer, r *stackResult, c *checkpoint.Config, formats checkpoint.FormatFunc, batch int, copyGBs float64) {
+	if copyGBs <= 0 || len(r.steps) == 0 {
+		return
+	}
+	fb := decodeFloorBytes(c, formats, batch)
+	floor := float64(fb) / (copyGBs * 1e9)
+	s := slices.Clone(r.steps)
+	slices.Sort(s)
+	fmt.Fprintf(out, "decode floor: %s of weights per step at the copy rate %.0f GB/s = %.3f ms; step median %.2f× the floor\n",
+		gib(fb), copyGBs, floor*1e3, s[len(s)/2].Seconds()/floor)
+}
