@@ -74,20 +74,20 @@ func runVariants(m engine.Stepper, g *gpu.Backend, f *stackFlags, c *checkpoint.
 		fmt.Fprintf(stdout, "variant %s\n", v.label)
 		before := g.GraphStats()
 		r, err := runPlan(m, f, nil, nil)
+		if err != nil {
+			fmt.Fprintf(stdout, "variant %s failed: %v\n", v.label, err)
+			errs = append(errs, fmt.Errorf("variant %s: %w", v.label, err))
+		} else {
+			r.print(stdout, f)
+			printFloor(stdout, r, c, formats, f.batch, copyGBs)
+		}
 		if st := g.GraphStats(); f.graphs {
-			fmt.Fprintf(stdout, "cuda graphs: %d recorded, %d steps replayed, %d eager\n",
+			fmt.Fprintf(stdout, "cuda graphs: %d recorded, %d steps replayed, %d eager (the prefills too)\n",
 				st.Recorded-before.Recorded, st.Replayed-before.Replayed, st.Eager-before.Eager)
 			for _, e := range st.Failed {
 				fmt.Fprintln(stdout, "cuda graph not recorded: "+e)
 			}
 		}
-		if err != nil {
-			fmt.Fprintf(stdout, "variant %s failed: %v\n", v.label, err)
-			errs = append(errs, fmt.Errorf("variant %s: %w", v.label, err))
-			continue
-		}
-		r.print(stdout, f)
-		printFloor(stdout, r, c, formats, f.batch, copyGBs)
 	}
 	return errors.Join(errs...)
 }
