@@ -49,4 +49,4 @@ fi
 # CPU twin, every backend op on tiny shapes (CheckOps), the fused hc, norm
 # and elementwise ops, graphs and error paths.
 go test -count=1 -timeout 120m -run 'TestKernelsVsCPU|TestGraphReplay|TestStreamForkJoin|TestPoolHold|TestErrorsNameCallAndCode|TestCopiesMemsetPinned' ./cuda
-go test -count=1 -timeout 120m -run 'TestCheckOpsTiny|TestElementwiseOps|TestEmbedAndRope|TestHeadNorm|TestHcPreHead' ./backend/gpu
+go test -count=1 -timeout 120m -run 'TestCheckOpsTiny|TestElementwiseOps|TestEmbedAndRope|TestHeadNorm|TestHcPreHead|TestForkRules' ./backend/gpu

@@ -25,7 +25,7 @@ on() { [[ $steps == *" $1 "* ]]; }
 if on tests; then
 	timeout 200 ./cuda.test -test.v -test.run 'TestKernelsVsCPU|TestKernelResources|TestPlanBF16Dec|TestStreamForkJoin|TestPoolHold|TestAttnClusterFit' >"$out/cuda.txt" 2>&1
 	log "cuda.test rc=$? ($(grep -c -- '--- PASS' "$out/cuda.txt") passed, $(grep -c -- '--- FAIL' "$out/cuda.txt") failed)"
-	timeout 240 ./gpu.test -test.v -test.run 'TestLinears|TestHc|TestKVStoreSteps|TestAttnScoreCache|TestAttnClusterFit|TestExperts|TestSideStreamSameBits|TestStepsReturnPoolMemory|TestRegressionPromptsOnGPU|TestSmallModelEndToEnd|TestGreedyExact|TestRecordedDecodeSteps' >"$out/gpu.txt" 2>&1
+	timeout 240 ./gpu.test -test.v -test.run 'TestLinears|TestHc|TestKVStoreSteps|TestAttnScoreCache|TestAttnClusterFit|TestExperts|TestForkRules|TestSideStreamSameBits|TestStepsReturnPoolMemory|TestRegressionPromptsOnGPU|TestSmallModelEndToEnd|TestGreedyExact|TestRecordedDecodeSteps' >"$out/gpu.txt" 2>&1
 	log "gpu.test rc=$? ($(grep -c -- '--- PASS' "$out/gpu.txt") passed, $(grep -c -- '--- FAIL' "$out/gpu.txt") failed)"
 fi
 if on kernels; then

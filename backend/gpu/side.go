@@ -23,6 +23,7 @@ type sideStream struct {
 	s          *cuda.Stream
 	fork, done *cuda.Event
 	open       bool
+	inFn       bool       // issuing the fork's ops: a Join now (a sync inside an op) must not end it
 	pool       *cuda.Pool // held while open
 	forks      int        // forks run on the side stream (tests)
 }
@@ -54,9 +55,9 @@ func (b *Backend) Fork(rows int, bt *backend.Batch, fn func() error) error {
 	sd.pool, sd.open = b.pool(), true
 	sd.forks++
 	sd.pool.Hold()
-	b.s = sd.s
+	b.s, sd.inFn = sd.s, true
 	err := fn()
-	b.s = main
+	b.s, sd.inFn = main, false
 	if e := sd.done.Record(sd.s); err == nil && e != nil {
 		err = fmt.Errorf("fork: %w", e)
 	}
@@ -72,7 +73,7 @@ func (b *Backend) Fork(rows int, bt *backend.Batch, fn func() error) error {
 // stream's work, and the blocks freed meanwhile go back to the pool.
 func (b *Backend) Join() error {
 	sd := &b.side
-	if !sd.open {
+	if !sd.open || sd.inFn {
 		return nil
 	}
 	sd.open = false

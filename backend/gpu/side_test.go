@@ -1,9 +1,11 @@
 package gpu
 
 import (
+	"errors"
 	"math"
 	"testing"
 
+	"github.com/megamoe/megamoe/cuda"
 	"github.com/megamoe/megamoe/engine"
 	"github.com/megamoe/megamoe/kvcache"
 	"github.com/megamoe/megamoe/model"
@@ -99,4 +101,54 @@ func TestSideStreamSameBits(t *testing.T) {
 	if st := runs[2].g.GraphStats(); st.Replayed == 0 || len(st.Failed) > 0 {
 		t.Errorf("side, graphs: no step replayed or a recording failed: %+v", st)
 	}
+}
+
+// TestForkRules: what Fork and Join promise besides the bits: a sync inside
+// the fork's ops does not end it, a fork inside a fork or above sideMaxRows
+// rows runs in order, an error joins at once, and a block the fork frees is
+// not handed out before the join.
+func TestForkRules(t *testing.T) {
+	g := openGPU(t, Options{SideStream: true})
+	must(t, g.Fork(1, nil, func() error {
+		if err := g.Sync(); err != nil {
+			return err
+		}
+		return g.Fork(1, nil, func() error { // nested: in order, on the side stream
+			if g.s != g.side.s {
+				t.Error("a nested fork left the side stream")
+			}
+			return nil
+		})
+	}))
+	if !g.side.open || g.side.forks != 1 {
+		t.Fatalf("after a fork whose ops synced: open %v, %d forks; want open, 1", g.side.open, g.side.forks)
+	}
+	must(t, g.Join())
+	if g.side.open {
+		t.Fatal("Join left the fork open")
+	}
+	must(t, g.Fork(sideMaxRows+1, nil, func() error { return nil }))
+	if g.side.open || g.side.forks != 1 {
+		t.Error("a step above sideMaxRows rows forked")
+	}
+	bad := errors.New("op failed")
+	if err := g.Fork(1, nil, func() error { return bad }); !errors.Is(err, bad) || g.side.open {
+		t.Errorf("failing fork: %v, open %v; want the op's error and the fork joined", err, g.side.open)
+	}
+	var freed cuda.DevicePtr
+	must(t, g.Fork(1, nil, func() error {
+		buf, err := g.scratch(4096)
+		if err == nil {
+			freed = buf.Ptr
+			buf.Free()
+		}
+		return err
+	}))
+	buf, err := g.scratch(4096)
+	must(t, err)
+	if buf.Ptr == freed {
+		t.Error("a block freed inside the fork was reused before the join")
+	}
+	buf.Free()
+	must(t, g.Join())
 }
