@@ -5,8 +5,10 @@
 # after their tests. Build here, carry bin, run there:
 #   go test -c -ldflags="-s -w" -o bin/cuda.test ./cuda && go test -c -ldflags="-s -w" -o bin/gpu.test ./backend/gpu &&
 #   go build -ldflags="-s -w" -o bin/bench ./cmd/bench && cp scripts/optin-device.sh scripts/ncu_steps.py bin/
-#   (device) cd bin && ./optin-device.sh OUT        # ~8-10 minutes; OUT.tgz is the one file to bring back
-# STEPS picks parts (default "tests kernels stacks ncu"), e.g. to split the run over two calls.
+#   (device) cd bin && STEPS="tests kernels" ./optin-device.sh OUT1    # ~6 minutes
+#   (device) cd bin && STEPS="stacks ncu" ./optin-device.sh OUT2       # ~8 minutes
+# (about 14 minutes in all, more than one call's 10: hence two; each OUTn.tgz is the one file to bring back).
+# STEPS picks parts (default "tests kernels stacks ncu").
 # Keep an opt-in as the default only if its tests pass and its stacks beat the
 # default in this same call (docs/performance.md, 2026-12-05c).
 set -u
