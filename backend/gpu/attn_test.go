@@ -28,15 +28,7 @@ func TestKVStoreSteps(t *testing.T) {
 			p := newPair(t, mode)
 			fr, err := rope.New(RD, 10000, nil)
 			must(t, err)
-			var kv kvTwin
-			kv.c, err = p.c.NewKVStore(spec)
-			must(t, err)
-			kv.g, err = p.g.NewKVStore(spec)
-			must(t, err)
-			for s := range spec.MaxSlots {
-				must(t, p.c.ResetSlot(kv.c, s))
-				must(t, p.g.ResetSlot(kv.g, s))
-			}
+			kv := newKVTwin(t, p, spec)
 			type params struct {
 				cm, gm backend.Mat
 				cn, gn backend.Vec
@@ -198,16 +190,7 @@ func TestAttnClusterFit(t *testing.T) {
 			g := p.g.(*Backend)
 			defer func() { must(t, g.Context().SetKernelChoice(cuda.KernelChoice{})) }()
 			spec := backend.KVSpec{BlockTokens: 256, MaxBlocks: 4, MaxSlots: 2, Layers: []backend.LayerKV{{Window: W, HeadDim: D}}}
-			var kv kvTwin
-			var err error
-			kv.c, err = p.c.NewKVStore(spec)
-			must(t, err)
-			kv.g, err = p.g.NewKVStore(spec)
-			must(t, err)
-			for s := range spec.MaxSlots {
-				must(t, p.c.ResetSlot(kv.c, s))
-				must(t, p.g.ResetSlot(kv.g, s))
-			}
+			kv := newKVTwin(t, p, spec)
 			sinkH := p.rand(1, H, 1).host
 			cs := cpu.NewVec(sinkH)
 			gs, err := p.g.NewVec(sinkH)
@@ -241,4 +224,20 @@ func TestAttnClusterFit(t *testing.T) {
 			}
 		})
 	}
+}
+
+// newKVTwin makes the CPU's and the GPU's store of spec, every slot reset.
+func newKVTwin(t *testing.T, p *pair, spec backend.KVSpec) kvTwin {
+	t.Helper()
+	var kv kvTwin
+	var err error
+	kv.c, err = p.c.NewKVStore(spec)
+	must(t, err)
+	kv.g, err = p.g.NewKVStore(spec)
+	must(t, err)
+	for s := range spec.MaxSlots {
+		must(t, p.c.ResetSlot(kv.c, s))
+		must(t, p.g.ResetSlot(kv.g, s))
+	}
+	return kv
 }
