@@ -1,7 +1,9 @@
 // Package gpu implements backend.Backend on an NVIDIA GPU with MegaMoE's own
 // CUDA kernels (package cuda): every op of the forward pass is one or a few
 // kernel launches on a single stream, so ops are ordered without host waits;
-// the host synchronises only to download results.
+// the host synchronises only to download results. With Options.SideStream,
+// small steps run independent ops on a second stream, ordered by events
+// (side.go).
 //
 // Activations are fp32 (I32 for ids) device buffers, exactly like the CPU
 // reference: in faithful mode the kernels round to bf16, quantise to FP8/FP4
