@@ -371,7 +371,7 @@ func (b *Backend) Download(t backend.Tensor, dst []float32) error {
 	if err := b.s.CopyDtoH(cuda.Bytes(dst), g.ptr); err != nil {
 		return fmt.Errorf("download: %w", err)
 	}
-	return b.sync()
+	return b.s.Synchronize() // joined above
 }
 
 // DownloadI32 implements backend.Backend.
@@ -389,7 +389,7 @@ func (b *Backend) DownloadI32(t backend.Tensor, dst []int32) error {
 	if err := b.s.CopyDtoH(cuda.Bytes(dst), g.ptr); err != nil {
 		return fmt.Errorf("download: %w", err)
 	}
-	return b.sync()
+	return b.s.Synchronize() // joined above
 }
 
 // Stats implements backend.Backend (NaN tracer path: downloads t).

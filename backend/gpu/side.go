@@ -32,14 +32,14 @@ type sideStream struct {
 // starts after everything issued so far; steps above sideMaxRows rows, or
 // with the side stream off, run fn on the main stream.
 func (b *Backend) Fork(rows int, bt *backend.Batch, fn func() error) error {
+	sd := &b.side
+	if !sd.on || sd.open || rows <= 0 || rows > sideMaxRows {
+		return fn()
+	}
 	if bt != nil { // upload the layout on the main stream, before either branch uses it
 		if _, err := b.deviceBatch(bt); err != nil {
 			return fmt.Errorf("fork: %w", err)
 		}
-	}
-	sd := &b.side
-	if !sd.on || sd.open || rows <= 0 || rows > sideMaxRows {
-		return fn()
 	}
 	if err := b.openSide(); err != nil {
 		return fmt.Errorf("fork: %w", err)
