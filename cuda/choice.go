@@ -48,30 +48,12 @@ type KernelChoice struct {
 	// GemvRows forces the decode GEMV's output rows per CTA (1, 2, 4 or 8;
 	// 0: gemvLogRowsPerCTA), to time the grid against the CTAs' length.
 	GemvRows int
-	// BF16DecRing8 runs linear_bf16_dec's ring-8 variants (half the bytes
-	// in flight a lane, two MMA chains, three CTAs an SM) at up to 16 rows.
-	BF16DecRing8 bool
 	// F32Dec runs the fp32 linears with bf16 weights (the head, the
 	// compressor's) at 2-32 rows on linear_bf16x3_dec (tensor cores, x in
 	// three exact bf16 planes) instead of the SIMT GEMV and linear_bf16x3.
-	// Opt-in until timed on a device (written 2026-12-05 without one).
+	// Opt-in until its op check passes on a device (2026-12-05e: 19-26 %
+	// faster steps at batch 8-32, outputs past the fp32 bound).
 	F32Dec bool
-	// AttnScoreCache runs sparse_attn_split_sc_f32: faithful decode's second
-	// pass over a CTA's first two key blocks takes the first pass's scores
-	// from shared memory instead of computing them again (the same bits).
-	// Opt-in until timed on a device (written 2026-12-05 without one).
-	AttnScoreCache bool
-	// HcFast launches the split hc pre as hc_pre_part2, hc_pre_fin2 and
-	// hc_pre_fin_norm2 (a lane-per-element Sinkhorn, loads before the PDL
-	// wait: the same bits on a shorter critical path) and hc post as
-	// hc_post_f32_n1/2/4/8 (unrolled, the same bits) instead of the first
-	// kernels. Opt-in until timed on a device (written 2026-12-05 without one).
-	HcFast bool
-	// AttnClusterFit sizes the split sparse attention's clusters by the
-	// step's longest row (AttnShape.MaxKeys): 2 or 4 CTAs where 8 would
-	// leave most idle (a window of 128 is two key blocks), none for one
-	// block. Opt-in until timed on a device (written 2026-12-05 without one).
-	AttnClusterFit bool
 }
 
 // SetKernelChoice forces the GEMM paths for later launches on this context

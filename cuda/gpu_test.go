@@ -163,11 +163,10 @@ func TestKernelResources(t *testing.T) {
 		{"linear_fp8", "linear_fp8", 24}, {"linear_fp8", "linear_fp8_dec", 0}, {"linear_fp8", "linear_fp8_dec2", 0}, {"linear_fp8_tdec", "linear_fp8_tdec", 0}, {"linear_fp8_tdec3", "linear_fp8_tdec3", 0}, {"linear_fp8_tdec3", "linear_fp8_tdec3_b3", 0},
 		{"moe_fp4", "moe_fp4_gemm", 0}, {"moe_fp4_dec", "moe_fp4_dec", 0}, {"moe_fp4_dec", "moe_fp4_dec_nv", 8}, {"moe_fp4_dec", "moe_fp4_dec16", 0}, {"moe_fp4_dec", "moe_fp4_dec16_nv", 16},
 		{"rmsnorm", "rmsnorm_bf16", 0}, {"ops_f32", "rmsnorm_f32", 0},
-		{"hc_f32", "hc_pre_fin_f32_n4", 0}, {"hc_f32", "hc_pre_fin_norm_f32_n4", 0},
-		{"hc_f32", "hc_pre_part2_f32_n4", 0}, {"hc_f32", "hc_pre_fin2_f32_n4", 0}, {"hc_f32", "hc_pre_fin_norm2_f32_n4", 0},
+		{"hc_f32", "hc_pre_part_f32_n4", 0}, {"hc_f32", "hc_pre_fin_f32_n4", 0}, {"hc_f32", "hc_pre_fin_norm_f32_n4", 0},
 		{"linear_fp8_wg", "linear_fp8_wg", 0}, {"moe_fp4_wg", "moe_fp4_wg32", 0}, {"moe_fp4_wg", "moe_fp4_wg128", 0},
 		{"linear_f32", "gemv1_f32_w1", 0}, {"linear_f32", "gemv_f32_w1", 0}, {"linear_bf16", "linear_bf16_w1", 0}, {"linear_bf16", "linear_bf16_w2", 0}, {"linear_bf16", "linear_bf16x3_w1", 0},
-		{"attn_f32", "sparse_attn_split_sc_f32", 0}, {"linear_bf16", "linear_bf16_dec1_w2", 0}, {"linear_bf16", "linear_bf16_dec1_w2_r8", 0}, {"linear_bf16", "linear_bf16x3_dec1_w1", 0}, {"linear_bf16", "linear_bf16x3_dec2_w1_r8", 0}, {"linear_bf16", "linear_bf16_dec2_w2", 0}, {"linear_bf16", "linear_bf16_dec4_w2", 0}, {"linear_bf16", "linear_bf16_dec4_w1", 0},
+		{"attn_f32", "sparse_attn_split_f32", 0}, {"linear_bf16", "linear_bf16_dec1_w2", 0}, {"linear_bf16", "linear_bf16x3_dec1_w1", 0}, {"linear_bf16", "linear_bf16_dec2_w2", 0}, {"linear_bf16", "linear_bf16_dec4_w2", 0}, {"linear_bf16", "linear_bf16_dec4_w1", 0},
 		{"moe_fused", "moe_gather_q", 0}, {"moe_fused", "moe_swiglu_q", 0},
 		{"ops_f32", "rmsnorm_quant_f32", 0}, {"ops_f32", "swiglu_quant_f32", 0},
 		{"moe_route", "router_topk8", 0}, {"moe_route", "router_topk12", 0}, {"moe_route", "moe_route_small", 0},
@@ -340,7 +339,6 @@ func TestKernelsVsCPU(t *testing.T) {
 			choices = append(choices, choice{fmt.Sprintf("wg_group%d", g), cuda.KernelChoice{Linear: cuda.PathWG, WGGroup: g}})
 		}
 	}
-	choices = append(choices, choice{"dec_ring8", cuda.KernelChoice{BF16DecRing8: true}})
 	for _, ch := range choices {
 		if err := ctx.SetKernelChoice(ch.kc); err != nil {
 			t.Fatal(err)
@@ -349,7 +347,7 @@ func TestKernelsVsCPU(t *testing.T) {
 			if ch.kc.Linear != cuda.PathAuto && c.Component != "linear_fp8" && (c.Component != "moe_fp4" || ch.kc.TDec.KBS > 0) {
 				continue
 			}
-			if ch.kc.GemvRows > 0 && c.Component != "gemv_fp8" || ch.kc.BF16DecRing8 && !strings.HasPrefix(c.Component, "gemv_") {
+			if ch.kc.GemvRows > 0 && c.Component != "gemv_fp8" {
 				continue
 			}
 			t.Run(ch.name+"/"+c.Component+"/"+strings.ReplaceAll(c.Shape, " ", "_"), func(t *testing.T) {

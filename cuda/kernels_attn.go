@@ -116,11 +116,9 @@ func IndexerTopKF32(s *Stream, out, scores, pos DevicePtr, rows, ld, topk, ratio
 	return launch(s, "attn_f32", "indexer_topk_f32", Dim3{uint32(rows), 1, 1}, Dim3{1024, 1, 1}, 8*p, a)
 }
 
-// AttnShape describes one sparse attention call. MaxKeys, if set, bounds
-// the keys of every row (window plus compressed entries).
+// AttnShape describes one sparse attention call.
 type AttnShape struct {
 	Rows, Heads, D, Window, Ratio, Per, SelCols int
-	MaxKeys                                     int
 	Scale                                       float32
 }
 
@@ -137,22 +135,8 @@ func SparseAttnF32(s *Stream, out, q, kv, ring, ent, sel, sink, seqs, pos, seqOf
 	groups := ceilDiv(sh.Heads, attnHeads)
 	smem := 4 * attnHeads * sh.D // the group's q rows
 	if attnSplit(sh.Rows, groups, s.ctx.dev) {
-		kc := s.ctx.kernelChoice()
-		nc := attnCluster
-		if kc.AttnClusterFit {
-			nc = attnClusterFit(sh, groups, s.ctx.dev.SMs)
-		}
-		if nc > 1 {
-			grid := Dim3{uint32(nc * groups), uint32(sh.Rows), 1}
-			name := "sparse_attn_split"
-			if nc != attnCluster {
-				name += fmt.Sprint(nc)
-			}
-			if kc.AttnScoreCache {
-				name += "_sc"
-			}
-			return launch(s, "attn_f32", name+"_f32", grid, Dim3{256, 1, 1}, smem, a)
-		}
+		grid := Dim3{uint32(attnCluster * groups), uint32(sh.Rows), 1}
+		return launch(s, "attn_f32", "sparse_attn_split_f32", grid, Dim3{256, 1, 1}, smem, a)
 	}
 	return launch(s, "attn_f32", "sparse_attn_f32", Dim3{uint32(sh.Rows), uint32(groups), 1}, Dim3{256, 1, 1}, smem, a)
 }
@@ -164,28 +148,6 @@ const (
 	attnHeads   = 8
 	attnCluster = 8
 )
-
-// attnClusterFit is the cluster size under KernelChoice.AttnClusterFit: the
-// smallest of 2, 4 and 8 CTAs that gives each at most one 64-key block of
-// the longest row (sh.MaxKeys; unknown: 8), halved while the grid would
-// exceed two CTAs an SM; 1 (no split) where a row has one block.
-func attnClusterFit(sh AttnShape, groups, sms int) int {
-	if sh.MaxKeys <= 0 {
-		return attnCluster
-	}
-	nb := ceilDiv(sh.MaxKeys, 64)
-	if nb <= 1 {
-		return 1
-	}
-	nc := 2
-	for nc < attnCluster && nc < nb {
-		nc *= 2
-	}
-	for nc > 2 && nc*groups*sh.Rows > 2*sms {
-		nc /= 2
-	}
-	return nc
-}
 
 // attnSplit reports whether to split every row's keys over a cluster: only
 // on sm_90+ (clusters) and when the (row, group) CTAs alone leave most SMs

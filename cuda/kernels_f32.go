@@ -226,7 +226,7 @@ func HcPostF32(s *Stream, out, x, o, mix DevicePtr, rows, n, d int, rnd bool) er
 		return nil
 	}
 	grid := Dim3{uint32(ceilDiv(d, 256)), uint32(rows), 1}
-	if hcStreams(n) && s.ctx.kernelChoice().HcFast {
+	if hcStreams(n) {
 		a := new(Args).Ptr(out).Ptr(x).Ptr(o).Ptr(mix).I32(d).I32(b2i(rnd))
 		return launch(s, "ops_f32", fmt.Sprintf("hc_post_f32_n%d", n), grid, Dim3{256, 1, 1}, 0, a)
 	}

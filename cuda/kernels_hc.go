@@ -19,13 +19,13 @@ func HcPreF32(s *Stream, out, mix, x, fn, base DevicePtr, rows, n, d int, scale 
 		return nil
 	}
 	if p, ok := planHcPre(rows, n, (2+n)*n, d, s.ctx.dev.SMs); ok {
-		k := hcPreKernels(s, n)
+		k := hcPreKernels(n)
 		if err := p.launchPart(s, k.part, out, x, fn, rows, d); err != nil {
 			return err
 		}
 		a := new(Args).Ptr(out).Ptr(mix).Ptr(x).Ptr(base).I32(d).F32(scale[0]).F32(scale[1]).F32(scale[2]).
 			I32(iters).F32(eps).F32(normEps).I32(b2i(rnd)).I32(p.splits)
-		return launch(s, "hc_f32", k.fin, Dim3{uint32(rows), 1, 1}, Dim3{uint32(k.finThreads), 1, 1}, 0, a)
+		return launch(s, "hc_f32", k.fin, Dim3{uint32(rows), 1, 1}, Dim3{hcFinThreads, 1, 1}, 0, a)
 	}
 	a := new(Args).Ptr(out).Ptr(mix).Ptr(x).Ptr(fn).Ptr(base).I32(d).F32(scale[0]).F32(scale[1]).F32(scale[2]).
 		I32(iters).F32(eps).F32(normEps).I32(b2i(rnd))
@@ -47,31 +47,25 @@ func HcPreNormF32(s *Stream, y, out, mix, x, fn, base, w DevicePtr, rows, n, d i
 	if !ok {
 		return false, nil
 	}
-	k := hcPreKernels(s, n)
+	k := hcPreKernels(n)
 	if err := p.launchPart(s, k.part, out, x, fn, rows, d); err != nil {
 		return true, err
 	}
 	a := new(Args).Ptr(y).Ptr(out).Ptr(mix).Ptr(x).Ptr(base).Ptr(w).I32(d).F32(scale[0]).F32(scale[1]).F32(scale[2]).
 		I32(iters).F32(eps).F32(hcNormEps).I32(b2i(rnd)).I32(p.splits).F32(normEps)
-	return true, launch(s, "hc_f32", k.finNorm, Dim3{uint32(rows), 1, 1}, Dim3{256 + 32, 1, 1}, 0, a)
+	return true, launch(s, "hc_f32", k.finNorm, Dim3{uint32(rows), 1, 1}, Dim3{hcFinThreads, 1, 1}, 0, a)
 }
 
 // hcPreSplit names the split hc pre's kernels for n streams: the partial
-// sums, then the final kernel alone or fused with the RMS norm.
-type hcPreSplit struct {
-	part, fin, finNorm string
-	finThreads         int
-}
+// sums, then the final kernel alone or fused with the RMS norm (warps 0-7 and
+// the Sinkhorn warp).
+type hcPreSplit struct{ part, fin, finNorm string }
 
-// hcPreKernels picks the first kernels, or hc_pre_part2/fin2/fin_norm2
-// (the warp-8 Sinkhorn of hc_sinkhorn.cuh) under KernelChoice.HcFast.
-func hcPreKernels(s *Stream, n int) hcPreSplit {
-	if !s.ctx.kernelChoice().HcFast {
-		return hcPreSplit{fmt.Sprintf("hc_pre_part_f32_n%d", n), fmt.Sprintf("hc_pre_fin_f32_n%d", n),
-			fmt.Sprintf("hc_pre_fin_norm_f32_n%d", n), 256}
-	}
-	return hcPreSplit{fmt.Sprintf("hc_pre_part2_f32_n%d", n), fmt.Sprintf("hc_pre_fin2_f32_n%d", n),
-		fmt.Sprintf("hc_pre_fin_norm2_f32_n%d", n), 256 + 32}
+const hcFinThreads = 256 + 32
+
+func hcPreKernels(n int) hcPreSplit {
+	return hcPreSplit{fmt.Sprintf("hc_pre_part_f32_n%d", n), fmt.Sprintf("hc_pre_fin_f32_n%d", n),
+		fmt.Sprintf("hc_pre_fin_norm_f32_n%d", n)}
 }
 
 // hcPrePlan is the split launch of hc pre: splits column chunks of cols

@@ -119,9 +119,6 @@ func launchBF16Dec(s *Stream, y, x, w, ws, part DevicePtr, sh LinearShape, plane
 	case sh.Format == WeightFP8Block:
 		name = bf16DecKernels[nt][1]
 	}
-	if nt < 4 && s.ctx.kernelChoice().BF16DecRing8 {
-		name += "_r8"
-	}
 	a := new(Args).Ptr(y).Ptr(x).Ptr(w).Ptr(ws).Ptr(part).Ptr(counters).I32(sh.SCols).I32(sh.M).I32(sh.N).I32(sh.K).
 		I32(sh.R).I32(sh.LdX).I32(kc).I32(b2i(rnd))
 	smem := planes * 8 * nt * (kc + 4) * 2

@@ -203,17 +203,6 @@ func (b *Backend) SparseAttention(s backend.KVStore, q, kv, sel backend.Tensor, 
 	if kl.kv != nil {
 		ent = kl.kv.Ptr
 	}
-	// The most keys a row can have: the window, plus the selected entries
-	// (ratio 4) or every compressed one up to the step's last position (128;
-	// a recorded step's capacity).
-	maxKeys := a.Window
-	switch a.Ratio {
-	case 4:
-		maxKeys += selCols
-	case 128:
-		maxKeys += db.MaxEnd / 128
-	}
-	sh := cuda.AttnShape{Rows: n, Heads: H, D: D, Window: a.Window, Ratio: a.Ratio, Per: max(kl.per, 1), SelCols: selCols,
-		MaxKeys: maxKeys, Scale: a.Scale}
+	sh := cuda.AttnShape{Rows: n, Heads: H, D: D, Window: a.Window, Ratio: a.Ratio, Per: max(kl.per, 1), SelCols: selCols, Scale: a.Scale}
 	return cuda.SparseAttnF32(b.s, ot.ptr, qt.ptr, kt.ptr, kl.win.Ptr, ent, selPtr, sink.buf.Ptr, db.Seqs, db.Pos, db.Seq, db.Blocks, sh, b.faithful())
 }

@@ -15,7 +15,7 @@ import (
 func TestStepsReturnPoolMemory(t *testing.T) {
 	for _, side := range []bool{false, true} {
 		t.Run(map[bool]string{false: "main stream", true: "side stream"}[side], func(t *testing.T) {
-			stepsReturnPoolMemory(t, openGPU(t, Options{SideStream: side}))
+			stepsReturnPoolMemory(t, openGPU(t, Options{NoSideStream: !side}))
 		})
 	}
 }

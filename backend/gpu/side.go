@@ -19,7 +19,7 @@ const sideMaxRows = 64
 // While a fork is open the pool holds every freed block: a block freed on
 // one stream must not be reused on the other before the join orders them.
 type sideStream struct {
-	on         bool // Options.SideStream
+	on         bool // !Options.NoSideStream
 	s          *cuda.Stream
 	fork, done *cuda.Event
 	open       bool
@@ -87,7 +87,7 @@ func (b *Backend) Join() error {
 }
 
 // SetSideStream turns the side stream on or off for the steps that follow
-// (Options.SideStream; tools comparing both in one process). Recorded steps
+// (Options.NoSideStream; tools comparing both in one process). Recorded steps
 // keep what they captured: see DropGraphs.
 func (b *Backend) SetSideStream(on bool) error {
 	if err := b.Join(); err != nil {

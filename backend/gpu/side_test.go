@@ -28,7 +28,7 @@ func TestSideStreamSameBits(t *testing.T) {
 	for _, o := range []struct {
 		name string
 		opt  Options
-	}{{"main stream", Options{}}, {"side, eager", Options{SideStream: true}}, {"side, graphs", Options{SideStream: true, Graphs: true}}} {
+	}{{"main stream", Options{NoSideStream: true}}, {"side, eager", Options{}}, {"side, graphs", Options{Graphs: true}}} {
 		g := openGPU(t, o.opt)
 		m, err := model.New(w, g, model.Options{CacheBytes: 64 << 20})
 		if err != nil {
@@ -108,7 +108,7 @@ func TestSideStreamSameBits(t *testing.T) {
 // rows runs in order, an error joins at once, and a block the fork frees is
 // not handed out before the join.
 func TestForkRules(t *testing.T) {
-	g := openGPU(t, Options{SideStream: true})
+	g := openGPU(t, Options{})
 	must(t, g.Fork(1, nil, func() error {
 		if err := g.Sync(); err != nil {
 			return err

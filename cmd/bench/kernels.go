@@ -71,7 +71,6 @@ func runKernels(args []string, stdout, stderr io.Writer) error {
 	wgGroup := fs.Int("wg-group", 0, "run linear_fp8_wg's tiles in groups of this many tile rows, m fastest inside a group (1: n fastest; 0: the default)")
 	gemvRows := fs.Int("gemv-rows", 0, "the decode GEMV's output rows per CTA: 1, 2, 4 or 8 (0: its planner)")
 	decTile := fs.Int("moe-dec-tile", 0, "force moe_fp4_dec's token tile: 8 or 16 rows (0: by the shape)")
-	decRing8 := fs.Bool("dec-ring8", false, "linear_bf16_dec (gemv_mma, gemv_f32 head_x3): the ring-8 variants (three CTAs an SM)")
 	moeReduce := fs.Bool("moe-reduce", false, "moe_fp4_dec: sum split-K partials in a linear_fp8_reduce launch, not in the kernel's last CTA per tile")
 	jsonPath := fs.String("json", "", "also write one JSON record per line to this file")
 	if err := fs.Parse(args); err != nil {
@@ -168,7 +167,7 @@ func runKernels(args []string, stdout, stderr io.Writer) error {
 			if t <= 8 {
 				jobs = append(jobs, job{"gemv_f32", "head_simt", t, kcheck.HeadVocab, m.D, []cuda.Path{cuda.PathDec}, kcheck.GemvF32Case(t, kcheck.HeadVocab, m.D, false)})
 			}
-			if t <= cuda.BF16DecMaxRows {
+			if cuda.BF16x3DecFits(cuda.LinearShape{M: t, N: kcheck.HeadVocab, K: m.D, R: kcheck.HeadVocab, LdX: m.D, Format: cuda.WeightBF16}, 0, 0) {
 				jobs = append(jobs, job{"gemv_f32", "head_x3", t, kcheck.HeadVocab, m.D, []cuda.Path{cuda.PathDec}, kcheck.GemvF32Case(t, kcheck.HeadVocab, m.D, true)})
 			}
 		}
@@ -203,7 +202,6 @@ func runKernels(args []string, stdout, stderr io.Writer) error {
 				kc.TDec.Bounds3, kc.TDec.DefaultCarveout, kc.TDec.MinSmem = *tdecB3, *tdecCarve, *tdecSmem
 				kc.WGGroup = *wgGroup
 				kc.GemvRows = *gemvRows
-				kc.BF16DecRing8 = *decRing8
 				if err := ctx.SetKernelChoice(kc); err != nil {
 					return err
 				}

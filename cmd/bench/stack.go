@@ -64,12 +64,12 @@ func parseStack(args []string, stderr io.Writer) (*stackFlags, error) {
 	fs.BoolVar(&f.trace, "trace-nonfinite", false, "check every sub-layer for NaN/Inf from the start (otherwise only on a rerun after a failure)")
 	fs.BoolVar(&f.graphs, "cuda-graphs", true, "record decode steps as CUDA graphs and replay them (not with --profile)")
 	fs.BoolVar(&f.pdl, "pdl", true, "launch kernels with programmatic dependent launch (sm_90+)")
-	fs.BoolVar(&f.side, "side-stream", false, "run independent ops of steps up to 64 rows on a second stream (the shared expert beside the routed ones, the kv epilogue, compressors and indexer weights beside the q path; opt-in until timed)")
+	fs.BoolVar(&f.side, "side-stream", true, "run independent ops of steps up to 64 rows on a second stream (the shared expert beside the routed ones, the kv epilogue, compressors and indexer weights beside the q path)")
 	fs.BoolVar(&f.profile, "profile", false, "time every backend op (synchronised) and print the prefill and decode breakdowns")
 	fs.IntVar(&f.tp, "tensor-parallel", 1, "ranks (GPUs 0..N-1 over NCCL with --device cuda, else CPU backends); needs --layers unless --preset small or small-tp")
 	fs.Float64Var(&f.reserveGiB, "reserve-gib", 8, "GPU memory kept free for activations when --layers is 0")
 	opts := fs.String("kernel-opts", "", "comma-separated opt-in kernels of the cuda device, to time against the defaults: "+strings.Join(kernelOptNames(), ", "))
-	vars := fs.String("variants", "", "time the plan once per variant on one model (weights generated once): runs separated by ';', each 'label=names' or 'names', names from --kernel-opts plus 'side' (the side stream), '' or 'default' for neither; e.g. 'default;side;hc-fast;all=hc-fast,attn-sc,side;default'")
+	vars := fs.String("variants", "", "time the plan once per variant on one model (weights generated once): runs separated by ';', each 'label=names' or 'names', names from --kernel-opts plus 'no-side' (every op on the main stream), '' or 'default' for neither; e.g. 'default;no-side;f32-dec;default'")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
 	}
@@ -85,6 +85,8 @@ func parseStack(args []string, stderr io.Writer) (*stackFlags, error) {
 	if fs.NArg() > 0 {
 		return nil, fmt.Errorf("unexpected arguments %q", fs.Args())
 	}
+	sideSet := false
+	fs.Visit(func(fl *flag.Flag) { sideSet = sideSet || fl.Name == "side-stream" })
 	switch {
 	case f.layers < 0:
 		return nil, errors.New("--layers must be >= 0")
@@ -100,7 +102,7 @@ func parseStack(args []string, stderr io.Writer) (*stackFlags, error) {
 		return nil, errors.New("--tensor-parallel > 1 needs --layers N")
 	case f.tp > 1 && (f.profile || f.trace):
 		return nil, errors.New("--profile and --trace-nonfinite run on one rank only")
-	case f.variants != nil && (f.tp > 1 || f.profile || f.trace || f.device != "cuda" || *opts != "" || f.side):
+	case f.variants != nil && (f.tp > 1 || f.profile || f.trace || f.device != "cuda" || *opts != "" || sideSet):
 		return nil, errors.New("--variants runs on one CUDA device, without --profile, --trace-nonfinite, --kernel-opts or --side-stream (each variant sets its own)")
 	}
 	if f.format != checkpoint.GenOfficial && f.format != checkpoint.GenNVFP4 {
@@ -281,7 +283,7 @@ func openBackend(f *stackFlags) (backend.Backend, func(), error) {
 	if f.device == "cpu" {
 		return cpu.New(cpu.Options{Threads: f.threads}), func() {}, nil
 	}
-	g, err := gpu.New(gpu.Options{Graphs: f.graphs, NoPDL: !f.pdl, TimeReplays: f.timeGraphs, SideStream: f.side})
+	g, err := gpu.New(gpu.Options{Graphs: f.graphs, NoPDL: !f.pdl, TimeReplays: f.timeGraphs, NoSideStream: !f.side})
 	if err != nil {
 		return nil, nil, fmt.Errorf("--device cuda: %w", err)
 	}
@@ -536,11 +538,7 @@ func randTokens(rng *rand.Rand, n, vocab int) []int32 {
 
 // kernelOpts are the opt-in kernels --kernel-opts names.
 var kernelOpts = map[string]func(*cuda.KernelChoice){
-	"hc-fast":   func(k *cuda.KernelChoice) { k.HcFast = true },
-	"f32-dec":   func(k *cuda.KernelChoice) { k.F32Dec = true },
-	"dec-ring8": func(k *cuda.KernelChoice) { k.BF16DecRing8 = true },
-	"attn-sc":   func(k *cuda.KernelChoice) { k.AttnScoreCache = true },
-	"attn-fit":  func(k *cuda.KernelChoice) { k.AttnClusterFit = true },
+	"f32-dec": func(k *cuda.KernelChoice) { k.F32Dec = true },
 }
 
 func kernelOptNames() []string {

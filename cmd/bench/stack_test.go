@@ -205,9 +205,10 @@ func TestParseKernelOpts(t *testing.T) {
 		err  bool
 	}{
 		{"", cuda.KernelChoice{}, false},
-		{"hc-fast", cuda.KernelChoice{HcFast: true}, false},
-		{" f32-dec , dec-ring8,", cuda.KernelChoice{F32Dec: true, BF16DecRing8: true}, false},
-		{"hc-fast,nope", cuda.KernelChoice{}, true},
+		{"f32-dec", cuda.KernelChoice{F32Dec: true}, false},
+		{" f32-dec ,", cuda.KernelChoice{F32Dec: true}, false},
+		{"f32-dec,nope", cuda.KernelChoice{}, true},
+		{"hc-fast", cuda.KernelChoice{}, true}, // the default since 2026-12-05e
 	} {
 		got, err := parseKernelOpts(c.in)
 		if (err != nil) != c.err || err == nil && got != c.want {
@@ -222,15 +223,15 @@ func TestParseKernelOpts(t *testing.T) {
 // TestParseVariants: --variants names each run's opt-in kernels and side
 // stream, labels them, and refuses what it cannot combine with.
 func TestParseVariants(t *testing.T) {
-	got, err := parseVariants("default; side ;hc-fast,attn-fit;all=hc-fast,side;")
+	got, err := parseVariants("default; no-side ;f32-dec;all=f32-dec,no-side;")
 	if err != nil {
 		t.Fatal(err)
 	}
 	want := []variant{
 		{label: "default"},
-		{label: "side", side: true},
-		{label: "hc-fast,attn-fit", choice: cuda.KernelChoice{HcFast: true, AttnClusterFit: true}},
-		{label: "all", choice: cuda.KernelChoice{HcFast: true}, side: true},
+		{label: "no-side", noSide: true},
+		{label: "f32-dec", choice: cuda.KernelChoice{F32Dec: true}},
+		{label: "all", choice: cuda.KernelChoice{F32Dec: true}, noSide: true},
 		{label: "default"},
 	}
 	if !reflect.DeepEqual(got, want) {
@@ -238,10 +239,10 @@ func TestParseVariants(t *testing.T) {
 	}
 	for _, args := range [][]string{
 		{"--variants", "nope"},
-		{"--variants", "side", "--kernel-opts", "hc-fast"},
-		{"--variants", "side", "--side-stream"},
-		{"--variants", "side", "--device", "cpu"},
-		{"--variants", "side", "--profile"},
+		{"--variants", "no-side", "--kernel-opts", "f32-dec"},
+		{"--variants", "no-side", "--side-stream=false"},
+		{"--variants", "no-side", "--device", "cpu"},
+		{"--variants", "no-side", "--profile"},
 	} {
 		if _, err := parseStack(args, io.Discard); err == nil {
 			t.Errorf("bench stack accepted %q", args)

@@ -13,16 +13,17 @@ import (
 	"github.com/megamoe/megamoe/engine"
 )
 
-// variant is one run of --variants: the opt-in kernels and the side stream.
+// variant is one run of --variants: the opt-in kernels, and noSide to run
+// every op on the main stream.
 type variant struct {
 	label  string
 	choice cuda.KernelChoice
-	side   bool
+	noSide bool
 }
 
 // parseVariants reads --variants: runs separated by ';', each "label=names"
 // or just "names" (its own label), names as --kernel-opts takes them plus
-// "side" (the side stream); "" or "default" is the default run.
+// "no-side" (no side stream); "" or "default" is the default run.
 func parseVariants(list string) ([]variant, error) {
 	var vs []variant
 	for _, item := range strings.Split(list, ";") {
@@ -37,8 +38,8 @@ func parseVariants(list string) ([]variant, error) {
 		for _, n := range strings.Split(names, ",") {
 			switch n = strings.TrimSpace(n); n {
 			case "", "default":
-			case "side":
-				v.side = true
+			case "no-side":
+				v.noSide = true
 			default:
 				opts = append(opts, n)
 			}
@@ -65,7 +66,7 @@ func runVariants(m engine.Stepper, g *gpu.Backend, f *stackFlags, c *checkpoint.
 		if err := g.Context().SetKernelChoice(v.choice); err != nil {
 			return err
 		}
-		if err := g.SetSideStream(v.side); err != nil {
+		if err := g.SetSideStream(!v.noSide); err != nil {
 			return err
 		}
 		if err := g.DropGraphs(); err != nil {

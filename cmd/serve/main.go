@@ -72,7 +72,7 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	fs.StringVar(&o.numerics, "numerics", "faithful", "faithful | exact")
 	fs.IntVar(&o.threads, "threads", 0, "CPU worker threads (0 = GOMAXPROCS)")
 	fs.BoolVar(&o.cudaGraphs, "cuda-graphs", true, "record decode steps as CUDA graphs and replay them (GPU)")
-	fs.BoolVar(&o.sideStream, "side-stream", false, "on a CUDA device, run independent ops of small steps on a second stream (the shared expert beside the routed ones; opt-in until timed)")
+	fs.BoolVar(&o.sideStream, "side-stream", true, "on a CUDA device, run independent ops of small steps on a second stream (the shared expert beside the routed ones)")
 	fs.IntVar(&o.tp, "tensor-parallel", 1, "ranks to split the model over (attention heads, head vocabulary, experts): GPUs 0..N-1 with --device cuda, else CPU workers")
 	fs.DurationVar(&o.shutdownTimeout, "shutdown-timeout", time.Minute, "on SIGTERM/SIGINT, how long in-flight requests may take to finish")
 	if err := fs.Parse(args); err != nil {
@@ -243,7 +243,7 @@ func formatBytes(n int64) string {
 func buildModel(w *checkpoint.Weights, o *options, log *slog.Logger) (engine.Stepper, error) {
 	opts := model.Options{Numerics: o.numerics, Threads: o.threads, CacheBytes: o.kvCacheMemory}
 	if o.tp == 1 {
-		be, err := pickBackend(o.device, gpu.Options{Graphs: o.cudaGraphs, SideStream: o.sideStream}, log)
+		be, err := pickBackend(o.device, gpu.Options{Graphs: o.cudaGraphs, NoSideStream: !o.sideStream}, log)
 		if err != nil {
 			return nil, err
 		}

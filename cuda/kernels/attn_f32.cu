@@ -491,8 +491,7 @@ extern "C" __global__ void __launch_bounds__(1024) indexer_topk_f32(
 // leaves score (key, head) on lane key*8+head), the online softmax of
 // backend/cpu per head (warp h), then P·V with every key row read once per
 // thread column. sparse_attn_f32 runs all keys; sparse_attn_split_f32
-// (sm_90) splits the blocks of a row over a cluster of NC (AT_NC, or 2 or 4
-// where a row has few key blocks: KernelChoice.AttnClusterFit) CTAs and
+// (sm_90) splits the blocks of a row over a cluster of AT_NC CTAs and
 // combines through distributed shared memory in rank order. Faithful mode
 // first exchanges per-CTA score maxima, so every CTA starts its online
 // softmax from the true running max of the blocks before it and rounds P to
@@ -583,14 +582,7 @@ struct AttnSmem {
 	float f[AT_NC][AT_HG];  // combine factors
 };
 
-// The split kernel's score cache (SC): pass 1's scores of a CTA's first
-// AT_SC blocks, which pass 2 would compute again bit for bit.
-#define AT_SC 2
-struct AttnScoreCache {
-	float sc[AT_SC][AT_HG][64];
-};
-
-template <bool SPLIT, bool SC = false, int NC = AT_NC>
+template <bool SPLIT>
 DEV void attn_body(float* __restrict__ out, const float* __restrict__ q, const float* __restrict__ kv,
 	const float* __restrict__ ring, const float* __restrict__ ent, const int* __restrict__ sel, int selCols,
 	const float* __restrict__ sink, const int* __restrict__ seqs, const int* __restrict__ pos,
@@ -599,7 +591,6 @@ DEV void attn_body(float* __restrict__ out, const float* __restrict__ q, const f
 {
 	extern __shared__ float4 qs4[]; // [AT_HG][D/4]; the CTA's partial acc in the split combine
 	__shared__ AttnSmem sm;
-	__shared__ AttnScoreCache scc[1]; // SC only (unreferenced otherwise)
 	const int tid = threadIdx.x, lane = tid & 31, w = tid >> 5;
 	const int D4 = D >> 2;
 	const int h0 = g * AT_HG;
@@ -617,7 +608,7 @@ DEV void attn_body(float* __restrict__ out, const float* __restrict__ q, const f
 	const int nkeys = winLen + ncomp;
 	const int nb = (nkeys + 63) >> 6;
 	int blo = 0, bhi = nb;
-	if (SPLIT) { blo = rank * nb / NC; bhi = (rank + 1) * nb / NC; }
+	if (SPLIT) { blo = rank * nb / AT_NC; bhi = (rank + 1) * nb / AT_NC; }
 	for (int i = tid; i < AT_HG * D4; i += AT_THREADS) {
 		const int h = i / D4;
 		qs4[i] = h0 + h < H ? reinterpret_cast<const float4*>(q + ((size_t)row * H + h0 + h) * D)[i - h * D4] : f4zero();
@@ -687,9 +678,6 @@ DEV void attn_body(float* __restrict__ out, const float* __restrict__ q, const f
 				const float bm = warp_max(fmaxf(NEG_INF, fmaxf(sm.sc[w][lane], sm.sc[w][lane + 32])));
 				if (lane == 0) sm.mloc[w] = fmaxf(sm.mloc[w], bm);
 			}
-			if (SC && b - blo < AT_SC) // reads sm.sc, like the max: no barrier between
-				for (int i = tid; i < AT_HG * 64; i += AT_THREADS)
-					(&scc[0].sc[b - blo][0][0])[i] = (&sm.sc[0][0])[i];
 		}
 		__syncthreads();
 		cluster_sync();
@@ -714,11 +702,7 @@ DEV void attn_body(float* __restrict__ out, const float* __restrict__ q, const f
 		__syncthreads();
 		keys(b0, n);
 		__syncthreads();
-		if (SC && faithful && b - blo < AT_SC) { // pass 1 computed these scores
-			for (int i = tid; i < AT_HG * 64; i += AT_THREADS) (&sm.sc[0][0])[i] = (&scc[0].sc[b - blo][0][0])[i];
-		} else {
-			scores(n);
-		}
+		scores(n);
 		__syncthreads();
 		if (w < AT_HG) { // head w: block max, rescale, P
 			const float s0 = sm.sc[w][lane], s1 = sm.sc[w][lane + 32];
@@ -795,15 +779,15 @@ DEV void attn_body(float* __restrict__ out, const float* __restrict__ q, const f
 	}
 	cluster_sync();
 	if (tid < AT_HG) {
-		float mc[NC], mf = NEG_INF;
+		float mc[AT_NC], mf = NEG_INF;
 #pragma unroll
-		for (int c = 0; c < NC; c++) {
+		for (int c = 0; c < AT_NC; c++) {
 			mc[c] = ld_dsmem(dsmem(&sm.m[tid], c));
 			mf = fmaxf(mf, mc[c]);
 		}
 		float lt = 0.0f;
 #pragma unroll
-		for (int c = 0; c < NC; c++) {
+		for (int c = 0; c < AT_NC; c++) {
 			const float f = mc[c] == NEG_INF ? 0.0f : exp32(mc[c] - mf);
 			sm.f[c][tid] = f;
 			lt += f * ld_dsmem(dsmem(&sm.l[tid], c));
@@ -811,13 +795,13 @@ DEV void attn_body(float* __restrict__ out, const float* __restrict__ q, const f
 		sm.lf[tid] = h0 + tid < H ? lt + exp32(sink[h0 + tid] - mf) : 1.0f;
 	}
 	__syncthreads();
-	const int dsl = D / NC;
+	const int dsl = D / AT_NC;
 	for (int e = tid; e < AT_HG * dsl; e += AT_THREADS) {
 		const int h = e / dsl, dd = rank * dsl + (e - h * dsl);
 		if (h0 + h >= H) continue;
 		float s = 0.0f;
 #pragma unroll
-		for (int c = 0; c < NC; c++) s += sm.f[c][h] * ld_dsmem(dsmem(pa + (size_t)h * D + dd, c));
+		for (int c = 0; c < AT_NC; c++) s += sm.f[c][h] * ld_dsmem(dsmem(pa + (size_t)h * D + dd, c));
 		out[((size_t)row * H + h0 + h) * D + dd] = rbf(s / sm.lf[h], faithful);
 	}
 	cluster_sync(); // keep this CTA's shared memory alive until every rank has read it
@@ -836,35 +820,24 @@ extern "C" __global__ void __launch_bounds__(AT_THREADS) sparse_attn_f32(
 		faithful, blockIdx.x, blockIdx.y, 0);
 }
 
-// Grid (NC·groups, rows): the NC consecutive CTAs along x of one (row, head
-// group) form a cluster. sm_90+ only (the launcher checks).
+// Grid (AT_NC·groups, rows): the AT_NC consecutive CTAs along x of one
+// (row, head group) form a cluster. sm_90+ only (the launcher checks).
 #ifdef AT_CLUSTER
-#define AT_SPLIT_ATTRS(NC) __cluster_dims__(NC, 1, 1) __launch_bounds__(AT_THREADS)
+extern "C" __global__ void __cluster_dims__(AT_NC, 1, 1) __launch_bounds__(AT_THREADS) sparse_attn_split_f32(
 #else
-#define AT_SPLIT_ATTRS(NC) __launch_bounds__(AT_THREADS)
+extern "C" __global__ void __launch_bounds__(AT_THREADS) sparse_attn_split_f32(
 #endif
-#define AT_SPLIT_KERNEL(name, SC, NC)                                                                                  \
-	extern "C" __global__ void AT_SPLIT_ATTRS(NC) name(float* __restrict__ out, const float* __restrict__ q,           \
-		const float* __restrict__ kv, const float* __restrict__ ring, const float* __restrict__ ent,                   \
-		const int* __restrict__ sel, int selCols, const float* __restrict__ sink, const int* __restrict__ seqs,      \
-		const int* __restrict__ pos, const int* __restrict__ seqOf, const int* __restrict__ blocks, int rows, int H,  \
-		int D, int W, int ratio, int per, float scale, int faithful)                                                  \
-	{                                                                                                                  \
-		PDL_ENTRY();                                                                                                   \
-		(void)rows;                                                                                                    \
-		AT_SPLIT_BODY(SC, NC);                                                                                         \
-	}
+	float* __restrict__ out, const float* __restrict__ q, const float* __restrict__ kv, const float* __restrict__ ring,
+	const float* __restrict__ ent, const int* __restrict__ sel, int selCols, const float* __restrict__ sink,
+	const int* __restrict__ seqs, const int* __restrict__ pos, const int* __restrict__ seqOf, const int* __restrict__ blocks,
+	int rows, int H, int D, int W, int ratio, int per, float scale, int faithful)
+{
+	PDL_ENTRY();
+	(void)rows;
 #ifdef AT_CLUSTER
-#define AT_SPLIT_BODY(SC, NC) attn_body<true, SC, NC>(out, q, kv, ring, ent, sel, selCols, sink, seqs, pos, seqOf,     \
-	blocks, H, D, W, ratio, per, scale, faithful, blockIdx.y, blockIdx.x / NC, (int)cluster_rank())
+	attn_body<true>(out, q, kv, ring, ent, sel, selCols, sink, seqs, pos, seqOf, blocks, H, D, W, ratio, per, scale,
+		faithful, blockIdx.y, blockIdx.x / AT_NC, (int)cluster_rank());
 #else
-#define AT_SPLIT_BODY(SC, NC) __trap()
+	__trap();
 #endif
-AT_SPLIT_KERNEL(sparse_attn_split_f32, false, AT_NC)
-// KernelChoice.AttnScoreCache: pass 2 takes pass 1's scores of the first AT_SC blocks.
-AT_SPLIT_KERNEL(sparse_attn_split_sc_f32, true, AT_NC)
-// KernelChoice.AttnClusterFit: clusters of 2 or 4 for rows with few key blocks.
-AT_SPLIT_KERNEL(sparse_attn_split2_f32, false, 2)
-AT_SPLIT_KERNEL(sparse_attn_split4_f32, false, 4)
-AT_SPLIT_KERNEL(sparse_attn_split2_sc_f32, true, 2)
-AT_SPLIT_KERNEL(sparse_attn_split4_sc_f32, true, 4)
+}

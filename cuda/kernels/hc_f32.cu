@@ -155,11 +155,11 @@ struct HcSplit {
 	static constexpr int RW = (MIX + 7) / 8;   // fn rows per warp
 };
 
-// FAST (hc_pre_part2): the first column step's fn float4s, weights, are
-// loaded before the PDL wait, so they are in flight with x's; rows past
-// `rows` (a CTA of R rows at batch 1..R-1) skip their dots and warp sums,
-// which at batch 1 were 7/8 of the shuffles. The partials are the same bits.
-template <int N, bool PRE, bool FAST = false>
+// The first column step's fn float4s, weights, are loaded before the PDL
+// wait, so they are in flight with x's; rows past `rows` (a CTA of R rows at
+// batch 1..R-1) skip their dots and warp sums, which at batch 1 were 7/8 of
+// the shuffles.
+template <int N, bool PRE>
 DEV void hc_part_body(float* __restrict__ out, const float* __restrict__ x, const float* __restrict__ fn,
 	int rows, int d, int C, int S)
 {
@@ -178,7 +178,7 @@ DEV void hc_part_body(float* __restrict__ out, const float* __restrict__ x, cons
 			       : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
 	};
 	float4 f0[RW];
-	if (FAST && lane < C4) {
+	if (lane < C4) {
 #pragma unroll
 		for (int k = 0; k < RW; k++) f0[k] = fnat(k, lane);
 	}
@@ -210,7 +210,7 @@ DEV void hc_part_body(float* __restrict__ out, const float* __restrict__ x, cons
 	auto step = [&](int c4, const float4 (&f)[RW]) {
 #pragma unroll
 		for (int r = 0; r < R; r++) {
-			if (FAST && r >= nr) break;
+			if (r >= nr) break;
 			const float4 v = xs4[r * CS + c4];
 #pragma unroll
 			for (int k = 0; k < RW; k++) {
@@ -223,9 +223,9 @@ DEV void hc_part_body(float* __restrict__ out, const float* __restrict__ x, cons
 			}
 		}
 	};
-	if (FAST && lane < C4) step(lane, f0);
+	if (lane < C4) step(lane, f0);
 #pragma unroll 1 // (unrolling spills on some toolkits; R rows per load keep it busy)
-	for (int c4 = FAST ? lane + 32 : lane; c4 < C4; c4 += 32) {
+	for (int c4 = lane + 32; c4 < C4; c4 += 32) {
 		float4 f[RW];
 #pragma unroll
 		for (int k = 0; k < RW; k++) f[k] = fnat(k, c4);
@@ -236,7 +236,7 @@ DEV void hc_part_body(float* __restrict__ out, const float* __restrict__ x, cons
 		const int i = w + 8 * k;
 #pragma unroll
 		for (int r = 0; r < R; r++) {
-			if (FAST && r >= nr) break; // (uniform: whole warps skip the shuffles)
+			if (r >= nr) break; // (uniform: whole warps skip the shuffles)
 			const float t = warp_sum(acc[k][r]);
 			if (i < MIX && lane == 0 && r0 + r < rows) out[(size_t)(r0 + r) * d + 2 * S + s * MIX + i] = t;
 		}
@@ -301,44 +301,6 @@ DEV void hc_fin_mix(HcFin<N, PRE>& f, const float* __restrict__ orow, float* __r
 	__syncthreads();
 }
 
-// Sinkhorn of backend/cpu sinkhorn on N lanes of one warp: lane j owns row j in
-// the row passes and column j in the column passes, each with the CPU's
-// sequential order, so the result is the one-thread result bit for bit.
-template <int N>
-DEV void sinkhorn_warp(float* c, int iters, float eps, int lane) {
-	if (lane < N) {
-		float* row = c + lane * N;
-		float mx = row[0];
-		for (int k = 1; k < N; k++) mx = gomax(mx, row[k]);
-		float s = 0.0f;
-		for (int k = 0; k < N; k++) {
-			row[k] = (float)exp((double)__fsub_rn(row[k], mx));
-			s = __fadd_rn(s, row[k]);
-		}
-		const double rs = 1.0 / (double)s;
-		for (int k = 0; k < N; k++) row[k] = __fadd_rn(div_rs(row[k], rs), eps);
-	}
-	__syncwarp();
-	for (int it = 0; it < iters; it++) {
-		if (it > 0) {
-			if (lane < N) {
-				float s = 0.0f;
-				for (int k = 0; k < N; k++) s = __fadd_rn(s, c[lane * N + k]);
-				const double rs = 1.0 / (double)__fadd_rn(s, eps);
-				for (int k = 0; k < N; k++) c[lane * N + k] = div_rs(c[lane * N + k], rs);
-			}
-			__syncwarp();
-		}
-		if (lane < N) {
-			float s = 0.0f;
-			for (int j = 0; j < N; j++) s = __fadd_rn(s, c[j * N + lane]);
-			const double rs = 1.0 / (double)__fadd_rn(s, eps);
-			for (int j = 0; j < N; j++) c[j * N + lane] = div_rs(c[j * N + lane], rs);
-		}
-		__syncwarp();
-	}
-}
-
 // The N streams' float4 at 4i of row xr (streams of d).
 template <int N>
 DEV void hc_load4(float4 (&v)[N], const float* __restrict__ xr, int d, int i) {
@@ -370,79 +332,41 @@ DEV float4 hc_wsum4(const float* __restrict__ xr, int d, const float (&p)[N], in
 	return hc_wsum4v<N>(v, p, rnd);
 }
 
-// PRE false: hc head (N mix entries, one scale, no Sinkhorn, mixo unused).
-template <int N, bool PRE>
-DEV void hc_fin_body(float* __restrict__ out, float* __restrict__ mixo, const float* __restrict__ x,
-	const float* __restrict__ base, int d, float s0, float s1, float s2, int iters, float eps, float normEps,
-	int rnd, int S)
+// The final hc head kernel (N mix entries, one scale, no Sinkhorn): the
+// partials summed by hc_fin_mix, then the pre-weighted sum of the streams.
+template <int N>
+DEV void hc_head_fin_body(float* __restrict__ out, const float* __restrict__ x, const float* __restrict__ base,
+	int d, float s0, float eps, float normEps, int rnd, int S)
 {
-	__shared__ HcFin<N, PRE> f;
-	const int r = blockIdx.x, tid = threadIdx.x, w = tid >> 5;
+	__shared__ HcFin<N, false> f;
+	const int r = blockIdx.x, tid = threadIdx.x;
 	float* orow = out + (size_t)r * d;
-	float* mr = PRE ? mixo + (size_t)r * (N + N * N) : nullptr;
-	hc_fin_mix<N, PRE>(f, orow, mr, base, d, s0, s1, s2, eps, normEps, S);
-	// Warp 0 runs the Sinkhorn while warps 1.. form the pre-weighted sum,
-	// which does not need it.
-	if (PRE && w == 0) {
-		sinkhorn_warp<N>(f.c, max(iters, 1), eps, tid & 31);
-		for (int i = tid & 31; i < N * N; i += 32) mr[N + i] = f.c[i];
-		return;
-	}
-	constexpr int T0 = PRE ? 32 : 0; // first thread of the weighted sum
+	hc_fin_mix<N, false>(f, orow, nullptr, base, d, s0, 0.0f, 0.0f, eps, normEps, S);
 	float p[N];
 #pragma unroll
 	for (int j = 0; j < N; j++) p[j] = f.pre[j];
 	const float* xr = x + (size_t)r * N * d;
 	const int d4 = d >> 2;
 #pragma unroll(N >= 8 ? 1 : 2) // (n8 spills when unrolled)
-	for (int i = tid - T0; i < d4; i += HC_THREADS - T0)
+	for (int i = tid; i < d4; i += HC_THREADS)
 		*reinterpret_cast<float4*>(orow + 4 * i) = hc_wsum4<N>(xr, d, p, i, rnd);
 }
 
-// hc_pre_fin, then rmsnorm_f32 (weight nw, eps neps) of its output row into
-// y: warps 0-7 run rmsnorm_f32's float4 row body (rms_row4: its thread
-// mapping, sums and products) on the pre-weighted sums, formed where the row
-// body loads its input, while warp 8 runs the Sinkhorn. out holds the
-// partials only and is not written. Needs d % 4 == 0 and x, y, nw 16-byte
-// aligned (the launcher checks).
-#define HC_NORM_THREADS (HC_THREADS + 32)
-template <int N>
-DEV void hc_fin_norm_body(float* __restrict__ y, const float* __restrict__ out, float* __restrict__ mixo,
-	const float* __restrict__ x, const float* __restrict__ base, const float* __restrict__ nw, int d, float s0,
-	float s1, float s2, int iters, float eps, float normEps, int rnd, int S, float neps)
-{
-	__shared__ HcFin<N, true> f;
-	__shared__ float red[32];
-	const int r = blockIdx.x, tid = threadIdx.x;
-	float* mr = mixo + (size_t)r * (N + N * N);
-	hc_fin_mix<N, true>(f, out + (size_t)r * d, mr, base, d, s0, s1, s2, eps, normEps, S);
-	if (tid >= HC_THREADS) { // the Sinkhorn warp; the row body syncs on barrier 1 without it
-		sinkhorn_warp<N>(f.c, max(iters, 1), eps, tid & 31);
-		for (int i = tid & 31; i < N * N; i += 32) mr[N + i] = f.c[i];
-		return;
-	}
-	float p[N];
-#pragma unroll
-	for (int j = 0; j < N; j++) p[j] = f.pre[j];
-	const float* xr = x + (size_t)r * N * d;
-	rms_row4<1>(reinterpret_cast<float4*>(y + (size_t)r * d), [&](int i) { return hc_wsum4<N>(xr, d, p, i, rnd); },
-		reinterpret_cast<const float4*>(nw), d >> 2, d, neps, rnd, red, tid, HC_THREADS);
-}
-
-// ---- hc pre fin, fast (KernelChoice.HcFast; the default takes the two above) ----
-// hc_pre_fin2_f32 / hc_pre_fin_norm2_f32 give hc_pre_fin_f32's and
-// hc_pre_fin_norm_f32's bits on a shorter critical path. At decode one CTA
-// runs a row, so each memory round trip and each dependent step is on it:
+// ---- hc pre fin ----
+// hc_pre_fin_f32 / hc_pre_fin_norm_f32 (one CTA a row; the norm variant also
+// runs rmsnorm_f32 on the output row, bit for bit the two launches). At
+// decode each memory round trip and each dependent step is on the critical
+// path (H200, 2026-12-05e: 11.4 -> 6.1 us a call against a warp Sinkhorn):
 // - base and the norm weight (weights) are loaded before the PDL wait, x's
 //   first XC float4 sets and all S partials of a thread right after it: one
-//   round trip where there were two for the partials, then base's, then x's;
+//   round trip for the partials, base and x together;
 // - warp 8 sums the float64 squares and, after the one block barrier, forms
 //   the Sinkhorn input itself and runs sinkhorn_lanes (a matrix element a
 //   lane, one division a pass, no shared memory) without waiting for the
-//   sigmoids: the old warp Sinkhorn's shared-memory round trip, float64
-//   reciprocal and 2N conversions a pass were most of the kernel;
+//   sigmoids;
 // - warps 0-7 form pre and post, then the output or (NORM) its RMS norm,
 //   rmsnorm_f32's row body (rms_row4_rest) on named barrier 1.
+#define HC_NORM_THREADS (HC_THREADS + 32)
 #define HC_PB 16 // partials a thread loads before it adds them
 
 // rsqrt of the mean square + eps from the float64 sum of squares, as hc_fin_mix.
@@ -572,35 +496,18 @@ DEV void hc_fin2_body(float* __restrict__ y, float* __restrict__ out, float* __r
 	{                                                                                                          \
 		hc_part_body<N, true>(out, x, fn, rows, d, C, S);                                                      \
 	}                                                                                                          \
-	extern "C" __global__ void __launch_bounds__(HC_THREADS) hc_pre_part2_f32_n##N(                          \
-		float* out, const float* x, const float* fn, int rows, int d, int C, int S)                            \
-	{                                                                                                          \
-		hc_part_body<N, true, true>(out, x, fn, rows, d, C, S);                                                \
-	}                                                                                                          \
-	extern "C" __global__ void __launch_bounds__(HC_NORM_THREADS) hc_pre_fin2_f32_n##N(                      \
+	extern "C" __global__ void __launch_bounds__(HC_NORM_THREADS) hc_pre_fin_f32_n##N(                       \
 		float* out, float* mix, const float* x, const float* base, int d, float s0, float s1, float s2,        \
 		int iters, float eps, float normEps, int rnd, int S)                                                   \
 	{                                                                                                          \
 		hc_fin2_body<N, false>(nullptr, out, mix, x, base, nullptr, d, s0, s1, s2, iters, eps, normEps, rnd, S, \
 			0.0f);                                                                                             \
 	}                                                                                                          \
-	extern "C" __global__ void __launch_bounds__(HC_NORM_THREADS) hc_pre_fin_norm2_f32_n##N(                 \
+	extern "C" __global__ void __launch_bounds__(HC_NORM_THREADS) hc_pre_fin_norm_f32_n##N(                  \
 		float* y, float* out, float* mix, const float* x, const float* base, const float* w, int d, float s0,  \
 		float s1, float s2, int iters, float eps, float normEps, int rnd, int S, float neps)                   \
 	{                                                                                                          \
 		hc_fin2_body<N, true>(y, out, mix, x, base, w, d, s0, s1, s2, iters, eps, normEps, rnd, S, neps);      \
-	}                                                                                                          \
-	extern "C" __global__ void __launch_bounds__(HC_THREADS) hc_pre_fin_f32_n##N(                            \
-		float* out, float* mix, const float* x, const float* base, int d, float s0, float s1, float s2,        \
-		int iters, float eps, float normEps, int rnd, int S)                                                   \
-	{ PDL_ENTRY();                                                                                             \
-		hc_fin_body<N, true>(out, mix, x, base, d, s0, s1, s2, iters, eps, normEps, rnd, S);                   \
-	}                                                                                                          \
-	extern "C" __global__ void __launch_bounds__(HC_NORM_THREADS) hc_pre_fin_norm_f32_n##N(                  \
-		float* y, const float* out, float* mix, const float* x, const float* base, const float* w, int d,      \
-		float s0, float s1, float s2, int iters, float eps, float normEps, int rnd, int S, float neps)         \
-	{ PDL_ENTRY();                                                                                             \
-		hc_fin_norm_body<N>(y, out, mix, x, base, w, d, s0, s1, s2, iters, eps, normEps, rnd, S, neps);        \
 	}                                                                                                          \
 	extern "C" __global__ void __launch_bounds__(HC_THREADS) hc_head_part_f32_n##N(                          \
 		float* out, const float* x, const float* fn, int rows, int d, int C, int S)                            \
@@ -611,7 +518,7 @@ DEV void hc_fin2_body(float* __restrict__ y, float* __restrict__ out, float* __r
 		float* out, const float* x, const float* base, int d, float s0, float eps, float normEps, int rnd,     \
 		int S)                                                                                                 \
 	{ PDL_ENTRY();                                                                                             \
-		hc_fin_body<N, false>(out, nullptr, x, base, d, s0, 0.0f, 0.0f, 0, eps, normEps, rnd, S);              \
+		hc_head_fin_body<N>(out, x, base, d, s0, eps, normEps, rnd, S);                                        \
 	}
 
 HC_SPLIT_KERNELS(1)

@@ -233,7 +233,10 @@ extern "C" __global__ void __launch_bounds__(256) linear_bf16x3_w1(float* __rest
 // which K a slot holds). FP8 weights go to bf16 unscaled (exact); each
 // chunk's MMAs sum into tmp, which the chunk's 128x128 block scale (a power
 // of two) multiplies into acc: the products are those of linear_f32, only
-// the order of the fp32 sums differs. SPLIT 3 (bf16 weights): fp32 x in the
+// the order of the fp32 sums differs. bf16 weights likewise sum a chunk in
+// tmp, added to acc in fp32: the tensor cores' accumulation is not IEEE, and
+// 2048 K of MMAs into one accumulator drifted past 2^-20·Σ|products| (H200,
+// 2026-12-05e; docs/numerics.md). SPLIT 3 (bf16 weights): fp32 x in the
 // three exact bf16 planes of linear_bf16x3, three MMAs per product, for the
 // fp32 linears (head, compressor); rnd 0 keeps their fp32 outputs. Split K
 // (gridDim.y > 1): partials to part[split][M][N]; the tile's last CTA sums
@@ -249,10 +252,7 @@ DEV void e4m3x4_to_bf16x4(u32 r, u32& lo, u32& hi) {
 	hi = __byte_perm(__float_as_uint(v[2]), __float_as_uint(v[3]), 0x7632);
 }
 
-// R8: a ring of 8 uint4 a lane (16 with NT < 4) and two MMA chains per
-// chunk (FP8), for three CTAs an SM: more warps to hide the conversion and
-// MMA latencies with half the bytes each in flight (KernelChoice.BF16DecRing8).
-template <int FMT, int NT, int SPLIT, bool R8>
+template <int FMT, int NT, int SPLIT>
 DEV void bf16_dec(float* __restrict__ y, const float* __restrict__ x, const u8* __restrict__ w,
 	const u8* __restrict__ ws, float* __restrict__ part, int* __restrict__ counters, int sCols, int M, int N, int K,
 	int R, int ldx, int kc, int rnd)
@@ -261,7 +261,7 @@ DEV void bf16_dec(float* __restrict__ y, const float* __restrict__ x, const u8* 
 	extern __shared__ __align__(16) u16 xs[];
 	__shared__ volatile int last;
 	constexpr int LPC = FMT == 1 ? 4 : 2;     // uint4 a lane loads per chunk (both rows)
-	constexpr int RING = NT >= 4 || R8 ? 8 : 16; // uint4 a lane keeps in flight
+	constexpr int RING = NT >= 4 ? 8 : 16; // uint4 a lane keeps in flight
 	constexpr int CPR = RING / LPC;           // chunks in the ring
 	const int tid = threadIdx.x, lane = tid & 31, wid = tid >> 5, g8 = lane >> 2, t4 = lane & 3;
 	const int o0 = blockIdx.x * BD_ROWS, grp = o0 / R, kb = blockIdx.y * kc, nch = kc >> 6;
@@ -349,24 +349,18 @@ DEV void bf16_dec(float* __restrict__ y, const float* __restrict__ x, const u8* 
 			if (FMT == 2 && c + CPR < nch) load(j, c + CPR);
 #pragma unroll
 			for (int n = 0; n < NT; n++) {
-				float t[2][4] = {{0.f, 0.f, 0.f, 0.f}, {0.f, 0.f, 0.f, 0.f}};
+				float t[4] = {0.f, 0.f, 0.f, 0.f};
 #pragma unroll
 				for (int s = 0; s < 4; s++) {
-					float* d = FMT == 2 ? t[R8 ? s & 1 : 0] : acc[n];
 #pragma unroll
-					for (int p = 0; p < SPLIT; p++) {
+					for (int p = SPLIT - 1; p >= 0; p--) { // planes lo, mid, hi
 						const uint2 b = *reinterpret_cast<const uint2*>(xl + p * xpl + n * 8 * xst + c * 64 + 4 * s);
 						const u32 bb[2] = {b.x, b.y};
-						mma_bf16_16816(d, a[s], bb);
+						mma_bf16_16816(t, a[s], bb);
 					}
 				}
-				if (FMT == 2) {
 #pragma unroll
-					for (int i = 0; i < 4; i++) {
-						acc[n][i] = fmaf(t[0][i], scl, acc[n][i]);
-						if (R8) acc[n][i] = fmaf(t[1][i], scl, acc[n][i]);
-					}
-				}
+				for (int i = 0; i < 4; i++) acc[n][i] = FMT == 2 ? fmaf(t[i], scl, acc[n][i]) : acc[n][i] + t[i];
 			}
 			if (FMT == 1 && c + CPR < nch) load(j, c + CPR);
 		}
@@ -391,27 +385,20 @@ DEV void bf16_dec(float* __restrict__ y, const float* __restrict__ x, const u8* 
 	}
 }
 
-#define BF16_DEC_KERNEL(name, FMT, NT, SPLIT, R8)                                                                   \
-	extern "C" __global__ void __launch_bounds__(BD_THREADS, R8 ? 3 : 2) name(float* __restrict__ y,               \
+#define BF16_DEC_KERNEL(name, FMT, NT, SPLIT)                                                                       \
+	extern "C" __global__ void __launch_bounds__(BD_THREADS, 2) name(float* __restrict__ y,                         \
 		const float* __restrict__ x, const u8* __restrict__ w, const u8* __restrict__ ws, float* __restrict__ part, \
 		int* __restrict__ counters, int sCols, int M, int N, int K, int R, int ldx, int kc, int rnd)               \
 	{                                                                                                               \
-		bf16_dec<FMT, NT, SPLIT, R8>(y, x, w, ws, part, counters, sCols, M, N, K, R, ldx, kc, rnd);                 \
+		bf16_dec<FMT, NT, SPLIT>(y, x, w, ws, part, counters, sCols, M, N, K, R, ldx, kc, rnd);                     \
 	}
-BF16_DEC_KERNEL(linear_bf16_dec1_w1, 1, 1, 1, false)
-BF16_DEC_KERNEL(linear_bf16_dec1_w2, 2, 1, 1, false)
-BF16_DEC_KERNEL(linear_bf16_dec2_w1, 1, 2, 1, false)
-BF16_DEC_KERNEL(linear_bf16_dec2_w2, 2, 2, 1, false)
-BF16_DEC_KERNEL(linear_bf16_dec4_w1, 1, 4, 1, false)
-BF16_DEC_KERNEL(linear_bf16_dec4_w2, 2, 4, 1, false)
+BF16_DEC_KERNEL(linear_bf16_dec1_w1, 1, 1, 1)
+BF16_DEC_KERNEL(linear_bf16_dec1_w2, 2, 1, 1)
+BF16_DEC_KERNEL(linear_bf16_dec2_w1, 1, 2, 1)
+BF16_DEC_KERNEL(linear_bf16_dec2_w2, 2, 2, 1)
+BF16_DEC_KERNEL(linear_bf16_dec4_w1, 1, 4, 1)
+BF16_DEC_KERNEL(linear_bf16_dec4_w2, 2, 4, 1)
 // fp32 x (three planes, three MMAs per product), bf16 weights: the fp32 linears.
-BF16_DEC_KERNEL(linear_bf16x3_dec1_w1, 1, 1, 3, false)
-BF16_DEC_KERNEL(linear_bf16x3_dec2_w1, 1, 2, 3, false)
-BF16_DEC_KERNEL(linear_bf16x3_dec4_w1, 1, 4, 3, false)
-// KernelChoice.BF16DecRing8 (one and two token tiles; four already ring 8).
-BF16_DEC_KERNEL(linear_bf16_dec1_w1_r8, 1, 1, 1, true)
-BF16_DEC_KERNEL(linear_bf16_dec1_w2_r8, 2, 1, 1, true)
-BF16_DEC_KERNEL(linear_bf16_dec2_w1_r8, 1, 2, 1, true)
-BF16_DEC_KERNEL(linear_bf16_dec2_w2_r8, 2, 2, 1, true)
-BF16_DEC_KERNEL(linear_bf16x3_dec1_w1_r8, 1, 1, 3, true)
-BF16_DEC_KERNEL(linear_bf16x3_dec2_w1_r8, 1, 2, 3, true)
+BF16_DEC_KERNEL(linear_bf16x3_dec1_w1, 1, 1, 3)
+BF16_DEC_KERNEL(linear_bf16x3_dec2_w1, 1, 2, 3)
+BF16_DEC_KERNEL(linear_bf16x3_dec4_w1, 1, 4, 3)
