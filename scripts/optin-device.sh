@@ -7,7 +7,7 @@
 # default step. Build here, carry bin, run there:
 #   go test -c -ldflags="-s -w" -o bin/cuda.test ./cuda && go test -c -ldflags="-s -w" -o bin/gpu.test ./backend/gpu &&
 #   go build -ldflags="-s -w" -o bin/bench ./cmd/bench && cp scripts/optin-device.sh scripts/ncu_steps.py bin/
-#   (device) cd bin && ./optin-device.sh $OUT/o    # ~7 minutes; bring back o.tgz
+#   (device) cd bin && ./optin-device.sh $OUT/o    # ~6 minutes; bring back o.tgz
 # STEPS picks parts (default "tests kernels stacks ncu"). Make an opt-in the
 # default only if its tests pass and its stacks beat the default in the same
 # call (docs/performance.md, 2026-12-05c).
@@ -28,7 +28,7 @@ if on tests; then
 	log "gpu.test rc=$? ($(grep -c -- '--- PASS' "$out/gpu-tests.txt") passed, $(grep -c -- '--- FAIL' "$out/gpu-tests.txt") failed)"
 fi
 if on kernels; then
-	timeout 150 ./bench kernels --model flash,pro --tokens 1,2,4,8,16,32 --only gemv --reps 10 >"$out/kernels.txt" 2>&1
+	timeout 150 ./bench kernels --model flash,pro --tokens 1,4,8,32 --only gemv --reps 10 >"$out/kernels.txt" 2>&1
 	log "bench kernels rc=$?: $(grep -c FAIL "$out/kernels.txt") FAIL"
 fi
 if on stacks; then
@@ -43,15 +43,14 @@ if on stacks; then
 	done
 fi
 if on ncu; then
-	for b in 1 8; do
-		for o in default f32-dec; do
-			n="$out/ncu-b$b-$o"
-			kopt=""
-			[[ $o == default ]] || kopt=$o
-			timeout 60 /usr/local/cuda/bin/ncu --metrics gpu__time_duration.sum --csv --cache-control all --clock-control none \
-				./bench stack --preset flash --layers 4 --prefill 8 --decode 3 --batch $b --cuda-graphs=false --side-stream=false --kernel-opts "$kopt" >"$n.csv" 2>/dev/null
-			python3 ncu_steps.py "$n.csv" >"$n.txt" 2>&1
-		done
+	for bo in 1:default 8:f32-dec; do
+		b=${bo%%:*} o=${bo#*:}
+		n="$out/ncu-b$b-$o"
+		kopt=""
+		[[ $o == default ]] || kopt=$o
+		timeout 60 /usr/local/cuda/bin/ncu --metrics gpu__time_duration.sum --csv --cache-control all --clock-control none \
+			./bench stack --preset flash --layers 4 --prefill 8 --decode 3 --batch "$b" --cuda-graphs=false --side-stream=false --kernel-opts "$kopt" >"$n.csv" 2>/dev/null
+		python3 ncu_steps.py "$n.csv" >"$n.txt" 2>&1
 	done
 	log "ncu done"
 fi
