@@ -136,6 +136,10 @@ func Prepare(be backend.Backend, c *checkpoint.Config, l *checkpoint.Layer) (*La
 	return out, nil
 }
 
+// InputLinears are the linears that read the layer's input as it is (wq_a
+// and wkv): a producer may hand it to them quantised.
+func (l *Layer) InputLinears() []backend.Linear { return []backend.Linear{l.WqA, l.WKV} }
+
 func (l *Layer) compress(be backend.Backend, st backend.KVStore, x backend.Tensor, c *Compressor, kind backend.CompressKind, b *backend.Batch) error {
 	n := x.Rows()
 	A := be.Empty(n, c.WKV.Out(), backend.F32)

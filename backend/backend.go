@@ -509,6 +509,8 @@ func Join(be Backend) error {
 type QuantFused interface {
 	RMSNormQuant(x Tensor, w Vec, eps float32, out Tensor, next []Linear) (Tensor, error)
 	SwiGLUQuant(g, u Tensor, limit float32, out Tensor, next []Linear) (Tensor, error)
+	// HcPreNormQuant is HcPreNorm returning normed or its handle.
+	HcPreNormQuant(x Tensor, hc HC, a HcArgs, norm Vec, eps float32, out, normed, mix Tensor, next []Linear) (Tensor, error)
 }
 
 // RMSNormQuant runs RMSNorm(x, w, eps, out) and returns the input to give
@@ -518,6 +520,15 @@ func RMSNormQuant(be Backend, x Tensor, w Vec, eps float32, out Tensor, next []L
 		return f.RMSNormQuant(x, w, eps, out, next)
 	}
 	return out, be.RMSNorm(x, w, eps, out)
+}
+
+// HcPreThenNormQuant runs HcPreThenNorm and returns the input to give the
+// linears next: normed, or where be offers QuantFused, its handle.
+func HcPreThenNormQuant(be Backend, x Tensor, hc HC, a HcArgs, norm Vec, eps float32, out, normed, mix Tensor, next []Linear) (Tensor, error) {
+	if f, ok := be.(QuantFused); ok {
+		return f.HcPreNormQuant(x, hc, a, norm, eps, out, normed, mix, next)
+	}
+	return normed, HcPreThenNorm(be, x, hc, a, norm, eps, out, normed, mix)
 }
 
 // SwiGLUQuant runs SwiGLU(g, u, limit, out) and returns the input to give

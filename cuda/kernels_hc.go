@@ -38,10 +38,15 @@ func HcPreF32(s *Stream, out, mix, x, fn, base DevicePtr, rows, n, d int, scale 
 // y [rows, d] (bit for bit the two launches); out holds the split's
 // partials and is left undefined. ok false: nothing was launched, as the
 // split does not apply or a pointer is not 16-byte aligned (rmsnorm_f32
-// would take its scalar path); run the two separately.
-func HcPreNormF32(s *Stream, y, out, mix, x, fn, base, w DevicePtr, rows, n, d int, scale [3]float32, iters int, eps, hcNormEps, normEps float32, rnd bool) (ok bool, err error) {
+// would take its scalar path); run the two separately. q, qs (both or
+// neither; d % 128 == 0): also write y's FP8 quantisation there, QuantFP8F32's
+// codes [rows, d] and scales [rows, d/128] for blocks of 128.
+func HcPreNormF32(s *Stream, y, out, mix, x, fn, base, w, q, qs DevicePtr, rows, n, d int, scale [3]float32, iters int, eps, hcNormEps, normEps float32, rnd bool) (ok bool, err error) {
 	if rows <= 0 || !hcStreams(n) || d <= 0 || int64(n)*int64(d) > 1<<31-1 || iters < 0 || (y|out|x|w)&15 != 0 {
 		return false, nil
+	}
+	if (q == 0) != (qs == 0) || q != 0 && (d%128 != 0 || q%4 != 0) {
+		return false, fmt.Errorf("cuda: hc_pre_fin_norm: quantised output needs q and scales, d %% 128 == 0 and 4-byte aligned codes (d=%d, q %#x)", d, uint64(q))
 	}
 	p, ok := planHcPre(rows, n, (2+n)*n, d, s.ctx.dev.SMs)
 	if !ok {
@@ -53,7 +58,12 @@ func HcPreNormF32(s *Stream, y, out, mix, x, fn, base, w DevicePtr, rows, n, d i
 	}
 	a := new(Args).Ptr(y).Ptr(out).Ptr(mix).Ptr(x).Ptr(base).Ptr(w).I32(d).F32(scale[0]).F32(scale[1]).F32(scale[2]).
 		I32(iters).F32(eps).F32(hcNormEps).I32(b2i(rnd)).I32(p.splits).F32(normEps)
-	return true, launch(s, "hc_f32", k.finNorm, Dim3{uint32(rows), 1, 1}, Dim3{hcFinThreads, 1, 1}, 0, a)
+	name := k.finNorm
+	if q != 0 {
+		name = fmt.Sprintf("hc_pre_fin_norm_quant_f32_n%d", n)
+		a.Ptr(q).Ptr(qs)
+	}
+	return true, launch(s, "hc_f32", name, Dim3{uint32(rows), 1, 1}, Dim3{hcFinThreads, 1, 1}, 0, a)
 }
 
 // hcPreSplit names the split hc pre's kernels for n streams: the partial

@@ -285,10 +285,14 @@ func (m *Model) runBlock(b *block, x backend.Tensor, ids []int32, bt *backend.Ba
 	a := be.Empty(n, c.Dim, backend.F32)
 	mix := be.Empty(n, mixW, backend.F32)
 	an := be.Empty(n, c.Dim, backend.F32)
-	if err := m.hcPreNorm(x, b.hcAttn, b.attnNorm, a, an, mix, tr, check, prefix, "attn"); err != nil {
+	ain, err := m.hcPreNorm(x, b.hcAttn, b.attnNorm, a, an, mix, tr, check, prefix, "attn", b.attn.InputLinears())
+	if err != nil {
 		return nil, err
 	}
-	o, err := b.attn.Forward(be, m.store, an, bt, check)
+	o, err := b.attn.Forward(be, m.store, ain, bt, check)
+	if ain != an {
+		be.Free(ain)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("%s%w", prefix, tr.wrapOp(err, b.index, prefix+"attn "))
 	}
@@ -304,13 +308,17 @@ func (m *Model) runBlock(b *block, x backend.Tensor, ids []int32, bt *backend.Ba
 	if err := check.Check("attn hc_post", x, o); err != nil {
 		return nil, err
 	}
-	if err := m.hcPreNorm(x, b.hcFFN, b.ffnNorm, a, an, mix, tr, nil, prefix, "ffn"); err != nil {
+	fin, err := m.hcPreNorm(x, b.hcFFN, b.ffnNorm, a, an, mix, tr, nil, prefix, "ffn", b.ffn.InputLinears())
+	if err != nil {
 		return nil, err
+	}
+	if fin != an {
+		defer be.Free(fin)
 	}
 	if err := check.Check("ffn norm", an, a); err != nil {
 		return nil, err
 	}
-	f, err := b.ffn.Forward(be, an, ids, check)
+	f, err := b.ffn.Forward(be, fin, ids, check)
 	if err != nil {
 		return nil, fmt.Errorf("%s%w", prefix, tr.wrapOp(err, b.index, prefix+"moe "))
 	}
@@ -327,27 +335,30 @@ func (m *Model) runBlock(b *block, x backend.Tensor, ids []int32, bt *backend.Ba
 }
 
 // hcPreNorm is HcPre of x into a and mix, then the RMSNorm of a into an,
-// for the block's site ("attn" or "ffn"). The backend may fuse the two and
-// leave a undefined; with the tracer on they run separately, so that check
-// (nil: none) can name a non-finite hc_pre output before the norm.
-func (m *Model) hcPreNorm(x backend.Tensor, hc backend.HC, norm backend.Vec, a, an, mix backend.Tensor, tr *tracer, check backend.CheckFunc, prefix, site string) error {
+// for the block's site ("attn" or "ffn"); it returns the input to give the
+// site's layer: an, or an handle carrying an's quantisation for the linears
+// next (backend.QuantFused; free it after the layer). The backend may fuse
+// the two and leave a undefined; with the tracer on they run separately, so
+// that check (nil: none) can name a non-finite hc_pre output before the norm.
+func (m *Model) hcPreNorm(x backend.Tensor, hc backend.HC, norm backend.Vec, a, an, mix backend.Tensor, tr *tracer, check backend.CheckFunc, prefix, site string, next []backend.Linear) (backend.Tensor, error) {
 	be := m.be
 	if tr == nil {
-		if err := backend.HcPreThenNorm(be, x, hc, m.hc, norm, m.eps, a, an, mix); err != nil {
-			return fmt.Errorf("%shc_pre+%s_norm: %w", prefix, site, err)
+		in, err := backend.HcPreThenNormQuant(be, x, hc, m.hc, norm, m.eps, a, an, mix, next)
+		if err != nil {
+			return nil, fmt.Errorf("%shc_pre+%s_norm: %w", prefix, site, err)
 		}
-		return nil
+		return in, nil
 	}
 	if err := be.HcPre(x, hc, m.hc, a, mix); err != nil {
-		return fmt.Errorf("%shc_pre %s: %w", prefix, site, err)
+		return nil, fmt.Errorf("%shc_pre %s: %w", prefix, site, err)
 	}
 	if err := check.Check(site+" hc_pre", a, x); err != nil {
-		return err
+		return nil, err
 	}
 	if err := be.RMSNorm(a, norm, m.eps, an); err != nil {
-		return fmt.Errorf("%s%s_norm: %w", prefix, site, err)
+		return nil, fmt.Errorf("%s%s_norm: %w", prefix, site, err)
 	}
-	return nil
+	return an, nil
 }
 
 // prepare validates items, reserves cache and builds the row layout.

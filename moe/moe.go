@@ -29,6 +29,10 @@ type Layer struct {
 	Reduce   func(backend.Tensor) error
 }
 
+// InputLinears are the linears that read the layer's input as it is (the
+// shared expert's w1 and w3): a producer may hand it to them quantised.
+func (l *Layer) InputLinears() []backend.Linear { return []backend.Linear{l.SW1, l.SW3} }
+
 // Prepare binds the MoE weights of layer l; part (nil: whole model) names the
 // routed experts this rank holds.
 func Prepare(be backend.Backend, c *checkpoint.Config, l *checkpoint.Layer, part *checkpoint.Part) (*Layer, error) {

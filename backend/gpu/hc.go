@@ -53,36 +53,64 @@ func (b *Backend) HcPre(x backend.Tensor, h backend.HC, a backend.HcArgs, out, m
 // path, the norm runs inside its final kernel (one launch fewer) and out is
 // left holding the split's partials; elsewhere HcPre, then RMSNorm.
 func (b *Backend) HcPreNorm(x backend.Tensor, h backend.HC, a backend.HcArgs, norm backend.Vec, eps float32, out, normed, mix backend.Tensor) error {
+	_, err := b.hcPreNorm(x, h, a, norm, eps, out, normed, mix, nil)
+	return err
+}
+
+// HcPreNormQuant implements backend.QuantFused: HcPreNorm whose fused final
+// kernel also writes the FP8 quantisation that a linear of next would apply
+// to normed (RMSNormQuant's handle); otherwise HcPreNorm, returning normed.
+func (b *Backend) HcPreNormQuant(x backend.Tensor, h backend.HC, a backend.HcArgs, norm backend.Vec, eps float32, out, normed, mix backend.Tensor, next []backend.Linear) (backend.Tensor, error) {
+	return b.hcPreNorm(x, h, a, norm, eps, out, normed, mix, next)
+}
+
+func (b *Backend) hcPreNorm(x backend.Tensor, h backend.HC, a backend.HcArgs, norm backend.Vec, eps float32, out, normed, mix backend.Tensor, next []backend.Linear) (backend.Tensor, error) {
 	xt, hh, d, err := checkHC(x, h, a, "hc pre norm")
 	if err != nil {
-		return err
+		return nil, err
 	}
 	n := a.Streams
 	wv, ok := norm.(*vec)
 	if hh.mix != (2+n)*n || len(hh.scale) != 3 || !ok || wv == nil || wv.Len() != d {
-		return b.hcPreThenNorm(x, h, a, norm, eps, out, normed, mix)
+		return normed, b.hcPreThenNorm(x, h, a, norm, eps, out, normed, mix)
 	}
 	ot, err := f32(out, xt.rows, d, "hc pre norm output")
 	if err != nil {
-		return err
+		return nil, err
 	}
 	yt, err := f32(normed, xt.rows, d, "hc pre norm normed")
 	if err != nil {
-		return err
+		return nil, err
 	}
 	mt, err := f32(mix, xt.rows, n+n*n, "hc pre norm mix")
 	if err != nil {
-		return err
+		return nil, err
+	}
+	// The handle's quantisation (RMSNormQuant's layout) where a linear of
+	// next quantises a d-wide input; nil: normed alone.
+	var h8 *Tensor
+	var q, qs cuda.DevicePtr
+	if xt.rows > 0 && d%128 == 0 && b.takesQuant(d, next) {
+		if h8, err = b.quantHandle(yt); err != nil {
+			return nil, fmt.Errorf("hc pre norm quant: %w", err)
+		}
+		q, qs = fp8Layout(h8.q8.Ptr, xt.rows, d)
 	}
 	sc := [3]float32{hh.scale[0], hh.scale[1], hh.scale[2]}
-	fused, err := cuda.HcPreNormF32(b.s, yt.ptr, ot.ptr, mt.ptr, xt.ptr, hh.fn.Ptr, hh.base.Ptr, wv.buf.Ptr, xt.rows, n, d, sc, a.Sinkhorn, a.Eps, a.NormEps, eps, b.faithful())
+	fused, err := cuda.HcPreNormF32(b.s, yt.ptr, ot.ptr, mt.ptr, xt.ptr, hh.fn.Ptr, hh.base.Ptr, wv.buf.Ptr, q, qs, xt.rows, n, d, sc, a.Sinkhorn, a.Eps, a.NormEps, eps, b.faithful())
+	if err == nil && fused && h8 != nil {
+		return h8, nil
+	}
+	if h8 != nil {
+		b.Free(h8)
+	}
 	if err != nil {
-		return fmt.Errorf("hc pre norm: %w", err)
+		return nil, fmt.Errorf("hc pre norm: %w", err)
 	}
 	if !fused {
-		return b.hcPreThenNorm(x, h, a, norm, eps, out, normed, mix)
+		return normed, b.hcPreThenNorm(x, h, a, norm, eps, out, normed, mix)
 	}
-	return nil
+	return normed, nil
 }
 
 // hcPreThenNorm is HcPreNorm as the two separate ops.

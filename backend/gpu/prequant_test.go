@@ -12,10 +12,10 @@ import (
 	"github.com/megamoe/megamoe/num"
 )
 
-// TestFusedLinearInputs: RMSNormQuant and SwiGLUQuant, whose kernels also
+// TestFusedLinearInputs: RMSNormQuant, SwiGLUQuant and HcPreNormQuant, whose kernels also
 // write the FP8 input of the linears after them, give bit for bit what the
 // separate ops give (RMSNorm or SwiGLU, then each Linear quantising its own
-// input): the producer's output, the linears' outputs, and the quantised
+// input; HcPreNormQuant against HcPreNorm): the producer's output, the linears' outputs, and the quantised
 // copy itself (QuantFP8F32 of the output). Exact numerics and inputs no FP8
 // tensor-core linear takes keep the plain op (the handle is out itself).
 // Shapes: the small config's q_norm (128) and shared expert (128), Flash's
@@ -76,6 +76,35 @@ func TestFusedLinearInputs(t *testing.T) {
 					func(out backend.Tensor) error { return g.SwiGLU(gate.g, up.g, c.limit, out) },
 					func(y, q, qs cuda.DevicePtr) error {
 						return cuda.SwiGLUQuantF32(g.s, y, q, qs, gate.g.(*Tensor).ptr, up.g.(*Tensor).ptr, c.rows, c.d, c.limit, true)
+					})
+				// hc pre + norm over 4 streams of d (x's rows as the streams' values).
+				const ns = 4
+				a := backend.HcArgs{Streams: ns, Sinkhorn: 20, Eps: 1e-6, NormEps: 1e-6}
+				_, hcp := p.hcParams((2+ns)*ns, ns, c.d, []float32{0.7, 1.3, 0.9})
+				hx := p.rand(c.rows, ns*c.d, 1)
+				if c.nan {
+					hx.host[c.rows/2*ns*c.d+5] = float32(math.NaN())
+					hx = p.from(c.rows, ns*c.d, hx.host)
+				}
+				scratch := func() (backend.Tensor, backend.Tensor) { return p.out(c.rows, c.d).g, p.out(c.rows, ns+ns*ns).g }
+				checkFused(t, p, g, "hc pre norm "+tag, fused, ws, c.rows, c.d,
+					func(out backend.Tensor) (backend.Tensor, error) {
+						o, mix := scratch()
+						return g.HcPreNormQuant(hx.g, hcp, a, w, 1e-6, o, out, mix, ws)
+					},
+					func(out backend.Tensor) error {
+						o, mix := scratch()
+						return g.HcPreNorm(hx.g, hcp, a, w, 1e-6, o, out, mix)
+					},
+					func(y, q, qs cuda.DevicePtr) error {
+						o, mix := scratch()
+						hh := hcp.(*hc)
+						ok, err := cuda.HcPreNormF32(g.s, y, o.(*Tensor).ptr, mix.(*Tensor).ptr, hx.g.(*Tensor).ptr, hh.fn.Ptr, hh.base.Ptr,
+							w.(*vec).buf.Ptr, q, qs, c.rows, ns, c.d, [3]float32{hh.scale[0], hh.scale[1], hh.scale[2]}, a.Sinkhorn, a.Eps, a.NormEps, 1e-6, true)
+						if err == nil && !ok {
+							err = fmt.Errorf("hc_pre_fin_norm_quant not launched")
+						}
+						return err
 					})
 				// No FP8 tensor-core linear after it: the plain op.
 				bl, err := g.PrepareLinear(randLinear(p.rng, checkpoint.FormatBF16, 64, c.d))

@@ -375,10 +375,15 @@ DEV float hc_rr(double tot, int width, float normEps) {
 	return (float)(1.0 / sqrt((double)ms));
 }
 
-template <int N, bool NORM>
+// QUANT (with NORM; d % 128 == 0): the normed row's FP8 quantisation too,
+// quant_fp8_f32's codes q [rows, d] and e8m0 scales qs [rows, d/128] bit for
+// bit (a warp's 32 float4s of one step are one 128-value block), as
+// rmsnorm_quant_f32 does: the linears that take the row skip their launch.
+template <int N, bool NORM, bool QUANT = false>
 DEV void hc_fin2_body(float* __restrict__ y, float* __restrict__ out, float* __restrict__ mixo,
 	const float* __restrict__ x, const float* __restrict__ base, const float* __restrict__ nw, int d, float s0,
-	float s1, float s2, int iters, float eps, float normEps, int rnd, int S, float neps)
+	float s1, float s2, int iters, float eps, float normEps, int rnd, int S, float neps,
+	u8* __restrict__ q = nullptr, u8* __restrict__ qs = nullptr)
 {
 	constexpr int MIX = HcSplit<N, true>::MIX, NN = N * N, E = SkLayout<N>::E;
 	// x float4 sets loaded ahead: N·XC float4 registers (n8 would need 128 at
@@ -480,7 +485,16 @@ DEV void hc_fin2_body(float* __restrict__ y, float* __restrict__ out, float* __r
 	auto xat = [&](int i) { return hc_wsum4<N>(xr, d, p, i, rnd); };
 	if (NORM) {
 		float4* y4 = reinterpret_cast<float4*>(y + (size_t)r * d);
-		rms_row4_rest<1>([&](int i, float4 o) { y4[i] = o; }, xat, w4, xv, wv, n4, d, neps, rnd, red, tid, HC_THREADS);
+		u8* qr = QUANT ? q + (size_t)r * d : nullptr;
+		u8* qsr = QUANT ? qs + (size_t)r * (d >> 7) : nullptr;
+		auto put = [&](int i, float4 o) {
+			y4[i] = o;
+			if (QUANT) {
+				const float v[4] = {o.x, o.y, o.z, o.w};
+				quant128(v, lane, qr + (i >> 5) * 128, qsr + (i >> 5));
+			}
+		};
+		rms_row4_rest<1>(put, xat, w4, xv, wv, n4, d, neps, rnd, red, tid, HC_THREADS);
 		return;
 	}
 	float4* o4 = reinterpret_cast<float4*>(orow);
@@ -508,6 +522,13 @@ DEV void hc_fin2_body(float* __restrict__ y, float* __restrict__ out, float* __r
 		float s1, float s2, int iters, float eps, float normEps, int rnd, int S, float neps)                   \
 	{                                                                                                          \
 		hc_fin2_body<N, true>(y, out, mix, x, base, w, d, s0, s1, s2, iters, eps, normEps, rnd, S, neps);      \
+	}                                                                                                          \
+	extern "C" __global__ void __launch_bounds__(HC_NORM_THREADS) hc_pre_fin_norm_quant_f32_n##N(            \
+		float* y, float* out, float* mix, const float* x, const float* base, const float* w, int d, float s0,  \
+		float s1, float s2, int iters, float eps, float normEps, int rnd, int S, float neps, u8* q, u8* qs)    \
+	{                                                                                                          \
+		hc_fin2_body<N, true, true>(y, out, mix, x, base, w, d, s0, s1, s2, iters, eps, normEps, rnd, S, neps, \
+			q, qs);                                                                                            \
 	}                                                                                                          \
 	extern "C" __global__ void __launch_bounds__(HC_THREADS) hc_head_part_f32_n##N(                          \
 		float* out, const float* x, const float* fn, int rows, int d, int C, int S)                            \
