@@ -24,7 +24,7 @@ on() { [[ $steps == *" $1 "* ]]; }
 if on tests; then
 	timeout 200 ./cuda.test -test.v -test.run 'TestKernelsVsCPU|TestKernelResources|TestPlanBF16Dec|TestStreamForkJoin|TestPoolHold' >"$out/cuda.txt" 2>&1
 	log "cuda.test rc=$? ($(grep -c -- '--- PASS' "$out/cuda.txt") passed, $(grep -c -- '--- FAIL' "$out/cuda.txt") failed)"
-	timeout 240 ./gpu.test -test.v -test.run 'TestLinears|TestHc|TestKVStoreSteps|TestAttnSmallWindows|TestExperts|TestForkRules|TestSideStreamSameBits|TestStepsReturnPoolMemory|TestRegressionPromptsOnGPU|TestSmallModelEndToEnd|TestGreedyExact|TestRecordedDecodeSteps|TestTraceNonFiniteOnGPU|TestModelDrawsOnGPU' >"$out/gpu-tests.txt" 2>&1
+	timeout 240 ./gpu.test -test.v -test.run 'TestLinears|TestHc|TestKVStoreSteps|TestAttnSmallWindows|TestExperts|TestForkRules|TestSideStreamSameBits|TestStepsReturnPoolMemory|TestRegressionPromptsOnGPU|TestSmallModelEndToEnd|TestGreedyExact|TestRecordedDecodeSteps|TestTraceNonFiniteOnGPU|TestModelDrawsOnGPU|TestFusedLinearInputs' >"$out/gpu-tests.txt" 2>&1
 	log "gpu.test rc=$? ($(grep -c -- '--- PASS' "$out/gpu-tests.txt") passed, $(grep -c -- '--- FAIL' "$out/gpu-tests.txt") failed)"
 fi
 if on kernels; then
