@@ -8,7 +8,8 @@
 #   go test -c -ldflags="-s -w" -o bin/cuda.test ./cuda && go test -c -ldflags="-s -w" -o bin/gpu.test ./backend/gpu &&
 #   go build -ldflags="-s -w" -o bin/bench ./cmd/bench && cp scripts/optin-device.sh scripts/ncu_steps.py bin/
 #   (device) cd bin && ./optin-device.sh $OUT/o    # ~6 minutes; bring back o.tgz
-# STEPS picks parts (default "tests kernels stacks ncu"). Make an opt-in the
+# STEPS picks parts (default "tests kernels stacks ncu"); KMODELS, KTOKENS and
+# BATCHES trim the kernel rows and stacks (a short device lease). Make an opt-in the
 # default only if its tests pass and its stacks beat the default in the same
 # call (docs/performance.md, 2026-12-05c).
 set -u
@@ -28,14 +29,15 @@ if on tests; then
 	log "gpu.test rc=$? ($(grep -c -- '--- PASS' "$out/gpu-tests.txt") passed, $(grep -c -- '--- FAIL' "$out/gpu-tests.txt") failed)"
 fi
 if on kernels; then
-	timeout 150 ./bench kernels --model flash,pro --tokens 1,4,8,32 --only gemv --reps 10 >"$out/kernels.txt" 2>&1
+	timeout 150 ./bench kernels --model "${KMODELS:-flash,pro}" --tokens "${KTOKENS:-1,4,8,32}" --only gemv --reps 10 >"$out/kernels.txt" 2>&1
 	log "bench kernels rc=$?: $(grep -c FAIL "$out/kernels.txt") FAIL"
 fi
 if on stacks; then
 	# One model per batch size, every variant timed on it in turn; default first
 	# and last shows the drift of the call.
 	vars="default;no-side;f32-dec;default2=default"
-	for b in "1" "1 --draw" "8" "32 --draw"; do
+	IFS=';' read -ra batches <<<"${BATCHES:-1;1 --draw;8;32 --draw}"
+	for b in "${batches[@]}"; do
 		f="$out/stack-b${b// /}.txt"
 		# shellcheck disable=SC2086 # $b is a list
 		timeout 120 ./bench stack --preset flash --layers 4 --prefill 64 --decode 48 --batch $b --variants "$vars" >"$f" 2>&1
