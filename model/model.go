@@ -312,13 +312,13 @@ func (m *Model) runBlock(b *block, x backend.Tensor, ids []int32, bt *backend.Ba
 	if err != nil {
 		return nil, err
 	}
-	if fin != an {
-		defer be.Free(fin)
-	}
-	if err := check.Check("ffn norm", an, a); err != nil {
+	if err := check.Check("ffn norm", an, a); err != nil { // traced: fin is an
 		return nil, err
 	}
 	f, err := b.ffn.Forward(be, fin, ids, check)
+	if fin != an {
+		be.Free(fin)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("%s%w", prefix, tr.wrapOp(err, b.index, prefix+"moe "))
 	}
