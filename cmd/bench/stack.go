@@ -538,7 +538,8 @@ func randTokens(rng *rand.Rand, n, vocab int) []int32 {
 
 // kernelOpts are the opt-in kernels --kernel-opts names.
 var kernelOpts = map[string]func(*cuda.KernelChoice){
-	"f32-dec": func(k *cuda.KernelChoice) { k.F32Dec = true },
+	"f32-dec":        func(k *cuda.KernelChoice) { k.F32Dec = true },
+	"moe-wg-persist": func(k *cuda.KernelChoice) { k.MoEWGPersist = true },
 }
 
 func kernelOptNames() []string {

@@ -15,9 +15,9 @@
 //   - two math warpgroups each multiply 64 weight rows (wgmma's M) by the BT
 //     tokens of the tile (wgmma's N: no row slots are wasted on small experts),
 //     keeping one wgmma group in flight.
-// A CTA covers 128 output columns of one tile; tiles past the list exit at
-// once, so experts with no rows cost nothing. y = bf16(G_e * acc), written
-// only for the tile's rows.
+// A work item is 128 output columns of one tile; CTAs past the items of the
+// tiles the list holds exit at once, so experts with no rows cost nothing.
+// y = bf16(G_e * acc), written only for the tile's rows.
 #include "sm90.cuh"
 
 // Producer warpgroups (unpacking), then two math warpgroups (wgmma).
@@ -103,21 +103,30 @@ struct MoeWG {
 	static constexpr int STAGE = W_BYTES + 2 * X_ATOM;
 };
 
+// Work items: the list's tiles x 128-column blocks (item i: tile i / ncb,
+// column block i % ncb, so CTAs running together share a token tile). CTA b
+// of a grid of G takes items b, b + G, ...: one item each on a grid of ncb x
+// maxTiles, several on a persistent grid (KernelChoice.MoEWGPersist), where
+// the stage ring runs on across items (block counter g) and a CTA's next
+// item loads while its math warpgroups store the last one.
 template <int BT>
 DEV void moe_fp4_wg_body(u16* __restrict__ y, const TmaMap* mapX, const int* __restrict__ scratch,
 	const u8* __restrict__ w, const u8* __restrict__ wscale, const float* __restrict__ gscale, int nvfp4, int N, int K)
 {
 	using C = MoeWG<BT>;
-	const int t = blockIdx.y;
-	if (t >= scratch[0]) return;
-	const int4 tile = reinterpret_cast<const int4*>(scratch + 4)[t];
-	const int e = tile.x, mBeg = tile.y, mEnd = tile.z;
+	const int ncb = (N + 127) / 128;
+	const int items = scratch[0] * ncb;
+	const int first = blockIdx.y * gridDim.x + blockIdx.x, stride = gridDim.x * gridDim.y;
+	if (first >= items) return;
+	auto item = [&](int i, int& e, int& mBeg, int& mEnd, int& n0) {
+		const int4 tile = reinterpret_cast<const int4*>(scratch + 4)[i / ncb]; // in bounds: i / ncb < count
+		e = tile.x, mBeg = tile.y, mEnd = tile.z, n0 = (i % ncb) * 128;
+	};
 	extern __shared__ __align__(1024) u8 smem_raw[];
 	u8* smem = smem_raw + ((1024u - (smem_addr(smem_raw) & 1023u)) & 1023u);
 	u64* full = reinterpret_cast<u64*>(smem + C::STAGES * C::STAGE);
 	u64* empty = full + C::STAGES;
 	const int wg = threadIdx.x >> 7, tid = threadIdx.x & 127;
-	const int n0 = blockIdx.x * 128;
 	const int nkb = K / 128;
 	if (threadIdx.x == 0) {
 		for (int s = 0; s < C::STAGES; s++) {
@@ -136,114 +145,125 @@ DEV void moe_fp4_wg_body(u16* __restrict__ y, const TmaMap* mapX, const int* __r
 		// so their swizzled 16-byte stores hit distinct banks.
 		const int pt = threadIdx.x, l = pt & 31, q = l >> 3, rr = (pt >> 5) * 8 + (l & 7);
 		const int gpr = nvfp4 ? K / 16 : K / 32;
-		const uint4* wr[2];
-		const u8* sr[2];
-		bool ok[2];
-#pragma unroll
-		for (int h = 0; h < 2; h++) {
-			const int n = n0 + rr + 64 * h;
-			ok[h] = n < N;
-			wr[h] = reinterpret_cast<const uint4*>(w + ((size_t)e * N + (ok[h] ? n : 0)) * (K / 2)) + q;
-			sr[h] = wscale + ((size_t)e * N + (ok[h] ? n : 0)) * gpr;
-		}
 		const uint4 z4 = make_uint4(0u, 0u, 0u, 0u);
-		uint4 raw[2];
-		u32 rs[2];
-		// Codes and scales of block kb+1 load into registers while block kb is unpacked.
-		auto fetch = [&](int kb) {
+		int g = 0; // blocks staged so far, over all items
+		for (int it = first; it < items; it += stride) {
+			int e, mBeg, mEnd, n0;
+			item(it, e, mBeg, mEnd, n0);
+			const uint4* wr[2];
+			const u8* sr[2];
+			bool ok[2];
 #pragma unroll
 			for (int h = 0; h < 2; h++) {
-				raw[h] = ok[h] ? wr[h][kb * 4] : z4;
-				if (nvfp4) rs[h] = ok[h] ? *reinterpret_cast<const u16*>(sr[h] + kb * 8 + 2 * q) : 0u;
-				else rs[h] = ok[h] ? sr[h][kb * 4 + q] : 0u;
+				const int n = n0 + rr + 64 * h;
+				ok[h] = n < N;
+				wr[h] = reinterpret_cast<const uint4*>(w + ((size_t)e * N + (ok[h] ? n : 0)) * (K / 2)) + q;
+				sr[h] = wscale + ((size_t)e * N + (ok[h] ? n : 0)) * gpr;
 			}
-		};
-		if (nkb > 0) fetch(0);
-		for (int kb = 0; kb < nkb; kb++) {
-			const int s = kb % C::STAGES;
-			const u32 ph = (kb / C::STAGES) & 1;
-			const uint4 cur[2] = {raw[0], raw[1]};
-			const u32 cs[2] = {rs[0], rs[1]};
-			if (kb + 1 < nkb) fetch(kb + 1);
-			mbar_wait(&empty[s], ph ^ 1);
-			u8* Ws = smem + s * C::STAGE;
-			if (pt == 0) {
-				u8* Xs = Ws + C::W_BYTES;
-				mbar_expect_tx(&full[s], 2 * C::X_ATOM);
-				tma_load2d(Xs, mapX, &full[s], kb * 256, mBeg);
-				tma_load2d(Xs + C::X_ATOM, mapX, &full[s], kb * 256 + 128, mBeg);
-			}
+			uint4 raw[2];
+			u32 rs[2];
+			// Codes and scales of block kb+1 load into registers while block kb is unpacked.
+			auto fetch = [&](int kb) {
 #pragma unroll
-			for (int h = 0; h < 2; h++) {
-				const int row = rr + 64 * h;
-				u8* dst = Ws + (q >> 1) * (128 * 128) + row * 128;
-				u32 s2[2]; // bf16x2 scales of chunks 0-1 and 2-3
-				u32 E = 0;
-				if (nvfp4) {
-					// e4m3 * 2^117 < 2^126: the bf16 scale times the codes' 2^-126 is
-					// the weight times 2^-9, which the epilogue gives back.
+				for (int h = 0; h < 2; h++) {
+					raw[h] = ok[h] ? wr[h][kb * 4] : z4;
+					if (nvfp4) rs[h] = ok[h] ? *reinterpret_cast<const u16*>(sr[h] + kb * 8 + 2 * q) : 0u;
+					else rs[h] = ok[h] ? sr[h][kb * 4 + q] : 0u;
+				}
+			};
+			if (nkb > 0) fetch(0);
+			for (int kb = 0; kb < nkb; kb++, g++) {
+				const int s = g % C::STAGES;
+				const u32 ph = (g / C::STAGES) & 1;
+				const uint4 cur[2] = {raw[0], raw[1]};
+				const u32 cs[2] = {rs[0], rs[1]};
+				if (kb + 1 < nkb) fetch(kb + 1);
+				mbar_wait(&empty[s], ph ^ 1);
+				u8* Ws = smem + s * C::STAGE;
+				if (pt == 0) {
+					u8* Xs = Ws + C::W_BYTES;
+					mbar_expect_tx(&full[s], 2 * C::X_ATOM);
+					tma_load2d(Xs, mapX, &full[s], kb * 256, mBeg);
+					tma_load2d(Xs + C::X_ATOM, mapX, &full[s], kb * 256 + 128, mBeg);
+				}
 #pragma unroll
-					for (int g = 0; g < 2; g++) {
-						const u32 sb = f32_to_bf16(e4m3_to_f32((cs[h] >> (8 * g)) & 0xffu) * 0x1p117f); // NaN stays NaN
-						s2[g] = sb | (sb << 16);
+				for (int h = 0; h < 2; h++) {
+					const int row = rr + 64 * h;
+					u8* dst = Ws + (q >> 1) * (128 * 128) + row * 128;
+					u32 s2[2]; // bf16x2 scales of chunks 0-1 and 2-3
+					u32 E = 0;
+					if (nvfp4) {
+						// e4m3 * 2^117 < 2^126: the bf16 scale times the codes' 2^-126 is
+						// the weight times 2^-9, which the epilogue gives back.
+#pragma unroll
+						for (int g = 0; g < 2; g++) {
+							const u32 sb = f32_to_bf16(e4m3_to_f32((cs[h] >> (8 * g)) & 0xffu) * 0x1p117f); // NaN stays NaN
+							s2[g] = sb | (sb << 16);
+						}
+					} else {
+						// 2^(E-127) * 2^126 is a bf16 up to E = 128; larger scales take a second factor.
+						E = cs[h];
+						const u32 sb = (min(E, 128u) + 126u) << 7;
+						s2[0] = s2[1] = sb | (sb << 16);
 					}
-				} else {
-					// 2^(E-127) * 2^126 is a bf16 up to E = 128; larger scales take a second factor.
-					E = cs[h];
-					const u32 sb = (min(E, 128u) + 126u) << 7;
-					s2[0] = s2[1] = sb | (sb << 16);
-				}
-				const u32 x = E == 255u ? 0x7fc07fc0u : ((E - 1u) << 7) * 0x10001u;
+					const u32 x = E == 255u ? 0x7fc07fc0u : ((E - 1u) << 7) * 0x10001u;
 #pragma unroll
-				for (int j = 0; j < 4; j++) {
-					const int c8 = 4 * (q & 1) + j; // 16-byte chunk of the swizzle atom
-					const u32 codes = j == 0 ? cur[h].x : j == 1 ? cur[h].y : j == 2 ? cur[h].z : cur[h].w;
-					uint4 o = e2m1x8_scaled(codes, s2[j >> 1]);
-					if (E > 128u) o = make_uint4(bf16x2_mul(o.x, x), bf16x2_mul(o.y, x), bf16x2_mul(o.z, x), bf16x2_mul(o.w, x));
-					*reinterpret_cast<uint4*>(dst + ((c8 ^ (row & 7)) << 4)) = o;
+					for (int j = 0; j < 4; j++) {
+						const int c8 = 4 * (q & 1) + j; // 16-byte chunk of the swizzle atom
+						const u32 codes = j == 0 ? cur[h].x : j == 1 ? cur[h].y : j == 2 ? cur[h].z : cur[h].w;
+						uint4 o = e2m1x8_scaled(codes, s2[j >> 1]);
+						if (E > 128u) o = make_uint4(bf16x2_mul(o.x, x), bf16x2_mul(o.y, x), bf16x2_mul(o.z, x), bf16x2_mul(o.w, x));
+						*reinterpret_cast<uint4*>(dst + ((c8 ^ (row & 7)) << 4)) = o;
+					}
 				}
+				asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+				mbar_arrive(&full[s]);
 			}
-			asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
-			mbar_arrive(&full[s]);
 		}
 		return;
 	}
 
 	const int cw = wg - MW_PRODUCERS;
 	const int wq = tid >> 5, l = tid & 31;
-	float acc[BT / 2];
+	int g = 0; // blocks consumed so far, over all items
+	for (int it = first; it < items; it += stride) {
+		float acc[BT / 2];
 #pragma unroll
-	for (int i = 0; i < BT / 2; i++) acc[i] = 0.f;
-	for (int kb = 0; kb < nkb; kb++) {
-		const int s = kb % C::STAGES;
-		mbar_wait(&full[s], (kb / C::STAGES) & 1);
-		const u8* Ws = smem + s * C::STAGE;
-		const u8* Xs = Ws + C::W_BYTES;
-		wg_pin(acc);
-		wg_fence();
+		for (int i = 0; i < BT / 2; i++) acc[i] = 0.f;
+		for (int kb = 0; kb < nkb; kb++, g++) {
+			const int s = g % C::STAGES;
+			mbar_wait(&full[s], (g / C::STAGES) & 1);
+			const u8* Ws = smem + s * C::STAGE;
+			const u8* Xs = Ws + C::W_BYTES;
+			wg_pin(acc);
+			wg_fence();
 #pragma unroll
-		for (int a = 0; a < 2; a++) {
-			const u64 da = desc_sw128(Ws + a * (128 * 128) + cw * (64 * 128)), db = desc_sw128(Xs + a * C::X_ATOM);
+			for (int a = 0; a < 2; a++) {
+				const u64 da = desc_sw128(Ws + a * (128 * 128) + cw * (64 * 128)), db = desc_sw128(Xs + a * C::X_ATOM);
 #pragma unroll
-			for (int ks = 0; ks < 4; ks++) wgmma_bf16(acc, da + 2 * ks, db + 2 * ks);
+				for (int ks = 0; ks < 4; ks++) wgmma_bf16(acc, da + 2 * ks, db + 2 * ks);
+			}
+			wg_commit();
+			wg_wait<1>();
+			wg_pin(acc);
+			if (kb > 0 && l == 0) mbar_arrive(&empty[(g - 1) % C::STAGES]);
 		}
-		wg_commit();
-		wg_wait<1>();
+		wg_wait<0>();
 		wg_pin(acc);
-		if (kb > 0 && l == 0) mbar_arrive(&empty[(kb - 1) % C::STAGES]);
-	}
-	wg_wait<0>();
-	wg_pin(acc);
-	// NVFP4 weights were staged times 2^-9 (the producers' scale), exactly.
-	const float G = nvfp4 ? (gscale ? gscale[e] : 1.0f) * 512.0f : 1.0f;
-	// d[4q+{0,1}]: (feature r0, tokens 8q+2c+{0,1}); d[4q+{2,3}]: feature r0+8.
-	const int r0 = n0 + 64 * cw + 16 * wq + (l >> 2);
-	const int c2 = 2 * (l & 3);
+		if (nkb > 0 && l == 0) mbar_arrive(&empty[(g - 1) % C::STAGES]); // the item's last stage
+		int e, mBeg, mEnd, n0; // read after the K loop: fewer live registers in it
+		item(it, e, mBeg, mEnd, n0);
+		// NVFP4 weights were staged times 2^-9 (the producers' scale), exactly.
+		const float G = nvfp4 ? (gscale ? gscale[e] : 1.0f) * 512.0f : 1.0f;
+		// d[4q+{0,1}]: (feature r0, tokens 8q+2c+{0,1}); d[4q+{2,3}]: feature r0+8.
+		const int r0 = n0 + 64 * cw + 16 * wq + (l >> 2);
+		const int c2 = 2 * (l & 3);
 #pragma unroll
-	for (int i = 0; i < BT / 2; i++) {
-		const int n = r0 + ((i & 2) ? 8 : 0);
-		const int m = mBeg + 8 * (i >> 2) + c2 + (i & 1);
-		if (n < N && m < mEnd) y[(size_t)m * N + n] = (u16)f32_to_bf16(acc[i] * G);
+		for (int i = 0; i < BT / 2; i++) {
+			const int n = r0 + ((i & 2) ? 8 : 0);
+			const int m = mBeg + 8 * (i >> 2) + c2 + (i & 1);
+			if (n < N && m < mEnd) y[(size_t)m * N + n] = (u16)f32_to_bf16(acc[i] * G);
+		}
 	}
 }
 #endif
