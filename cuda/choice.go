@@ -52,12 +52,11 @@ type KernelChoice struct {
 	// the tile x column-block items (the next item's loads overlap the last
 	// one's stores) instead of a CTA per item. Opt-in until timed on a device.
 	MoEWGPersist bool
-	// F32Dec runs the fp32 linears with bf16 weights (the head, the
-	// compressor's) at 2-32 rows on linear_bf16x3_dec (tensor cores, x in
-	// three exact bf16 planes) instead of the SIMT GEMV and linear_bf16x3.
-	// Opt-in until its op check passes on a device (2026-12-05e: 19-26 %
-	// faster steps at batch 8-32, outputs past the fp32 bound).
-	F32Dec bool
+	// F32SIMT runs the fp32 linears with bf16 weights (the head, the
+	// compressor's) at 2-32 rows on the SIMT GEMV and linear_bf16x3, as
+	// before 2026-12-05f, instead of linear_bf16x3_dec (tensor cores, x in
+	// three exact bf16 planes): to time one against the other.
+	F32SIMT bool
 }
 
 // SetKernelChoice forces the GEMM paths for later launches on this context

@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
-# One device call that checks and times the kernel choices of 2026-12-05e from
-# ONE build: the tests (every kernel against its CPU twin, the end-to-end and
-# side-stream tests under the new defaults), the head's fp32 linear on
-# linear_bf16x3_dec against its op check (KernelChoice.F32Dec, still opt-in),
-# decode stacks of the default, no side stream and f32-dec, and ncu of the
-# default step. Build here, carry bin, run there:
+# One device call that checks and times the kernel choices from ONE build:
+# the tests (every kernel against its CPU twin, the end-to-end and
+# side-stream tests under the defaults), the head's fp32 linear on
+# linear_bf16x3_dec against its op check, decode stacks of the default, no
+# side stream and the SIMT fp32 linears (f32-simt), and ncu of the default
+# step. Build here, carry bin, run there:
 #   go test -c -ldflags="-s -w" -o bin/cuda.test ./cuda && go test -c -ldflags="-s -w" -o bin/gpu.test ./backend/gpu &&
 #   go build -ldflags="-s -w" -o bin/bench ./cmd/bench && cp scripts/optin-device.sh scripts/ncu_steps.py bin/
 #   (device) cd bin && ./optin-device.sh $OUT/o    # ~6 minutes; bring back o.tgz
@@ -35,7 +35,7 @@ fi
 if on stacks; then
 	# One model per batch size, every variant timed on it in turn; default first
 	# and last shows the drift of the call.
-	vars="default;no-side;f32-dec;default2=default"
+	vars="default;no-side;f32-simt;default2=default"
 	IFS=';' read -ra batches <<<"${BATCHES:-1;1 --draw;8;32 --draw}"
 	for b in "${batches[@]}"; do
 		f="$out/stack-b${b// /}.txt"
@@ -45,7 +45,7 @@ if on stacks; then
 	done
 fi
 if on ncu; then
-	for bo in 1:default 8:f32-dec; do
+	for bo in 1:default 8:default; do
 		b=${bo%%:*} o=${bo#*:}
 		n="$out/ncu-b$b-$o"
 		kopt=""

@@ -69,7 +69,7 @@ func parseStack(args []string, stderr io.Writer) (*stackFlags, error) {
 	fs.IntVar(&f.tp, "tensor-parallel", 1, "ranks (GPUs 0..N-1 over NCCL with --device cuda, else CPU backends); needs --layers unless --preset small or small-tp")
 	fs.Float64Var(&f.reserveGiB, "reserve-gib", 8, "GPU memory kept free for activations when --layers is 0")
 	opts := fs.String("kernel-opts", "", "comma-separated opt-in kernels of the cuda device, to time against the defaults: "+strings.Join(kernelOptNames(), ", "))
-	vars := fs.String("variants", "", "time the plan once per variant on one model (weights generated once): runs separated by ';', each 'label=names' or 'names', names from --kernel-opts plus 'no-side' (every op on the main stream), '' or 'default' for neither; e.g. 'default;no-side;f32-dec;default'")
+	vars := fs.String("variants", "", "time the plan once per variant on one model (weights generated once): runs separated by ';', each 'label=names' or 'names', names from --kernel-opts plus 'no-side' (every op on the main stream), '' or 'default' for neither; e.g. 'default;no-side;f32-simt;default'")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
 	}
@@ -538,7 +538,7 @@ func randTokens(rng *rand.Rand, n, vocab int) []int32 {
 
 // kernelOpts are the opt-in kernels --kernel-opts names.
 var kernelOpts = map[string]func(*cuda.KernelChoice){
-	"f32-dec":        func(k *cuda.KernelChoice) { k.F32Dec = true },
+	"f32-simt":       func(k *cuda.KernelChoice) { k.F32SIMT = true },
 	"moe-wg-persist": func(k *cuda.KernelChoice) { k.MoEWGPersist = true },
 }
 

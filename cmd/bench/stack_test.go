@@ -205,9 +205,9 @@ func TestParseKernelOpts(t *testing.T) {
 		err  bool
 	}{
 		{"", cuda.KernelChoice{}, false},
-		{"f32-dec", cuda.KernelChoice{F32Dec: true}, false},
-		{" f32-dec ,", cuda.KernelChoice{F32Dec: true}, false},
-		{"f32-dec,nope", cuda.KernelChoice{}, true},
+		{"f32-simt", cuda.KernelChoice{F32SIMT: true}, false},
+		{" f32-simt ,", cuda.KernelChoice{F32SIMT: true}, false},
+		{"f32-simt,nope", cuda.KernelChoice{}, true},
 		{"hc-fast", cuda.KernelChoice{}, true}, // the default since 2026-12-05e
 	} {
 		got, err := parseKernelOpts(c.in)
@@ -223,15 +223,15 @@ func TestParseKernelOpts(t *testing.T) {
 // TestParseVariants: --variants names each run's opt-in kernels and side
 // stream, labels them, and refuses what it cannot combine with.
 func TestParseVariants(t *testing.T) {
-	got, err := parseVariants("default; no-side ;f32-dec;all=f32-dec,no-side;")
+	got, err := parseVariants("default; no-side ;f32-simt;all=f32-simt,no-side;")
 	if err != nil {
 		t.Fatal(err)
 	}
 	want := []variant{
 		{label: "default"},
 		{label: "no-side", noSide: true},
-		{label: "f32-dec", choice: cuda.KernelChoice{F32Dec: true}},
-		{label: "all", choice: cuda.KernelChoice{F32Dec: true}, noSide: true},
+		{label: "f32-simt", choice: cuda.KernelChoice{F32SIMT: true}},
+		{label: "all", choice: cuda.KernelChoice{F32SIMT: true}, noSide: true},
 		{label: "default"},
 	}
 	if !reflect.DeepEqual(got, want) {
@@ -239,7 +239,7 @@ func TestParseVariants(t *testing.T) {
 	}
 	for _, args := range [][]string{
 		{"--variants", "nope"},
-		{"--variants", "no-side", "--kernel-opts", "f32-dec"},
+		{"--variants", "no-side", "--kernel-opts", "f32-simt"},
 		{"--variants", "no-side", "--side-stream=false"},
 		{"--variants", "no-side", "--device", "cpu"},
 		{"--variants", "no-side", "--profile"},
