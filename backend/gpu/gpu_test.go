@@ -205,6 +205,10 @@ func TestLinears(t *testing.T) {
 			g := p.g.(*Backend)
 			for _, kc := range []cuda.KernelChoice{{}, {F32SIMT: true}} {
 				must(t, g.Context().SetKernelChoice(kc))
+				tag := "dec"
+				if kc.F32SIMT {
+					tag = "simt"
+				}
 				for _, sh := range []struct{ m, out, in int }{{2, 256, 512}, {9, 384, 1024}, {30, 128, 4096}} {
 					cl := randLinear(p.rng, checkpoint.FormatBF16, sh.out, sh.in)
 					cw, err := p.c.PrepareLinear(cl)
@@ -219,7 +223,7 @@ func TestLinears(t *testing.T) {
 					o := p.out(sh.m, sh.out)
 					must(t, p.c.LinearF32(xf.c, cw, o.c))
 					must(t, p.g.LinearF32(xf.g, gw, o.g))
-					p.check(fmt.Sprintf("linear-f32 dec %dx%dx%d %+v", sh.m, sh.out, sh.in, kc), o, 1e-5)
+					p.check(fmt.Sprintf("linear-f32 %s %dx%dx%d", tag, sh.m, sh.out, sh.in), o, 1e-5)
 				}
 			}
 			must(t, g.Context().SetKernelChoice(cuda.KernelChoice{}))
