@@ -48,10 +48,6 @@ type KernelChoice struct {
 	// GemvRows forces the decode GEMV's output rows per CTA (1, 2, 4 or 8;
 	// 0: gemvLogRowsPerCTA), to time the grid against the CTAs' length.
 	GemvRows int
-	// MoEWGPersist runs moe_fp4_wg on one persistent CTA an SM that walks
-	// the tile x column-block items (the next item's loads overlap the last
-	// one's stores) instead of a CTA per item. Opt-in until timed on a device.
-	MoEWGPersist bool
 	// F32SIMT runs the fp32 linears with bf16 weights (the head, the
 	// compressor's) at 2-32 rows on the SIMT GEMV and linear_bf16x3, as
 	// before 2026-12-05f, instead of linear_bf16x3_dec (tensor cores, x in

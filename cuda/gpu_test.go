@@ -338,8 +338,6 @@ func TestKernelsVsCPU(t *testing.T) {
 		for _, g := range []int{1, 3} { // linear_fp8_wg's other tile orders (the default is 8)
 			choices = append(choices, choice{fmt.Sprintf("wg_group%d", g), cuda.KernelChoice{Linear: cuda.PathWG, WGGroup: g}})
 		}
-		// moe_fp4_wg on persistent CTAs: most cases give a CTA several items.
-		choices = append(choices, choice{"wg_persist", cuda.KernelChoice{Linear: cuda.PathWG, MoE: cuda.PathWG, MoEWGPersist: true}})
 	}
 	for _, ch := range choices {
 		if err := ctx.SetKernelChoice(ch.kc); err != nil {

@@ -538,8 +538,7 @@ func randTokens(rng *rand.Rand, n, vocab int) []int32 {
 
 // kernelOpts are the opt-in kernels --kernel-opts names.
 var kernelOpts = map[string]func(*cuda.KernelChoice){
-	"f32-simt":       func(k *cuda.KernelChoice) { k.F32SIMT = true },
-	"moe-wg-persist": func(k *cuda.KernelChoice) { k.MoEWGPersist = true },
+	"f32-simt": func(k *cuda.KernelChoice) { k.F32SIMT = true },
 }
 
 func kernelOptNames() []string {

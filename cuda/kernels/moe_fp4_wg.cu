@@ -105,10 +105,9 @@ struct MoeWG {
 
 // Work items: the list's tiles x 128-column blocks (item i: tile i / ncb,
 // column block i % ncb, so CTAs running together share a token tile). CTA b
-// of a grid of G takes items b, b + G, ...: one item each on a grid of ncb x
-// maxTiles, several on a persistent grid (KernelChoice.MoEWGPersist), where
-// the stage ring runs on across items (block counter g) and a CTA's next
-// item loads while its math warpgroups store the last one.
+// of a grid of G takes items b, b + G, ... (one CTA an SM: persistent); the
+// stage ring runs on across items (block counter g), so a CTA's next item
+// loads while its math warpgroups store the last one.
 template <int BT>
 DEV void moe_fp4_wg_body(u16* __restrict__ y, const TmaMap* mapX, const int* __restrict__ scratch,
 	const u8* __restrict__ w, const u8* __restrict__ wscale, const float* __restrict__ gscale, int nvfp4, int N, int K)
