@@ -195,9 +195,9 @@ DEV void moe_fp4_wg_body(u16* __restrict__ y, const TmaMap* mapX, const int* __r
 						// e4m3 * 2^117 < 2^126: the bf16 scale times the codes' 2^-126 is
 						// the weight times 2^-9, which the epilogue gives back.
 #pragma unroll
-						for (int g = 0; g < 2; g++) {
-							const u32 sb = f32_to_bf16(e4m3_to_f32((cs[h] >> (8 * g)) & 0xffu) * 0x1p117f); // NaN stays NaN
-							s2[g] = sb | (sb << 16);
+						for (int c = 0; c < 2; c++) {
+							const u32 sb = f32_to_bf16(e4m3_to_f32((cs[h] >> (8 * c)) & 0xffu) * 0x1p117f); // NaN stays NaN
+							s2[c] = sb | (sb << 16);
 						}
 					} else {
 						// 2^(E-127) * 2^126 is a bf16 up to E = 128; larger scales take a second factor.
