@@ -808,11 +808,14 @@ DEV void attn_body(float* __restrict__ out, const float* __restrict__ q, const f
 #endif
 }
 
-extern "C" __global__ void __launch_bounds__(AT_THREADS) sparse_attn_f32(
-	float* __restrict__ out, const float* __restrict__ q, const float* __restrict__ kv, const float* __restrict__ ring,
-	const float* __restrict__ ent, const int* __restrict__ sel, int selCols, const float* __restrict__ sink,
-	const int* __restrict__ seqs, const int* __restrict__ pos, const int* __restrict__ seqOf, const int* __restrict__ blocks,
-	int rows, int H, int D, int W, int ratio, int per, float scale, int faithful)
+// The two entry points' parameters (rows: the grid's; the body reads blockIdx).
+#define ATTN_ARGS                                                                                              \
+	float* __restrict__ out, const float* __restrict__ q, const float* __restrict__ kv, const float* __restrict__ ring, \
+		const float* __restrict__ ent, const int* __restrict__ sel, int selCols, const float* __restrict__ sink,       \
+		const int* __restrict__ seqs, const int* __restrict__ pos, const int* __restrict__ seqOf,                      \
+		const int* __restrict__ blocks, int rows, int H, int D, int W, int ratio, int per, float scale, int faithful
+
+extern "C" __global__ void __launch_bounds__(AT_THREADS) sparse_attn_f32(ATTN_ARGS)
 {
 	PDL_ENTRY();
 	(void)rows;
@@ -827,10 +830,7 @@ extern "C" __global__ void __cluster_dims__(AT_NC, 1, 1) __launch_bounds__(AT_TH
 #else
 extern "C" __global__ void __launch_bounds__(AT_THREADS) sparse_attn_split_f32(
 #endif
-	float* __restrict__ out, const float* __restrict__ q, const float* __restrict__ kv, const float* __restrict__ ring,
-	const float* __restrict__ ent, const int* __restrict__ sel, int selCols, const float* __restrict__ sink,
-	const int* __restrict__ seqs, const int* __restrict__ pos, const int* __restrict__ seqOf, const int* __restrict__ blocks,
-	int rows, int H, int D, int W, int ratio, int per, float scale, int faithful)
+	ATTN_ARGS)
 {
 	PDL_ENTRY();
 	(void)rows;
