@@ -19,15 +19,9 @@ const (
 type KernelChoice struct {
 	Linear Path // LinearFP8
 	MoE    Path // MoEFP4
-	// MoEDecTile forces moe_fp4_dec's token tile: 8 or 16 rows (0: decTileRows).
-	// Every tile list of the context (MoETiles, MoERoute) follows it.
-	MoEDecTile int
 	// MoEReduce sums moe_fp4_dec's split-K partials in a linear_fp8_reduce
 	// launch instead of in the kernel's last CTA per tile (the same bits).
 	MoEReduce bool
-	// MoERouteSmall routes small steps' experts with one moe_route_small
-	// launch (MoERoute) instead of the separate kernels (slower on the H200).
-	MoERouteSmall bool
 	// TDec forces linear_fp8_tdec3 with this stage geometry: KBS K blocks per stage
 	// and Stages stages per warp (clamped to the shape; zero: planTDec).
 	// Bounds3 takes its entry compiled for 3 CTAs an SM (the register bound
@@ -69,9 +63,6 @@ func (c *Context) SetKernelChoice(k KernelChoice) error {
 	case 0, 1, 2, 4, 8:
 	default:
 		return fmt.Errorf("cuda: gemv rows per CTA %d (want 1, 2, 4 or 8)", k.GemvRows)
-	}
-	if k.MoEDecTile != 0 && k.MoEDecTile != 8 && k.MoEDecTile != 16 {
-		return fmt.Errorf("cuda: moe decode tile of %d rows (want 8 or 16)", k.MoEDecTile)
 	}
 	for _, p := range []Path{k.Linear, k.MoE} {
 		switch p {

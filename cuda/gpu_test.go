@@ -169,7 +169,7 @@ func TestKernelResources(t *testing.T) {
 		{"attn_f32", "sparse_attn_split_f32", 0}, {"linear_bf16", "linear_bf16_dec1_w2", 0}, {"linear_bf16", "linear_bf16x3_dec1_w1", 0}, {"linear_bf16", "linear_bf16_dec2_w2", 0}, {"linear_bf16", "linear_bf16_dec4_w2", 0}, {"linear_bf16", "linear_bf16_dec4_w1", 0},
 		{"moe_fused", "moe_gather_q", 0}, {"moe_fused", "moe_swiglu_q", 0},
 		{"ops_f32", "rmsnorm_quant_f32", 0}, {"ops_f32", "swiglu_quant_f32", 0},
-		{"moe_route", "router_topk8", 0}, {"moe_route", "router_topk12", 0}, {"moe_route", "moe_route_small", 0},
+		{"moe_route", "router_topk8", 0}, {"moe_route", "router_topk12", 0},
 	} {
 		if (strings.HasSuffix(k.module, "_wg") || strings.Contains(k.module, "_tdec")) && !ctx.HasTMA() {
 			continue

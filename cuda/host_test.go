@@ -152,28 +152,23 @@ func TestSplitK(t *testing.T) {
 		if (paths[0] == PathDec) != c.dec {
 			t.Errorf("moePaths(%+v) = %v, want decode %v", c.sh, paths, c.dec)
 		}
-		p := planMoE(c.sh, paths[0], 0)
+		p := planMoE(c.sh, paths[0])
 		if (p.splits > 1) != c.split || p.splits*p.per < c.sh.K/128 || (p.splits-1)*p.per >= c.sh.K/128 {
 			t.Errorf("planMoE(%+v, %s) = %+v, want split %v", c.sh, paths[0], p, c.split)
 		}
 		sb := MoEScratchBytes(c.sh)
 		for _, path := range paths {
-			if need := planMoE(c.sh, path, 0).scratchBytes(c.sh); sb < need {
+			if need := planMoE(c.sh, path).scratchBytes(c.sh); sb < need {
 				t.Errorf("MoEScratchBytes(%+v) = %d, path %s needs %d", c.sh, sb, path, need)
 			}
 		}
 		if c.dec {
-			for _, tile := range []int{8, 16} { // a forced decode tile (KernelChoice.MoEDecTile)
-				if f := planMoE(c.sh, PathDec, tile); f.bm != tile || sb < f.scratchBytes(c.sh) {
-					t.Errorf("planMoE(%+v, dec, %d) = %+v: scratch %d of %d", c.sh, tile, f, sb, f.scratchBytes(c.sh))
-				}
-			}
 			if p.bm != c.bm || p.colsPC != 64 {
 				t.Errorf("planMoE(%+v, dec) = %+v, want %d-row tiles", c.sh, p, c.bm)
 			}
 			continue
 		}
-		wg := planMoE(c.sh, PathWG, 0)
+		wg := planMoE(c.sh, PathWG)
 		if wg.bm != c.bm || wg.splits != 1 || wg.maxTiles < ceilDiv(c.sh.Rows, wg.bm) {
 			t.Errorf("planMoE(%+v, wg) = %+v, want bm %d unsplit", c.sh, wg, c.bm)
 		}

@@ -360,16 +360,12 @@ func decTileRows(sh MoEShape) int {
 // warps per SM (8 CTAs of 4) on the 132 SMs of an H200.
 const decCTATarget = 8 * 132
 
-// planMoE plans the launch on path; decTile, where not 0, is the decode
-// kernel's forced token tile (KernelChoice.MoEDecTile).
-func planMoE(sh MoEShape, path Path, decTile int) moePlan {
+// planMoE plans the launch on path.
+func planMoE(sh MoEShape, path Path) moePlan {
 	p := moePlan{path: path, bm: 64, colsPC: 128}
 	switch path {
 	case PathDec:
 		p.bm, p.colsPC = decTileRows(sh), 64
-		if decTile != 0 {
-			p.bm = decTile
-		}
 	case PathWG:
 		p.bm = moeBlockM(sh)
 	}
@@ -418,14 +414,11 @@ func moePaths(sh MoEShape) []Path {
 
 // MoEScratchBytes is the scratch size MoEFP4 needs (tile list, split-K
 // partials or bf16 activations), fixed by the shape so that it can live in a
-// CUDA graph: the largest over the paths the shape may take, and for the
-// decode kernel over the tiles a KernelChoice may force.
+// CUDA graph: the largest over the paths the shape may take.
 func MoEScratchBytes(sh MoEShape) int {
 	b := 0
 	for _, path := range moePaths(sh) {
-		for _, t := range []int{0, 8, 16} {
-			b = max(b, planMoE(sh, path, t).scratchBytes(sh))
-		}
+		b = max(b, planMoE(sh, path).scratchBytes(sh))
 	}
 	return b
 }
@@ -457,11 +450,10 @@ func (s *Stream) moePath(sh MoEShape) Path {
 	return PathTiled
 }
 
-// moePlan is the plan of a launch on this stream's context: its path and,
-// for the decode kernel, the forced token tile. The tile list and the GEMM
-// that reads it both take it from here.
+// moePlan is the plan of a launch on this stream's context (its path). The
+// tile list and the GEMM that reads it both take it from here.
 func (s *Stream) moePlan(sh MoEShape) moePlan {
-	return planMoE(sh, s.moePath(sh), s.ctx.kernelChoice().MoEDecTile)
+	return planMoE(sh, s.moePath(sh))
 }
 
 // MoEFP4 runs the grouped expert GEMM: for every expert e and row m in

@@ -16,7 +16,7 @@ func TestMoEFixupSlots(t *testing.T) {
 				if !moeDecode(sh) {
 					continue
 				}
-				p := planMoE(sh, PathDec, 0)
+				p := planMoE(sh, PathDec)
 				if ctas := ceilDiv(sh.N, p.colsPC) * p.maxTiles; p.splits > 1 && ctas > fixupSlots {
 					t.Fatalf("%+v: %d CTAs split %d ways, %d counters", sh, ctas, p.splits, fixupSlots)
 				}
@@ -48,7 +48,7 @@ func TestMoEDecFixup(t *testing.T) {
 	} {
 		sh := MoEShape{Experts: c.E, Rows: c.rows, N: c.n, K: c.k, Format: c.f}
 		name := fmt.Sprintf("E%d_M%d_n%d_k%d_%v", c.E, c.rows, c.n, c.k, c.f)
-		if p := planMoE(sh, PathDec, 0); !moeDecode(sh) || p.splits < 2 || p.bm != c.bm {
+		if p := planMoE(sh, PathDec); !moeDecode(sh) || p.splits < 2 || p.bm != c.bm {
 			t.Fatalf("%s: decode %v, %d splits, %d-row tiles: not a split-K case of %d-row tiles", name, moeDecode(sh), p.splits, p.bm, c.bm)
 		}
 		t.Run(name, func(t *testing.T) {

@@ -152,21 +152,13 @@ func testExperts(t *testing.T, mode backend.Numerics) {
 	}
 }
 
-// testExpertsRoutes runs Experts where MoERoute plans differently: forced
-// decode tiles (KernelChoice.MoEDecTile: the tile list moe_route_small
-// writes must be the one the GEMMs expect), 8 rows where 16 would be picked
-// (600 pairs over 64 experts) and 16 where 8 would (1 token); and past
-// moe_route_small's 1024 pairs (the separate launches).
+// testExpertsRoutes runs Experts where MoERoute plans differently: 8-row
+// decode tiles (1 token over 64 experts), 16-row ones (100 tokens: 9 rows
+// an expert) and the prefill kernels (520 tokens over 8 experts).
 func testExpertsRoutes(t *testing.T, p *pair, tol float64) {
 	const dim, inter = 256, 128
-	ctx := p.g.(*Backend).Context()
-	defer func() { must(t, ctx.SetKernelChoice(cuda.KernelChoice{})) }()
-	for _, c := range []struct{ E, K, n, tile int }{{64, 6, 1, 8}, {64, 6, 1, 16}, {64, 6, 100, 8}, {64, 6, 100, 16}, {8, 2, 520, 0}} {
-		if c.tile != 0 && !p.g.(*Backend).faithful() {
-			continue // exact mode has no tile list
-		}
-		tag := fmt.Sprintf("E=%d K=%d n=%d tile=%d", c.E, c.K, c.n, c.tile)
-		must(t, ctx.SetKernelChoice(cuda.KernelChoice{MoEDecTile: c.tile}))
+	for _, c := range []struct{ E, K, n int }{{64, 6, 1}, {64, 6, 100}, {8, 2, 520}} {
+		tag := fmt.Sprintf("E=%d K=%d n=%d", c.E, c.K, c.n)
 		ex := randExperts(p, checkpoint.FormatMXFP4, c.E, dim, inter)
 		ce, err := p.c.PrepareExperts("moe", ex, dim, inter)
 		must(t, err)

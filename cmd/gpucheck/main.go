@@ -141,7 +141,7 @@ func checkAll(ordinal int, models []string, reps int, filter string, seed uint64
 	}
 	fmt.Printf("modules ready in %.2fs\n", time.Since(t0).Seconds())
 	for _, k := range [][2]string{{"rmsnorm", "rmsnorm_bf16"}, {"quant", "quant_fp8_act"}, {"linear_fp8", "linear_fp8"},
-		{"moe_fp4", "moe_tile_map"}, {"moe_route", "moe_route_small"}, {"moe_fp4", "moe_fp4_gemm"}, {"moe_fp4_dec", "moe_fp4_dec"}, {"moe_fp4_dec", "moe_fp4_dec_nv"}, {"swiglu", "swiglu_bf16"}} {
+		{"moe_fp4", "moe_tile_map"}, {"moe_fp4", "moe_fp4_gemm"}, {"moe_fp4_dec", "moe_fp4_dec"}, {"moe_fp4_dec", "moe_fp4_dec_nv"}, {"swiglu", "swiglu_bf16"}} {
 		f, err := ctx.Kernel(k[0], k[1])
 		if err != nil {
 			return err

@@ -1,7 +1,6 @@
 // MoE routing on the GPU backend (backend/gpu), matching backend/cpu/moe.go:
 // router scores and top-k, the permutation of (row, slot) pairs into expert
-// order (moe_route_small: with the tile list and the gather, for small
-// steps), (the gather and SwiGLU between the grouped FP4 GEMMs are in
+// order, (the gather and SwiGLU between the grouped FP4 GEMMs are in
 // moe_fused.cu) and the per-row combine in ascending expert id.
 #include "moe_route.cuh"
 
@@ -145,58 +144,7 @@ extern "C" __global__ void moe_scatter(
 		offsets[e] = off;
 		if (e == E - 1) offsets[E] = off + counts[e];
 	}
-	scatter_expert(ids, nk, e, off, lane, perm, inv, nullptr);
-}
-
-// moe_count, moe_scatter, moe_tile_map (tiles set) and moe_gather_q (xq or
-// xg set) in one CTA, for at most ROUTE_THREADS pairs and experts: one launch
-// instead of four for a decode step's routing, with the same outputs. The
-// counts come from shared atomics (integers: order-free), the offsets from a
-// block scan; scatter, tile list and gather are the shared functions of
-// moe_route.cuh, reading ids, offsets and perm back from shared memory.
-#define ROUTE_THREADS 1024
-#define ROUTE_LOADS 4 // gather loads in flight per warp
-extern "C" __global__ void __launch_bounds__(ROUTE_THREADS) moe_route_small(
-	const int* __restrict__ ids, int nk, int E, int* __restrict__ counts, int* __restrict__ offsets,
-	int* __restrict__ perm, int* __restrict__ inv, int* __restrict__ tiles, int maxTiles, int bm,
-	u8* __restrict__ xq, u8* __restrict__ xs, float* __restrict__ xg, const float* __restrict__ x, int K, int d)
-{
-	PDL_ENTRY();
-	__shared__ int sids[ROUTE_THREADS], scnt[ROUTE_THREADS], soff[ROUTE_THREADS + 1], sperm[ROUTE_THREADS];
-	__shared__ int warpSums[32];
-	const int t = threadIdx.x, lane = t & 31, wid = t >> 5, nw = blockDim.x >> 5;
-	if (t < E) scnt[t] = 0;
-	const int id = t < nk ? ids[t] : -1;
-	const bool valid = t < nk && id >= 0 && id < E;
-	if (t < nk) {
-		sids[t] = id;
-		if (!valid) inv[t] = -1; // left out, as after moe_count's fill
-	}
-	__syncthreads();
-	if (valid) atomicAdd(&scnt[id], 1);
-	__syncthreads();
-	const int c = t < E ? scnt[t] : 0;
-	const int off = block_excl_scan(c, lane, wid, warpSums);
-	if (t < E) {
-		counts[t] = c;
-		offsets[t] = soff[t] = off;
-	}
-	if (t == 0) offsets[E] = soff[E] = warpSums[31];
-	__syncthreads();
-	for (int e = wid; e < E; e += nw) scatter_expert(sids, nk, e, soff[e], lane, perm, inv, sperm);
-	__syncthreads();
-	if (tiles) tile_map_block(soff, E, nk, tiles, maxTiles, bm, warpSums);
-	if (!xq && !xg) return;
-	const int nb = d >> 7, n = soff[E] * nb; // (row, block) pairs to gather
-	for (int w0 = wid * ROUTE_LOADS; w0 < n; w0 += nw * ROUTE_LOADS) {
-		float4 v[ROUTE_LOADS];
-#pragma unroll
-		for (int j = 0; j < ROUTE_LOADS; j++)
-			if (w0 + j < n) v[j] = gather_load(x, sperm[(w0 + j) / nb], K, d, (w0 + j) % nb, lane);
-#pragma unroll
-		for (int j = 0; j < ROUTE_LOADS; j++)
-			if (w0 + j < n) gather_store(xq, xs, xg, v[j], d, (w0 + j) / nb, (w0 + j) % nb, lane);
-	}
+	scatter_expert(ids, nk, e, off, lane, perm, inv);
 }
 
 // acc[r, :] = Σ_k y[inv[r*K+k], :] over k in ascending expert id (stable),

@@ -1,16 +1,13 @@
-// The MoE routing bookkeeping as device functions, shared by the separate
-// kernels (moe_count and moe_scatter in moe_route.cu, moe_tile_map in
-// moe_fp4.cu, moe_gather_q in moe_fused.cu) and moe_route_small, which runs
-// them in one CTA: the same code, so the same ids, offsets, tiles and FP8
-// codes, bit for bit.
+// The MoE routing bookkeeping as device functions, used by the separate
+// kernels (moe_scatter in moe_route.cu, moe_tile_map in moe_fp4.cu,
+// moe_gather_q in moe_fused.cu).
 #pragma once
 #include "common.cuh"
 
 // One warp: the pairs of expert e (ids[i] == e) in ascending i, from
-// position off, 32 at a time by ballot: perm[p] = i and inv[i] = p (and
-// sperm[p] = i where sperm is set: moe_route_small's shared copy).
+// position off, 32 at a time by ballot: perm[p] = i and inv[i] = p.
 DEV void scatter_expert(const int* __restrict__ ids, int nk, int e, int off, int lane,
-	int* __restrict__ perm, int* __restrict__ inv, int* sperm)
+	int* __restrict__ perm, int* __restrict__ inv)
 {
 	for (int i0 = 0; i0 < nk; i0 += 32) {
 		const int i = i0 + lane;
@@ -20,7 +17,6 @@ DEV void scatter_expert(const int* __restrict__ ids, int nk, int e, int off, int
 			const int p = off + __popc(m & ((1u << lane) - 1u));
 			perm[p] = i;
 			inv[i] = p;
-			if (sperm) sperm[p] = i;
 		}
 		off += __popc(m);
 	}
