@@ -19,9 +19,6 @@ const (
 type KernelChoice struct {
 	Linear Path // LinearFP8
 	MoE    Path // MoEFP4
-	// MoEReduce sums moe_fp4_dec's split-K partials in a linear_fp8_reduce
-	// launch instead of in the kernel's last CTA per tile (the same bits).
-	MoEReduce bool
 	// TDec forces linear_fp8_tdec3 with this stage geometry: KBS K blocks per stage
 	// and Stages stages per warp (clamped to the shape; zero: planTDec).
 	// Bounds3 takes its entry compiled for 3 CTAs an SM (the register bound

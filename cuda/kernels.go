@@ -524,6 +524,12 @@ func checkMoEArgs(sh MoEShape, gscale DevicePtr) error {
 // MoEFP4Tiles is MoEFP4 on a tile list MoETiles built for the same rows and
 // experts (and so the same path).
 func MoEFP4Tiles(s *Stream, y, xq, xs, w, wscale, gscale DevicePtr, sh MoEShape, scratch DevicePtr, tl MoETileList) error {
+	return moeFP4Tiles(s, y, xq, xs, w, wscale, gscale, sh, scratch, tl, true)
+}
+
+// moeFP4Tiles is MoEFP4Tiles; fixup false leaves the decode kernel's split-K
+// partials to a linear_fp8_reduce launch (the reference bits of the tests).
+func moeFP4Tiles(s *Stream, y, xq, xs, w, wscale, gscale DevicePtr, sh MoEShape, scratch DevicePtr, tl MoETileList, fixup bool) error {
 	if err := checkMoEArgs(sh, gscale); err != nil {
 		return err
 	}
@@ -553,9 +559,9 @@ func MoEFP4Tiles(s *Stream, y, xq, xs, w, wscale, gscale DevicePtr, sh MoEShape,
 	}
 	b.I32(sh.N).I32(sh.K).Ptr(part).I32(p.per).I32(sh.Rows)
 	var err error
-	fixup := false
 	switch {
 	case path != PathDec:
+		fixup = false
 		err = launch(s, "moe_fp4", "moe_fp4_gemm", grid, Dim3{128, 1, 1}, moeSmem, b)
 	default:
 		name := "moe_fp4_dec"
@@ -567,7 +573,7 @@ func MoEFP4Tiles(s *Stream, y, xq, xs, w, wscale, gscale DevicePtr, sh MoEShape,
 		}
 		// The last CTA of a tile sums the split-K partials (no reduce launch).
 		var counters DevicePtr
-		if fixup = p.splits > 1 && !s.ctx.kernelChoice().MoEReduce && int(grid.X*grid.Y) <= fixupSlots; fixup {
+		if fixup = fixup && p.splits > 1 && int(grid.X*grid.Y) <= fixupSlots; fixup {
 			if counters, err = s.fixupCounters(); err != nil {
 				return err
 			}

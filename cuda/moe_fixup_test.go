@@ -80,9 +80,6 @@ func TestMoEDecFixup(t *testing.T) {
 			}
 		})
 	}
-	if err := ctx.SetKernelChoice(KernelChoice{}); err != nil {
-		t.Fatal(err)
-	}
 }
 
 type fixupInputs struct {
@@ -154,8 +151,9 @@ func newFixupInputs(t *testing.T, ctx *Context, s *Stream, rng *rand.Rand, sh Mo
 	return in
 }
 
-// launch poisons y and the scratch, then runs MoEFP4 (tile map and GEMM).
-func (in *fixupInputs) launch(s *Stream) error {
+// launch poisons y and the scratch, then runs MoEFP4 (tile map and GEMM),
+// with the fixup or (reduce) with linear_fp8_reduce.
+func (in *fixupInputs) launch(s *Stream, reduce bool) error {
 	if err := s.Memset8(in.y.Ptr, 0xff, in.ybytes); err != nil {
 		return err
 	}
@@ -166,7 +164,11 @@ func (in *fixupInputs) launch(s *Stream) error {
 	if in.sh.Format == NVFP4 {
 		gs = in.gs.Ptr
 	}
-	return MoEFP4(s, in.y.Ptr, in.xq.Ptr, in.xs.Ptr, in.off.Ptr, in.w.Ptr, in.ws.Ptr, gs, in.sh, in.scratch.Ptr)
+	tl, err := MoETiles(s, in.off.Ptr, in.sh, in.scratch.Ptr)
+	if err != nil {
+		return err
+	}
+	return moeFP4Tiles(s, in.y.Ptr, in.xq.Ptr, in.xs.Ptr, in.w.Ptr, in.ws.Ptr, gs, in.sh, in.scratch.Ptr, tl, !reduce)
 }
 
 func (in *fixupInputs) download(t *testing.T, s *Stream) []byte {
@@ -184,10 +186,7 @@ func (in *fixupInputs) download(t *testing.T, s *Stream) []byte {
 // run launches eagerly, with linear_fp8_reduce (reduce) or the fixup.
 func (in *fixupInputs) run(t *testing.T, s *Stream, reduce bool) []byte {
 	t.Helper()
-	if err := in.ctx.SetKernelChoice(KernelChoice{MoEReduce: reduce}); err != nil {
-		t.Fatal(err)
-	}
-	if err := in.launch(s); err != nil {
+	if err := in.launch(s, reduce); err != nil {
 		t.Fatal(err)
 	}
 	return in.download(t, s)
@@ -197,13 +196,10 @@ func (in *fixupInputs) run(t *testing.T, s *Stream, reduce bool) []byte {
 // replay's output is returned.
 func (in *fixupInputs) graph(t *testing.T, s *Stream) []byte {
 	t.Helper()
-	if err := in.ctx.SetKernelChoice(KernelChoice{}); err != nil {
-		t.Fatal(err)
-	}
 	if err := s.BeginCapture(); err != nil {
 		t.Fatal(err)
 	}
-	err := in.launch(s)
+	err := in.launch(s, false)
 	g, cerr := s.EndCapture()
 	if err != nil || cerr != nil {
 		t.Fatalf("capture: %v, %v", err, cerr)

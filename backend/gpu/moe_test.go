@@ -9,7 +9,6 @@ import (
 	"github.com/megamoe/megamoe/backend"
 	"github.com/megamoe/megamoe/backend/cpu"
 	"github.com/megamoe/megamoe/checkpoint"
-	"github.com/megamoe/megamoe/cuda"
 	"github.com/megamoe/megamoe/cuda/kcheck"
 	"github.com/megamoe/megamoe/model"
 	"github.com/megamoe/megamoe/model/synth"
@@ -216,9 +215,9 @@ func TestExpertsPartial(t *testing.T) {
 	}
 }
 
-// TestExpertsCombine: ExpertsShared (moe_combine adding the shared expert,
-// moe_fp4_dec adding its own split-K partials) gives the bits of the launches
-// it replaces: Experts with linear_fp8_reduce, then Combine (add_f32); and
+// TestExpertsCombine: ExpertsShared (moe_combine adding the shared expert)
+// gives the bits of the launches it replaces: Experts, then Combine
+// (add_f32); and
 // backend.ExpertsCombine on the CPU (its fallback) gives the reference.
 // Shapes: the small config's (8- and 16-row tiles, odd rows), a wider one
 // whose w2 splits K too, and Flash's d and inter with 4 experts (faithful MXFP4
@@ -231,8 +230,6 @@ func TestExpertsCombine(t *testing.T) {
 			if !ok {
 				t.Fatal("the GPU backend does not implement ExpertsShared")
 			}
-			ctx := p.g.(*Backend).Context()
-			defer func() { must(t, ctx.SetKernelChoice(cuda.KernelChoice{})) }()
 			tol := 2e-2
 			if mode == backend.Exact {
 				tol = 1e-4
@@ -262,11 +259,9 @@ func TestExpertsCombine(t *testing.T) {
 					ids, w := p.ids(n, c.K, idv), p.from(n, c.K, wv)
 					x, s := p.rand(n, c.dim, 1), p.rand(n, c.dim, 1)
 					a := backend.ExpertsArgs{Limit: 2}
-					must(t, ctx.SetKernelChoice(cuda.KernelChoice{MoEReduce: true}))
 					acc, sep := p.out(n, c.dim), p.out(n, c.dim)
 					must(t, p.g.Experts(x.g, ge, w.g, ids.g, a, acc.g))
 					must(t, p.g.Combine(acc.g, s.g, sep.g))
-					must(t, ctx.SetKernelChoice(cuda.KernelChoice{}))
 					got := p.out(n, c.dim)
 					must(t, fused.ExpertsShared(x.g, ge, w.g, ids.g, a, s.g, got.g))
 					must(t, backend.ExpertsCombine(p.c, x.c, ce, w.c, ids.c, a, s.c, got.c))
@@ -287,14 +282,14 @@ func TestExpertsCombine(t *testing.T) {
 }
 
 // TestMoEFusedInModel: the synthetic model on the GPU gives the same logits,
-// bit for bit, with the MoE launches fused (shared expert in moe_combine,
-// split-K sums in moe_fp4_dec) as traced (separate ops) with the split-K
-// reduce launch, over a prefill chunk of odd length and two decode steps.
+// bit for bit, with the MoE launches fused (shared expert in moe_combine) as
+// traced (separate ops), over a prefill chunk of odd length and two decode
+// steps. (cuda's TestMoEDecFixup checks the split-K sums in moe_fp4_dec
+// against the reduce launch.)
 func TestMoEFusedInModel(t *testing.T) {
 	g := openGPU(t, Options{})
 	w := synth.Weights(synth.Config(), 3, synth.Options{})
 	run := func(trace bool) [][]float32 {
-		must(t, g.Context().SetKernelChoice(cuda.KernelChoice{MoEReduce: trace}))
 		m, err := model.New(w, g, model.Options{CacheBytes: 16 << 20, TraceNonFinite: trace})
 		must(t, err)
 		s := m.Cache().NewSequence()
@@ -309,7 +304,6 @@ func TestMoEFusedInModel(t *testing.T) {
 	}
 	want := run(true)
 	got := run(false)
-	must(t, g.Context().SetKernelChoice(cuda.KernelChoice{}))
 	for step := range want {
 		for i := range want[step] {
 			if math.IsNaN(float64(want[step][i])) || math.Float32bits(got[step][i]) != math.Float32bits(want[step][i]) {

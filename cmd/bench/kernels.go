@@ -70,7 +70,6 @@ func runKernels(args []string, stdout, stderr io.Writer) error {
 	tdecSmem := fs.Int("tdec-min-smem", 0, "with --tdec: give linear_fp8_tdec3 at least this much dynamic shared memory (fewer CTAs an SM)")
 	wgGroup := fs.Int("wg-group", 0, "run linear_fp8_wg's tiles in groups of this many tile rows, m fastest inside a group (1: n fastest; 0: the default)")
 	gemvRows := fs.Int("gemv-rows", 0, "the decode GEMV's output rows per CTA: 1, 2, 4 or 8 (0: its planner)")
-	moeReduce := fs.Bool("moe-reduce", false, "moe_fp4_dec: sum split-K partials in a linear_fp8_reduce launch, not in the kernel's last CTA per tile")
 	jsonPath := fs.String("json", "", "also write one JSON record per line to this file")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -196,7 +195,7 @@ func runKernels(args []string, stdout, stderr io.Writer) error {
 				if *onlyPath != "" && string(path) != *onlyPath {
 					continue
 				}
-				kc := cuda.KernelChoice{Linear: path, MoE: path, MoEReduce: *moeReduce}
+				kc := cuda.KernelChoice{Linear: path, MoE: path}
 				kc.TDec.KBS, kc.TDec.Stages = geom[0], geom[1]
 				kc.TDec.Bounds3, kc.TDec.DefaultCarveout, kc.TDec.MinSmem = *tdecB3, *tdecCarve, *tdecSmem
 				kc.WGGroup = *wgGroup
