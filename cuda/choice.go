@@ -19,26 +19,6 @@ const (
 type KernelChoice struct {
 	Linear Path // LinearFP8
 	MoE    Path // MoEFP4
-	// TDec forces linear_fp8_tdec3 with this stage geometry: KBS K blocks per stage
-	// and Stages stages per warp (clamped to the shape; zero: planTDec).
-	// Bounds3 takes its entry compiled for 3 CTAs an SM (the register bound
-	// of linear_fp8_tdec) and DefaultCarveout skips the maximum shared-memory
-	// carveout: knobs for finding why it trails linear_fp8_tdec on small grids.
-	// MinSmem raises its dynamic shared memory to at least that many bytes
-	// (fewer CTAs an SM: does the block scheduler pack a small grid onto few SMs?).
-	TDec struct {
-		KBS, Stages              int
-		Bounds3, DefaultCarveout bool
-		MinSmem                  int
-	}
-	// WGGroup orders linear_fp8_wg's persistent tiles in groups of this many
-	// tile rows, m fastest inside a group, so that a wave shares a few
-	// activation tiles and fewer weight panels in L2 (1: n fastest over the
-	// grid; 0: wgGroup).
-	WGGroup int
-	// GemvRows forces the decode GEMV's output rows per CTA (1, 2, 4 or 8;
-	// 0: gemvLogRowsPerCTA), to time the grid against the CTAs' length.
-	GemvRows int
 	// F32SIMT runs the fp32 linears with bf16 weights (the head, the
 	// compressor's) at 2-32 rows on the SIMT GEMV and linear_bf16x3, as
 	// before 2026-12-05f, instead of linear_bf16x3_dec (tensor cores, x in
@@ -50,17 +30,6 @@ type KernelChoice struct {
 // where they apply (the decode kernels take only decode shapes; a forced
 // wgmma path on a device without TMA is an error at launch).
 func (c *Context) SetKernelChoice(k KernelChoice) error {
-	if k.TDec.KBS < 0 || k.TDec.KBS > tdecMaxKBS || k.TDec.Stages < 0 || k.TDec.Stages > tdecMaxStages || k.TDec.MinSmem < 0 || k.TDec.MinSmem > tdecMaxSmem {
-		return fmt.Errorf("cuda: tdec geometry %d blocks x %d stages (at most %d x %d)", k.TDec.KBS, k.TDec.Stages, tdecMaxKBS, tdecMaxStages)
-	}
-	if k.WGGroup < 0 || k.WGGroup > wgMaxGroup {
-		return fmt.Errorf("cuda: wg tile group %d (want 0..%d)", k.WGGroup, wgMaxGroup)
-	}
-	switch k.GemvRows {
-	case 0, 1, 2, 4, 8:
-	default:
-		return fmt.Errorf("cuda: gemv rows per CTA %d (want 1, 2, 4 or 8)", k.GemvRows)
-	}
 	for _, p := range []Path{k.Linear, k.MoE} {
 		switch p {
 		case PathAuto, PathDec, PathDecWG, PathTiled, PathWG:

@@ -1,9 +1,6 @@
 package cuda
 
-import (
-	"fmt"
-	"math/bits"
-)
+import "fmt"
 
 // Launchers of kernels/ops_f32.cu and kernels/linear_f32.cu: the fp32
 // activation ops of the GPU backend. rnd rounds results to bf16 (faithful).
@@ -296,9 +293,6 @@ func LinearF32Kernel(s *Stream, y, x, w, ws DevicePtr, sh LinearShape, rnd bool)
 		// Decode: warps stream the weights (the tiled kernel would run
 		// ceil(N/64) CTAs over the whole of K).
 		lrpc := gemvLogRowsPerCTA(sh.N)
-		if r := s.ctx.kernelChoice().GemvRows; r > 0 {
-			lrpc = bits.TrailingZeros(uint(r))
-		}
 		name := gemvKernels[min(sh.M, 2)-1][sh.Format]
 		return launch(s, "linear_f32", name, Dim3{uint32(ceilDiv(sh.N, 1<<lrpc)), 1, 1}, Dim3{256, 1, 1}, 0, a.I32(lrpc))
 	}

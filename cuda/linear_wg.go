@@ -20,10 +20,8 @@ const (
 	// wgGroup is linear_fp8_wg's default tile order: groups of 8 tile rows
 	// (H200, 2026-12-05, 4096 tokens, against n fastest: Pro wq_b 1131 ->
 	// 985 us, Pro wo_b 912 -> 850, Pro shared w13 342 -> 326, Flash wq_b
-	// 404 -> 388; the shapes of one wave within 1 %). wgMaxGroup bounds
-	// KernelChoice.WGGroup (512 tile rows: 65536 tokens).
-	wgGroup    = 8
-	wgMaxGroup = 512
+	// 404 -> 388; the shapes of one wave within 1 %).
+	wgGroup = 8
 )
 
 // planLinearWG splits K when the tiles alone fill less than about 2/3 of the
@@ -59,11 +57,7 @@ func linearFP8WG(s *Stream, y, xq, xs, w, ws DevicePtr, m, n, k int, scratch Dev
 	if p.splits > 1 {
 		part = scratch
 	}
-	group := s.ctx.kernelChoice().WGGroup
-	if group == 0 {
-		group = wgGroup
-	}
-	a := new(Args).Ptr(y).Map(&ma).Map(&mb).Ptr(xs).Ptr(ws).I32(m).I32(n).I32(k).Ptr(part).I32(p.per).I32(group)
+	a := new(Args).Ptr(y).Map(&ma).Map(&mb).Ptr(xs).Ptr(ws).I32(m).I32(n).I32(k).Ptr(part).I32(p.per).I32(wgGroup)
 	// Persistent CTAs over the tiles (one per SM at 192 KB of ring); split K
 	// keeps one CTA per tile and slice.
 	tiles := ceilDiv(n, 128) * ceilDiv(m, 128)
@@ -157,31 +151,15 @@ func tdecLayout(m, kbs, ts int) tdecPlan {
 	return tdecPlan{kbs: kbs, ts: ts, xoff: kbs * 2048, stride: stride, smem: 4*ts*stride + 4*ts*8 + 1024}
 }
 
-// tdecGeometry is the plan of kbs K blocks a stage and ts stages a warp,
-// clamped to the slice of k and to the shared memory (ctas and flight are
-// left zero).
-func tdecGeometry(m, k, kbs, ts int) tdecPlan {
-	per := ceilDiv(k/128, 4)
-	kbs = min(kbs, per)
-	p := tdecLayout(m, kbs, min(ts, ceilDiv(per, kbs)))
-	for p.ts > 1 && p.smem > tdecMaxSmem {
-		p = tdecLayout(m, kbs, p.ts-1)
-	}
-	return p
-}
-
 // tdecSmem is linear_fp8_tdec's dynamic shared memory (TBYTES in the kernel:
 // four warp rings of 4 stages of 4 KB and their barriers, plus the slack that
 // aligns them to 1024 bytes).
 const tdecSmem = 4*4*4096 + 8*4*4 + 1024
 
 // linearFP8TDec runs a TMA-fed decode kernel (m <= 16, sm_90a):
-// linear_fp8_tdec3 on the large grids (tdec3Wins) or when a stage geometry is
-// forced, linear_fp8_tdec (fixed 4 stages of one K block) otherwise.
+// linear_fp8_tdec3 on the large grids (tdec3Wins), linear_fp8_tdec (fixed 4
+// stages of one K block) otherwise.
 func linearFP8TDec(s *Stream, y, yf, xq, xs, w, ws DevicePtr, m, n, k int) error {
-	if g := s.ctx.kernelChoice().TDec; g.KBS > 0 {
-		return linearFP8TDec3(s, y, yf, xq, xs, w, ws, m, n, k, tdecGeometry(m, k, g.KBS, max(g.Stages, 1)))
-	}
 	if tdec3Wins(n, k) {
 		return linearFP8TDec3(s, y, yf, xq, xs, w, ws, m, n, k, planTDec(m, n, k, s.ctx.dev.SMs))
 	}
@@ -215,20 +193,12 @@ func linearFP8TDec3(s *Stream, y, yf, xq, xs, w, ws DevicePtr, m, n, k int, p td
 	if err != nil {
 		return fmt.Errorf("cuda: linear_fp8_tdec3: %w", err)
 	}
-	knobs := s.ctx.kernelChoice().TDec
-	p.smem = max(p.smem, knobs.MinSmem)
-	name := "linear_fp8_tdec3"
-	if knobs.Bounds3 {
-		name = "linear_fp8_tdec3_b3"
-	}
-	f, err := s.ctx.kernel("linear_fp8_tdec3", name, p.smem)
+	f, err := s.ctx.kernel("linear_fp8_tdec3", "linear_fp8_tdec3", p.smem)
 	if err != nil {
 		return err
 	}
-	if !knobs.DefaultCarveout {
-		if err := f.preferMaxShared(); err != nil {
-			return err
-		}
+	if err := f.preferMaxShared(); err != nil {
+		return err
 	}
 	a := new(Args).Ptr(y).Ptr(xs).Ptr(ws).I32(m).I32(n).I32(k).Ptr(yf).Map(&wm).Map(&wm1).Map(&xm).
 		I32(xrows).I32(p.kbs).I32(p.ts).I32(p.xoff).I32(p.stride)

@@ -64,25 +64,9 @@ func runKernels(args []string, stdout, stderr io.Writer) error {
 	only := fs.String("only", "", "run only shapes whose op or name contains this")
 	allPaths := fs.Bool("paths", false, "time every kernel path that applies to a shape, not only the one picked")
 	onlyPath := fs.String("path", "", "with --paths: time only this path (dec, decwg, tiled, wg)")
-	tdec := fs.String("tdec", "", "run linear_fp8_tdec3 with this stage geometry: KBS,STAGES (K blocks per stage, stages per warp)")
-	tdecB3 := fs.Bool("tdec-bounds3", false, "with --tdec: linear_fp8_tdec3's entry compiled for 3 CTAs an SM")
-	tdecCarve := fs.Bool("tdec-default-carveout", false, "with --tdec: leave the shared-memory carveout to the driver")
-	tdecSmem := fs.Int("tdec-min-smem", 0, "with --tdec: give linear_fp8_tdec3 at least this much dynamic shared memory (fewer CTAs an SM)")
-	wgGroup := fs.Int("wg-group", 0, "run linear_fp8_wg's tiles in groups of this many tile rows, m fastest inside a group (1: n fastest; 0: the default)")
-	gemvRows := fs.Int("gemv-rows", 0, "the decode GEMV's output rows per CTA: 1, 2, 4 or 8 (0: its planner)")
 	jsonPath := fs.String("json", "", "also write one JSON record per line to this file")
 	if err := fs.Parse(args); err != nil {
 		return err
-	}
-	var geom [2]int
-	if *tdec != "" {
-		a, b, ok := strings.Cut(*tdec, ",")
-		var e1, e2 error
-		geom[0], e1 = strconv.Atoi(a)
-		geom[1], e2 = strconv.Atoi(b)
-		if !ok || e1 != nil || e2 != nil || geom[0] < 1 || geom[1] < 1 {
-			return fmt.Errorf("--tdec: %q is not KBS,STAGES (two counts >= 1)", *tdec)
-		}
 	}
 	var toks []int
 	for _, s := range strings.Split(*tokens, ",") {
@@ -195,12 +179,7 @@ func runKernels(args []string, stdout, stderr io.Writer) error {
 				if *onlyPath != "" && string(path) != *onlyPath {
 					continue
 				}
-				kc := cuda.KernelChoice{Linear: path, MoE: path}
-				kc.TDec.KBS, kc.TDec.Stages = geom[0], geom[1]
-				kc.TDec.Bounds3, kc.TDec.DefaultCarveout, kc.TDec.MinSmem = *tdecB3, *tdecCarve, *tdecSmem
-				kc.WGGroup = *wgGroup
-				kc.GemvRows = *gemvRows
-				if err := ctx.SetKernelChoice(kc); err != nil {
+				if err := ctx.SetKernelChoice(cuda.KernelChoice{Linear: path, MoE: path}); err != nil {
 					return err
 				}
 				r := kcheck.Run(env, j.c)

@@ -17,8 +17,6 @@ func TestKernelsBadFlags(t *testing.T) {
 		{[]string{"--tokens", "70000"}, "--tokens"},
 		{[]string{"--reps", "0"}, "--reps"},
 		{[]string{"--model", "mini"}, "--model"},
-		{[]string{"--tdec", "4"}, "--tdec"},
-		{[]string{"--tdec", "0,2"}, "--tdec"},
 		{[]string{"--nope"}, "nope"},
 	} {
 		err := runKernels(c.args, io.Discard, io.Discard)

@@ -465,13 +465,17 @@ func SmallCases() []Case {
 		QuantCase(1, 128), QuantCase(5, 512), QuantCase(33, 4096),
 		LinearCase(1, 256, 512, 0), LinearCase(8, 136, 384, 0), LinearCase(70, 384, 1024, 0), LinearCase(130, 256, 256, 0),
 		LinearCase(16, 200, 256, 0), LinearCase(40, 256, 1024, 0), // decode kernel, 2 token tiles; tiled + split K
-		// linear_fp8_tdec (PathDecWG, planTDec): 2, 4, 9 and 16 tokens, rows
-		// past N (n % 16 = 8); slices of 13 blocks (4-block chunks and a
-		// 1-block tail), 29 (the ring of 4 wrapping, then a tail; the last
-		// slice 28), 7 (a 3-block tail; the last slice 5), 3 (3-block
-		// chunks); one-block slices with two idle warps.
+		// linear_fp8_tdec (PathDecWG): 2, 4, 9 and 16 tokens, rows past N
+		// (n % 16 = 8); slices of 13, 29 (the ring of 4 wrapping; the last
+		// slice 28), 7 (the last 5) and 3 blocks; one-block slices with two
+		// idle warps.
 		LinearCase(2, 1048, 6656, 0), LinearCase(9, 264, 14720, 0), LinearCase(16, 520, 3328, 0),
 		LinearCase(4, 2056, 1536, 0), LinearCase(1, 24, 256, 0),
+		// linear_fp8_tdec3 (auto on sm_90a, planTDec): K of 129 blocks in
+		// slices of 33 (4-block chunks, the ring of 6 wrapping, a 1-block
+		// tail; the last slice 30, a 2-block tail), rows past N; N of 32776
+		// in one-block slices with two idle warps.
+		LinearCase(2, 136, 16512, 0), LinearCase(3, 32776, 256, 0),
 		// sm_90a wgmma kernel: row and column tails with split K, split K over 8, the stage ring wrapping.
 		LinearCase(300, 1032, 2048, 0), LinearCase(512, 512, 4096, 64), LinearCase(1100, 1280, 1024, 64),
 		SwiGLUCase(1, 256, true), SwiGLUCase(9, 2048, true), SwiGLUCase(4, 3072, false),
