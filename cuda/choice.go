@@ -19,11 +19,6 @@ const (
 type KernelChoice struct {
 	Linear Path // LinearFP8
 	MoE    Path // MoEFP4
-	// F32SIMT runs the fp32 linears with bf16 weights (the head, the
-	// compressor's) at 2-32 rows on the SIMT GEMV and linear_bf16x3, as
-	// before 2026-12-05f, instead of linear_bf16x3_dec (tensor cores, x in
-	// three exact bf16 planes): to time one against the other.
-	F32SIMT bool
 }
 
 // SetKernelChoice forces the GEMM paths for later launches on this context

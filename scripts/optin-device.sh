@@ -2,9 +2,8 @@
 # One device call that checks and times the kernel choices from ONE build:
 # the tests (every kernel against its CPU twin, the end-to-end and
 # side-stream tests under the defaults), the head's fp32 linear on
-# linear_bf16x3_dec against its op check, decode stacks of the default, no
-# side stream and the SIMT fp32 linears (f32-simt), and ncu of the default
-# step. Build here, carry bin, run there:
+# linear_bf16x3_dec against its op check, decode stacks of the default and
+# no side stream, and ncu of the default step. Build here, carry bin, run there:
 #   go test -c -ldflags="-s -w" -o bin/cuda.test ./cuda && go test -c -ldflags="-s -w" -o bin/gpu.test ./backend/gpu &&
 #   go build -ldflags="-s -w" -o bin/bench ./cmd/bench && cp scripts/optin-device.sh scripts/ncu_steps.py bin/
 #   (device) cd bin && ./optin-device.sh $OUT/o    # ~6 minutes; bring back o.tgz
@@ -35,7 +34,7 @@ fi
 if on stacks; then
 	# One model per batch size, every variant timed on it in turn; default first
 	# and last shows the drift of the call.
-	vars="default;no-side;f32-simt;default2=default"
+	vars="default;no-side;default2=default"
 	IFS=';' read -ra batches <<<"${BATCHES:-1;1 --draw;8;32 --draw}"
 	for b in "${batches[@]}"; do
 		f="$out/stack-b${b// /}.txt"
@@ -45,13 +44,10 @@ if on stacks; then
 	done
 fi
 if on ncu; then
-	for bo in 1:default 8:default; do
-		b=${bo%%:*} o=${bo#*:}
-		n="$out/ncu-b$b-$o"
-		kopt=""
-		[[ $o == default ]] || kopt=$o
+	for b in 1 8; do
+		n="$out/ncu-b$b-default"
 		timeout 60 /usr/local/cuda/bin/ncu --metrics gpu__time_duration.sum --csv --cache-control all --clock-control none \
-			./bench stack --preset flash --layers 4 --prefill 8 --decode 3 --batch "$b" --cuda-graphs=false --side-stream=false --kernel-opts "$kopt" >"$n.csv" 2>/dev/null
+			./bench stack --preset flash --layers 4 --prefill 8 --decode 3 --batch "$b" --cuda-graphs=false --side-stream=false >"$n.csv" 2>/dev/null
 		python3 ncu_steps.py "$n.csv" >"$n.txt" 2>&1
 	done
 	log "ncu done"

@@ -200,33 +200,23 @@ func TestLinears(t *testing.T) {
 				}
 			}
 			// The fp32 linear of bf16 weights on linear_bf16x3_dec (1, 2 and 4
-			// token tiles; a split K of 4096 at 30 rows), and on the SIMT kernels
-			// KernelChoice.F32SIMT keeps.
-			g := p.g.(*Backend)
-			for _, kc := range []cuda.KernelChoice{{}, {F32SIMT: true}} {
-				must(t, g.Context().SetKernelChoice(kc))
-				tag := "dec"
-				if kc.F32SIMT {
-					tag = "simt"
+			// token tiles; a split K of 4096 at 30 rows).
+			for _, sh := range []struct{ m, out, in int }{{2, 256, 512}, {9, 384, 1024}, {30, 128, 4096}} {
+				cl := randLinear(p.rng, checkpoint.FormatBF16, sh.out, sh.in)
+				cw, err := p.c.PrepareLinear(cl)
+				must(t, err)
+				gw, err := p.g.PrepareLinear(cl)
+				must(t, err)
+				v := make([]float32, sh.m*sh.in)
+				for i := range v {
+					v[i] = float32(p.rng.NormFloat64()) * 1.2345678
 				}
-				for _, sh := range []struct{ m, out, in int }{{2, 256, 512}, {9, 384, 1024}, {30, 128, 4096}} {
-					cl := randLinear(p.rng, checkpoint.FormatBF16, sh.out, sh.in)
-					cw, err := p.c.PrepareLinear(cl)
-					must(t, err)
-					gw, err := p.g.PrepareLinear(cl)
-					must(t, err)
-					v := make([]float32, sh.m*sh.in)
-					for i := range v {
-						v[i] = float32(p.rng.NormFloat64()) * 1.2345678
-					}
-					xf := p.from(sh.m, sh.in, v)
-					o := p.out(sh.m, sh.out)
-					must(t, p.c.LinearF32(xf.c, cw, o.c))
-					must(t, p.g.LinearF32(xf.g, gw, o.g))
-					p.check(fmt.Sprintf("linear-f32 %s %dx%dx%d", tag, sh.m, sh.out, sh.in), o, 1e-5)
-				}
+				xf := p.from(sh.m, sh.in, v)
+				o := p.out(sh.m, sh.out)
+				must(t, p.c.LinearF32(xf.c, cw, o.c))
+				must(t, p.g.LinearF32(xf.g, gw, o.g))
+				p.check(fmt.Sprintf("linear-f32 dec %dx%dx%d", sh.m, sh.out, sh.in), o, 1e-5)
 			}
-			must(t, g.Context().SetKernelChoice(cuda.KernelChoice{}))
 			// Grouped output projection: 8 groups of R=128 rows over K=256 columns each.
 			// Faithful: up to 32 rows linear_bf16_dec (1, 2 and 4 token tiles), 33
 			// linear_bf16; exact: the decode GEMV up to 8 rows, then the tiled fp32 kernel.

@@ -206,11 +206,11 @@ func (b *Backend) LinearF32(x backend.Tensor, w backend.Linear, out backend.Tens
 // linearF32 is the fp32 linear y[m, :] = x[m, :] · Wᵀ (no rounding): with
 // bf16 weights on tensor cores, x split exactly into three bf16 parts
 // (every product exact), from 2 rows on (one row streams as fast on the SIMT
-// GEMV; KernelChoice.F32SIMT keeps 2-32 rows on the SIMT kernels too);
-// otherwise the SIMT kernels.
+// GEMV; at 2-32 rows the SIMT kernels were slower, 2026-12-05f); otherwise
+// the SIMT kernels.
 func (b *Backend) linearF32(y, x cuda.DevicePtr, l *linear, m int) error {
 	sh, _ := l.shape(m, 1, l.in)
-	if m >= 2 && !b.ctx.KernelChoice().F32SIMT && sh.Format == cuda.WeightBF16 && cuda.BF16x3DecFits(sh, x, l.w.Ptr) {
+	if m >= 2 && sh.Format == cuda.WeightBF16 && cuda.BF16x3DecFits(sh, x, l.w.Ptr) {
 		part, err := b.decPartials(sh)
 		if err != nil {
 			return err

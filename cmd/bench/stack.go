@@ -9,7 +9,6 @@ import (
 	"math/rand/v2"
 	"runtime"
 	"slices"
-	"sort"
 	"strconv"
 	"strings"
 	"time"
@@ -18,7 +17,6 @@ import (
 	"github.com/megamoe/megamoe/backend/cpu"
 	"github.com/megamoe/megamoe/backend/gpu"
 	"github.com/megamoe/megamoe/checkpoint"
-	"github.com/megamoe/megamoe/cuda"
 	"github.com/megamoe/megamoe/engine"
 	"github.com/megamoe/megamoe/kvcache"
 	"github.com/megamoe/megamoe/model"
@@ -36,8 +34,7 @@ type stackFlags struct {
 	timeGraphs, side                 bool
 	tp                               int
 	reserveGiB                       float64
-	kernelOpts                       cuda.KernelChoice // --kernel-opts
-	variants                         []variant         // --variants
+	variants                         []variant // --variants
 	// corrupt, if set (tests), edits the weights before the model is built.
 	corrupt func(*checkpoint.Weights)
 }
@@ -68,16 +65,12 @@ func parseStack(args []string, stderr io.Writer) (*stackFlags, error) {
 	fs.BoolVar(&f.profile, "profile", false, "time every backend op (synchronised) and print the prefill and decode breakdowns")
 	fs.IntVar(&f.tp, "tensor-parallel", 1, "ranks (GPUs 0..N-1 over NCCL with --device cuda, else CPU backends); needs --layers unless --preset small or small-tp")
 	fs.Float64Var(&f.reserveGiB, "reserve-gib", 8, "GPU memory kept free for activations when --layers is 0")
-	opts := fs.String("kernel-opts", "", "comma-separated opt-in kernels of the cuda device, to time against the defaults: "+strings.Join(kernelOptNames(), ", "))
-	vars := fs.String("variants", "", "time the plan once per variant on one model (weights generated once): runs separated by ';', each 'label=names' or 'names', names from --kernel-opts plus 'no-side' (every op on the main stream), '' or 'default' for neither; e.g. 'default;no-side;f32-simt;default'")
+	vars := fs.String("variants", "", "time the plan once per variant on one model (weights generated once): runs separated by ';', each 'label=names' or 'names', names 'no-side' (every op on the main stream) or '' or 'default' (the defaults); e.g. 'default;no-side;default'")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
 	}
-	var err error
-	if f.kernelOpts, err = parseKernelOpts(*opts); err != nil {
-		return nil, err
-	}
 	if *vars != "" {
+		var err error
 		if f.variants, err = parseVariants(*vars); err != nil {
 			return nil, err
 		}
@@ -102,8 +95,8 @@ func parseStack(args []string, stderr io.Writer) (*stackFlags, error) {
 		return nil, errors.New("--tensor-parallel > 1 needs --layers N")
 	case f.tp > 1 && (f.profile || f.trace):
 		return nil, errors.New("--profile and --trace-nonfinite run on one rank only")
-	case f.variants != nil && (f.tp > 1 || f.profile || f.trace || f.device != "cuda" || *opts != "" || sideSet):
-		return nil, errors.New("--variants runs on one CUDA device, without --profile, --trace-nonfinite, --kernel-opts or --side-stream (each variant sets its own)")
+	case f.variants != nil && (f.tp > 1 || f.profile || f.trace || f.device != "cuda" || sideSet):
+		return nil, errors.New("--variants runs on one CUDA device, without --profile, --trace-nonfinite or --side-stream (each variant sets its own)")
 	}
 	if f.format != checkpoint.GenOfficial && f.format != checkpoint.GenNVFP4 {
 		return nil, fmt.Errorf("--format %q, want %s or %s", f.format, checkpoint.GenOfficial, checkpoint.GenNVFP4)
@@ -141,12 +134,6 @@ func stack(f *stackFlags, stdout, stderr io.Writer) error {
 	be, closeBE, err := openBackend(f)
 	if err != nil {
 		return err
-	}
-	if g, ok := be.(*gpu.Backend); ok {
-		if err := g.Context().SetKernelChoice(f.kernelOpts); err != nil {
-			closeBE()
-			return err
-		}
 	}
 	layers := f.layers
 	if layers == 0 {
@@ -534,34 +521,4 @@ func randTokens(rng *rand.Rand, n, vocab int) []int32 {
 		toks[k] = int32(rng.IntN(vocab))
 	}
 	return toks
-}
-
-// kernelOpts are the opt-in kernels --kernel-opts names.
-var kernelOpts = map[string]func(*cuda.KernelChoice){
-	"f32-simt": func(k *cuda.KernelChoice) { k.F32SIMT = true },
-}
-
-func kernelOptNames() []string {
-	names := make([]string, 0, len(kernelOpts))
-	for n := range kernelOpts {
-		names = append(names, n)
-	}
-	sort.Strings(names)
-	return names
-}
-
-// parseKernelOpts turns --kernel-opts into a kernel choice.
-func parseKernelOpts(list string) (cuda.KernelChoice, error) {
-	var kc cuda.KernelChoice
-	for _, n := range strings.Split(list, ",") {
-		if n = strings.TrimSpace(n); n == "" {
-			continue
-		}
-		set, ok := kernelOpts[n]
-		if !ok {
-			return kc, fmt.Errorf("--kernel-opts: unknown %q (want %s)", n, strings.Join(kernelOptNames(), ", "))
-		}
-		set(&kc)
-	}
-	return kc, nil
 }

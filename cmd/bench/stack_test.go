@@ -12,7 +12,6 @@ import (
 	"testing"
 
 	"github.com/megamoe/megamoe/checkpoint"
-	"github.com/megamoe/megamoe/cuda"
 	"github.com/megamoe/megamoe/model"
 )
 
@@ -196,42 +195,17 @@ func TestStackPrefillSeqs(t *testing.T) {
 	}
 }
 
-// TestParseKernelOpts: --kernel-opts sets the named opt-in kernels and
-// rejects unknown names.
-func TestParseKernelOpts(t *testing.T) {
-	for _, c := range []struct {
-		in   string
-		want cuda.KernelChoice
-		err  bool
-	}{
-		{"", cuda.KernelChoice{}, false},
-		{"f32-simt", cuda.KernelChoice{F32SIMT: true}, false},
-		{" f32-simt ,", cuda.KernelChoice{F32SIMT: true}, false},
-		{"f32-simt,nope", cuda.KernelChoice{}, true},
-		{"hc-fast", cuda.KernelChoice{}, true}, // the default since 2026-12-05e
-	} {
-		got, err := parseKernelOpts(c.in)
-		if (err != nil) != c.err || err == nil && got != c.want {
-			t.Errorf("parseKernelOpts(%q) = %+v, %v; want %+v (error %v)", c.in, got, err, c.want, c.err)
-		}
-	}
-	if _, err := parseStack([]string{"--kernel-opts", "bogus"}, io.Discard); err == nil {
-		t.Error("bench stack accepted --kernel-opts bogus")
-	}
-}
-
-// TestParseVariants: --variants names each run's opt-in kernels and side
-// stream, labels them, and refuses what it cannot combine with.
+// TestParseVariants: --variants names each run's side stream, labels the
+// runs, and refuses unknown names and what it cannot combine with.
 func TestParseVariants(t *testing.T) {
-	got, err := parseVariants("default; no-side ;f32-simt;all=f32-simt,no-side;")
+	got, err := parseVariants("default; no-side ;ns=no-side,default;")
 	if err != nil {
 		t.Fatal(err)
 	}
 	want := []variant{
 		{label: "default"},
 		{label: "no-side", noSide: true},
-		{label: "f32-simt", choice: cuda.KernelChoice{F32SIMT: true}},
-		{label: "all", choice: cuda.KernelChoice{F32SIMT: true}, noSide: true},
+		{label: "ns", noSide: true},
 		{label: "default"},
 	}
 	if !reflect.DeepEqual(got, want) {
@@ -239,7 +213,8 @@ func TestParseVariants(t *testing.T) {
 	}
 	for _, args := range [][]string{
 		{"--variants", "nope"},
-		{"--variants", "no-side", "--kernel-opts", "f32-simt"},
+		{"--variants", "no-side;f32-simt"}, // the default since 2026-12-05f
+		{"--kernel-opts", "f32-simt"},
 		{"--variants", "no-side", "--side-stream=false"},
 		{"--variants", "no-side", "--device", "cpu"},
 		{"--variants", "no-side", "--profile"},

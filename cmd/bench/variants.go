@@ -9,21 +9,18 @@ import (
 
 	"github.com/megamoe/megamoe/backend/gpu"
 	"github.com/megamoe/megamoe/checkpoint"
-	"github.com/megamoe/megamoe/cuda"
 	"github.com/megamoe/megamoe/engine"
 )
 
-// variant is one run of --variants: the opt-in kernels, and noSide to run
-// every op on the main stream.
+// variant is one run of --variants: noSide runs every op on the main stream.
 type variant struct {
 	label  string
-	choice cuda.KernelChoice
 	noSide bool
 }
 
 // parseVariants reads --variants: runs separated by ';', each "label=names"
-// or just "names" (its own label), names as --kernel-opts takes them plus
-// "no-side" (no side stream); "" or "default" is the default run.
+// or just "names" (its own label), names "no-side" (no side stream) or ""
+// or "default" (the default run).
 func parseVariants(list string) ([]variant, error) {
 	var vs []variant
 	for _, item := range strings.Split(list, ";") {
@@ -34,19 +31,14 @@ func parseVariants(list string) ([]variant, error) {
 		}
 		label = strings.TrimSpace(label)
 		var v variant
-		var opts []string
 		for _, n := range strings.Split(names, ",") {
 			switch n = strings.TrimSpace(n); n {
 			case "", "default":
 			case "no-side":
 				v.noSide = true
 			default:
-				opts = append(opts, n)
+				return nil, fmt.Errorf("--variants %q: unknown %q (want no-side or default)", item, n)
 			}
-		}
-		var err error
-		if v.choice, err = parseKernelOpts(strings.Join(opts, ",")); err != nil {
-			return nil, fmt.Errorf("--variants %q: %w", item, err)
 		}
 		if v.label = label; v.label == "" {
 			v.label = "default"
@@ -63,9 +55,6 @@ func runVariants(m engine.Stepper, g *gpu.Backend, f *stackFlags, c *checkpoint.
 	copyGBs float64, stdout io.Writer) error {
 	var errs []error
 	for _, v := range f.variants {
-		if err := g.Context().SetKernelChoice(v.choice); err != nil {
-			return err
-		}
 		if err := g.SetSideStream(!v.noSide); err != nil {
 			return err
 		}
