@@ -54,7 +54,7 @@ func (c *Context) LinearPaths(m, n, k int) []Path {
 	if m >= wgMinRow && c.HasTMA() {
 		ps = append(ps, PathWG)
 	}
-	if planLinear(m, n, k).dec {
+	if planLinear(m, n, k, c.dev.SMs).dec {
 		switch {
 		case c.HasTMA() && tdecWins(n, k):
 			ps = append(ps, PathDecWG, PathDec)

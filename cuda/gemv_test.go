@@ -53,7 +53,7 @@ func TestPlanBF16Dec(t *testing.T) {
 		{8, 1 << 18, 2048, 2048, 1, true}, // one slice: no counters
 		{1, 1024, 200, 0, 0, false},
 	} {
-		kc, splits, ok := planBF16Dec(c.m, c.n, c.k, 132)
+		kc, splits, ok := planBF16Dec(c.m, c.n, c.k, hopperSMs)
 		if ok != c.ok || ok && (kc != c.kc || splits != c.splits) {
 			t.Errorf("planBF16Dec(%d, %d, %d) = %d x %d, %v; want %d x %d, %v", c.m, c.n, c.k, kc, splits, ok, c.kc, c.splits, c.ok)
 		}

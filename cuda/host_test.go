@@ -105,30 +105,51 @@ func TestLauncherShapeChecks(t *testing.T) {
 	}
 }
 
+// hopperSMs is the SM count of the H100 and H200 (SXM), which the plans
+// below were tuned on.
+const hopperSMs = 132
+
+// planStream is a stream of a device with sms SMs and no driver, for the
+// planners' host-side entry points.
+func planStream(sms int) *Stream { return &Stream{ctx: &Context{dev: &Device{SMs: sms}}} }
+
 // TestSplitK: every split covers a non-empty run of K blocks and together
 // they cover all; decode shapes split, prefill shapes and big grids do not;
 // decode-shaped MoE lists take moe_fp4_dec.
 func TestSplitK(t *testing.T) {
 	for _, c := range []struct {
-		tiles, nkb int
-		split      bool
-	}{{8, 32, true}, {1, 1, false}, {2, 8, true}, {131, 64, true}, {132, 64, false}, {4096, 64, false}, {7, 56, true}} {
-		sp, per := splitK(c.tiles, c.nkb)
+		tiles, nkb, sms int
+		split           bool
+	}{
+		{8, 32, 132, true}, {1, 1, 132, false}, {2, 8, 132, true}, {131, 64, 132, true}, {132, 64, 132, false},
+		{4096, 64, 132, false}, {7, 56, 132, true}, {140, 64, 148, true}, {148, 64, 148, false}, {100, 64, 108, true},
+	} {
+		sp, per := splitK(c.tiles, c.nkb, c.sms)
 		if sp < 1 || per < 1 || sp*per < c.nkb || (sp-1)*per >= c.nkb {
-			t.Errorf("splitK(%d, %d) = %d x %d blocks: not an exact cover", c.tiles, c.nkb, sp, per)
+			t.Errorf("splitK(%d, %d, %d) = %d x %d blocks: not an exact cover", c.tiles, c.nkb, c.sms, sp, per)
 		}
 		if (sp > 1) != c.split {
-			t.Errorf("splitK(%d, %d) = %d splits, want split %v", c.tiles, c.nkb, sp, c.split)
+			t.Errorf("splitK(%d, %d, %d) = %d splits, want split %v", c.tiles, c.nkb, c.sms, sp, c.split)
 		}
 	}
-	if LinearFP8ScratchBytes(1, 1024, 4096) != 0 || LinearFP8ScratchBytes(17, 1024, 4096) == 0 || LinearFP8ScratchBytes(4096, 1024, 4096) != 0 {
+	// linear_fp8_wg splits below 2/3 of the SMs in tiles.
+	for _, c := range []struct {
+		m, sms int
+		split  bool
+	}{{128 * 87, 132, true}, {128 * 88, 132, false}, {128 * 98, 148, true}, {128 * 99, 148, false}} {
+		if p := planLinearWG(c.m, 128, 4096, c.sms); (p.splits > 1) != c.split {
+			t.Errorf("planLinearWG(%d, 128, 4096, %d) = %+v, want split %v", c.m, c.sms, p, c.split)
+		}
+	}
+	s := planStream(hopperSMs)
+	if LinearFP8ScratchBytes(s, 1, 1024, 4096) != 0 || LinearFP8ScratchBytes(s, 17, 1024, 4096) == 0 || LinearFP8ScratchBytes(s, 4096, 1024, 4096) != 0 {
 		t.Error("linear_fp8 split: want scratch at m=17 only (decode reduces in the kernel)")
 	}
 	for _, c := range []struct {
 		m, n, k    int
 		dec, split bool
 	}{{1, 1024, 4096, true, false}, {16, 65536, 1536, true, false}, {1, 32768, 1024, true, false}, {17, 1024, 4096, false, true}, {65, 1024, 4096, false, false}, {8, 512, 128, true, false}, {1, 1 << 20, 8192, false, false}} {
-		p := planLinear(c.m, c.n, c.k)
+		p := planLinear(c.m, c.n, c.k, hopperSMs)
 		if p.dec != c.dec || (p.splits > 1) != c.split || p.splits*p.per < c.k/128 || (p.splits-1)*p.per >= c.k/128 {
 			t.Errorf("planLinear(%d, %d, %d) = %+v, want decode kernel %v, split %v", c.m, c.n, c.k, p, c.dec, c.split)
 		}
@@ -152,13 +173,13 @@ func TestSplitK(t *testing.T) {
 		if (paths[0] == PathDec) != c.dec {
 			t.Errorf("moePaths(%+v) = %v, want decode %v", c.sh, paths, c.dec)
 		}
-		p := planMoE(c.sh, paths[0])
+		p := planMoE(c.sh, paths[0], hopperSMs)
 		if (p.splits > 1) != c.split || p.splits*p.per < c.sh.K/128 || (p.splits-1)*p.per >= c.sh.K/128 {
 			t.Errorf("planMoE(%+v, %s) = %+v, want split %v", c.sh, paths[0], p, c.split)
 		}
-		sb := MoEScratchBytes(c.sh)
+		sb := MoEScratchBytes(s, c.sh)
 		for _, path := range paths {
-			if need := planMoE(c.sh, path).scratchBytes(c.sh); sb < need {
+			if need := planMoE(c.sh, path, hopperSMs).scratchBytes(c.sh); sb < need {
 				t.Errorf("MoEScratchBytes(%+v) = %d, path %s needs %d", c.sh, sb, path, need)
 			}
 		}
@@ -168,7 +189,7 @@ func TestSplitK(t *testing.T) {
 			}
 			continue
 		}
-		wg := planMoE(c.sh, PathWG)
+		wg := planMoE(c.sh, PathWG, hopperSMs)
 		if wg.bm != c.bm || wg.splits != 1 || wg.maxTiles < ceilDiv(c.sh.Rows, wg.bm) {
 			t.Errorf("planMoE(%+v, wg) = %+v, want bm %d unsplit", c.sh, wg, c.bm)
 		}
@@ -199,17 +220,17 @@ func TestPlanLinearDec(t *testing.T) {
 		{1, 8, 128, 1, 1},         // one K block, half a row group
 		{3, 65528, 256, 1, 512},   // odd row groups
 	} {
-		p := planLinear(c.m, c.n, c.k)
+		p := planLinear(c.m, c.n, c.k, hopperSMs)
 		warps, groups := decGeometry(p.slices)
 		ctas := ceilDiv(ceilDiv(c.n, 16), groups)
 		if !p.dec || p.splits != 1 || p.slices != c.slices || ctas != c.ctas {
 			t.Errorf("planLinear(%d, %d, %d) = %+v, %d CTAs, want dec with %d slices, %d CTAs", c.m, c.n, c.k, p, ctas, c.slices, c.ctas)
 		}
 		nkb := c.k / 128
-		if warps%p.slices != 0 || warps > 16 || (p.slices > 1 && (2*p.slices > nkb || ctas*warps > decWarpsPerSM*decSMs)) {
+		if warps%p.slices != 0 || warps > 16 || (p.slices > 1 && (2*p.slices > nkb || ctas*warps > decWarpsPerSM*hopperSMs)) {
 			t.Errorf("planLinear(%d, %d, %d): %d slices of %d blocks in %d CTAs of %d warps", c.m, c.n, c.k, p.slices, nkb, ctas, warps)
 		}
-		if LinearFP8ScratchBytes(c.m, c.n, c.k) != 0 {
+		if LinearFP8ScratchBytes(planStream(hopperSMs), c.m, c.n, c.k) != 0 {
 			t.Errorf("LinearFP8ScratchBytes(%d, %d, %d) != 0 for the decode kernel", c.m, c.n, c.k)
 		}
 	}
@@ -231,7 +252,7 @@ func TestDecPair(t *testing.T) {
 		{1, 128, 128, 256, 8, 1, 1, true},          // small wq_a|wkv: one CTA each
 		{1, 1024, 4096, 4096, 16, 64, 0, false},    // 16 slices against 8
 	} {
-		pa, pb := planLinear(c.m, c.na, c.k), planLinear(c.m, c.nb, c.k)
+		pa, pb := planLinear(c.m, c.na, c.k, hopperSMs), planLinear(c.m, c.nb, c.k, hopperSMs)
 		warps, ca, cb, ok := decPair(pa, pb, c.na, c.nb)
 		if !pa.dec || !pb.dec || ok != c.ok || ok && (warps != c.warps || ca != c.ca || cb != c.cb) {
 			t.Errorf("decPair(%d, %d|%d, %d) = %d warps, %d+%d CTAs, %v; want %d, %d+%d, %v", c.m, c.na, c.nb, c.k, warps, ca, cb, ok, c.warps, c.ca, c.cb, c.ok)
@@ -250,7 +271,7 @@ func TestPlanTDec(t *testing.T) {
 		{1, 65536, 1536, 3}, {16, 65536, 1536, 3}, // Pro wq_b: 3 blocks a slice
 		{1, 256, 512, 1}, {9, 264, 1664, 4}, {2, 1040, 14720, 4}, {16, 8, 128, 1},
 	} {
-		p := planTDec(c.m, c.n, c.k, 132)
+		p := planTDec(c.m, c.n, c.k, hopperSMs)
 		per := ceilDiv(c.k/128, 4)
 		chunks := ceilDiv(per, p.kbs)
 		xb := ceilDiv(min(c.m, 16)*p.kbs*128, 1024) * 1024

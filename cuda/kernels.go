@@ -85,12 +85,13 @@ const (
 )
 
 // splitK picks how many K slices a GEMM of tiles CTAs over nkb K blocks of
-// 128 runs in: enough CTAs for about three per SM (132 on an H200; the count
-// only steers speed) when the tiles alone are far fewer. It returns the
-// slices and the K blocks per slice (1, nkb: no split).
-func splitK(tiles, nkb int) (splits, per int) {
-	const target = 3 * 132
-	if tiles >= target/3 || nkb < 2 {
+// 128 runs in on sms SMs: enough CTAs for about three per SM when the tiles
+// alone are fewer than the SMs. It returns the slices and the K blocks per
+// slice (1, nkb: no split).
+func splitK(tiles, nkb, sms int) (splits, per int) {
+	sms = max(sms, 1)
+	target := 3 * sms
+	if tiles >= sms || nkb < 2 {
 		return 1, nkb
 	}
 	splits = min(nkb, ceilDiv(target, tiles))
@@ -110,11 +111,10 @@ type linearPlan struct {
 }
 
 // decWarpsPerSM is how many linear_fp8_dec warps one SM holds (128
-// registers a thread); decSMs the SM count (H200) it plans one wave for.
+// registers a thread).
 const (
 	decMaxRows    = 16 // two 8-token tiles
 	decWarpsPerSM = 16
-	decSMs        = 132
 )
 
 // decGeometry is the linear_fp8_dec CTA for S K slices: 8 warps (16 for 16
@@ -124,34 +124,36 @@ func decGeometry(slices int) (warps, groups int) {
 	return warps, warps / slices
 }
 
-func planLinear(m, n, k int) linearPlan {
+// planLinear plans the mma.sync launch of m x n x k on sms SMs.
+func planLinear(m, n, k, sms int) linearPlan {
 	nkb := k / 128
 	switch {
 	case m <= decMaxRows && n*k < 1<<32: // the kernel's byte offsets are 32-bit
 		// Double the K slices while each keeps at least 2 blocks (one register
 		// buffer each) and all warps still fit in one wave.
 		groups, s := ceilDiv(n, 16), 1
-		for s < 16 && 4*s <= nkb && groups*2*s <= decWarpsPerSM*decSMs {
+		for s < 16 && 4*s <= nkb && groups*2*s <= decWarpsPerSM*sms {
 			s *= 2
 		}
 		return linearPlan{dec: true, splits: 1, per: nkb, slices: s}
 	case m <= 64:
-		sp, per := splitK(ceilDiv(n, 128), nkb)
+		sp, per := splitK(ceilDiv(n, 128), nkb, sms)
 		return linearPlan{splits: sp, per: per}
 	}
 	return linearPlan{splits: 1, per: nkb}
 }
 
 // LinearFP8ScratchBytes is the scratch LinearFP8 uses for split K at this
-// shape (0: it runs unsplit).
-func LinearFP8ScratchBytes(m, n, k int) int {
+// shape on s's device (0: it runs unsplit).
+func LinearFP8ScratchBytes(s *Stream, m, n, k int) int {
 	if m <= 0 || k <= 0 || k%128 != 0 {
 		return 0
 	}
 	// Beyond the decode kernel's rows either tiled path may run (KernelChoice).
-	sp := planLinear(m, n, k).splits
+	sms := s.ctx.dev.SMs
+	sp := planLinear(m, n, k, sms).splits
 	if m > decMaxRows {
-		sp = max(sp, planLinearWG(m, n, k).splits)
+		sp = max(sp, planLinearWG(m, n, k, sms).splits)
 	}
 	if sp > 1 {
 		return 4 * sp * m * n
@@ -207,11 +209,12 @@ func linearFP8(s *Stream, y, yf, xq, xs, w, ws DevicePtr, m, n, k int, scratch D
 // decodePath is linearFP8's choice for m x n x k: the plan, the forced
 // path, and whether linear_fp8_dec (dec) or a TMA decode kernel (tdec) runs it.
 func decodePath(s *Stream, m, n, k int) (p linearPlan, choice Path, dec, tdec bool) {
-	p = planLinear(m, n, k)
+	sms := s.ctx.dev.SMs
+	p = planLinear(m, n, k, sms)
 	choice = s.ctx.kernelChoice().Linear
 	dec = p.dec && choice == PathAuto
 	if (choice == PathDec || choice == PathDecWG) && m <= decMaxRows {
-		p = planLinear(1, n, k) // forced: the geometry depends on n and k only
+		p = planLinear(1, n, k, sms) // forced: the geometry depends on n and k only
 		dec = p.dec
 	}
 	tdec = dec && s.ctx.HasTMA() && (choice == PathDecWG || choice == PathAuto && tdecWins(n, k))
@@ -298,7 +301,7 @@ func linearFP8Tiled(s *Stream, y, xq, xs, w, ws DevicePtr, m, n, k int, scratch 
 // fp8Reduce sums split-K partials into bf16 rows (bounds/E: MoE offsets).
 func fp8Reduce(s *Stream, y, part DevicePtr, splits, rows, n int, bounds DevicePtr, e int) error {
 	a := new(Args).Ptr(y).Ptr(part).I32(splits).I32(rows).I32(n).Ptr(bounds).I32(e)
-	grid := Dim3{uint32(min(ceilDiv(rows*n, 256), 4*132*8)), 1, 1}
+	grid := Dim3{uint32(min(ceilDiv(rows*n, 256), 32*s.ctx.dev.SMs)), 1, 1}
 	return launch(s, "linear_fp8", "linear_fp8_reduce", grid, Dim3{256, 1, 1}, 0, a)
 }
 
@@ -356,12 +359,12 @@ func decTileRows(sh MoEShape) int {
 	return 8
 }
 
-// decCTATarget is the decode kernel's grid below which K is split: about 32
-// warps per SM (8 CTAs of 4) on the 132 SMs of an H200.
-const decCTATarget = 8 * 132
+// decCTAsPerSM sets the decode kernel's grid below which K is split: about
+// 32 warps per SM (8 CTAs of 4) on every SM.
+const decCTAsPerSM = 8
 
-// planMoE plans the launch on path.
-func planMoE(sh MoEShape, path Path) moePlan {
+// planMoE plans the launch on path on sms SMs.
+func planMoE(sh MoEShape, path Path, sms int) moePlan {
 	p := moePlan{path: path, bm: 64, colsPC: 128}
 	switch path {
 	case PathDec:
@@ -374,15 +377,15 @@ func planMoE(sh MoEShape, path Path) moePlan {
 	switch path {
 	case PathDec:
 		p.splits, p.per = 1, nkb
-		if ctas < decCTATarget && nkb > 1 {
-			sp := min(nkb, ceilDiv(decCTATarget, ctas))
+		if target := decCTAsPerSM * max(sms, 1); ctas < target && nkb > 1 {
+			sp := min(nkb, ceilDiv(target, ctas))
 			p.per = ceilDiv(nkb, sp)
 			p.splits = ceilDiv(nkb, p.per)
 		}
 	case PathWG:
 		p.splits, p.per = 1, nkb
 	default:
-		p.splits, p.per = splitK(ctas/2, nkb)
+		p.splits, p.per = splitK(ctas/2, nkb, sms)
 	}
 	return p
 }
@@ -414,11 +417,11 @@ func moePaths(sh MoEShape) []Path {
 
 // MoEScratchBytes is the scratch size MoEFP4 needs (tile list, split-K
 // partials or bf16 activations), fixed by the shape so that it can live in a
-// CUDA graph: the largest over the paths the shape may take.
-func MoEScratchBytes(sh MoEShape) int {
+// CUDA graph: the largest over the paths the shape may take on s's device.
+func MoEScratchBytes(s *Stream, sh MoEShape) int {
 	b := 0
 	for _, path := range moePaths(sh) {
-		b = max(b, planMoE(sh, path).scratchBytes(sh))
+		b = max(b, planMoE(sh, path, s.ctx.dev.SMs).scratchBytes(sh))
 	}
 	return b
 }
@@ -453,7 +456,7 @@ func (s *Stream) moePath(sh MoEShape) Path {
 // moePlan is the plan of a launch on this stream's context (its path). The
 // tile list and the GEMM that reads it both take it from here.
 func (s *Stream) moePlan(sh MoEShape) moePlan {
-	return planMoE(sh, s.moePath(sh))
+	return planMoE(sh, s.moePath(sh), s.ctx.dev.SMs)
 }
 
 // MoEFP4 runs the grouped expert GEMM: for every expert e and row m in
@@ -573,7 +576,10 @@ func moeFP4Tiles(s *Stream, y, xq, xs, w, wscale, gscale DevicePtr, sh MoEShape,
 		}
 		// The last CTA of a tile sums the split-K partials (no reduce launch).
 		var counters DevicePtr
-		if fixup = fixup && p.splits > 1 && int(grid.X*grid.Y) <= fixupSlots; fixup {
+		if fixup = fixup && p.splits > 1; fixup {
+			if slots := s.ctx.fixupSlots(); int(grid.X*grid.Y) > slots {
+				return fmt.Errorf("cuda: moe_fp4_dec: %d CTAs split K, %d counters", grid.X*grid.Y, slots)
+			}
 			if counters, err = s.fixupCounters(); err != nil {
 				return err
 			}

@@ -73,19 +73,18 @@ func IndexerScoresF32(s *Stream, scores, q, w, ik, seqs, pos, seqOf, blocks Devi
 		return fmt.Errorf("cuda: indexer_scores_f32: shape rows=%d heads=%d hd=%d needs %d bytes of shared memory (at most %d)", rows, heads, hd, smem, maxSmem)
 	}
 	// One block per (row, group of 16-entry tiles): q of the row is staged
-	// once per block, so a long row is split over at most indexerScoresCTAs
-	// blocks in all (about one wave of 4 blocks on each of 132 SMs), each
-	// walking several tiles.
+	// once per block, so a long row is split over at most about one wave of
+	// indexerScoresPerSM blocks on each SM in all, each walking several tiles.
 	tiles := ceilDiv(ld, indexerScoresTile)
-	gy := min(tiles, max(1, indexerScoresCTAs/rows))
+	gy := min(tiles, max(1, indexerScoresPerSM*s.ctx.dev.SMs/rows))
 	a := new(Args).Ptr(scores).Ptr(q).Ptr(w).Ptr(ik).Ptr(seqs).Ptr(pos).Ptr(seqOf).Ptr(blocks).
 		I32(ld).I32(heads).I32(hd).I32(ratio).I32(per).I32(b2i(faithful))
 	return launch(s, "attn_f32", "indexer_scores_f32", Dim3{uint32(rows), uint32(gy), 1}, Dim3{128, 1, 1}, smem, a)
 }
 
 const (
-	indexerScoresTile = 16      // IX_TE of attn_f32.cu
-	indexerScoresCTAs = 4 * 132 // blocks the scores of one step aim for
+	indexerScoresTile  = 16 // IX_TE of attn_f32.cu
+	indexerScoresPerSM = 4  // blocks an SM the scores of one step aim for
 )
 
 // indexerScoresSmem is indexer_scores_f32's dynamic shared memory: q of a row

@@ -5,6 +5,10 @@ import "fmt"
 // BF16DecMaxRows is the most rows linear_bf16_dec takes (four 8-token MMA tiles).
 const BF16DecMaxRows = 32
 
+// bf16DecSplitTiles bounds the row tiles of a linear_bf16_dec launch that
+// splits K (a fixup counter each; the head's 129280 rows are 1010 tiles).
+const bf16DecSplitTiles = 1056
+
 // bf16DecKernels are linear_bf16_dec's entry points by token tiles (1, 2, 4):
 // bf16 weights, FP8 weights, bf16 weights with fp32 x in three planes.
 var bf16DecKernels = map[int][3]string{
@@ -45,7 +49,7 @@ func planBF16Dec(m, n, k, sms int) (kc, splits int, ok bool) {
 	for tiles*splits*2 <= 2*max(sms, 1) && k%(2*splits*128) == 0 {
 		splits *= 2
 	}
-	if splits > 1 && tiles > fixupSlots { // a split-K counter per row tile
+	if splits > 1 && tiles > bf16DecSplitTiles { // a split-K counter per row tile
 		return 0, 0, false
 	}
 	return k / splits, splits, true

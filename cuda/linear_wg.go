@@ -25,14 +25,14 @@ const (
 )
 
 // planLinearWG splits K when the tiles alone fill less than about 2/3 of the
-// 132 SMs, keeping at least 4 K blocks per slice.
-func planLinearWG(m, n, k int) linearPlan {
+// sms SMs, keeping at least 4 K blocks per slice.
+func planLinearWG(m, n, k, sms int) linearPlan {
 	nkb := k / 128
 	tiles := ceilDiv(n, 128) * ceilDiv(m, 128)
-	if tiles >= 88 || nkb < 8 {
+	if 3*tiles >= 2*sms || nkb < 8 {
 		return linearPlan{splits: 1, per: nkb}
 	}
-	sp := min(nkb/4, ceilDiv(132, tiles))
+	sp := min(nkb/4, ceilDiv(sms, tiles))
 	per := ceilDiv(nkb, sp)
 	return linearPlan{splits: ceilDiv(nkb, per), per: per}
 }
@@ -41,7 +41,7 @@ func linearFP8WG(s *Stream, y, xq, xs, w, ws DevicePtr, m, n, k int, scratch Dev
 	if !s.ctx.HasTMA() {
 		return fmt.Errorf("cuda: linear_fp8_wg: device %s has no sm_90a TMA path", s.ctx.dev.Name)
 	}
-	p := planLinearWG(m, n, k)
+	p := planLinearWG(m, n, k, s.ctx.dev.SMs)
 	if scratch == 0 {
 		p.splits, p.per = 1, k/128
 	}

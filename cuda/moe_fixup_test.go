@@ -7,18 +7,24 @@ import (
 )
 
 // TestMoEFixupSlots: every decode launch that splits K fits the stream's
-// counters, so the fixup never falls back to the reduce launch.
+// counters on devices of several SM counts, and the counters on the
+// H100/H200 are the 1056 they were sized at.
 func TestMoEFixupSlots(t *testing.T) {
-	for _, E := range []int{1, 4, 8, 48, 256, 384} {
-		for rows := 1; rows <= 16*E; rows += 1 + rows/7 {
-			for _, nk := range [][2]int{{256, 512}, {264, 384}, {4096, 4096}, {4096, 2048}, {6144, 7168}, {7168, 3072}} {
-				sh := MoEShape{Experts: E, Rows: rows, N: nk[0], K: nk[1]}
-				if !moeDecode(sh) {
-					continue
-				}
-				p := planMoE(sh, PathDec)
-				if ctas := ceilDiv(sh.N, p.colsPC) * p.maxTiles; p.splits > 1 && ctas > fixupSlots {
-					t.Fatalf("%+v: %d CTAs split %d ways, %d counters", sh, ctas, p.splits, fixupSlots)
+	if n := fixupSlots(132); n != 1056 {
+		t.Errorf("fixupSlots(132) = %d, want 1056", n)
+	}
+	for _, sms := range []int{58, 108, 132, 148} {
+		for _, E := range []int{1, 4, 8, 48, 256, 384} {
+			for rows := 1; rows <= 16*E; rows += 1 + rows/7 {
+				for _, nk := range [][2]int{{256, 512}, {264, 384}, {4096, 4096}, {4096, 2048}, {6144, 7168}, {7168, 3072}} {
+					sh := MoEShape{Experts: E, Rows: rows, N: nk[0], K: nk[1]}
+					if !moeDecode(sh) {
+						continue
+					}
+					p := planMoE(sh, PathDec, sms)
+					if ctas := ceilDiv(sh.N, p.colsPC) * p.maxTiles; p.splits > 1 && ctas > fixupSlots(sms) {
+						t.Fatalf("%d SMs, %+v: %d CTAs split %d ways, %d counters", sms, sh, ctas, p.splits, fixupSlots(sms))
+					}
 				}
 			}
 		}
@@ -48,7 +54,7 @@ func TestMoEDecFixup(t *testing.T) {
 	} {
 		sh := MoEShape{Experts: c.E, Rows: c.rows, N: c.n, K: c.k, Format: c.f}
 		name := fmt.Sprintf("E%d_M%d_n%d_k%d_%v", c.E, c.rows, c.n, c.k, c.f)
-		if p := planMoE(sh, PathDec); !moeDecode(sh) || p.splits < 2 || p.bm != c.bm {
+		if p := planMoE(sh, PathDec, ctx.dev.SMs); !moeDecode(sh) || p.splits < 2 || p.bm != c.bm {
 			t.Fatalf("%s: decode %v, %d splits, %d-row tiles: not a split-K case of %d-row tiles", name, moeDecode(sh), p.splits, p.bm, c.bm)
 		}
 		t.Run(name, func(t *testing.T) {
@@ -93,7 +99,7 @@ type fixupInputs struct {
 // scales, no NaN codes) and offsets with lead and tail rows owned by none.
 func newFixupInputs(t *testing.T, ctx *Context, s *Stream, rng *rand.Rand, sh MoEShape, lead, tail int) *fixupInputs {
 	t.Helper()
-	in := &fixupInputs{ctx: ctx, sh: sh, ybytes: 2 * sh.Rows * sh.N, scratchBytes: MoEScratchBytes(sh)}
+	in := &fixupInputs{ctx: ctx, sh: sh, ybytes: 2 * sh.Rows * sh.N, scratchBytes: MoEScratchBytes(s, sh)}
 	group := 32
 	if sh.Format == NVFP4 {
 		group = 16
@@ -237,7 +243,7 @@ func (in *fixupInputs) zero(t *testing.T, s *Stream) {
 	if s.fix == nil {
 		t.Fatal("no fixup counters on the stream")
 	}
-	c := make([]byte, 4*fixupSlots)
+	c := make([]byte, 4*in.ctx.fixupSlots())
 	if err := s.CopyDtoH(c, s.fix.Ptr); err != nil {
 		t.Fatal(err)
 	}

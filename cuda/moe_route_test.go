@@ -57,7 +57,7 @@ type routeBufs struct {
 func (d devBufs) routeBufs(c routeCase, sh cuda.MoEShape) routeBufs {
 	d.t.Helper()
 	nk := c.tokens * c.K
-	sizes := []int{4 * c.E, 4 * (c.E + 1), 4 * nk, 4 * nk, cuda.MoEScratchBytes(sh), nk * c.d, nk * c.d / 128, 4 * nk * c.d}
+	sizes := []int{4 * c.E, 4 * (c.E + 1), 4 * nk, 4 * nk, cuda.MoEScratchBytes(d.s, sh), nk * c.d, nk * c.d / 128, 4 * nk * c.d}
 	p := make([]cuda.DevicePtr, len(sizes))
 	for i, n := range sizes {
 		n = (n + 3) &^ 3

@@ -46,7 +46,7 @@ func moeFP4WG(s *Stream, y, xq, xs, w, wscale, gscale DevicePtr, nv int, sh MoES
 	xb := scratch.Add(p.tileBytes())
 	a := new(Args).Ptr(xb).Ptr(xq).Ptr(xs).I32(sh.Rows).I32(sh.K)
 	n8 := sh.Rows * sh.K / 8
-	if err := launch(s, "moe_fp4_wg", "fp8_dequant_bf16", Dim3{uint32(min(ceilDiv(n8, 256), 132*16)), 1, 1}, Dim3{256, 1, 1}, 0, a); err != nil {
+	if err := launch(s, "moe_fp4_wg", "fp8_dequant_bf16", Dim3{uint32(min(ceilDiv(n8, 256), 16*s.ctx.dev.SMs)), 1, 1}, Dim3{256, 1, 1}, 0, a); err != nil {
 		return err
 	}
 	mx, err := s.ctx.TensorMapBytes2D(xb, sh.Rows, 2*sh.K, p.bm, 128)

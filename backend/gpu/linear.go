@@ -110,7 +110,7 @@ func (b *Backend) linearsFP8(xt *Tensor, ls []*linear, ots []*Tensor) error {
 	yBytes, split := 0, 0
 	for _, l := range ls {
 		yBytes = max(yBytes, (2*m*l.out+255)&^255)
-		split = max(split, cuda.LinearFP8ScratchBytes(m, l.out, k))
+		split = max(split, cuda.LinearFP8ScratchBytes(b.s, m, l.out, k))
 	}
 	qBytes := 0
 	if xt.q8 == nil {

@@ -330,7 +330,7 @@ func (b *Backend) experts(f backend.Tensor, e backend.Experts, weights, ids back
 		var sb int // one scratch serves every projection
 		for _, p := range []*proj{&ex.w13, &ex.w1, &ex.w2} {
 			if p.w != nil {
-				sb = max(sb, cuda.MoEScratchBytes(cuda.MoEShape{Experts: E, Rows: nk, N: p.n, K: p.k, Format: ex.format}))
+				sb = max(sb, cuda.MoEScratchBytes(b.s, cuda.MoEShape{Experts: E, Rows: nk, N: p.n, K: p.k, Format: ex.format}))
 			}
 		}
 		tiles = alloc(sb)

@@ -154,7 +154,7 @@ func LinearCase(m, n, k, checkRows int) Case {
 		dy := b.alloc(2 * m * n)
 		b.poison(dy, 2*m*n)
 		var scratch cuda.DevicePtr // split K at decode shapes
-		if sb := cuda.LinearFP8ScratchBytes(m, n, k); sb > 0 {
+		if sb := cuda.LinearFP8ScratchBytes(env.S, m, n, k); sb > 0 {
 			scratch = b.alloc(sb)
 			b.poison(scratch, sb)
 		}
@@ -282,8 +282,8 @@ func MoECase(experts, mTotal, n, k int, format cuda.FP4Format, route Routing, ch
 			dgs = mw.dgs.Ptr
 		}
 		sh := cuda.MoEShape{Experts: experts, Rows: mTotal, N: n, K: k, Format: format}
-		scratch := b.alloc(cuda.MoEScratchBytes(sh))
-		b.poison(scratch, cuda.MoEScratchBytes(sh))
+		scratch := b.alloc(cuda.MoEScratchBytes(env.S, sh))
+		b.poison(scratch, cuda.MoEScratchBytes(env.S, sh))
 		dy := b.alloc(2 * mTotal * n)
 		b.poison(dy, 2*mTotal*n)
 		run := func() error { return cuda.MoEFP4(env.S, dy, dxq, dxs, doff, dw, dws, dgs, sh, scratch) }
