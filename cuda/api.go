@@ -176,6 +176,7 @@ const (
 	attrMultiprocessorCount = 16
 	attrComputeMajor        = 75
 	attrComputeMinor        = 76
+	attrMaxSmemPerSM        = 81
 	attrMaxSmemOptin        = 97
 )
 
@@ -190,6 +191,7 @@ type Device struct {
 	Minor     int    //
 	TotalMem  uint64 // bytes
 	SmemOptin int    // max dynamic shared memory per block after opt-in, bytes
+	SmemSM    int    // shared memory of one SM, bytes (all its CTAs together)
 }
 
 // Device opens device ordinal and reads its properties.
@@ -205,7 +207,8 @@ func (d *Driver) Device(ordinal int) (*Device, error) {
 	for _, a := range []struct {
 		attr int
 		dst  *int
-	}{{attrMultiprocessorCount, &out.SMs}, {attrComputeMajor, &out.Major}, {attrComputeMinor, &out.Minor}, {attrMaxSmemOptin, &out.SmemOptin}} {
+	}{{attrMultiprocessorCount, &out.SMs}, {attrComputeMajor, &out.Major}, {attrComputeMinor, &out.Minor},
+		{attrMaxSmemOptin, &out.SmemOptin}, {attrMaxSmemPerSM, &out.SmemSM}} {
 		if *a.dst, r = d.api.deviceAttr(a.attr, dev); r != 0 {
 			return nil, d.check("cuDeviceGetAttribute", fmt.Sprint(a.attr), r)
 		}

@@ -71,7 +71,8 @@ type emuEvent struct {
 // shared memory and SMs.
 const (
 	emuSMs      = 132
-	emuSmem     = 232448
+	emuSmem     = 232448 // per block, opted in
+	emuSmemSM   = 233472 // per SM
 	emuTotalMem = 16 << 30
 	emuSmemDflt = 48 << 10 // static + dynamic shared memory without the opt-in attribute
 )
@@ -187,6 +188,8 @@ func (e *emuDriver) deviceAttr(attr, dev int) (int, int) {
 		return 0, 0
 	case attrMaxSmemOptin:
 		return emuSmem, 0
+	case attrMaxSmemPerSM:
+		return emuSmemSM, 0
 	}
 	return 0, e.failf(cuInvalidValue, "device attribute %d not emulated", attr)
 }

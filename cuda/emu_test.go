@@ -300,6 +300,7 @@ func TestEmuDeviceInfo(t *testing.T) {
 		{"Major.Minor", [2]int{dev.Major, dev.Minor}, [2]int{8, 0}},
 		{"SMs", dev.SMs, 132},
 		{"SmemOptin", dev.SmemOptin, 227 * 1024},
+		{"SmemSM", dev.SmemSM, 228 * 1024},
 		{"TotalMem", dev.TotalMem, uint64(16 << 30)},
 		{"HasTMA", ctx.HasTMA(), false},
 		{"CanPDL", ctx.CanPDL(), false},

@@ -28,9 +28,9 @@ func TestDeviceInfo(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Logf("%s sm_%d%d (%s), %d SMs, %d MiB total, %d MiB free, smem optin %d",
-		dev.Name, dev.Major, dev.Minor, dev.Arch(), dev.SMs, total>>20, free>>20, dev.SmemOptin)
-	if dev.SMs <= 0 || dev.Major < 7 || total == 0 || free > total || dev.Name == "" {
+	t.Logf("%s sm_%d%d (%s), %d SMs, %d MiB total, %d MiB free, smem optin %d, smem per SM %d",
+		dev.Name, dev.Major, dev.Minor, dev.Arch(), dev.SMs, total>>20, free>>20, dev.SmemOptin, dev.SmemSM)
+	if dev.SMs <= 0 || dev.Major < 7 || total == 0 || free > total || dev.Name == "" || dev.SmemOptin <= 0 || dev.SmemSM < dev.SmemOptin {
 		t.Errorf("implausible device properties: %+v free=%d total=%d", dev, free, total)
 	}
 }

@@ -109,6 +109,9 @@ func TestLauncherShapeChecks(t *testing.T) {
 // below were tuned on.
 const hopperSMs = 132
 
+// hopper is the H100's and H200's SM count and shared memory.
+var hopper = &Device{SMs: hopperSMs, SmemOptin: 227 * 1024, SmemSM: 228 * 1024}
+
 // planStream is a stream of a device with sms SMs and no driver, for the
 // planners' host-side entry points.
 func planStream(sms int) *Stream { return &Stream{ctx: &Context{dev: &Device{SMs: sms}}} }
@@ -196,7 +199,7 @@ func TestSplitK(t *testing.T) {
 		if sb < wg.tileBytes()+2*c.sh.Rows*c.sh.K {
 			t.Errorf("MoEScratchBytes(%+v) = %d lacks the bf16 activations", c.sh, sb)
 		}
-		if smem := moeWGSmem(wg.bm); smem > 227*1024 {
+		if smem := moeWGSmem(wg.bm); smem > hopper.SmemOptin {
 			t.Errorf("moe_fp4_wg%d needs %d bytes of shared memory", wg.bm, smem)
 		}
 	}
@@ -271,7 +274,7 @@ func TestPlanTDec(t *testing.T) {
 		{1, 65536, 1536, 3}, {16, 65536, 1536, 3}, // Pro wq_b: 3 blocks a slice
 		{1, 256, 512, 1}, {9, 264, 1664, 4}, {2, 1040, 14720, 4}, {16, 8, 128, 1},
 	} {
-		p := planTDec(c.m, c.n, c.k, hopperSMs)
+		p := planTDec(c.m, c.n, c.k, hopper)
 		per := ceilDiv(c.k/128, 4)
 		chunks := ceilDiv(per, p.kbs)
 		xb := ceilDiv(min(c.m, 16)*p.kbs*128, 1024) * 1024
@@ -282,9 +285,9 @@ func TestPlanTDec(t *testing.T) {
 			t.Errorf("planTDec(%d, %d, %d) = %+v: bad stages for %d blocks a slice", c.m, c.n, c.k, p, per)
 		case p.xoff != 2048*p.kbs || p.stride != p.xoff+xb || p.stride%1024 != 0:
 			t.Errorf("planTDec(%d, %d, %d) = %+v: bad stage layout", c.m, c.n, c.k, p)
-		case p.smem != 4*p.ts*p.stride+32*p.ts+1024 || p.smem > tdecMaxSmem:
+		case p.smem != 4*p.ts*p.stride+32*p.ts+1024 || p.smem+tdecStaticSmem > hopper.SmemOptin:
 			t.Errorf("planTDec(%d, %d, %d) = %+v: bad shared memory", c.m, c.n, c.k, p)
-		case p.ctas < 1 || p.ctas > tdecMaxCTAs || p.ctas*(p.smem+tdecCTAReserve) > tdecSMSmem:
+		case p.ctas < 1 || p.ctas > tdecMaxCTAs || p.ctas*(p.smem+tdecCTAReserve) > hopper.SmemSM:
 			t.Errorf("planTDec(%d, %d, %d) = %+v: %d CTAs do not fit an SM", c.m, c.n, c.k, p, p.ctas)
 		}
 	}

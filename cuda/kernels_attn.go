@@ -65,9 +65,9 @@ func IndexerScoresF32(s *Stream, scores, q, w, ik, seqs, pos, seqOf, blocks Devi
 	if rows == 0 || ld == 0 {
 		return nil
 	}
-	// q of a row must fit in shared memory (227 KiB per block on Hopper,
-	// less the kernel's static koff[]).
-	const maxSmem = 226 * 1024
+	// q of a row must fit in the device's shared memory per block, less the
+	// kernel's static koff[].
+	maxSmem := s.ctx.dev.SmemOptin - 1024
 	smem := indexerScoresSmem(heads, hd)
 	if heads > 1<<16 || hd > 1<<16 || smem > maxSmem || rows > 1<<31-1 {
 		return fmt.Errorf("cuda: indexer_scores_f32: shape rows=%d heads=%d hd=%d needs %d bytes of shared memory (at most %d)", rows, heads, hd, smem, maxSmem)

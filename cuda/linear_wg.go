@@ -72,15 +72,15 @@ func linearFP8WG(s *Stream, y, xq, xs, w, ws DevicePtr, m, n, k int, scratch Dev
 	return fp8Reduce(s, y, part, p.splits, m, n, 0, 0)
 }
 
-// linear_fp8_tdec3's shared memory: an SM holds tdecSMSmem bytes, each CTA
-// also takes tdecCTAReserve of them (the 1 KB the system reserves and the
-// 1 KB of static shared memory the cubin reports), and one CTA may have at
-// most tdecMaxSmem of dynamic shared memory (sm_90). tdecMaxCTAs is the
-// kernel's __launch_bounds__ minimum: 72 registers a thread (NVRTC 12.4).
+// linear_fp8_tdec3's shared memory: an SM holds the device's SmemSM bytes,
+// each CTA also takes tdecCTAReserve of them (the 1 KB the system reserves
+// and the tdecStaticSmem the cubin reports), and one CTA may have the
+// device's SmemOptin less tdecStaticSmem of dynamic shared memory.
+// tdecMaxCTAs is the kernel's __launch_bounds__ minimum: 72 registers a
+// thread (NVRTC 12.4).
 const (
-	tdecSMSmem     = 228 * 1024
-	tdecCTAReserve = 2048
-	tdecMaxSmem    = 227*1024 - 1024
+	tdecStaticSmem = 1024
+	tdecCTAReserve = 1024 + tdecStaticSmem
 	tdecMaxCTAs    = 7
 	tdecMaxKBS     = 4 // K blocks per stage: 512 contiguous bytes of each weight row
 	tdecMaxStages  = 8
@@ -98,20 +98,22 @@ type tdecPlan struct {
 	ctas, flight                int
 }
 
-// planTDec picks the stage geometry. flight, the weight bytes an SM asks
-// for up front, is resident CTAs x 4 warps x min(ts*kbs, per) x 2048, where
-// per = ceil(K/128 / 4) is a warp's slice and the resident CTAs are those
-// its shared memory allows, at most the grid's ceil(n/16 / sms). Plans are
-// ranked by flight up to tdecFlightGoal, then by whether the whole grid is
-// resident at once (only the first wave's weight loads overlap the previous
-// kernel under PDL), then by kbs (longer contiguous reads), then by flight,
-// then by smaller shared memory. ts is at least 2 (a warp loads a chunk while it
-// computes the one before) and never more than a warp's chunk count, so a
-// warp whose slice fits its ring asks for all of it before the PDL wait. The
-// slices themselves are linear_fp8_dec's, so the sums are the same.
-func planTDec(m, n, k, sms int) tdecPlan {
+// planTDec picks the stage geometry on dev. flight, the weight bytes an SM
+// asks for up front, is resident CTAs x 4 warps x min(ts*kbs, per) x 2048,
+// where per = ceil(K/128 / 4) is a warp's slice and the resident CTAs are
+// those its shared memory allows, at most the grid's ceil(n/16 / SMs). Plans
+// are ranked by flight up to tdecFlightGoal, then by whether the whole grid
+// is resident at once (only the first wave's weight loads overlap the
+// previous kernel under PDL), then by kbs (longer contiguous reads), then by
+// flight, then by smaller shared memory. ts is at least 2 (a warp loads a
+// chunk while it computes the one before) and never more than a warp's chunk
+// count, so a warp whose slice fits its ring asks for all of it before the
+// PDL wait. The slices themselves are linear_fp8_dec's, so the sums are the
+// same.
+func planTDec(m, n, k int, dev *Device) tdecPlan {
 	per := ceilDiv(k/128, 4)
-	waves := ceilDiv(ceilDiv(n, 16), max(sms, 1))
+	waves := ceilDiv(ceilDiv(n, 16), max(dev.SMs, 1))
+	maxSmem := dev.SmemOptin - tdecStaticSmem
 	var best tdecPlan
 	better := func(p tdecPlan) bool {
 		a, b := min(p.flight, tdecFlightGoal), min(best.flight, tdecFlightGoal)
@@ -131,10 +133,10 @@ func planTDec(m, n, k, sms int) tdecPlan {
 		chunks := ceilDiv(per, kbs)
 		for ts := min(2, chunks); ts <= min(chunks, tdecMaxStages); ts++ { // double-buffered where a slice has 2 chunks
 			p := tdecLayout(m, kbs, ts)
-			if p.smem > tdecMaxSmem {
+			if p.smem > maxSmem {
 				break
 			}
-			p.ctas = min(tdecSMSmem/(p.smem+tdecCTAReserve), tdecMaxCTAs)
+			p.ctas = min(dev.SmemSM/(p.smem+tdecCTAReserve), tdecMaxCTAs)
 			p.flight = min(p.ctas, waves) * 4 * min(ts*kbs, per) * 2048
 			if best.kbs == 0 || better(p) {
 				best = p
@@ -161,7 +163,7 @@ const tdecSmem = 4*4*4096 + 8*4*4 + 1024
 // stages of one K block) otherwise.
 func linearFP8TDec(s *Stream, y, yf, xq, xs, w, ws DevicePtr, m, n, k int) error {
 	if tdec3Wins(n, k) {
-		return linearFP8TDec3(s, y, yf, xq, xs, w, ws, m, n, k, planTDec(m, n, k, s.ctx.dev.SMs))
+		return linearFP8TDec3(s, y, yf, xq, xs, w, ws, m, n, k, planTDec(m, n, k, s.ctx.dev))
 	}
 	wm, err := s.ctx.TensorMapBytes2D(w, n, k, 16, 128)
 	if err != nil {
