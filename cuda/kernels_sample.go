@@ -24,22 +24,6 @@ func sampleShape(name string, rows, vocab int) error {
 	return nil
 }
 
-// SampleArgmax writes ids[r] (int32 [rows]) = the argmax of logits row r:
-// NaN counts as -inf, ties go to the lowest id, an all -inf/NaN row gives 0.
-func SampleArgmax(s *Stream, ids, logits DevicePtr, rows, vocab int) error {
-	if err := sampleShape("sample_argmax", rows, vocab); err != nil {
-		return err
-	}
-	if rows == 0 {
-		return nil
-	}
-	if ids == 0 || logits == 0 {
-		return fmt.Errorf("cuda: sample_argmax: nil ids or logits")
-	}
-	a := new(Args).Ptr(ids).Ptr(logits).I32(vocab)
-	return launch(s, "sample", "sample_argmax", Dim3{uint32(rows), 1, 1}, Dim3{sampleThreads, 1, 1}, 0, a)
-}
-
 // SampleDraw writes ids[r] (int32 [rows]) = one token of logits row r drawn
 // with the per-row device arrays temp (f32; <= 0 greedy), topK (i32; <= 0 or
 // >= vocab off), topP (f32; <= 0 or >= 1 off), minP (f32; <= 0 off) and the

@@ -100,7 +100,9 @@ func (d devBufs) ids(p cuda.DevicePtr, rows int) []int32 {
 	return out
 }
 
-func TestSampleArgmaxVsCPU(t *testing.T) {
+// TestSampleGreedyVsCPU: sample_draw's greedy rows (temp 0: the argmax, NaN
+// as -inf, ties to the lowest id) against the twin, from one token up.
+func TestSampleGreedyVsCPU(t *testing.T) {
 	ctx, s := gpu(t)
 	d := devBufs{t, ctx, s}
 	rng := rand.New(rand.NewPCG(rand.Uint64(), 3))
@@ -108,11 +110,16 @@ func TestSampleArgmaxVsCPU(t *testing.T) {
 		for _, rows := range []int{1, 7, 64} {
 			t.Run(fmt.Sprintf("rows%d_vocab%d", rows, vocab), func(t *testing.T) {
 				x := sampleLogits(rng, rows, vocab)
+				zf, zi, u := make([]float32, rows), make([]int32, rows), make([]float32, rows)
+				for r := range u {
+					u[r] = cuda.Uniform32(rng.Float64())
+				}
 				ids := d.poisonedIDs(rows)
-				if err := cuda.SampleArgmax(s, ids, d.up(sliceBytes(x)), rows, vocab); err != nil {
+				z, zk := d.up(sliceBytes(zf)), d.up(sliceBytes(zi))
+				if err := cuda.SampleDraw(s, ids, d.up(sliceBytes(x)), z, zk, z, z, d.up(sliceBytes(u)), rows, vocab); err != nil {
 					t.Fatal(err)
 				}
-				got, want := d.ids(ids, rows), cpuref.SampleArgmax(x, rows, vocab)
+				got, want := d.ids(ids, rows), cpuref.SampleDraw(x, rows, vocab, zf, zi, zf, zf, u)
 				for r := range got {
 					if got[r] != want[r] {
 						t.Errorf("row %d: got %d, want %d", r, got[r], want[r])
@@ -201,7 +208,7 @@ func TestSampleLaunchErrors(t *testing.T) {
 	ctx, s := gpu(t)
 	d := devBufs{t, ctx, s}
 	p := d.up(make([]byte, 64))
-	if err := cuda.SampleArgmax(s, p, p, 1, 0); err == nil {
+	if err := cuda.SampleDraw(s, p, p, p, p, p, p, p, 1, 0); err == nil {
 		t.Error("vocab 0 accepted")
 	}
 	if err := cuda.SampleDraw(s, p, p, p, p, p, 0, p, 1, 10); err == nil {

@@ -47,16 +47,6 @@ func sampleArgmaxRow(x []float32) (float32, int) {
 	return m, best
 }
 
-// SampleArgmax returns the argmax id of every row of logits [rows, vocab].
-func SampleArgmax(logits []float32, rows, vocab int) []int32 {
-	ids := make([]int32, rows)
-	for r := range ids {
-		_, b := sampleArgmaxRow(logits[r*vocab : (r+1)*vocab])
-		ids[r] = int32(b)
-	}
-	return ids
-}
-
 // SampleProb is the kernel's p for logit x, row max m and fp32 invT.
 func SampleProb(x, m, invT float32) float32 {
 	x = sampleClean(x)

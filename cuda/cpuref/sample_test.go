@@ -29,7 +29,9 @@ func sampleRow(rng *rand.Rand, vocab int, scale float64) []float32 {
 	return x
 }
 
-func TestSampleArgmaxKnown(t *testing.T) {
+// TestSampleGreedyKnown: a greedy draw (temp 0) is the argmax, NaN as -inf,
+// ties to the lowest id, 0 for a row of -inf and NaN.
+func TestSampleGreedyKnown(t *testing.T) {
 	nan, inf := float32(math.NaN()), float32(math.Inf(1))
 	for _, tc := range []struct {
 		x    []float32
@@ -41,8 +43,9 @@ func TestSampleArgmaxKnown(t *testing.T) {
 		{[]float32{0, inf, 1, inf}, 1},
 		{[]float32{nan}, 0},
 	} {
-		if got := cpuref.SampleArgmax(tc.x, 1, len(tc.x))[0]; got != tc.want {
-			t.Errorf("SampleArgmax(%v) = %d, want %d", tc.x, got, tc.want)
+		zero := []float32{0}
+		if got := cpuref.SampleDraw(tc.x, 1, len(tc.x), zero, []int32{0}, zero, zero, []float32{0.5})[0]; got != tc.want {
+			t.Errorf("greedy draw of %v = %d, want %d", tc.x, got, tc.want)
 		}
 	}
 }

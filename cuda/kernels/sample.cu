@@ -192,18 +192,6 @@ DEV Bound rank_select(const float* x, int V, float m, float invT, Bound b, int m
 	return r;
 }
 
-// ids[r] = argmax of row r (NaN = -inf, ties -> lowest id, all -inf -> 0).
-extern "C" __global__ void __launch_bounds__(SB) sample_argmax(int* __restrict__ ids, const float* __restrict__ logits, int V)
-{
-	PDL_ENTRY();
-	__shared__ Smem S;
-	const float* x = logits + (size_t)blockIdx.x * V;
-	float m;
-	int best;
-	row_argmax(x, V, S, m, best);
-	if (threadIdx.x == 0) ids[blockIdx.x] = best;
-}
-
 // ids[r] = one draw from row r under temp/top_k/top_p/min_p with uniform u[r]
 // (see the header for the exact rules).
 extern "C" __global__ void __launch_bounds__(SB) sample_draw(
