@@ -417,15 +417,7 @@ func logsumexp(x []float32) float64 {
 	return m + math.Log(s)
 }
 
-// Logprob is log softmax(logits)[id].
-func Logprob(logits []float32, id int32) float32 {
-	if id < 0 || int(id) >= len(logits) {
-		return float32(math.Inf(-1))
-	}
-	return logprobLSE(logits, id, logsumexp(logits))
-}
-
-// logprobLSE is Logprob given lse = logsumexp(logits).
+// logprobLSE is log softmax(logits)[id] given lse = logsumexp(logits).
 func logprobLSE(logits []float32, id int32, lse float64) float32 {
 	if id < 0 || int(id) >= len(logits) {
 		return float32(math.Inf(-1))
@@ -437,16 +429,9 @@ func logprobLSE(logits []float32, id int32, lse float64) float32 {
 	return float32(float64(v) - lse)
 }
 
-// TopLogprobs returns the n most likely tokens of log softmax(logits), most likely
-// first, ties broken by lower id.
-func TopLogprobs(logits []float32, n int) []TokenLogprob {
-	if n <= 0 {
-		return nil
-	}
-	return topLogprobsLSE(logits, n, logsumexp(logits))
-}
-
-// topLogprobsLSE is TopLogprobs (n > 0) given lse = logsumexp(logits).
+// topLogprobsLSE returns the n > 0 most likely tokens of log
+// softmax(logits), most likely first, ties broken by lower id, given lse =
+// logsumexp(logits).
 func topLogprobsLSE(logits []float32, n int, lse float64) []TokenLogprob {
 	n = min(n, len(logits))
 	// Partial selection: keep a small sorted list (n ≤ 20).

