@@ -76,12 +76,6 @@ func (b *Backend) rb(x float32) float32 {
 	return x
 }
 
-func (b *Backend) rbSlice(x []float32) {
-	if b.mode == backend.Faithful {
-		num.RoundBF16Slice(x)
-	}
-}
-
 // parallel runs fn over [0, n) split into contiguous chunks on the workers.
 func (b *Backend) parallel(n int, fn func(lo, hi int)) {
 	if n <= 0 {

@@ -176,14 +176,6 @@ func (b *Backend) Numerics() backend.Numerics { return b.mode }
 
 func (b *Backend) faithful() bool { return b.mode == backend.Faithful }
 
-// flag is 1 in faithful mode (the kernels' "round" argument).
-func (b *Backend) flag() int {
-	if b.faithful() {
-		return 1
-	}
-	return 0
-}
-
 // Tensor is a device activation buffer (fp32 or int32 elements).
 type Tensor struct {
 	rows, cols int

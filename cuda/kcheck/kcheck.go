@@ -325,14 +325,6 @@ func randomBytes(rng *rand.Rand, b []byte, f func(x byte) byte) {
 // e4m3 weight codes with |v| < 2 (exponent <= 7) and no NaN.
 func weightCode(x byte) byte { return x & 0xBF }
 
-// quantize runs the CPU twin quantiser (the GEMM cases upload its output).
-func quantize(x []uint16, rows, cols int) (q, s []byte) {
-	q = make([]byte, rows*cols)
-	s = make([]byte, rows*cols/128)
-	cpuref.QuantFP8Act(q, s, x, rows, cols)
-	return q, s
-}
-
 func shapeStr(format string, a ...any) string { return fmt.Sprintf(format, a...) }
 
 // Time is the median time in microseconds of env.Reps runs of f (after one

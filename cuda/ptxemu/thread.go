@@ -1,7 +1,6 @@
 package ptxemu
 
 import (
-	"errors"
 	"fmt"
 	"math"
 	"time"
@@ -342,5 +341,3 @@ func (t *thread) doRet() {
 		copy(t.out[fr.retOff:], ret[:fr.retBytes])
 	}
 }
-
-var errTrap = errors.New("trap")
