@@ -227,7 +227,7 @@ func TestExpertsPartial(t *testing.T) {
 // TestExpertsCombine: ExpertsShared (moe_combine adding the shared expert,
 // moe_fp4_dec adding its own split-K partials) gives the bits of the launches
 // it replaces: Experts with linear_fp8_reduce, then Combine (add_f32); and
-// backend.ExpertsCombine on the CPU (its fallback) gives the reference.
+// the CPU's ExpertsCombine (the separate ops) gives the reference.
 // Shapes: the small config's (8- and 16-row tiles, odd rows), a wider one
 // whose w2 splits K too, and Flash's d and inter with 4 experts (faithful MXFP4
 // only, where it is cheapest).
@@ -235,10 +235,7 @@ func TestExpertsCombine(t *testing.T) {
 	for _, mode := range []backend.Numerics{backend.Faithful, backend.Exact} {
 		t.Run(mode.String(), func(t *testing.T) {
 			p := newPair(t, mode)
-			fused, ok := p.g.(backend.ExpertsShared)
-			if !ok {
-				t.Fatal("the GPU backend does not implement ExpertsShared")
-			}
+			fused := p.g
 			ctx := p.g.(*Backend).Context()
 			defer func() { must(t, ctx.SetKernelChoice(cuda.KernelChoice{})) }()
 			tol := 2e-2
@@ -276,8 +273,8 @@ func TestExpertsCombine(t *testing.T) {
 					must(t, p.g.Combine(acc.g, s.g, sep.g))
 					must(t, ctx.SetKernelChoice(cuda.KernelChoice{}))
 					got := p.out(n, c.dim)
-					must(t, fused.ExpertsShared(x.g, ge, w.g, ids.g, a, s.g, got.g))
-					must(t, backend.ExpertsCombine(p.c, x.c, ce, w.c, ids.c, a, s.c, got.c))
+					must(t, fused.ExpertsCombine(x.g, ge, w.g, ids.g, a, s.g, got.g))
+					must(t, p.c.ExpertsCombine(x.c, ce, w.c, ids.c, a, s.c, got.c))
 					p.check("experts+shared "+tag, got, tol)
 					want, have := make([]float32, n*c.dim), make([]float32, n*c.dim)
 					must(t, p.g.Download(sep.g, want))
