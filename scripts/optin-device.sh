@@ -15,15 +15,17 @@ set -u
 out=${1:?usage: optin-device.sh OUTDIR}
 mkdir -p "$out" && out=$(cd "$out" && pwd)
 here=$(cd "$(dirname "$0")" && pwd)
-cd "$here/.."
-bin=${BIN:-}
+bin=
+if [ -n "${BIN:-}" ]; then
+	bin=$(cd "$BIN" && pwd) || { echo "$0: no directory $BIN" >&2; exit 1; }
+fi
+cd "$here/.." || exit 1
 if [ -z "$bin" ]; then
-	bin=bin
 	go test -c -o bin/cuda.test ./cuda && go test -c -o bin/gpu.test ./backend/gpu &&
 		go build -o bin/bench ./cmd/bench || exit 1
+	bin=$PWD/bin
 fi
-bin=$(cd "$bin" && pwd)
-cd "$bin"
+cd "$bin" || exit 1
 export LD_LIBRARY_PATH=/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
 t0=$(date +%s)
 log() { echo "[$(($(date +%s) - t0)) s] $*" | tee -a "$out/log.txt"; }

@@ -12,14 +12,16 @@ out=${1:?usage: run-checks.sh OUTDIR [test-regex]}
 run=${2:-.}
 mkdir -p "$out" && out=$(cd "$out" && pwd)
 here=$(cd "$(dirname "$0")" && pwd)
-cd "$here/.."
-bin=${BIN:-}
+bin=
+if [ -n "${BIN:-}" ]; then
+	bin=$(cd "$BIN" && pwd) || { echo "$0: no directory $BIN" >&2; exit 1; }
+fi
+cd "$here/.." || exit 1
 if [ -z "$bin" ]; then
-	bin=bin
 	go test -c -o bin/cuda.test ./cuda && go test -c -o bin/gpu.test ./backend/gpu &&
 		go build -o bin/bench ./cmd/bench || exit 1
+	bin=$PWD/bin
 fi
-bin=$(cd "$bin" && pwd)
 export LD_LIBRARY_PATH=/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
 nvidia-smi --query-gpu=name,driver_version,clocks.max.sm,memory.total --format=csv,noheader | tee "$out/gpu.txt"
 (cd "$bin" && timeout 200 ./cuda.test -test.v -test.run "$run" > "$out/cuda.txt" 2>&1; echo "cuda.test rc=$?")
