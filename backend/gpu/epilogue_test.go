@@ -93,10 +93,7 @@ func TestHeadNormRope(t *testing.T) {
 	for _, mode := range []backend.Numerics{backend.Faithful, backend.Exact} {
 		t.Run(mode.String(), func(t *testing.T) {
 			p := newPair(t, mode)
-			fused, ok := p.g.(backend.QEpilogue)
-			if !ok {
-				t.Fatal("the GPU backend does not implement QEpilogue")
-			}
+			fused := p.g
 			for _, d := range epilogueDims() {
 				fr, err := rope.New(d.rd, d.theta, d.yarn)
 				must(t, err)
@@ -119,7 +116,7 @@ func TestHeadNormRope(t *testing.T) {
 						must(t, p.g.HeadNorm(sep.g, d.hd, 1e-6))
 						must(t, p.g.Rope(sep.g, a, bc.bt))
 						fusedSameBits(t, p.g, "head norm rope "+tag, x.g, sep.g)
-						must(t, backend.HeadNormRope(p.c, x.c, 1e-6, a, bc.bt))
+						must(t, p.c.HeadNormRope(x.c, 1e-6, a, bc.bt))
 						p.check("head norm rope "+tag, x, 2e-3)
 					}
 				}
@@ -142,10 +139,7 @@ func TestNormRopeKVQuant(t *testing.T) {
 	for _, mode := range []backend.Numerics{backend.Faithful, backend.Exact} {
 		t.Run(mode.String(), func(t *testing.T) {
 			p := newPair(t, mode)
-			fused, ok := p.g.(backend.KVEpilogue)
-			if !ok {
-				t.Fatal("the GPU backend does not implement KVEpilogue")
-			}
+			fused := p.g
 			lim := 2e-3
 			if mode == backend.Faithful {
 				lim = 2e-2
@@ -178,7 +172,7 @@ func TestNormRopeKVQuant(t *testing.T) {
 						must(t, p.g.Rope(sep.g, a, bc.bt))
 						must(t, p.g.KVQuant(sep.g, nope, 64))
 						fusedSameBits(t, p.g, "norm rope kv quant "+tag, o.g, sep.g)
-						must(t, backend.NormRopeKVQuant(p.c, x.c, cw, 1e-6, a, nope, 64, bc.bt, o.c))
+						must(t, p.c.NormRopeKVQuant(x.c, cw, 1e-6, a, nope, 64, bc.bt, o.c))
 						p.check("norm rope kv quant "+tag, o, lim)
 					}
 				}

@@ -215,10 +215,10 @@ func TestExpertsPartial(t *testing.T) {
 	}
 }
 
-// TestExpertsCombine: ExpertsShared (moe_combine adding the shared expert)
+// TestExpertsCombine: ExpertsCombine (moe_combine adding the shared expert)
 // gives the bits of the launches it replaces: Experts, then Combine
-// (add_f32); and
-// backend.ExpertsCombine on the CPU (its fallback) gives the reference.
+// (add_f32); and the CPU's ExpertsCombine (the separate ops) gives the
+// reference.
 // Shapes: the small config's (8- and 16-row tiles, odd rows), a wider one
 // whose w2 splits K too, and Flash's d and inter with 4 experts (faithful MXFP4
 // only, where it is cheapest).
@@ -226,10 +226,7 @@ func TestExpertsCombine(t *testing.T) {
 	for _, mode := range []backend.Numerics{backend.Faithful, backend.Exact} {
 		t.Run(mode.String(), func(t *testing.T) {
 			p := newPair(t, mode)
-			fused, ok := p.g.(backend.ExpertsShared)
-			if !ok {
-				t.Fatal("the GPU backend does not implement ExpertsShared")
-			}
+			fused := p.g
 			tol := 2e-2
 			if mode == backend.Exact {
 				tol = 1e-4
@@ -263,8 +260,8 @@ func TestExpertsCombine(t *testing.T) {
 					must(t, p.g.Experts(x.g, ge, w.g, ids.g, a, acc.g))
 					must(t, p.g.Combine(acc.g, s.g, sep.g))
 					got := p.out(n, c.dim)
-					must(t, fused.ExpertsShared(x.g, ge, w.g, ids.g, a, s.g, got.g))
-					must(t, backend.ExpertsCombine(p.c, x.c, ce, w.c, ids.c, a, s.c, got.c))
+					must(t, fused.ExpertsCombine(x.g, ge, w.g, ids.g, a, s.g, got.g))
+					must(t, p.c.ExpertsCombine(x.c, ce, w.c, ids.c, a, s.c, got.c))
 					p.check("experts+shared "+tag, got, tol)
 					want, have := make([]float32, n*c.dim), make([]float32, n*c.dim)
 					must(t, p.g.Download(sep.g, want))

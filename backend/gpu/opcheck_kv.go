@@ -245,12 +245,12 @@ func checkEpilogues(p *pair, d OpDims, _ *embedTable) {
 		bt := ropeBatch(max(rows, 2))
 		n := bt.Rows()
 		q := p.rand(n, d.Heads*d.HeadDim, 1)
-		p.cpu("q epilogue", backend.HeadNormRope(p.c, q.c, d.NormEps, a, bt))
-		p.gpu("q epilogue", func() error { return backend.HeadNormRope(p.g, q.g, d.NormEps, a, bt) })
+		p.cpu("q epilogue", p.c.HeadNormRope(q.c, d.NormEps, a, bt))
+		p.gpu("q epilogue", func() error { return p.g.HeadNormRope(q.g, d.NormEps, a, bt) })
 		p.check(fmt.Sprintf("head_norm_rope q %dx%dx%d", n, d.Heads, d.HeadDim), q, 2e-3)
 		x, o := p.rand(n, d.HeadDim, 1), p.out(n, d.HeadDim)
-		p.cpu("kv epilogue", backend.NormRopeKVQuant(p.c, x.c, cw, d.NormEps, a, nope, 64, bt, o.c))
-		p.gpu("kv epilogue", func() error { return backend.NormRopeKVQuant(p.g, x.g, gw, d.NormEps, a, nope, 64, bt, o.g) })
+		p.cpu("kv epilogue", p.c.NormRopeKVQuant(x.c, cw, d.NormEps, a, nope, 64, bt, o.c))
+		p.gpu("kv epilogue", func() error { return p.g.NormRopeKVQuant(x.g, gw, d.NormEps, a, nope, 64, bt, o.g) })
 		p.check(fmt.Sprintf("rmsnorm_rope_kvq kv %dx%d nope=%d", n, d.HeadDim, nope), o, kvLim)
 	}
 }
