@@ -65,7 +65,7 @@ func TestRandomWeights(t *testing.T) {
 			c := flashLayers(t, 4)
 			c.Vocab = 8192
 			return c
-		}, GenNVFP4, false},
+		}, GenNVFP4, true},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
