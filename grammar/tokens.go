@@ -1,0 +1,313 @@
+package grammar
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"slices"
+)
+
+// TokenTable is a vocabulary prepared for masking: its tokens' bytes in a trie flattened in
+// depth-first order, so that one linear scan with subtree skips visits every token whose
+// prefix the grammar still accepts. Build one per tokenizer and share it (read-only).
+type TokenTable struct {
+	vocab [][]byte
+	eos   []int32
+	isEOS []bool
+
+	// trie node i: the byte on the edge into it, its depth (1-based), the index just after its
+	// subtree, and the ids of the tokens ending there (ids[first[i]:first[i+1]]).
+	nodeByte  []byte
+	nodeDepth []uint16
+	nodeSkip  []int32
+	first     []int32
+	ids       []int32
+	maxDepth  int
+}
+
+// NewTokenTable builds the table for a vocabulary: vocab[id] is the token's bytes as it appears
+// in the text (nil or empty for special tokens, which are never allowed), eos the ids that end
+// the output (allowed only where the grammar can end).
+func NewTokenTable(vocab [][]byte, eos []int32) (*TokenTable, error) {
+	t := &TokenTable{vocab: vocab, isEOS: make([]bool, len(vocab))}
+	for _, e := range eos {
+		if e < 0 || int(e) >= len(vocab) {
+			return nil, fmt.Errorf("eos id %d outside the vocabulary of %d tokens", e, len(vocab))
+		}
+		t.isEOS[e] = true
+		t.eos = append(t.eos, e)
+	}
+	order := make([]int32, 0, len(vocab))
+	for id, b := range vocab {
+		if len(b) > 0 && !t.isEOS[id] {
+			if len(b) > 0xFFFF {
+				return nil, fmt.Errorf("token %d is %d bytes long", id, len(b))
+			}
+			order = append(order, int32(id))
+		}
+	}
+	slices.SortFunc(order, func(x, y int32) int {
+		if c := bytes.Compare(vocab[x], vocab[y]); c != 0 {
+			return c
+		}
+		return int(x - y)
+	})
+	var path []int32 // node index per depth-1 of the current path
+	var prev []byte
+	closeTo := func(d int) {
+		for len(path) > d {
+			n := path[len(path)-1]
+			t.nodeSkip[n] = int32(len(t.nodeByte))
+			path = path[:len(path)-1]
+		}
+	}
+	for _, id := range order {
+		b := vocab[id]
+		l := 0
+		for l < len(prev) && l < len(b) && prev[l] == b[l] {
+			l++
+		}
+		closeTo(l)
+		for d := l; d < len(b); d++ {
+			path = append(path, int32(len(t.nodeByte)))
+			t.nodeByte = append(t.nodeByte, b[d])
+			t.nodeDepth = append(t.nodeDepth, uint16(d+1))
+			t.nodeSkip = append(t.nodeSkip, 0)
+			t.first = append(t.first, int32(len(t.ids)))
+		}
+		t.ids = append(t.ids, id)
+		t.maxDepth = max(t.maxDepth, len(b))
+		prev = b
+	}
+	closeTo(0)
+	t.first = append(t.first, int32(len(t.ids)))
+	return t, nil
+}
+
+// Size is the number of token ids.
+func (t *TokenTable) Size() int { return len(t.vocab) }
+
+// MaskWords is the length of a mask for this table: one bit per token id, id i at bit i%32 of
+// word i/32.
+func (t *TokenTable) MaskWords() int { return (len(t.vocab) + 31) / 32 }
+
+// maskCache holds the token masks of automaton states for one table; bounded in entries.
+type maskCache struct {
+	m   map[int32][]uint32
+	cap int
+}
+
+// maskEntries bounds the cached masks of one (Grammar, TokenTable) pair (16 KiB each for a
+// 129K vocabulary).
+const maskEntries = 2048
+
+// mask returns the cached or freshly computed mask of state s. Callers hold a.mu.
+func (a *automaton) mask(t *TokenTable, s int32) ([]uint32, error) {
+	c := a.masks[t]
+	if c == nil {
+		c = &maskCache{m: map[int32][]uint32{}, cap: maskEntries}
+		a.masks[t] = c
+	}
+	if m, ok := c.m[s]; ok {
+		return m, nil
+	}
+	m := make([]uint32, t.MaskWords())
+	states := make([]int32, t.maxDepth+1)
+	states[0] = s
+	n := int32(len(t.nodeByte))
+	for i := int32(0); i < n; {
+		d := t.nodeDepth[i]
+		ns, err := a.next(states[d-1], t.nodeByte[i])
+		if err != nil {
+			return nil, err
+		}
+		if ns == 0 {
+			i = t.nodeSkip[i]
+			continue
+		}
+		states[d] = ns
+		for _, id := range t.ids[t.first[i]:t.first[i+1]] {
+			m[id>>5] |= 1 << (id & 31)
+		}
+		i++
+	}
+	if a.accepting[s] {
+		for _, id := range t.eos {
+			m[id>>5] |= 1 << (id & 31)
+		}
+	}
+	if len(c.m) >= c.cap {
+		for k := range c.m { // evict an arbitrary entry
+			delete(c.m, k)
+			break
+		}
+	}
+	c.m[s] = m
+	return m, nil
+}
+
+// Matcher follows one output through a Grammar, token by token. It is not safe for concurrent
+// use; make one per sequence (they are cheap: the automaton lives in the Grammar).
+type Matcher struct {
+	a    *automaton
+	t    *TokenTable
+	hist []step // hist[0] is the start; one entry per accepted token
+}
+
+type step struct {
+	state int32
+	ended bool // an EOS token was accepted
+}
+
+// NewMatcher starts matching g with the vocabulary t.
+func NewMatcher(g *Grammar, t *TokenTable) (*Matcher, error) {
+	if g.auto.err != nil {
+		return nil, g.auto.err
+	}
+	return &Matcher{a: g.auto, t: t, hist: []step{{state: g.auto.start}}}, nil
+}
+
+// ErrRejected is wrapped by Accept errors for tokens the grammar does not allow.
+var ErrRejected = errors.New("token rejected by the grammar")
+
+func (m *Matcher) cur() step { return m.hist[len(m.hist)-1] }
+
+// Accept advances over one token. A rejected token leaves the matcher unchanged.
+func (m *Matcher) Accept(tok int32) error {
+	c := m.cur()
+	if c.ended {
+		return fmt.Errorf("token %d after the end of the output: %w", tok, ErrRejected)
+	}
+	if tok < 0 || int(tok) >= len(m.t.vocab) {
+		return fmt.Errorf("token %d outside the vocabulary: %w", tok, ErrRejected)
+	}
+	m.a.mu.Lock()
+	defer m.a.mu.Unlock()
+	if m.t.isEOS[tok] {
+		if !m.a.accepting[c.state] {
+			return fmt.Errorf("end of output where the grammar cannot end: %w", ErrRejected)
+		}
+		m.hist = append(m.hist, step{state: c.state, ended: true})
+		return nil
+	}
+	b := m.t.vocab[tok]
+	if len(b) == 0 {
+		return fmt.Errorf("special token %d: %w", tok, ErrRejected)
+	}
+	s, err := m.walk(c.state, b)
+	if err != nil {
+		return err
+	}
+	if s == 0 {
+		return fmt.Errorf("token %d (%q): %w", tok, b, ErrRejected)
+	}
+	m.hist = append(m.hist, step{state: s})
+	return nil
+}
+
+// AcceptBytes advances over text that was emitted without a token (e.g. ForcedBytes); it counts
+// as one step for Rollback.
+func (m *Matcher) AcceptBytes(b []byte) error {
+	c := m.cur()
+	if c.ended {
+		return fmt.Errorf("bytes after the end of the output: %w", ErrRejected)
+	}
+	m.a.mu.Lock()
+	defer m.a.mu.Unlock()
+	s, err := m.walk(c.state, b)
+	if err != nil {
+		return err
+	}
+	if s == 0 {
+		return fmt.Errorf("bytes %q: %w", b, ErrRejected)
+	}
+	m.hist = append(m.hist, step{state: s})
+	return nil
+}
+
+func (m *Matcher) walk(s int32, b []byte) (int32, error) {
+	for _, c := range b {
+		var err error
+		if s, err = m.a.next(s, c); err != nil || s == 0 {
+			return 0, err
+		}
+	}
+	return s, nil
+}
+
+// Rollback undoes the last n accepted steps (rejected MTP draft tokens); n larger than the
+// number of steps rolls back to the start.
+func (m *Matcher) Rollback(n int) {
+	n = min(max(n, 0), len(m.hist)-1)
+	m.hist = m.hist[:len(m.hist)-n]
+}
+
+// Steps is the number of accepted steps (tokens and AcceptBytes calls).
+func (m *Matcher) Steps() int { return len(m.hist) - 1 }
+
+// IsTerminated reports whether an EOS token has been accepted.
+func (m *Matcher) IsTerminated() bool { return m.cur().ended }
+
+// CanTerminate reports whether the output so far is a complete match (EOS would be accepted).
+func (m *Matcher) CanTerminate() bool {
+	c := m.cur()
+	return !c.ended && m.a.accepting[c.state]
+}
+
+// FillMask writes the allowed tokens of the next step into mask (MaskWords words; bit set =
+// allowed). After termination nothing is allowed.
+func (m *Matcher) FillMask(mask []uint32) error {
+	if len(mask) < m.t.MaskWords() {
+		return fmt.Errorf("mask has %d words, the vocabulary needs %d", len(mask), m.t.MaskWords())
+	}
+	c := m.cur()
+	if c.ended {
+		clear(mask)
+		return nil
+	}
+	m.a.mu.Lock()
+	defer m.a.mu.Unlock()
+	src, err := m.a.mask(m.t, c.state)
+	if err != nil {
+		return err
+	}
+	copy(mask, src)
+	return nil
+}
+
+// maxForced bounds ForcedBytes.
+const maxForced = 4096
+
+// ForcedBytes returns the bytes the grammar forces next (jump-forward): the longest string such
+// that every continuation of the output starts with it. Empty when there is a choice (or the
+// output may end here).
+func (m *Matcher) ForcedBytes() ([]byte, error) {
+	c := m.cur()
+	if c.ended {
+		return nil, nil
+	}
+	m.a.mu.Lock()
+	defer m.a.mu.Unlock()
+	var out []byte
+	s := c.state
+	for len(out) < maxForced && !m.a.accepting[s] {
+		only, n := int32(0), 0
+		var ob byte
+		for b := 0; b < 256 && n < 2; b++ {
+			ns, err := m.a.next(s, byte(b))
+			if err != nil {
+				return nil, err
+			}
+			if ns != 0 {
+				only, ob = ns, byte(b)
+				n++
+			}
+		}
+		if n != 1 {
+			break
+		}
+		out = append(out, ob)
+		s = only
+	}
+	return out, nil
+}
