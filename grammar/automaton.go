@@ -3,6 +3,7 @@ package grammar
 import (
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"unsafe"
 )
@@ -136,7 +137,7 @@ func (a *automaton) intern() (int32, error) {
 	id := int32(len(a.sets))
 	set := slices.Clone(a.out)
 	a.sets = append(a.sets, set)
-	a.setIdx[string(key)] = id
+	a.setIdx[strings.Clone(key)] = id // key aliases the scratch slice
 	a.trans = append(a.trans, nil)
 	a.accepting = append(a.accepting, set[0] == 0)
 	return id, nil
