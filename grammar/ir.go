@@ -201,6 +201,12 @@ func (b *builder) finish(root int32) (*Grammar, error) {
 		return nil, err
 	}
 	g.auto = newAutomaton(g)
+	if g.auto.err != nil {
+		return nil, g.auto.err
+	}
+	if g.auto.start == 0 {
+		return nil, errors.New("the grammar matches nothing")
+	}
 	return g, nil
 }
 

@@ -136,6 +136,9 @@ func (a *automaton) mask(t *TokenTable, s int32) ([]uint32, error) {
 			m[id>>5] |= 1 << (id & 31)
 		}
 	}
+	if !slices.ContainsFunc(m, func(w uint32) bool { return w != 0 }) {
+		return nil, errors.New("no token of the vocabulary continues the output here (dead end in the grammar)")
+	}
 	if len(c.m) >= c.cap {
 		for k := range c.m { // evict an arbitrary entry
 			delete(c.m, k)
