@@ -17,7 +17,7 @@ type automaton struct {
 	g  *Grammar
 	mu sync.Mutex
 
-	stackPos []int32
+	stackPos []int32 // id 0: the empty stack; id 1 (holeStack): an unknown caller, see localMask
 	stackPar []int32
 	stackIdx map[[2]int32]int32
 
@@ -25,24 +25,29 @@ type automaton struct {
 	setIdx    map[string]int32
 	trans     []*[256]int32 // -1: not computed yet
 	accepting []bool
+	hasHole   []bool
 	start     int32
 	err       error // sticky: a limit was hit while building the start state
 
 	masks map[*TokenTable]*maskCache
+	pops  map[int32]int32 // parent stack -> state after returning into it
 
 	// scratch for step
 	visited map[[2]int32]struct{}
 	out     []int32
 }
 
+// holeStack stands for the unknown rest of a stack below its top frames (see localMask).
+const holeStack = 1
+
 func newAutomaton(g *Grammar) *automaton {
 	a := &automaton{
 		g:        g,
-		stackPos: []int32{-1}, stackPar: []int32{-1},
+		stackPos: []int32{-1, -1}, stackPar: []int32{-1, -1},
 		stackIdx: map[[2]int32]int32{},
 		sets:     [][]int32{nil}, setIdx: map[string]int32{"": 0},
-		trans: []*[256]int32{nil}, accepting: []bool{false},
-		masks:   map[*TokenTable]*maskCache{},
+		trans: []*[256]int32{nil}, accepting: []bool{false}, hasHole: []bool{false},
+		masks: map[*TokenTable]*maskCache{}, pops: map[int32]int32{},
 		visited: map[[2]int32]struct{}{},
 	}
 	a.out = a.out[:0]
@@ -108,8 +113,8 @@ func (a *automaton) expand(pos, parent int32) error {
 			}
 		}
 	case kEnd:
-		if parent == 0 {
-			a.out = append(a.out, 0)
+		if parent <= holeStack { // the grammar ends, or an unknown caller continues
+			a.out = append(a.out, parent)
 			return nil
 		}
 		return a.expand(a.stackPos[parent], a.stackPar[parent])
@@ -140,6 +145,7 @@ func (a *automaton) intern() (int32, error) {
 	a.setIdx[strings.Clone(key)] = id // key aliases the scratch slice
 	a.trans = append(a.trans, nil)
 	a.accepting = append(a.accepting, set[0] == 0)
+	a.hasHole = append(a.hasHole, slices.Contains(set[:min(2, len(set))], holeStack))
 	return id, nil
 }
 
@@ -159,7 +165,7 @@ func (a *automaton) next(s int32, c byte) (int32, error) {
 	a.out = a.out[:0]
 	clear(a.visited)
 	for _, st := range a.sets[s] {
-		if st == 0 {
+		if st <= holeStack {
 			continue
 		}
 		pos := a.stackPos[st]

@@ -91,45 +91,104 @@ func (t *TokenTable) Size() int { return len(t.vocab) }
 // word i/32.
 func (t *TokenTable) MaskWords() int { return (len(t.vocab) + 31) / 32 }
 
-// maskCache holds the token masks of automaton states for one table; bounded in entries.
+// maskCache holds, for one table, the token masks of automaton states and the local masks of
+// truncated stacks; both bounded in entries.
 type maskCache struct {
-	m   map[int32][]uint32
-	cap int
+	m     map[int32][]uint32
+	local map[int32]*localMask
 }
 
-// maskEntries bounds the cached masks of one (Grammar, TokenTable) pair (16 KiB each for a
-// 129K vocabulary).
+// maskEntries bounds the cached masks of one (Grammar, TokenTable) pair, each kind (16 KiB
+// per mask for a 129K vocabulary).
 const maskEntries = 2048
 
-// mask returns the cached or freshly computed mask of state s. Callers hold a.mu.
+// localFrames is how many top frames of a stack its local mask depends on. Three frames hold
+// a shared rule and its caller's return (inside a JSON string: the character, the repetition,
+// the closing quote), so the expensive masks (most tokens allowed) are computed once per
+// Grammar rather than once per place the rule is used.
+const localFrames = 3
+
+// localMask is what the top frames of a stack allow whatever lies below them (the hole):
+// accepted tokens are consumed by those frames alone; the tokens of the uncertain ranges
+// reach the hole after off bytes and are allowed iff their remaining bytes continue the real
+// caller's state.
+type localMask struct {
+	accepted  []uint32
+	uncertain []tokenRange
+}
+
+// tokenRange is t.ids[lo:hi] (one trie subtree) with the bytes consumed before the hole.
+type tokenRange struct {
+	lo, hi int32
+	off    uint16
+}
+
+func evict[V any](m map[int32]V) {
+	if len(m) >= maskEntries {
+		for k := range m { // an arbitrary entry
+			delete(m, k)
+			break
+		}
+	}
+}
+
+// mask returns the token mask of state s: the union over its stacks of their local masks,
+// with uncertain tokens checked against the real caller. Callers hold a.mu.
 func (a *automaton) mask(t *TokenTable, s int32) ([]uint32, error) {
 	c := a.masks[t]
 	if c == nil {
-		c = &maskCache{m: map[int32][]uint32{}, cap: maskEntries}
+		c = &maskCache{m: map[int32][]uint32{}, local: map[int32]*localMask{}}
 		a.masks[t] = c
 	}
 	if m, ok := c.m[s]; ok {
 		return m, nil
 	}
 	m := make([]uint32, t.MaskWords())
-	states := make([]int32, t.maxDepth+1)
-	states[0] = s
-	n := int32(len(t.nodeByte))
-	for i := int32(0); i < n; {
-		d := t.nodeDepth[i]
-		ns, err := a.next(states[d-1], t.nodeByte[i])
+	for _, st := range a.sets[s] {
+		if st == 0 {
+			continue
+		}
+		local, below, err := a.truncate(st)
 		if err != nil {
 			return nil, err
 		}
-		if ns == 0 {
-			i = t.nodeSkip[i]
+		lm, ok := c.local[local]
+		if !ok {
+			if lm, err = a.scanLocal(t, local); err != nil {
+				return nil, err
+			}
+			evict(c.local)
+			c.local[local] = lm
+		}
+		for i, w := range lm.accepted {
+			m[i] |= w
+		}
+		if len(lm.uncertain) == 0 {
 			continue
 		}
-		states[d] = ns
-		for _, id := range t.ids[t.first[i]:t.first[i+1]] {
-			m[id>>5] |= 1 << (id & 31)
+		p, err := a.popInto(below)
+		if err != nil {
+			return nil, err
 		}
-		i++
+		for _, r := range lm.uncertain {
+			for _, id := range t.ids[r.lo:r.hi] {
+				if m[id>>5]&(1<<(id&31)) != 0 {
+					continue
+				}
+				ns := p
+				for _, b := range t.vocab[id][r.off:] {
+					if ns, err = a.next(ns, b); err != nil {
+						return nil, err
+					}
+					if ns == 0 {
+						break
+					}
+				}
+				if ns != 0 {
+					m[id>>5] |= 1 << (id & 31)
+				}
+			}
+		}
 	}
 	if a.accepting[s] {
 		for _, id := range t.eos {
@@ -139,14 +198,89 @@ func (a *automaton) mask(t *TokenTable, s int32) ([]uint32, error) {
 	if !slices.ContainsFunc(m, func(w uint32) bool { return w != 0 }) {
 		return nil, errors.New("no token of the vocabulary continues the output here (dead end in the grammar)")
 	}
-	if len(c.m) >= c.cap {
-		for k := range c.m { // evict an arbitrary entry
-			delete(c.m, k)
-			break
-		}
-	}
+	evict(c.m)
 	c.m[s] = m
 	return m, nil
+}
+
+// truncate returns the stack made of st's top localFrames frames over the hole, and the real
+// stack below them (st itself and 0 when it is not deeper).
+func (a *automaton) truncate(st int32) (local, below int32, err error) {
+	var frames [localFrames]int32
+	n, cur := 0, st
+	for ; n < localFrames && cur > holeStack; n++ {
+		frames[n] = a.stackPos[cur]
+		cur = a.stackPar[cur]
+	}
+	if cur == 0 {
+		return st, 0, nil
+	}
+	local = holeStack
+	for i := n - 1; i >= 0; i-- {
+		if local, err = a.stack(frames[i], local); err != nil {
+			return 0, 0, err
+		}
+	}
+	return local, cur, nil
+}
+
+// popInto returns the state of returning into the stack below (the caller continuing).
+func (a *automaton) popInto(below int32) (int32, error) {
+	if s, ok := a.pops[below]; ok {
+		return s, nil
+	}
+	a.out = a.out[:0]
+	clear(a.visited)
+	if err := a.expand(a.stackPos[below], a.stackPar[below]); err != nil {
+		return 0, err
+	}
+	s, err := a.intern()
+	if err != nil {
+		return 0, err
+	}
+	a.pops[below] = s
+	return s, nil
+}
+
+// scanLocal computes the local mask of one stack: a pass over the trie from the state holding
+// only that stack, skipping subtrees the stack rejects unless the hole was reached above them.
+func (a *automaton) scanLocal(t *TokenTable, local int32) (*localMask, error) {
+	a.out = append(a.out[:0], local)
+	s, err := a.intern()
+	if err != nil {
+		return nil, err
+	}
+	lm := &localMask{accepted: make([]uint32, t.MaskWords())}
+	states := make([]int32, t.maxDepth+1)
+	states[0] = s
+	var holes []uint16 // depths on the current path whose state reached the hole
+	n := int32(len(t.nodeByte))
+	for i := int32(0); i < n; {
+		d := t.nodeDepth[i]
+		for len(holes) > 0 && holes[len(holes)-1] >= d {
+			holes = holes[:len(holes)-1]
+		}
+		ns, err := a.next(states[d-1], t.nodeByte[i])
+		if err != nil {
+			return nil, err
+		}
+		if ns == 0 {
+			for _, h := range holes {
+				lm.uncertain = append(lm.uncertain, tokenRange{t.first[i], t.first[t.nodeSkip[i]], h})
+			}
+			i = t.nodeSkip[i]
+			continue
+		}
+		states[d] = ns
+		for _, id := range t.ids[t.first[i]:t.first[i+1]] {
+			lm.accepted[id>>5] |= 1 << (id & 31)
+		}
+		if a.hasHole[ns] {
+			holes = append(holes, d)
+		}
+		i++
+	}
+	return lm, nil
 }
 
 // Matcher follows one output through a Grammar, token by token. It is not safe for concurrent
