@@ -196,7 +196,7 @@ func (a *automaton) mask(t *TokenTable, s int32) ([]uint32, error) {
 		}
 	}
 	if !slices.ContainsFunc(m, func(w uint32) bool { return w != 0 }) {
-		return nil, errors.New("no token of the vocabulary continues the output here (dead end in the grammar)")
+		return nil, errDeadEnd
 	}
 	evict(c.m)
 	c.m[s] = m
@@ -282,6 +282,9 @@ func (a *automaton) scanLocal(t *TokenTable, local int32) (*localMask, error) {
 	}
 	return lm, nil
 }
+
+// errDeadEnd: the grammar has a state from which no token continues (e.g. an empty class).
+var errDeadEnd = errors.New("no token of the vocabulary continues the output here (dead end in the grammar)")
 
 // Matcher follows one output through a Grammar, token by token. It is not safe for concurrent
 // use; make one per sequence (they are cheap: the automaton lives in the Grammar).
