@@ -32,8 +32,8 @@ type automaton struct {
 	masks map[*TokenTable]*maskCache
 	pops  map[int32]int32 // parent stack -> state after returning into it
 
-	// scratch for step
-	visited map[[2]int32]struct{}
+	// scratch for next
+	visited visitSet
 	out     []int32
 }
 
@@ -48,10 +48,9 @@ func newAutomaton(g *Grammar) *automaton {
 		sets:     [][]int32{nil}, setIdx: map[string]int32{"": 0},
 		trans: []*[256]int32{nil}, accepting: []bool{false}, hasHole: []bool{false},
 		masks: map[*TokenTable]*maskCache{}, pops: map[int32]int32{},
-		visited: map[[2]int32]struct{}{},
 	}
 	a.out = a.out[:0]
-	clear(a.visited)
+	a.visited.reset()
 	var err error
 	for _, s := range g.ruleAlts[g.root] {
 		if err = a.expand(s, 0); err != nil {
@@ -83,12 +82,10 @@ func (a *automaton) stack(pos, parent int32) (int32, error) {
 // expand adds to a.out the stacks reached from position pos (above parent) without consuming
 // input: rule references are entered, finished rules return to their caller.
 func (a *automaton) expand(pos, parent int32) error {
-	k := [2]int32{pos, parent}
-	if _, ok := a.visited[k]; ok {
+	if !a.visited.add([2]int32{pos, parent}) {
 		return nil
 	}
-	a.visited[k] = struct{}{}
-	if len(a.visited) > a.g.lim.MaxSetSize*16 {
+	if a.visited.size() > a.g.lim.MaxSetSize*16 {
 		return fmt.Errorf("%w: more than %d parse positions in one step", ErrLimit, a.g.lim.MaxSetSize*16)
 	}
 	e := a.g.elems[pos]
@@ -163,7 +160,7 @@ func (a *automaton) next(s int32, c byte) (int32, error) {
 		return v, nil
 	}
 	a.out = a.out[:0]
-	clear(a.visited)
+	a.visited.reset()
 	for _, st := range a.sets[s] {
 		if st <= holeStack {
 			continue
@@ -181,4 +178,44 @@ func (a *automaton) next(s int32, c byte) (int32, error) {
 	}
 	a.trans[s][c] = v
 	return v, nil
+}
+
+// visitSet is the positions one expansion has visited: a short list (most expansions touch a
+// few positions, and clearing a map that once grew large costs its capacity every time), a map
+// beyond.
+type visitSet struct {
+	list [][2]int32
+	m    map[[2]int32]struct{}
+}
+
+func (v *visitSet) reset() {
+	v.list = v.list[:0]
+	v.m = nil
+}
+
+func (v *visitSet) size() int { return len(v.list) + len(v.m) }
+
+// add reports whether k is new.
+func (v *visitSet) add(k [2]int32) bool {
+	if v.m != nil {
+		if _, ok := v.m[k]; ok {
+			return false
+		}
+		v.m[k] = struct{}{}
+		return true
+	}
+	if slices.Contains(v.list, k) {
+		return false
+	}
+	if len(v.list) < 32 {
+		v.list = append(v.list, k)
+		return true
+	}
+	v.m = make(map[[2]int32]struct{}, 64)
+	for _, x := range v.list {
+		v.m[x] = struct{}{}
+	}
+	v.list = v.list[:0]
+	v.m[k] = struct{}{}
+	return true
 }

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"math/bits"
 	"slices"
 )
 
@@ -113,9 +114,13 @@ const localFrames = 3
 // reach the hole after off bytes and are allowed iff their remaining bytes continue the real
 // caller's state.
 type localMask struct {
-	accepted  []uint32
+	accepted  []uint32 // nil when sparse
+	sparse    []int32  // the accepted ids when they are few (cheaper to merge than a bitmap)
 	uncertain []tokenRange
 }
+
+// sparseMax is the largest accepted count kept as a list.
+const sparseMax = 512
 
 // tokenRange is t.ids[lo:hi] (one trie subtree) with the bytes consumed before the hole.
 type tokenRange struct {
@@ -162,6 +167,9 @@ func (a *automaton) mask(t *TokenTable, s int32) ([]uint32, error) {
 		}
 		for i, w := range lm.accepted {
 			m[i] |= w
+		}
+		for _, id := range lm.sparse {
+			m[id>>5] |= 1 << (id & 31)
 		}
 		if len(lm.uncertain) == 0 {
 			continue
@@ -230,7 +238,7 @@ func (a *automaton) popInto(below int32) (int32, error) {
 		return s, nil
 	}
 	a.out = a.out[:0]
-	clear(a.visited)
+	a.visited.reset()
 	if err := a.expand(a.stackPos[below], a.stackPar[below]); err != nil {
 		return 0, err
 	}
@@ -279,6 +287,19 @@ func (a *automaton) scanLocal(t *TokenTable, local int32) (*localMask, error) {
 			holes = append(holes, d)
 		}
 		i++
+	}
+	count := 0
+	for _, w := range lm.accepted {
+		count += bits.OnesCount32(w)
+	}
+	if count <= sparseMax {
+		lm.sparse = make([]int32, 0, count)
+		for wi, w := range lm.accepted {
+			for ; w != 0; w &= w - 1 {
+				lm.sparse = append(lm.sparse, int32(wi*32+bits.TrailingZeros32(w)))
+			}
+		}
+		lm.accepted = nil
 	}
 	return lm, nil
 }
