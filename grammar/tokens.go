@@ -2,15 +2,19 @@ package grammar
 
 import (
 	"bytes"
+	"crypto/sha256"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"math/bits"
 	"slices"
+	"sync"
 )
 
 // TokenTable is a vocabulary prepared for masking: its tokens' bytes in a trie flattened in
 // depth-first order, so that one linear scan with subtree skips visits every token whose
-// prefix the grammar still accepts. Build one per tokenizer and share it (read-only).
+// prefix the grammar still accepts. Build one per tokenizer and share it: it is safe for
+// concurrent use, and it caches the masks that all grammars have in common.
 type TokenTable struct {
 	vocab [][]byte
 	eos   []int32
@@ -24,13 +28,18 @@ type TokenTable struct {
 	first     []int32
 	ids       []int32
 	maxDepth  int
+
+	// local masks shared by all grammars, keyed by the fingerprint of the stack's reachable
+	// grammar (the JSON string, number and value rules are the same in every JSON grammar)
+	mu     sync.Mutex
+	shared map[[32]byte]*localMask
 }
 
 // NewTokenTable builds the table for a vocabulary: vocab[id] is the token's bytes as it appears
 // in the text (nil or empty for special tokens, which are never allowed), eos the ids that end
 // the output (allowed only where the grammar can end).
 func NewTokenTable(vocab [][]byte, eos []int32) (*TokenTable, error) {
-	t := &TokenTable{vocab: vocab, isEOS: make([]bool, len(vocab))}
+	t := &TokenTable{vocab: vocab, isEOS: make([]bool, len(vocab)), shared: map[[32]byte]*localMask{}}
 	for _, e := range eos {
 		if e < 0 || int(e) >= len(vocab) {
 			return nil, fmt.Errorf("eos id %d outside the vocabulary of %d tokens", e, len(vocab))
@@ -128,15 +137,6 @@ type tokenRange struct {
 	off    uint16
 }
 
-func evict[V any](m map[int32]V) {
-	if len(m) >= maskEntries {
-		for k := range m { // an arbitrary entry
-			delete(m, k)
-			break
-		}
-	}
-}
-
 // mask returns the token mask of state s: the union over its stacks of their local masks,
 // with uncertain tokens checked against the real caller. Callers hold a.mu.
 func (a *automaton) mask(t *TokenTable, s int32) ([]uint32, error) {
@@ -159,10 +159,10 @@ func (a *automaton) mask(t *TokenTable, s int32) ([]uint32, error) {
 		}
 		lm, ok := c.local[local]
 		if !ok {
-			if lm, err = a.scanLocal(t, local); err != nil {
+			if lm, err = a.sharedLocal(t, local); err != nil {
 				return nil, err
 			}
-			evict(c.local)
+			evictKey(c.local)
 			c.local[local] = lm
 		}
 		for i, w := range lm.accepted {
@@ -206,9 +206,99 @@ func (a *automaton) mask(t *TokenTable, s int32) ([]uint32, error) {
 	if !slices.ContainsFunc(m, func(w uint32) bool { return w != 0 }) {
 		return nil, errDeadEnd
 	}
-	evict(c.m)
+	evictKey(c.m)
 	c.m[s] = m
 	return m, nil
+}
+
+// sharedLocal returns the local mask of a stack from the table's cross-grammar cache, or
+// computes it (and shares it when the stack's reachable grammar is small enough to fingerprint).
+func (a *automaton) sharedLocal(t *TokenTable, local int32) (*localMask, error) {
+	fp, ok := a.fingerprint(local)
+	if ok {
+		t.mu.Lock()
+		lm := t.shared[fp]
+		t.mu.Unlock()
+		if lm != nil {
+			return lm, nil
+		}
+	}
+	lm, err := a.scanLocal(t, local)
+	if err != nil || !ok {
+		return lm, err
+	}
+	t.mu.Lock()
+	evictKey(t.shared)
+	t.shared[fp] = lm
+	t.mu.Unlock()
+	return lm, nil
+}
+
+func evictKey[K comparable, V any](m map[K]V) {
+	if len(m) >= maskEntries {
+		for k := range m {
+			delete(m, k)
+			break
+		}
+	}
+}
+
+// fpMaxElems bounds the grammar serialized for a fingerprint.
+const fpMaxElems = 512
+
+// fingerprint hashes what determines a stack's behaviour: the rest of each frame's
+// alternative, every rule reachable from them (renumbered in discovery order) and the byte
+// sets, whether the bottom is the hole or the end. ok is false past fpMaxElems.
+func (a *automaton) fingerprint(local int32) (fp [32]byte, ok bool) {
+	g := a.g
+	num := map[int32]uint32{}
+	var queue []int32
+	var buf []byte
+	n := 0
+	writeSeq := func(p int32) bool {
+		for ; ; p++ {
+			if n++; n > fpMaxElems {
+				return false
+			}
+			e := g.elems[p]
+			switch e.kind {
+			case kEnd:
+				buf = append(buf, 0)
+				return true
+			case kBytes:
+				buf = append(buf, 1)
+				for _, w := range g.sets[e.arg] {
+					buf = binary.LittleEndian.AppendUint64(buf, w)
+				}
+			case kRef:
+				r, seen := num[e.arg]
+				if !seen {
+					r = uint32(len(queue))
+					num[e.arg] = r
+					queue = append(queue, e.arg)
+				}
+				buf = binary.LittleEndian.AppendUint32(append(buf, 2), r)
+			}
+		}
+	}
+	st := local
+	for ; st > holeStack; st = a.stackPar[st] {
+		buf = append(buf, 3)
+		if !writeSeq(a.stackPos[st]) {
+			return fp, false
+		}
+	}
+	buf = append(buf, 5+byte(st)) // 5: the end of the grammar, 6: the hole
+	for i := 0; i < len(queue); i++ {
+		alts := g.ruleAlts[queue[i]]
+		buf = binary.LittleEndian.AppendUint32(append(buf, 4), uint32(len(alts)))
+		for _, s := range alts {
+			if !writeSeq(s) {
+				return fp, false
+			}
+		}
+	}
+	return sha256.Sum256(buf), true
 }
 
 // truncate returns the stack made of st's top localFrames frames over the hole, and the real
