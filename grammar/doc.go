@@ -9,14 +9,20 @@
 // alternatives of UTF-8 byte ranges). It is matched by a pushdown automaton built lazily: a
 // parse stack is a list of grammar positions, a state is the set of all stacks alive after the
 // bytes so far (so ambiguous grammars need no backtracking), and the transitions state x byte
-// and each state's token mask are computed once and cached in the Grammar. The mask of a state
-// is one linear pass over the vocabulary's byte trie (TokenTable) that skips every subtree
-// whose prefix the grammar rejects; a state reached again (the same rule at the same nesting,
-// e.g. the value of the 3rd property of an object, or anywhere inside a string) costs one copy.
-// This is the context-independent-token idea of xgrammar taken to whole states: tokens are
-// classified once per state rather than once per grammar position. Left-recursive rules are
-// rejected at compile time; Limits bound the grammar size, the states and the compile time,
-// so adversarial input fails with an error instead of hanging or exhausting memory.
+// are computed once and cached in the Grammar.
+//
+// The token mask of a state is the union of its stacks' masks, and a stack's mask splits as in
+// xgrammar: its top three frames (e.g. inside a JSON string: the character, the repetition, the
+// closing quote) with an unknown rest below decide most tokens alone. One pass over the
+// vocabulary's byte trie (TokenTable), skipping every subtree those frames reject, yields the
+// tokens they accept whatever lies below, and the few uncertain tokens that run past the
+// frames (`abc",` inside a string); only those are then walked against the real caller. These
+// local masks are cached per Grammar and, keyed by a hash of the rules they can reach, in the
+// TokenTable for all grammars: the string, number and value rules of every JSON grammar share
+// them. Whole-state masks are cached too, so a state reached again costs one copy. Caches are
+// bounded in entries. Left-recursive rules are rejected at compile time; Limits bound the
+// grammar size, the states and the compile time, so adversarial input fails with an error
+// instead of hanging or exhausting memory.
 //
 // # JSON layout
 //
@@ -59,6 +65,12 @@
 // Special tokens (empty bytes in the table) are never allowed; EOS only where the grammar can
 // end. With reasoning, start the Matcher after the thinking block ends.
 //
-// A Grammar and a TokenTable are safe for concurrent use (the automaton takes a mutex while it
-// grows); a Matcher is not.
+// Costs: compiling a schema takes well under a millisecond; the first mask of a state that
+// needs a full trie pass (most tokens allowed, as inside the first JSON string ever seen by a
+// TokenTable) takes milliseconds, later ones microseconds. An engine should therefore keep one
+// TokenTable per tokenizer, cache compiled Grammars by schema, and may warm the table at start
+// (compile CompileJSON(false) and fill a few masks inside a string and a number).
+//
+// A Grammar and a TokenTable are safe for concurrent use (each takes a mutex while its caches
+// grow); a Matcher is not.
 package grammar
