@@ -32,6 +32,8 @@ type automaton struct {
 	masks map[*TokenTable]*maskCache
 	pops  map[int32]int32 // parent stack -> state after returning into it
 
+	work int // expansions since the current Matcher call began (bounded by Limits.MaxWork)
+
 	// scratch for next
 	visited visitSet
 	out     []int32
@@ -84,6 +86,9 @@ func (a *automaton) stack(pos, parent int32) (int32, error) {
 func (a *automaton) expand(pos, parent int32) error {
 	if !a.visited.add([2]int32{pos, parent}) {
 		return nil
+	}
+	if a.work++; a.work > a.g.lim.MaxWork {
+		return fmt.Errorf("%w: more than %d parse positions expanded in one step", ErrLimit, a.g.lim.MaxWork)
 	}
 	if a.visited.size() > a.g.lim.MaxSetSize*16 {
 		return fmt.Errorf("%w: more than %d parse positions in one step", ErrLimit, a.g.lim.MaxSetSize*16)

@@ -65,6 +65,11 @@
 // Special tokens (empty bytes in the table) are never allowed; EOS only where the grammar can
 // end. With reasoning, start the Matcher after the thinking block ends.
 //
+// Errors: compile errors are the client's (a 400; SchemaError carries the JSON pointer).
+// FillMask, Accept and ForcedBytes can still return ErrLimit on a pathologically ambiguous
+// grammar (too many states or parses, or more than Limits.MaxWork expansions in one call): end
+// that sequence with an error rather than sampling without the constraint.
+//
 // Costs: compiling a schema takes well under a millisecond; the first mask of a state that
 // needs a full trie pass (most tokens allowed, as inside the first JSON string ever seen by a
 // TokenTable) takes milliseconds, later ones microseconds. An engine should therefore keep one

@@ -16,6 +16,7 @@ type Limits struct {
 	MaxStacks  int           // interned parse stacks of one Grammar's automaton
 	MaxSets    int           // interned stack sets (automaton states)
 	MaxSetSize int           // stacks in one state (ambiguity)
+	MaxWork    int           // parse positions expanded by one Matcher call (bounds its time)
 }
 
 // DefaultLimits are generous for real schemas and small enough to bound memory (tens of MiB).
@@ -27,6 +28,7 @@ var defaultLimits = Limits{
 	MaxStacks:  1 << 20,
 	MaxSets:    1 << 16,
 	MaxSetSize: 4096,
+	MaxWork:    1 << 24,
 }
 
 // DefaultLimits returns the limits used when none are given.

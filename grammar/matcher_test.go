@@ -160,3 +160,20 @@ func TestTokenTableErrors(t *testing.T) {
 		t.Fatal("eos outside the vocabulary accepted")
 	}
 }
+
+func TestMatcherWorkLimit(t *testing.T) {
+	lim := DefaultLimits()
+	lim.MaxWork = 50
+	g, err := CompileGBNFLimits(`root ::= ([a-z] | [a-c] [a-z]?)* "x"`, lim)
+	if err != nil {
+		t.Fatal(err)
+	}
+	v := syntheticVocab(t, 100, 1)
+	m, err := NewMatcher(g, v.table)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := m.FillMask(make([]uint32, v.table.MaskWords())); !errors.Is(err, ErrLimit) {
+		t.Fatalf("FillMask past MaxWork: %v, want ErrLimit", err)
+	}
+}

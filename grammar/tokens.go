@@ -434,6 +434,7 @@ func (m *Matcher) Accept(tok int32) error {
 	}
 	m.a.mu.Lock()
 	defer m.a.mu.Unlock()
+	m.a.work = 0
 	if m.t.isEOS[tok] {
 		if !m.a.accepting[c.state] {
 			return fmt.Errorf("end of output where the grammar cannot end: %w", ErrRejected)
@@ -465,6 +466,7 @@ func (m *Matcher) AcceptBytes(b []byte) error {
 	}
 	m.a.mu.Lock()
 	defer m.a.mu.Unlock()
+	m.a.work = 0
 	s, err := m.walk(c.state, b)
 	if err != nil {
 		return err
@@ -518,6 +520,7 @@ func (m *Matcher) FillMask(mask []uint32) error {
 	}
 	m.a.mu.Lock()
 	defer m.a.mu.Unlock()
+	m.a.work = 0
 	src, err := m.a.mask(m.t, c.state)
 	if err != nil {
 		return err
@@ -539,6 +542,7 @@ func (m *Matcher) ForcedBytes() ([]byte, error) {
 	}
 	m.a.mu.Lock()
 	defer m.a.mu.Unlock()
+	m.a.work = 0
 	var out []byte
 	s := c.state
 	for len(out) < maxForced && !m.a.accepting[s] {
