@@ -12,7 +12,7 @@ import (
 // string literals "..." and character classes [...] / [^...] with escapes \n \r \t \\ \" \]
 // \xHH \uHHHH \UHHHHHHHH, `.` (any character) and `#` comments. Classes and `.` match whole
 // UTF-8 characters; literals match their UTF-8 bytes.
-func CompileGBNF(src string) (*Grammar, error) { return CompileGBNFLimits(src, defaultLimits) }
+func CompileGBNF(src string) (*Grammar, error) { return CompileGBNFLimits(src, DefaultLimits()) }
 
 // CompileGBNFLimits is CompileGBNF with explicit limits.
 func CompileGBNFLimits(src string, lim Limits) (*Grammar, error) {

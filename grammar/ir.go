@@ -19,20 +19,20 @@ type Limits struct {
 	MaxWork    int           // parse positions expanded by one Matcher call (bounds its time)
 }
 
-// DefaultLimits are generous for real schemas and small enough to bound memory (tens of MiB).
-var defaultLimits = Limits{
-	MaxElems:   1 << 18,
-	MaxRepeat:  10000,
-	MaxDepth:   256,
-	Timeout:    2 * time.Second,
-	MaxStacks:  1 << 20,
-	MaxSets:    1 << 16,
-	MaxSetSize: 4096,
-	MaxWork:    1 << 24,
+// DefaultLimits returns the limits used when none are given: generous for real schemas, small
+// enough to bound memory (tens of MiB) and time (seconds).
+func DefaultLimits() Limits {
+	return Limits{
+		MaxElems:   1 << 18,
+		MaxRepeat:  10000,
+		MaxDepth:   256,
+		Timeout:    2 * time.Second,
+		MaxStacks:  1 << 20,
+		MaxSets:    1 << 16,
+		MaxSetSize: 4096,
+		MaxWork:    1 << 24,
+	}
 }
-
-// DefaultLimits returns the limits used when none are given.
-func DefaultLimits() Limits { return defaultLimits }
 
 // ErrLimit is wrapped by errors from exceeding a Limits bound.
 var ErrLimit = errors.New("grammar limit exceeded")

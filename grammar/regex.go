@@ -13,7 +13,7 @@ import (
 // match the same strings). `.` and \s follow RE2 (`.` excludes only \n; \s is [\t\n\f\r ]).
 // Backreferences, lookaround, word boundaries and flags are rejected.
 func CompileRegex(pattern string) (*Grammar, error) {
-	return CompileRegexLimits(pattern, defaultLimits)
+	return CompileRegexLimits(pattern, DefaultLimits())
 }
 
 // CompileRegexLimits is CompileRegex with explicit limits.
@@ -521,4 +521,24 @@ func jsonEscape(c rune) string {
 		return `\f`
 	}
 	return fmt.Sprintf(`\u%04x`, c)
+}
+
+// CompileChoice compiles a grammar accepting exactly one of the given strings (vLLM's
+// guided_choice).
+func CompileChoice(choices []string) (*Grammar, error) {
+	if len(choices) == 0 {
+		return nil, fmt.Errorf("choice: no choices")
+	}
+	b := newBuilder(DefaultLimits())
+	alts := make([]*node, len(choices))
+	for i, c := range choices {
+		alts[i] = lit(c)
+	}
+	root := b.rule("root")
+	b.define(root, alt(alts...))
+	g, err := b.finish(root)
+	if err != nil {
+		return nil, fmt.Errorf("choice: %w", err)
+	}
+	return g, nil
 }

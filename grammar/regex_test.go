@@ -77,3 +77,21 @@ func TestRegexErrors(t *testing.T) {
 		}
 	}
 }
+
+func TestChoice(t *testing.T) {
+	g, err := CompileChoice([]string{"yes", "no", "yes please", "深"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for s, want := range map[string]bool{"yes": true, "no": true, "yes please": true, "深": true, "ye": false, "yes p": false, "": false, "nope": false} {
+		if matches(t, g, s) != want {
+			t.Errorf("%q: got %v", s, !want)
+		}
+	}
+	if _, err := CompileChoice(nil); err == nil {
+		t.Error("no choices accepted")
+	}
+	if _, err := CompileChoice([]string{""}); err != nil {
+		t.Errorf("empty choice: %v", err)
+	}
+}

@@ -19,7 +19,7 @@ func (e *SchemaError) Error() string { return fmt.Sprintf("json schema at %s: %s
 // CompileJSONSchema compiles a JSON schema to a grammar of the JSON texts it accepts, in the
 // compact layout described in the package documentation.
 func CompileJSONSchema(schema []byte) (*Grammar, error) {
-	return CompileJSONSchemaLimits(schema, defaultLimits)
+	return CompileJSONSchemaLimits(schema, DefaultLimits())
 }
 
 // CompileJSONSchemaLimits is CompileJSONSchema with explicit limits.
@@ -45,7 +45,7 @@ func CompileJSONSchemaLimits(schema []byte, lim Limits) (*Grammar, error) {
 // CompileJSON compiles free JSON: any JSON object when objectOnly (OpenAI's json_object
 // response format), else any JSON value.
 func CompileJSON(objectOnly bool) (*Grammar, error) {
-	c := &schemaCompiler{b: newBuilder(defaultLimits), refs: map[string]int32{}, common: map[string]int32{}}
+	c := &schemaCompiler{b: newBuilder(DefaultLimits()), refs: map[string]int32{}, common: map[string]int32{}}
 	n := c.anyValue()
 	if objectOnly {
 		n = c.anyObject()
