@@ -1,8 +1,7 @@
 // Package grammar constrains generated text to a grammar: a JSON schema, free JSON, a regular
 // expression, a list of choices or a GBNF grammar (llama.cpp's EBNF dialect) compiles to one
-// byte-level grammar,
-// and a Matcher computes, per decoding step, the bitmask of vocabulary tokens that keep the
-// output inside it.
+// byte-level grammar, and a Matcher computes, per decoding step, the bitmask of vocabulary
+// tokens that keep the output inside it.
 //
 // # Matching
 //
