@@ -31,6 +31,8 @@
 // lists them, strings with only the required escapes (\" \\ and control characters; \uXXXX
 // escapes, surrogates excluded, are accepted), numbers as JSON numbers. A constrained model
 // cannot spend tokens on whitespace, and a sampled output is one of few spellings of a value.
+// CompileJSONSchemaLayout with Python gives json.dumps' separators (", " and ": ") instead, the
+// layout the V4 chat encoding uses for non-string DSML tool-call parameters.
 //
 // Schema semantics: properties absent from `required` are optional; additionalProperties
 // absent means none when properties are listed (strict mode) and any when none are;

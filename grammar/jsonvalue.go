@@ -114,28 +114,28 @@ func (v *jval) get(k string) *jval {
 	return nil
 }
 
-// compact writes v in the grammar's layout: no whitespace, keys in order, strings with only the
-// required escapes (", \ and control characters).
-func (v *jval) compact(b *strings.Builder) {
+// write writes v with the given separators, keys in order, strings with only the required
+// escapes (", \ and control characters).
+func (v *jval) write(b *strings.Builder, itemSep, keySep string) {
 	switch v.kind {
 	case 'o':
 		b.WriteByte('{')
 		for i, k := range v.keys {
 			if i > 0 {
-				b.WriteByte(',')
+				b.WriteString(itemSep)
 			}
 			writeJSONString(b, k)
-			b.WriteByte(':')
-			v.vals[i].compact(b)
+			b.WriteString(keySep)
+			v.vals[i].write(b, itemSep, keySep)
 		}
 		b.WriteByte('}')
 	case 'a':
 		b.WriteByte('[')
 		for i, x := range v.arr {
 			if i > 0 {
-				b.WriteByte(',')
+				b.WriteString(itemSep)
 			}
-			x.compact(b)
+			x.write(b, itemSep, keySep)
 		}
 		b.WriteByte(']')
 	case 's':
@@ -166,10 +166,4 @@ func writeJSONString(b *strings.Builder, s string) {
 		b.WriteRune(r)
 	}
 	b.WriteByte('"')
-}
-
-func compactString(v *jval) string {
-	var b strings.Builder
-	v.compact(&b)
-	return b.String()
 }

@@ -16,19 +16,50 @@ type SchemaError struct {
 
 func (e *SchemaError) Error() string { return fmt.Sprintf("json schema at %s: %s", e.Path, e.Msg) }
 
+// JSONLayout selects the separators of generated JSON. Compact is the layout of the package
+// documentation; Python is json.dumps' default (", " and ": "), the layout of the V4 chat
+// encoding's DSML tool-call parameters.
+type JSONLayout uint8
+
+const (
+	Compact JSONLayout = iota
+	Python
+)
+
+// seps returns the item and key separators.
+func (l JSONLayout) seps() (item, key string) {
+	if l == Python {
+		return ", ", ": "
+	}
+	return ",", ":"
+}
+
+// format writes a JSON value (an enum or const) in the layout.
+func (l JSONLayout) format(v *jval) string {
+	var b strings.Builder
+	item, key := l.seps()
+	v.write(&b, item, key)
+	return b.String()
+}
+
 // CompileJSONSchema compiles a JSON schema to a grammar of the JSON texts it accepts, in the
 // compact layout described in the package documentation.
 func CompileJSONSchema(schema []byte) (*Grammar, error) {
-	return CompileJSONSchemaLimits(schema, DefaultLimits())
+	return CompileJSONSchemaLayout(schema, Compact, DefaultLimits())
 }
 
 // CompileJSONSchemaLimits is CompileJSONSchema with explicit limits.
 func CompileJSONSchemaLimits(schema []byte, lim Limits) (*Grammar, error) {
+	return CompileJSONSchemaLayout(schema, Compact, lim)
+}
+
+// CompileJSONSchemaLayout is CompileJSONSchema with a layout and limits.
+func CompileJSONSchemaLayout(schema []byte, layout JSONLayout, lim Limits) (*Grammar, error) {
 	root, err := parseJSON(schema, lim.MaxDepth)
 	if err != nil {
 		return nil, &SchemaError{Path: "#", Msg: err.Error()}
 	}
-	c := &schemaCompiler{b: newBuilder(lim), root: root, refs: map[string]int32{}, common: map[string]int32{}}
+	c := &schemaCompiler{b: newBuilder(lim), layout: layout, root: root, refs: map[string]int32{}, common: map[string]int32{}}
 	n, err := c.compile(root, "#", 0)
 	if err != nil {
 		return nil, err
@@ -45,7 +76,7 @@ func CompileJSONSchemaLimits(schema []byte, lim Limits) (*Grammar, error) {
 // CompileJSON compiles free JSON: any JSON object when objectOnly (OpenAI's json_object
 // response format), else any JSON value.
 func CompileJSON(objectOnly bool) (*Grammar, error) {
-	c := &schemaCompiler{b: newBuilder(DefaultLimits()), refs: map[string]int32{}, common: map[string]int32{}}
+	c := &schemaCompiler{b: newBuilder(DefaultLimits()), layout: Compact, refs: map[string]int32{}, common: map[string]int32{}}
 	n := c.anyValue()
 	if objectOnly {
 		n = c.anyObject()
@@ -57,10 +88,14 @@ func CompileJSON(objectOnly bool) (*Grammar, error) {
 
 type schemaCompiler struct {
 	b      *builder
+	layout JSONLayout
 	root   *jval
 	refs   map[string]int32
 	common map[string]int32
 }
+
+func (c *schemaCompiler) comma() *node { item, _ := c.layout.seps(); return lit(item) }
+func (c *schemaCompiler) colon() *node { _, key := c.layout.seps(); return lit(key) }
 
 func (c *schemaCompiler) errf(path, format string, args ...any) error {
 	return &SchemaError{Path: path, Msg: fmt.Sprintf(format, args...)}
@@ -129,15 +164,15 @@ func (c *schemaCompiler) anyValue() *node {
 
 func (c *schemaCompiler) anyObject() *node {
 	return c.shared("object", func() *node {
-		kv := seq(c.anyString(), lit(":"), c.anyValue())
-		return seq(lit("{"), opt(seq(kv, star(seq(lit(","), kv)))), lit("}"))
+		kv := seq(c.anyString(), c.colon(), c.anyValue())
+		return seq(lit("{"), opt(seq(kv, star(seq(c.comma(), kv)))), lit("}"))
 	})
 }
 
 func (c *schemaCompiler) anyArray() *node {
 	return c.shared("array", func() *node {
 		v := c.anyValue()
-		return seq(lit("["), opt(seq(v, star(seq(lit(","), v)))), lit("]"))
+		return seq(lit("["), opt(seq(v, star(seq(c.comma(), v)))), lit("]"))
 	})
 }
 
@@ -192,7 +227,7 @@ func (c *schemaCompiler) compile(s *jval, path string, depth int) (*node, error)
 		return c.ref(r.str, pathJoin(path, "$ref"))
 	}
 	if v := s.get("const"); v != nil {
-		return lit(compactString(v)), nil
+		return lit(c.layout.format(v)), nil
 	}
 	if e := s.get("enum"); e != nil {
 		if e.kind != 'a' || len(e.arr) == 0 {
@@ -200,7 +235,7 @@ func (c *schemaCompiler) compile(s *jval, path string, depth int) (*node, error)
 		}
 		var alts []*node
 		for _, v := range e.arr {
-			alts = append(alts, lit(compactString(v)))
+			alts = append(alts, lit(c.layout.format(v)))
 		}
 		return alt(alts...), nil
 	}
@@ -663,15 +698,15 @@ func (c *schemaCompiler) array(s *jval, path string, depth int) (*node, error) {
 				return nil, err
 			}
 			if i > 0 {
-				out.kids = append(out.kids, lit(","))
+				out.kids = append(out.kids, c.comma())
 			}
 			out.kids = append(out.kids, n)
 		}
 		if !closed {
 			if len(pre.arr) == 0 {
-				out.kids = append(out.kids, opt(seq(item, star(seq(lit(","), item)))))
+				out.kids = append(out.kids, opt(seq(item, star(seq(c.comma(), item)))))
 			} else {
-				out.kids = append(out.kids, star(seq(lit(","), item)))
+				out.kids = append(out.kids, star(seq(c.comma(), item)))
 			}
 		}
 		out.kids = append(out.kids, lit("]"))
@@ -687,7 +722,7 @@ func (c *schemaCompiler) array(s *jval, path string, depth int) (*node, error) {
 	if hi >= 0 {
 		restHi = hi - 1
 	}
-	more := rep(seq(lit(","), item), max(lo-1, 0), restHi)
+	more := rep(seq(c.comma(), item), max(lo-1, 0), restHi)
 	body := seq(item, more)
 	if lo == 0 {
 		return seq(lit("["), opt(body), lit("]")), nil
@@ -742,13 +777,14 @@ func (c *schemaCompiler) object(s *jval, path string, depth int) (*node, error) 
 			}
 			var kb strings.Builder
 			writeJSONString(&kb, k)
-			kb.WriteByte(':')
+			_, key := c.layout.seps()
+			kb.WriteString(key)
 			list = append(list, prop{seq(lit(kb.String()), v), required[k]})
 		}
 	}
 	var extraKV *node
 	if extra != nil {
-		extraKV = seq(c.anyString(), lit(":"), extra)
+		extraKV = seq(c.anyString(), c.colon(), extra)
 	}
 	// rest(i, comma): properties i.. in order, required ones present, each after a comma when
 	// one came before; then the additional properties.
@@ -764,13 +800,13 @@ func (c *schemaCompiler) object(s *jval, path string, depth int) (*node, error) 
 		}
 		sep := empty()
 		if comma {
-			sep = lit(",")
+			sep = c.comma()
 		}
 		var n *node
 		if i == len(list) {
 			n = empty()
 			if extraKV != nil {
-				n = opt(seq(sep, extraKV, star(seq(lit(","), extraKV))))
+				n = opt(seq(sep, extraKV, star(seq(c.comma(), extraKV))))
 			}
 		} else {
 			take := seq(sep, list[i].kv, rest(i+1, true))

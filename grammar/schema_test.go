@@ -390,3 +390,41 @@ func TestFreeJSON(t *testing.T) {
 		}
 	}
 }
+
+func TestSchemaPythonLayout(t *testing.T) {
+	schema := []byte(`{"type":"object","properties":{"a":{"type":"array","items":{"type":"integer"}},"b":{"enum":[{"x":[1,2]}]},"c":{"type":"object"}},"required":["a","b"]}`)
+	g, err := CompileJSONSchemaLayout(schema, Python, DefaultLimits())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for s, want := range map[string]bool{
+		`{"a": [1, 2], "b": {"x": [1, 2]}}`:               true,
+		`{"a": [], "b": {"x": [1, 2]}, "c": {"k": [1]}}`:  true,
+		`{"a":[1,2],"b":{"x":[1,2]}}`:                     false,
+		`{"a": [1,2], "b": {"x": [1, 2]}}`:                false,
+		`{"a": [], "b": {"x": [1, 2]}, "c": {"k":null}}`:  false,
+		`{"a": [], "b": {"x": [1, 2]}, "c": {"k": null}}`: true,
+	} {
+		if matches(t, g, s) != want {
+			t.Errorf("%s: got %v", s, !want)
+		}
+	}
+	v := syntheticVocab(t, 300, 8)
+	val, err := newValidator(schema)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for seed := range 10 {
+		text, err := generate(g, v, rand.New(rand.NewPCG(uint64(seed), 8)), 40)
+		if err != nil {
+			t.Fatal(err)
+		}
+		x, err := decodeInstance(text)
+		if err != nil {
+			t.Fatalf("%q: %v", text, err)
+		}
+		if err := val.validate(val.root, x, "#"); err != nil {
+			t.Fatalf("%q: %v", text, err)
+		}
+	}
+}
