@@ -89,6 +89,7 @@ func CompileJSON(objectOnly bool) (*Grammar, error) {
 type schemaCompiler struct {
 	b      *builder
 	layout JSONLayout
+	prefix string // of $ref rule names, when several schemas share a builder
 	root   *jval
 	refs   map[string]int32
 	common map[string]int32
@@ -118,7 +119,7 @@ func (c *schemaCompiler) jsonChar() *node {
 	return c.shared("char", func() *node {
 		plain := classNode(subtract([]runeRange{{0x20, 0x10FFFF}}, '"', '\\'))
 		// \u escapes exclude surrogates so that every escape is exactly one character
-		u := alt(seq(bytesIn("09acAFefEF"), hexDigit, hexDigit, hexDigit), seq(bytesIn("dDdD"), bytesIn("07"), hexDigit, hexDigit))
+		u := alt(seq(bytesIn("09acACefEF"), hexDigit, hexDigit, hexDigit), seq(setOf("dD"), bytesIn("07"), hexDigit, hexDigit))
 		esc := seq(lit(`\`), alt(setOf(`"\/bfnrt`), seq(lit("u"), u)))
 		return alt(plain, esc)
 	})
@@ -366,7 +367,7 @@ func (c *schemaCompiler) ref(target, path string) (*node, error) {
 			}
 		}
 	}
-	id := c.b.rule("ref " + target)
+	id := c.b.rule(c.prefix + "ref " + target)
 	c.refs[target] = id
 	n, err := c.compile(v, target, 0)
 	if err != nil {

@@ -117,40 +117,67 @@ func deepseekVocab(t testing.TB) *vocabulary {
 	return realVocab
 }
 
-// shortestCompletion returns the shortest bytes from state s to an accepting state.
+// shortestStrings returns a shortest string of every rule and whether it derives one.
+func shortestStrings(g *Grammar) ([][]byte, []bool) {
+	short := make([][]byte, len(g.ruleAlts))
+	known := make([]bool, len(g.ruleAlts))
+	for changed := true; changed; {
+		changed = false
+		for r, alts := range g.ruleAlts {
+			for _, a := range alts {
+				if s, ok := restOfAlt(g, a, short, known); ok && (!known[r] || len(s) < len(short[r])) {
+					short[r], known[r], changed = s, true, true
+				}
+			}
+		}
+	}
+	return short, known
+}
+
+// restOfAlt is a shortest string for the elements from p to the end of their alternative.
+func restOfAlt(g *Grammar, p int32, short [][]byte, known []bool) ([]byte, bool) {
+	var out []byte
+	for ; g.elems[p].kind != kEnd; p++ {
+		e := g.elems[p]
+		if e.kind == kRef {
+			if !known[e.arg] {
+				return nil, false
+			}
+			out = append(out, short[e.arg]...)
+			continue
+		}
+		set := g.sets[e.arg]
+		b := 0
+		for b < 256 && !set.has(byte(b)) {
+			b++
+		}
+		if b == 256 { // an empty class
+			return nil, false
+		}
+		out = append(out, byte(b))
+	}
+	return out, true
+}
+
+// shortestCompletion returns bytes that take state s to the end of the grammar: the shortest
+// completion of its first stack, frame by frame.
 func shortestCompletion(a *automaton, s int32) ([]byte, error) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	type prev struct {
-		from int32
-		b    byte
+	set := a.sets[s]
+	if len(set) == 0 || set[0] == 0 {
+		return nil, nil
 	}
-	seen := map[int32]prev{s: {-1, 0}}
-	queue := []int32{s}
-	for len(queue) > 0 {
-		cur := queue[0]
-		queue = queue[1:]
-		if a.accepting[cur] {
-			var out []byte
-			for cur != s {
-				p := seen[cur]
-				out = append([]byte{p.b}, out...)
-				cur = p.from
-			}
-			return out, nil
+	short, known := shortestStrings(a.g)
+	var out []byte
+	for st := set[0]; st > holeStack; st = a.stackPar[st] {
+		rest, ok := restOfAlt(a.g, a.stackPos[st], short, known)
+		if !ok {
+			return nil, errors.New("no completion")
 		}
-		for b := range 256 {
-			n, err := a.next(cur, byte(b))
-			if err != nil {
-				return nil, err
-			}
-			if _, ok := seen[n]; n != 0 && !ok {
-				seen[n] = prev{cur, byte(b)}
-				queue = append(queue, n)
-			}
-		}
+		out = append(out, rest...)
 	}
-	return nil, errors.New("no completion")
+	return out, nil
 }
 
 // generate samples one output: random allowed tokens, EOS with probability 1/3 when allowed,
@@ -311,6 +338,7 @@ func TestSchemaAccepts(t *testing.T) {
 		{`{"type":"string","minLength":1,"maxLength":2}`, []string{`"a"`, `"\n\u00e9"`, `"深度"`}, []string{`""`, `"abc"`}},
 		{`{"type":"array","items":{"type":"integer"},"minItems":1,"maxItems":2}`, []string{"[1]", "[1,2]"}, []string{"[]", "[1,2,3]", "[1, 2]"}},
 		{`{"enum":["a",1,null]}`, []string{`"a"`, "1", "null"}, []string{`"b"`, "2"}},
+		{`{"type":"string"}`, []string{`"\uD7FF"`, `"\u00e9\uE000"`, `"\/"`}, []string{`"\uD800"`, `"\udfff"`, `"\x"`, "\"\x01\""}},
 	} {
 		g, err := CompileJSONSchema([]byte(tc.schema))
 		if err != nil {
