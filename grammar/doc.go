@@ -1,7 +1,7 @@
 // Package grammar constrains generated text to a grammar: a JSON schema, free JSON, a regular
-// expression, a list of choices or a GBNF grammar (llama.cpp's EBNF dialect) compiles to one
-// byte-level grammar, and a Matcher computes, per decoding step, the bitmask of vocabulary
-// tokens that keep the output inside it.
+// expression, a list of choices, the V4 DSML tool-call block (CompileToolCalls) or a GBNF
+// grammar (llama.cpp's EBNF dialect) compiles to one byte-level grammar, and a Matcher
+// computes, per decoding step, the bitmask of vocabulary tokens that keep the output inside it.
 //
 // # Matching
 //
