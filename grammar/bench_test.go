@@ -70,8 +70,9 @@ func maskIDs(mask []uint32, except int32) []int32 {
 
 // BenchmarkMask: FillMask per token over the DeepSeek-V3 tokenizer's 129,280 tokens (the V4
 // vocabulary size), on the 20-field schema and on free JSON (json_object). "cold" compiles the
-// grammar per output (every state new at first), "warm" reuses one Grammar (as an engine that
-// caches compiled schemas). The same outputs are generated `reps` times and each step keeps its
+// grammar per output (every state new to it; the TokenTable's cross-grammar local masks are
+// filled by the first repetition, as in a server after its first JSON request), "warm" reuses
+// one Grammar (as an engine that caches compiled schemas). The same outputs are generated `reps` times and each step keeps its
 // fastest time, which removes most of the noise of a loaded machine (descheduling only adds).
 func BenchmarkMask(b *testing.B) {
 	v := deepseekVocab(b)
