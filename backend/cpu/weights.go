@@ -198,7 +198,9 @@ type hc struct {
 	scale      []float32
 }
 
-func (h *hc) Mix() int { return h.mix }
+func (h *hc) Mix() int    { return h.mix }
+func (h *hc) Width() int  { return h.width }
+func (h *hc) Scales() int { return len(h.scale) }
 
 // PrepareHC implements backend.Backend.
 func (b *Backend) PrepareHC(name string, p checkpoint.HC, mix, width int) (backend.HC, error) {
