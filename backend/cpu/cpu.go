@@ -6,7 +6,6 @@
 package cpu
 
 import (
-	"errors"
 	"fmt"
 	"math"
 	"runtime"
@@ -232,5 +231,3 @@ func (b *Backend) Stats(t backend.Tensor) backend.Stats {
 
 // SliceStats summarises x (see backend.SliceStats).
 func SliceStats(x []float32) backend.Stats { return backend.SliceStats(x) }
-
-var errNilWeight = errors.New("nil weight handle")

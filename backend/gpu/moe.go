@@ -36,17 +36,10 @@ func (b *Backend) PrepareExperts(name string, ex []checkpoint.Expert, dim, inter
 		return nil, fmt.Errorf("%s: no experts", name)
 	}
 	for i := range ex {
-		ls := []*checkpoint.Linear{&ex[i].W1, &ex[i].W2, &ex[i].W3}
-		for _, cl := range ls {
-			if _, _, err := checkLinear(cl); err != nil {
-				return nil, fmt.Errorf("%s expert %d: prepare linear: %w", name, i, err)
-			}
+		if err := backend.CheckPrepareExpert(name, i, &ex[i], dim, inter); err != nil {
+			return nil, err
 		}
-		if ls[0].Out != inter || ls[0].In != dim || ls[2].Out != inter || ls[2].In != dim || ls[1].Out != dim || ls[1].In != inter {
-			return nil, fmt.Errorf("%s expert %d: shapes w1 %dx%d w2 %dx%d w3 %dx%d, want inter %d dim %d",
-				name, i, ls[0].Out, ls[0].In, ls[1].Out, ls[1].In, ls[2].Out, ls[2].In, inter, dim)
-		}
-		for _, cl := range ls {
+		for _, cl := range []*checkpoint.Linear{&ex[i].W1, &ex[i].W2, &ex[i].W3} {
 			if cl.Format != ex[0].W1.Format {
 				return nil, fmt.Errorf("%s expert %d: %s is %v, expert 0 w1 %v (one format per layer)", name, i, cl.Name, cl.Format, ex[0].W1.Format)
 			}
