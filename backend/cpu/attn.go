@@ -478,16 +478,13 @@ func (b *Backend) SparseAttention(s backend.KVStore, q, kv, sel backend.Tensor, 
 
 // WriteWindow implements backend.Backend.
 func (b *Backend) WriteWindow(s backend.KVStore, layer int, kv backend.Tensor, bt *backend.Batch) error {
-	if err := backend.CheckWriteWindow(s, layer, kv, bt); err != nil {
+	kt, err := backend.As[*Tensor](backend.CheckWriteWindow(s, layer, kv, bt), "write window", kv)
+	if err != nil {
 		return err
 	}
 	k, err := store(s)
 	if err != nil {
 		return err
-	}
-	kt, err := ct(kv)
-	if err != nil {
-		return fmt.Errorf("write window: %w", err)
 	}
 	l := k.spec.Layers[layer]
 	for si := range bt.Seqs {
