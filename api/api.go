@@ -26,16 +26,6 @@ import (
 // MaxBodyBytes bounds a request body (413 beyond).
 const MaxBodyBytes = 4 << 20
 
-// DeepSeek-V4 chat special tokens.
-const (
-	tokBOS       = "<｜begin▁of▁sentence｜>"
-	tokEOS       = "<｜end▁of▁sentence｜>"
-	tokUser      = "<｜User｜>"
-	tokAssistant = "<｜Assistant｜>"
-	tokThink     = "<think>"
-	tokEndThink  = "</think>"
-)
-
 // Config configures the server.
 type Config struct {
 	ModelName  string  // served model id (default "megamoe")
@@ -68,7 +58,7 @@ func New(eng *engine.Engine, tok *tokenizer.Tokenizer, cfg Config) http.Handler 
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
 	if len(cfg.StopTokens) == 0 {
-		if id, ok := tok.TokenID(tokEOS); ok {
+		if id, ok := tok.TokenID(tokenizer.EOS); ok {
 			cfg.StopTokens = []int32{int32(id)}
 		}
 	}

@@ -105,7 +105,7 @@ func TestServer(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	wantPrompt := len(tok.Encode(tokBOS + "be brief" + tokUser + "hello" + tokAssistant + tokEndThink))
+	wantPrompt := len(tok.Encode(tokenizer.BOS + "be brief" + tokenizer.UserTag + "hello" + tokenizer.AssistantTag + tokenizer.ThinkClose))
 
 	t.Run("chat", func(t *testing.T) {
 		resp, body := post(t, srv, "/v1/chat/completions", `{"model":"megamoe-small","max_tokens":6,"temperature":0,
@@ -322,8 +322,8 @@ func TestRenderChat(t *testing.T) {
 		thinking bool
 		want     string
 	}{
-		{false, tokBOS + "S" + tokUser + "U1" + tokAssistant + tokEndThink + "A1" + tokEOS + tokUser + "U2" + tokAssistant + tokEndThink},
-		{true, tokBOS + "S" + tokUser + "U1" + tokAssistant + tokEndThink + "A1" + tokEOS + tokUser + "U2" + tokAssistant + tokThink},
+		{false, tokenizer.BOS + "S" + tokenizer.UserTag + "U1" + tokenizer.AssistantTag + tokenizer.ThinkClose + "A1" + tokenizer.EOS + tokenizer.UserTag + "U2" + tokenizer.AssistantTag + tokenizer.ThinkClose},
+		{true, tokenizer.BOS + "S" + tokenizer.UserTag + "U1" + tokenizer.AssistantTag + tokenizer.ThinkClose + "A1" + tokenizer.EOS + tokenizer.UserTag + "U2" + tokenizer.AssistantTag + tokenizer.ThinkOpen},
 	} {
 		got, err := renderChat(msgs, nil, tokenizer.ChatOptions{Thinking: tc.thinking})
 		if err != nil || got != tc.want {
@@ -381,7 +381,7 @@ func TestStopAndThinking(t *testing.T) {
 	if m.ReasoningContent == nil || m.Content == nil {
 		t.Fatalf("thinking response lacks reasoning_content or content: %+v", m)
 	}
-	if strings.Contains(*m.ReasoningContent, tokEndThink) || strings.Contains(*m.Content, tokEndThink) {
+	if strings.Contains(*m.ReasoningContent, tokenizer.ThinkClose) || strings.Contains(*m.Content, tokenizer.ThinkClose) {
 		t.Errorf("</think> leaked: %q / %q", *m.ReasoningContent, *m.Content)
 	}
 	if th.Usage.PromptTokens != full.Usage.PromptTokens {
