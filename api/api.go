@@ -13,6 +13,7 @@ import (
 	"log/slog"
 	"math"
 	"net/http"
+	"reflect"
 	"strconv"
 	"strings"
 	"time"
@@ -136,7 +137,9 @@ func (s *Server) models(c *gin.Context) {
 }
 
 // readJSON reads the (bounded) body into v, mapping failures to 400/413.
-func readJSON(c *gin.Context, v any) error {
+// Field names match exactly (see strictFields); a body setting any of reject
+// is a 400.
+func readJSON(c *gin.Context, v any, reject []string) error {
 	body, err := io.ReadAll(http.MaxBytesReader(c.Writer, c.Request.Body, MaxBodyBytes))
 	if err != nil {
 		var mb *http.MaxBytesError
@@ -145,7 +148,14 @@ func readJSON(c *gin.Context, v any) error {
 		}
 		return errorf(http.StatusBadRequest, "", "", "read body: %v", err)
 	}
-	if err := json.Unmarshal(body, v); err != nil {
+	clean, err := strictFields(body, reflect.TypeOf(v), "")
+	if err != nil {
+		return err
+	}
+	if err := checkUnsupported(body, reject); err != nil {
+		return err
+	}
+	if err := json.Unmarshal(clean, v); err != nil {
 		var te *json.UnmarshalTypeError
 		if errors.As(err, &te) {
 			te.Field = strings.TrimPrefix(te.Field, "commonParams.") // the embedded struct's name
@@ -174,6 +184,7 @@ type commonParams struct {
 	RepetitionPenalty   *float64           `json:"repetition_penalty"`
 	LogitBias           map[string]float64 `json:"logit_bias"`
 	N                   *int               `json:"n"`
+	BestOf              *int               `json:"best_of"`
 }
 
 type streamOptions struct {
@@ -241,6 +252,12 @@ func (s *Server) build(p *commonParams, prompt []int32, promptParam string) (*ge
 			return nil, bad("n", "n must be in [1, %d], got %d", MaxN, *p.N)
 		}
 		g.n = *p.N
+	}
+	if p.BestOf != nil && *p.BestOf != g.n {
+		return nil, bad("best_of", "best_of %d differs from n %d: choosing the best of several samples is not supported", *p.BestOf, g.n)
+	}
+	if p.StreamOptions != nil && !p.Stream {
+		return nil, bad("stream_options", "stream_options is only allowed when stream is true")
 	}
 	if len(prompt) == 0 {
 		return nil, bad(promptParam, "the prompt is empty")

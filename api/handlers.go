@@ -40,7 +40,7 @@ type chatRequest struct {
 	ToolChoice         json.RawMessage   `json:"tool_choice"`
 	ResponseFormat     *responseFormat   `json:"response_format"`
 	Logprobs           bool              `json:"logprobs"`
-	TopLogprobs        int               `json:"top_logprobs"`
+	TopLogprobs        *int              `json:"top_logprobs"`
 }
 
 type responseFormat struct {
@@ -163,7 +163,7 @@ func strp(s string) *string { return &s }
 
 func (s *Server) chat(c *gin.Context) {
 	var req chatRequest
-	if err := readJSON(c, &req); err != nil {
+	if err := readJSON(c, &req, unsupported["chat"]); err != nil {
 		writeError(c, err)
 		return
 	}
@@ -198,7 +198,15 @@ func (s *Server) chat(c *gin.Context) {
 		return
 	}
 	g.thinking = thinking
-	if err := setLogprobs(&g.params, req.Logprobs, req.TopLogprobs, "top_logprobs"); err != nil {
+	if req.TopLogprobs != nil && !req.Logprobs {
+		writeError(c, errorf(http.StatusBadRequest, "top_logprobs", "", "top_logprobs requires logprobs to be true"))
+		return
+	}
+	top := 0
+	if req.TopLogprobs != nil {
+		top = *req.TopLogprobs
+	}
+	if err := setLogprobs(&g.params, req.Logprobs, top, "top_logprobs"); err != nil {
 		writeError(c, err)
 		return
 	}
