@@ -45,6 +45,7 @@ type Server struct {
 	created int64
 	log     *slog.Logger
 	met     *metrics
+	quoter  *strings.Replacer // quotes special-token strings in user text
 }
 
 // New returns the HTTP handler serving eng with tok.
@@ -64,6 +65,7 @@ func New(eng *engine.Engine, tok *tokenizer.Tokenizer, cfg Config) http.Handler 
 		}
 	}
 	s := &Server{eng: eng, tok: tok, cfg: cfg, maxLen: eng.Config().MaxModelLen, created: time.Now().Unix(), log: cfg.Logger, met: newMetrics(eng)}
+	s.quoter = newQuoter(tok)
 	r := gin.New()
 	r.Use(gin.Recovery(), s.accessLog, s.met.count)
 	r.GET("/health", s.health)
@@ -182,6 +184,7 @@ type commonParams struct {
 	PresencePenalty     *float64           `json:"presence_penalty"`
 	FrequencyPenalty    *float64           `json:"frequency_penalty"`
 	RepetitionPenalty   *float64           `json:"repetition_penalty"`
+	SkipSpecialTokens   *bool              `json:"skip_special_tokens"`
 	LogitBias           map[string]float64 `json:"logit_bias"`
 	N                   *int               `json:"n"`
 	BestOf              *int               `json:"best_of"`
@@ -200,8 +203,10 @@ type genSpec struct {
 	params    engine.SamplingParams
 	maxTokens int
 	stops     []string
-	thinking  bool // split the output at </think>
-	n         int  // independent choices
+	thinking  bool     // split the output at </think>
+	special   bool     // keep special tokens' text in the output
+	keep      []string // special tokens whose text is kept anyway (parsed out later)
+	n         int      // independent choices
 }
 
 func (s *Server) checkModel(name string) error {
@@ -246,7 +251,7 @@ func (s *Server) build(p *commonParams, prompt []int32, promptParam string) (*ge
 	bad := func(param, format string, args ...any) error {
 		return errorf(http.StatusBadRequest, param, "", format, args...)
 	}
-	g := &genSpec{prompt: prompt, n: 1}
+	g := &genSpec{prompt: prompt, n: 1, special: p.SkipSpecialTokens != nil && !*p.SkipSpecialTokens}
 	if p.N != nil {
 		if *p.N < 1 || *p.N > MaxN {
 			return nil, bad("n", "n must be in [1, %d], got %d", MaxN, *p.N)
@@ -413,6 +418,56 @@ func (w sse) fail(err error) {
 	}
 	_ = w.send(gin.H{"error": ae})
 	w.done()
+}
+
+// Quoting marks user-supplied text in a rendered chat prompt so that it is
+// encoded as plain text even where it spells a special token: only the chat
+// template emits control tokens. The marks are bytes that valid UTF-8 (all
+// JSON strings decode to) never holds.
+const (
+	quoteOpen  = "\xff"
+	quoteClose = "\xfe"
+)
+
+func newQuoter(tok *tokenizer.Tokenizer) *strings.Replacer {
+	var pairs []string
+	for _, a := range tok.AddedTokens() {
+		pairs = append(pairs, a, quoteOpen+a+quoteClose)
+	}
+	if len(pairs) == 0 {
+		return nil
+	}
+	return strings.NewReplacer(pairs...)
+}
+
+// quote marks each special-token string in text.
+func (s *Server) quote(text string) string {
+	if s.quoter == nil {
+		return text
+	}
+	return s.quoter.Replace(text)
+}
+
+// encodeQuoted encodes a rendered prompt, the quoted parts as plain text.
+func (s *Server) encodeQuoted(text string) []int32 {
+	var out []int32
+	for text != "" {
+		i := strings.Index(text, quoteOpen)
+		if i < 0 {
+			return append(out, s.encode(text)...)
+		}
+		out = append(out, s.encode(text[:i])...)
+		text = text[i+len(quoteOpen):]
+		j := strings.Index(text, quoteClose)
+		if j < 0 {
+			j = len(text)
+		}
+		for _, id := range s.tok.EncodeOrdinary(text[:j]) {
+			out = append(out, int32(id))
+		}
+		text = text[min(len(text), j+len(quoteClose)):]
+	}
+	return out
 }
 
 func (s *Server) encode(text string) []int32 {

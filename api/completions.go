@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"net/http"
 	"time"
+	"unicode/utf8"
 
 	"github.com/gin-gonic/gin"
 
@@ -121,7 +122,8 @@ func (s *Server) completions(c *gin.Context) {
 	for i, res := range results {
 		choice := textChoice{Index: i, Text: echo + res.text, FinishReason: strp(res.finish)}
 		if g.params.Logprobs {
-			choice.Logprobs, _ = makeCompletionLogprobs(s.tok, res.tokens, len(echo))
+			off := &charOffset{n: utf8.RuneCountInString(echo)}
+			choice.Logprobs = makeCompletionLogprobs(s.tok, res.tokens, off)
 		}
 		resp.Choices = append(resp.Choices, choice)
 	}
@@ -132,7 +134,7 @@ func (s *Server) completions(c *gin.Context) {
 // textStream is the streaming state of one completions choice.
 type textStream struct {
 	pending []engine.Token // generated tokens not yet sent with a chunk
-	offset  int            // text_offset of the next token
+	offset  charOffset     // text_offset of the next token
 }
 
 // streamCompletions streams the g.n choices; each chunk carries the logprobs
@@ -145,7 +147,7 @@ func (s *Server) streamCompletions(c *gin.Context, g *genSpec, head textResponse
 		ch := head
 		tc := textChoice{Index: i, Text: text, FinishReason: finish}
 		if cs := &states[i]; g.params.Logprobs && (text != "" || len(cs.pending) > 0) {
-			tc.Logprobs, cs.offset = makeCompletionLogprobs(s.tok, cs.pending, cs.offset)
+			tc.Logprobs = makeCompletionLogprobs(s.tok, cs.pending, &cs.offset)
 			cs.pending = nil
 		}
 		ch.Choices = []textChoice{tc}
@@ -160,7 +162,7 @@ func (s *Server) streamCompletions(c *gin.Context, g *genSpec, head textResponse
 		started = true
 		w = startSSE(c)
 		for i := range states {
-			states[i].offset = len(echo)
+			states[i].offset.n = utf8.RuneCountInString(echo)
 			if echo == "" {
 				continue
 			}

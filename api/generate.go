@@ -103,6 +103,15 @@ func (s *Server) generate(ctx context.Context, g *genSpec, emit func(delta) erro
 	if g.thinking {
 		dec.Hold(tokenizer.ThinkClose)
 	}
+	if !g.special {
+		var keep []int
+		for _, k := range g.keep {
+			if id, ok := s.tok.TokenID(k); ok {
+				keep = append(keep, id)
+			}
+		}
+		dec.SkipSpecial(keep...)
+	}
 	var text, reasoning strings.Builder
 	sentT := 0 // tokens already emitted
 	res := &result{}

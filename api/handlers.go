@@ -96,6 +96,12 @@ func messageText(i int, raw json.RawMessage) (string, error) {
 
 // renderChat renders the conversation with the DeepSeek-V4 chat encoding.
 func renderChat(msgs []chatMessage, tools []json.RawMessage, opts tokenizer.ChatOptions) (string, error) {
+	return renderChatWith(msgs, tools, opts, func(s string) string { return s })
+}
+
+// renderChatWith is renderChat with quote applied to the text of system,
+// developer, user and tool messages.
+func renderChatWith(msgs []chatMessage, tools []json.RawMessage, opts tokenizer.ChatOptions, quote func(string) string) (string, error) {
 	if len(msgs) == 0 {
 		return "", errorf(http.StatusBadRequest, "messages", "", "messages must not be empty")
 	}
@@ -106,7 +112,9 @@ func renderChat(msgs []chatMessage, tools []json.RawMessage, opts tokenizer.Chat
 			return "", err
 		}
 		switch m.Role {
-		case "system", "developer", "user", "assistant", "tool":
+		case "system", "developer", "user", "tool":
+			text = quote(text)
+		case "assistant":
 		default:
 			return "", errorf(http.StatusBadRequest, "messages["+strconv.Itoa(i)+"].role", "", "role %q is not supported", m.Role)
 		}
@@ -187,17 +195,23 @@ func (s *Server) chat(c *gin.Context) {
 		writeError(c, err)
 		return
 	}
-	text, err := renderChat(req.Messages, tools, tokenizer.ChatOptions{Thinking: thinking, ReasoningEffort: effort, ResponseFormat: format})
+	text, err := renderChatWith(req.Messages, tools, tokenizer.ChatOptions{Thinking: thinking, ReasoningEffort: effort, ResponseFormat: format}, s.quote)
 	if err != nil {
 		writeError(c, err)
 		return
 	}
-	g, err := s.build(&req.commonParams, s.encode(text), "messages")
+	g, err := s.build(&req.commonParams, s.encodeQuoted(text), "messages")
 	if err != nil {
 		writeError(c, err)
 		return
 	}
 	g.thinking = thinking
+	if thinking {
+		g.keep = append(g.keep, tokenizer.ThinkClose)
+	}
+	if len(tools) > 0 {
+		g.keep = append(g.keep, tokenizer.DSML)
+	}
 	if req.TopLogprobs != nil && !req.Logprobs {
 		writeError(c, errorf(http.StatusBadRequest, "top_logprobs", "", "top_logprobs requires logprobs to be true"))
 		return

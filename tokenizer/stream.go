@@ -1,6 +1,7 @@
 package tokenizer
 
 import (
+	"slices"
 	"strings"
 	"unicode/utf8"
 )
@@ -18,6 +19,8 @@ type StreamDecoder struct {
 	tok     *Tokenizer
 	stops   []string
 	holds   []string // held back like stop strings, without stopping
+	skip    bool     // drop special tokens' text ...
+	keep    []int    // ... except these tokens'
 	maxStop int
 	raw     []byte // an incomplete UTF-8 tail not yet in text
 	text    []byte // visible text not yet emitted
@@ -51,6 +54,13 @@ func (d *StreamDecoder) Hold(markers ...string) {
 	}
 }
 
+// SkipSpecial drops the text of special tokens (as skip_special_tokens does),
+// except that of the tokens keep, which the caller needs to see (e.g. </think>
+// to split reasoning from the answer).
+func (d *StreamDecoder) SkipSpecial(keep ...int) {
+	d.skip, d.keep = true, keep
+}
+
 // Push adds one token and returns the text that is now safe to emit and whether
 // a stop string was hit (after which Push returns nothing).
 func (d *StreamDecoder) Push(id int) (string, bool) {
@@ -58,7 +68,9 @@ func (d *StreamDecoder) Push(id int) (string, bool) {
 		return "", true
 	}
 	d.pushed++
-	d.raw = d.tok.appendToken(d.raw, id)
+	if !d.skip || !d.tok.IsSpecial(id) || slices.Contains(d.keep, id) {
+		d.raw = d.tok.appendToken(d.raw, id)
+	}
 	n := completeUTF8(d.raw)
 	d.text = appendVisible(d.text, d.raw[:n])
 	d.raw = append(d.raw[:0], d.raw[n:]...)
