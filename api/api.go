@@ -33,7 +33,11 @@ type Config struct {
 	APIKey     string  // when set, /v1/* require "Authorization: Bearer <key>"
 	Version    string  // reported by /version
 	StopTokens []int32 // ids that end generation (default: the tokenizer's end-of-sentence)
-	Logger     *slog.Logger
+	// WriteIdleTimeout bounds each write of a completion response (0: none).
+	// A stream's deadline moves on with every event, so a long stream lives
+	// on while a client that stops reading is dropped.
+	WriteIdleTimeout time.Duration
+	Logger           *slog.Logger
 }
 
 // Server holds the handlers' shared state.
@@ -67,7 +71,7 @@ func New(eng *engine.Engine, tok *tokenizer.Tokenizer, cfg Config) http.Handler 
 	s := &Server{eng: eng, tok: tok, cfg: cfg, maxLen: eng.Config().MaxModelLen, created: time.Now().Unix(), log: cfg.Logger, met: newMetrics(eng)}
 	s.quoter = newQuoter(tok)
 	r := gin.New()
-	r.Use(gin.Recovery(), s.accessLog, s.met.count)
+	r.Use(clearWriteDeadline, gin.Recovery(), s.accessLog, s.met.count)
 	r.GET("/health", s.health)
 	r.GET("/metrics", s.met.handler())
 	r.GET("/version", s.version)
@@ -117,6 +121,19 @@ func (s *Server) auth(c *gin.Context) {
 	}
 	if c.GetHeader("Authorization") != "Bearer "+s.cfg.APIKey {
 		writeError(c, errorf(http.StatusUnauthorized, "", "invalid_api_key", "invalid or missing API key"))
+	}
+}
+
+// clearWriteDeadline drops a deadline an earlier request on the connection
+// left, so only the completion handlers' own writes are bounded.
+func clearWriteDeadline(c *gin.Context) {
+	_ = http.NewResponseController(c.Writer).SetWriteDeadline(time.Time{})
+}
+
+// writeDeadline gives the next write to c's client WriteIdleTimeout.
+func writeDeadline(c *gin.Context, idle time.Duration) {
+	if idle > 0 {
+		_ = http.NewResponseController(c.Writer).SetWriteDeadline(time.Now().Add(idle))
 	}
 }
 
@@ -377,16 +394,19 @@ func mkUsage(prompt, completion int) *usage {
 	return &usage{PromptTokens: prompt, CompletionTokens: completion, TotalTokens: prompt + completion}
 }
 
-// sse writes Server-Sent Events.
-type sse struct{ c *gin.Context }
+// sse writes Server-Sent Events, each within the write-idle timeout.
+type sse struct {
+	c    *gin.Context
+	idle time.Duration
+}
 
-func startSSE(c *gin.Context) sse {
+func startSSE(c *gin.Context, idle time.Duration) sse {
 	h := c.Writer.Header()
 	h.Set("Content-Type", "text/event-stream")
 	h.Set("Cache-Control", "no-cache")
 	h.Set("Connection", "keep-alive")
 	c.Status(http.StatusOK)
-	return sse{c}
+	return sse{c, idle}
 }
 
 func (w sse) send(v any) error {
@@ -398,6 +418,7 @@ func (w sse) send(v any) error {
 	b.WriteString("data: ")
 	b.Write(data)
 	b.WriteString("\n\n")
+	writeDeadline(w.c, w.idle)
 	if _, err := w.c.Writer.Write(b.Bytes()); err != nil {
 		return err
 	}
@@ -406,6 +427,7 @@ func (w sse) send(v any) error {
 }
 
 func (w sse) done() {
+	writeDeadline(w.c, w.idle)
 	_, _ = w.c.Writer.WriteString("data: [DONE]\n\n")
 	w.c.Writer.Flush()
 }

@@ -26,6 +26,13 @@ const testMaxLen = 1024
 // startServer serves the embedded small model on a loopback httptest server.
 func startServer(t *testing.T, cfg Config, maxQueue int) (*httptest.Server, *engine.Engine) {
 	t.Helper()
+	return startServerWith(t, cfg, maxQueue, nil)
+}
+
+// startServerWith is startServer with configure applied to the http.Server
+// (and its gin engine) before it starts.
+func startServerWith(t *testing.T, cfg Config, maxQueue int, configure func(*http.Server)) (*httptest.Server, *engine.Engine) {
+	t.Helper()
 	dir, err := models.ExtractSmall()
 	if err != nil {
 		t.Skipf("embedded model unavailable: %v", err)
@@ -54,7 +61,11 @@ func startServer(t *testing.T, cfg Config, maxQueue int) (*httptest.Server, *eng
 	done := make(chan struct{})
 	go func() { _ = eng.Run(ctx); close(done) }()
 	gin.SetMode(gin.TestMode)
-	srv := httptest.NewServer(New(eng, tok, cfg))
+	srv := httptest.NewUnstartedServer(New(eng, tok, cfg))
+	if configure != nil {
+		configure(srv.Config)
+	}
+	srv.Start()
 	t.Cleanup(func() { srv.Close(); cancel(); <-done })
 	return srv, eng
 }

@@ -128,6 +128,7 @@ func (s *Server) completions(c *gin.Context) {
 		resp.Choices = append(resp.Choices, choice)
 	}
 	resp.Usage = mkUsage(len(g.prompt), sumCompletion(results))
+	writeDeadline(c, s.cfg.WriteIdleTimeout)
 	c.JSON(http.StatusOK, resp)
 }
 
@@ -160,7 +161,7 @@ func (s *Server) streamCompletions(c *gin.Context, g *genSpec, head textResponse
 			return nil
 		}
 		started = true
-		w = startSSE(c)
+		w = startSSE(c, s.cfg.WriteIdleTimeout)
 		for i := range states {
 			states[i].offset.n = utf8.RuneCountInString(echo)
 			if echo == "" {

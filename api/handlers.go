@@ -243,6 +243,7 @@ func (s *Server) chat(c *gin.Context) {
 		completion += res.completion
 	}
 	resp.Usage = mkUsage(len(g.prompt), completion)
+	writeDeadline(c, s.cfg.WriteIdleTimeout)
 	c.JSON(http.StatusOK, resp)
 }
 
@@ -312,7 +313,7 @@ func (s *Server) streamChat(c *gin.Context, g *genSpec, head chatResponse, tools
 			return nil
 		}
 		started = true
-		w = startSSE(c)
+		w = startSSE(c, s.cfg.WriteIdleTimeout)
 		for i := range g.n {
 			if err := w.send(chunk(i, &chatOutMsg{Role: "assistant", Content: strp("")}, nil, nil)); err != nil {
 				return err

@@ -41,6 +41,8 @@ type options struct {
 	maxBatchTokens                                    int
 	kvCacheMemory                                     int64
 	shutdownTimeout                                   time.Duration
+	readTimeout, writeIdleTimeout, idleTimeout        time.Duration
+	maxHeaderBytes                                    int
 	cudaGraphs, deviceSampling, sideStream            bool
 }
 
@@ -75,6 +77,10 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	fs.BoolVar(&o.sideStream, "side-stream", true, "on a CUDA device, run independent ops of small steps on a second stream (the shared expert beside the routed ones)")
 	fs.IntVar(&o.tp, "tensor-parallel", 1, "ranks to split the model over (attention heads, head vocabulary, experts): GPUs 0..N-1 with --device cuda, else CPU workers")
 	fs.DurationVar(&o.shutdownTimeout, "shutdown-timeout", time.Minute, "on SIGTERM/SIGINT, how long in-flight requests may take to finish")
+	fs.DurationVar(&o.readTimeout, "read-timeout", time.Minute, "time a client has to send a request's headers and body")
+	fs.DurationVar(&o.writeIdleTimeout, "write-idle-timeout", time.Minute, "time each write of a response may take: a client that stops reading is dropped (a stream may last longer, event by event)")
+	fs.DurationVar(&o.idleTimeout, "idle-timeout", 2*time.Minute, "how long an idle keep-alive connection stays open")
+	fs.IntVar(&o.maxHeaderBytes, "max-header-bytes", 64<<10, "largest request header block (431 beyond)")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
 	}
@@ -98,6 +104,10 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 		return nil, errors.New("--tensor-parallel must be in [1, 64]")
 	case o.shutdownTimeout <= 0:
 		return nil, errors.New("--shutdown-timeout must be > 0")
+	case o.readTimeout <= 0 || o.writeIdleTimeout <= 0 || o.idleTimeout <= 0:
+		return nil, errors.New("--read-timeout, --write-idle-timeout and --idle-timeout must be > 0")
+	case o.maxHeaderBytes < 4<<10:
+		return nil, errors.New("--max-header-bytes must be >= 4096")
 	}
 	switch o.device {
 	case "cpu", "auto":
@@ -144,9 +154,10 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 
 	gin.SetMode(gin.ReleaseMode)
 	stopTokens := []int32{int32(w.Config.EOS)}
-	h := api.New(eng, tok, api.Config{ModelName: name, APIKey: o.apiKey, Version: "megamoe-dev", StopTokens: stopTokens, Logger: log})
+	h := api.New(eng, tok, api.Config{ModelName: name, APIKey: o.apiKey, Version: "megamoe-dev", StopTokens: stopTokens,
+		Logger: log, WriteIdleTimeout: o.writeIdleTimeout})
 	addr := net.JoinHostPort(o.host, strconv.Itoa(o.port))
-	srv := &http.Server{Addr: addr, Handler: h, ReadHeaderTimeout: 10 * time.Second}
+	srv := newHTTPServer(addr, h, o)
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		stopEngine()
@@ -186,6 +197,21 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 		err = nil
 	}
 	return err
+}
+
+// newHTTPServer applies the connection limits of o. The write timeout is the
+// handlers' (per write, so streams may last); here only reads and idle
+// connections are bounded. An HTTP/1.1 connection serves one request at a
+// time: a pipelined request waits, unread, until the one before is answered.
+func newHTTPServer(addr string, h http.Handler, o *options) *http.Server {
+	return &http.Server{
+		Addr:              addr,
+		Handler:           h,
+		ReadHeaderTimeout: min(10*time.Second, o.readTimeout),
+		ReadTimeout:       o.readTimeout,
+		IdleTimeout:       o.idleTimeout,
+		MaxHeaderBytes:    o.maxHeaderBytes,
+	}
 }
 
 // load reads the checkpoint and the tokenizer, prepares the weights and
