@@ -4,6 +4,7 @@ package api
 
 import (
 	"bytes"
+	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
@@ -37,7 +38,13 @@ type Config struct {
 	// A stream's deadline moves on with every event, so a long stream lives
 	// on while a client that stops reading is dropped.
 	WriteIdleTimeout time.Duration
-	Logger           *slog.Logger
+	// KeepAlive is how often a stream waiting for its first token (queued or
+	// prefilling) gets an SSE comment line (0: never).
+	KeepAlive time.Duration
+	// Shutdown ending ends the requests in flight at once: streams with an
+	// error event, others with a 503.
+	Shutdown context.Context
+	Logger   *slog.Logger
 }
 
 // Server holds the handlers' shared state.
@@ -420,6 +427,17 @@ func (w sse) send(v any) error {
 	b.WriteString("\n\n")
 	writeDeadline(w.c, w.idle)
 	if _, err := w.c.Writer.Write(b.Bytes()); err != nil {
+		return err
+	}
+	w.c.Writer.Flush()
+	return nil
+}
+
+// comment writes an SSE comment line, which clients ignore; it keeps
+// proxies and clients from timing out a stream that waits.
+func (w sse) comment(text string) error {
+	writeDeadline(w.c, w.idle)
+	if _, err := w.c.Writer.WriteString(": " + text + "\n\n"); err != nil {
 		return err
 	}
 	w.c.Writer.Flush()

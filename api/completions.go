@@ -111,10 +111,11 @@ func (s *Server) completions(c *gin.Context) {
 		s.streamCompletions(c, g, resp, echo, req.StreamOptions != nil && req.StreamOptions.IncludeUsage)
 		return
 	}
-	ctx := c.Request.Context()
+	ctx, stop := s.requestContext(c)
+	defer stop()
 	results, err := s.fanOut(ctx, g, func(int, delta) error { return nil }, nil)
 	if err != nil {
-		if ctx.Err() == nil {
+		if err := failure(ctx, err); err != nil {
 			writeError(c, err)
 		}
 		return
@@ -142,7 +143,8 @@ type textStream struct {
 // of the tokens whose text it adds, with text offsets running on across
 // chunks (from the echoed prompt's end).
 func (s *Server) streamCompletions(c *gin.Context, g *genSpec, head textResponse, echo string, includeUsage bool) {
-	ctx := c.Request.Context()
+	ctx, stop := s.requestContext(c)
+	defer stop()
 	states := make([]textStream, g.n)
 	chunk := func(i int, text string, finish *string) textResponse {
 		ch := head
@@ -175,7 +177,20 @@ func (s *Server) streamCompletions(c *gin.Context, g *genSpec, head textResponse
 		}
 		return nil
 	}
+	accepted := 0
 	emit := func(i int, d delta) error {
+		switch {
+		case d.accepted: // the status goes out once every choice is queued (a 429 is still possible before)
+			if accepted++; accepted < g.n {
+				return nil
+			}
+			return start()
+		case d.keepAlive:
+			if !started {
+				return nil
+			}
+			return w.comment("keep-alive")
+		}
 		if err := start(); err != nil {
 			return err
 		}
@@ -193,8 +208,8 @@ func (s *Server) streamCompletions(c *gin.Context, g *genSpec, head textResponse
 	}
 	results, err := s.fanOut(ctx, g, emit, done)
 	if err != nil {
-		switch {
-		case ctx.Err() != nil:
+		switch err = failure(ctx, err); {
+		case err == nil: // client went away; the sequences are cancelled
 		case !started:
 			writeError(c, err)
 		default:

@@ -8,6 +8,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/gin-gonic/gin"
+
 	"github.com/megamoe/megamoe/engine"
 	"github.com/megamoe/megamoe/tokenizer"
 )
@@ -17,6 +19,8 @@ import (
 type delta struct {
 	reasoning, content string
 	tokens             []engine.Token
+	accepted           bool // the choice's sequence was queued (nothing else is set)
+	keepAlive          bool // the choice still waits for its first token (nothing else is set)
 }
 
 // result is a finished generation.
@@ -97,6 +101,15 @@ func (s *Server) generate(ctx context.Context, g *genSpec, emit func(delta) erro
 		return nil, errorf(http.StatusBadRequest, "", "", "%v", err)
 	}
 	defer st.Cancel() // no-op once finished
+	if err := emit(delta{accepted: true}); err != nil {
+		return nil, err
+	}
+	var keepAlive <-chan time.Time
+	if s.cfg.KeepAlive > 0 {
+		tick := time.NewTicker(s.cfg.KeepAlive)
+		defer tick.Stop()
+		keepAlive = tick.C
+	}
 	start := time.Now()
 	dec := tokenizer.NewStreamDecoder(s.tok, g.stops)
 	split := thinkSplit{thinking: g.thinking, reasoning: g.thinking}
@@ -141,6 +154,13 @@ func (s *Server) generate(ctx context.Context, g *genSpec, emit func(delta) erro
 		select {
 		case <-ctx.Done():
 			return nil, ctx.Err()
+		case <-keepAlive:
+			if res.completion == 0 {
+				if err := emit(delta{keepAlive: true}); err != nil {
+					return nil, err
+				}
+			}
+			continue
 		case <-st.Ready():
 		}
 		for {
@@ -228,6 +248,34 @@ func heldPrefix(s, marker string) int {
 		}
 	}
 	return 0
+}
+
+// shutdownError is the cause of a request context ended by Config.Shutdown.
+type shutdownError struct{}
+
+func (shutdownError) Error() string { return "the server is shutting down" }
+
+// requestContext is c's request context, also ended (with cause
+// shutdownError) when Config.Shutdown is.
+func (s *Server) requestContext(c *gin.Context) (context.Context, func()) {
+	ctx, cancel := context.WithCancelCause(c.Request.Context())
+	if s.cfg.Shutdown == nil {
+		return ctx, func() { cancel(nil) }
+	}
+	stop := context.AfterFunc(s.cfg.Shutdown, func() { cancel(shutdownError{}) })
+	return ctx, func() { stop(); cancel(nil) }
+}
+
+// failure is what to tell the client about err, a failure of a request
+// running under ctx: nil when the client went away (no one to tell).
+func failure(ctx context.Context, err error) error {
+	if ctx.Err() == nil {
+		return err
+	}
+	if errors.As(context.Cause(ctx), new(shutdownError)) {
+		return errorf(http.StatusServiceUnavailable, "", "shutting_down", "the server is shutting down")
+	}
+	return nil
 }
 
 func (s *Server) isStop(id int32) bool {

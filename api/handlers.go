@@ -229,10 +229,11 @@ func (s *Server) chat(c *gin.Context) {
 		s.streamChat(c, g, resp, len(tools) > 0, req.StreamOptions != nil && req.StreamOptions.IncludeUsage)
 		return
 	}
-	ctx := c.Request.Context()
+	ctx, stop := s.requestContext(c)
+	defer stop()
 	results, err := s.fanOut(ctx, g, func(int, delta) error { return nil }, nil)
 	if err != nil {
-		if ctx.Err() == nil {
+		if err := failure(ctx, err); err != nil {
 			writeError(c, err)
 		}
 		return
@@ -282,7 +283,8 @@ type chatStream struct {
 // text is held back (a possible tool-call marker) or dropped (</think>) ride
 // with the choice's next chunk, at the latest its finish chunk.
 func (s *Server) streamChat(c *gin.Context, g *genSpec, head chatResponse, tools, includeUsage bool) {
-	ctx := c.Request.Context()
+	ctx, stop := s.requestContext(c)
+	defer stop()
 	head.Object = "chat.completion.chunk"
 	chunk := func(i int, d *chatOutMsg, finish *string, lp any) chatResponse {
 		ch := head
@@ -321,7 +323,20 @@ func (s *Server) streamChat(c *gin.Context, g *genSpec, head chatResponse, tools
 		}
 		return nil
 	}
+	accepted := 0
 	emit := func(i int, d delta) error {
+		switch {
+		case d.accepted: // the status goes out once every choice is queued (a 429 is still possible before)
+			if accepted++; accepted < g.n {
+				return nil
+			}
+			return start()
+		case d.keepAlive:
+			if !started {
+				return nil
+			}
+			return w.comment("keep-alive")
+		}
 		if err := start(); err != nil {
 			return err
 		}
@@ -364,8 +379,8 @@ func (s *Server) streamChat(c *gin.Context, g *genSpec, head chatResponse, tools
 	}
 	results, err := s.fanOut(ctx, g, emit, done)
 	if err != nil {
-		switch {
-		case ctx.Err() != nil: // client went away; the sequences are cancelled
+		switch err = failure(ctx, err); {
+		case err == nil: // client went away; the sequences are cancelled
 		case !started:
 			writeError(c, err)
 		default:

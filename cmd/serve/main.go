@@ -31,6 +31,14 @@ import (
 	"github.com/megamoe/megamoe/tokenizer"
 )
 
+// keepAlive is how often a stream waiting for its first token gets an SSE
+// comment, well inside common proxies' idle timeouts (60 s for nginx).
+const keepAlive = 15 * time.Second
+
+// abortGrace is how long requests ended by an expired drain have to write
+// their error before the connections are closed.
+const abortGrace = 5 * time.Second
+
 // maxBatchTokens bounds --max-num-batched-tokens: a step's activations grow
 // with its tokens (and the MoE tile grid with tokens × top-k).
 const maxBatchTokens = 32768
@@ -152,10 +160,14 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 	engDone := make(chan error, 1)
 	go func() { engDone <- eng.Run(engCtx) }()
 
+	// abort ends the requests still in flight when the drain runs out of time,
+	// so streams end with an error event rather than a cut connection.
+	abortCtx, abort := context.WithCancel(context.Background())
+	defer abort()
 	gin.SetMode(gin.ReleaseMode)
 	stopTokens := []int32{int32(w.Config.EOS)}
 	h := api.New(eng, tok, api.Config{ModelName: name, APIKey: o.apiKey, Version: "megamoe-dev", StopTokens: stopTokens,
-		Logger: log, WriteIdleTimeout: o.writeIdleTimeout})
+		Logger: log, WriteIdleTimeout: o.writeIdleTimeout, KeepAlive: keepAlive, Shutdown: abortCtx})
 	addr := net.JoinHostPort(o.host, strconv.Itoa(o.port))
 	srv := newHTTPServer(addr, h, o)
 	ln, err := net.Listen("tcp", addr)
@@ -183,8 +195,13 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 	shCtx, cancel := context.WithTimeout(context.Background(), o.shutdownTimeout)
 	defer cancel()
 	if serr := srv.Shutdown(shCtx); serr != nil {
-		log.Warn("drain cut short; closing the remaining connections", "err", serr)
-		_ = srv.Close()
+		log.Warn("drain cut short; ending the remaining requests", "err", serr)
+		abort()
+		endCtx, cancelEnd := context.WithTimeout(context.Background(), abortGrace)
+		if srv.Shutdown(endCtx) != nil {
+			_ = srv.Close()
+		}
+		cancelEnd()
 		if err == nil {
 			err = fmt.Errorf("drain: %w", serr)
 		}
