@@ -63,8 +63,11 @@ func (f *responseFormat) schema() (json.RawMessage, error) {
 	return nil, errorf(http.StatusBadRequest, "response_format", "", "response_format must be text, json_object or json_schema with a schema")
 }
 
+// templateKwargs are vLLM's chat_template_kwargs as its DeepSeek-V4 recipe
+// sends them.
 type templateKwargs struct {
-	Thinking bool `json:"thinking"`
+	Thinking        *bool   `json:"thinking"`
+	ReasoningEffort *string `json:"reasoning_effort"`
 }
 
 // messageText accepts a string or an array of {"type":"text","text":...} parts.
@@ -179,8 +182,7 @@ func (s *Server) chat(c *gin.Context) {
 		writeError(c, err)
 		return
 	}
-	thinking := req.ReasoningEffort != nil || (req.ChatTemplateKwargs != nil && req.ChatTemplateKwargs.Thinking)
-	effort, err := reasoningEffort(req.ReasoningEffort)
+	thinking, effort, err := thinkingOptions(req.ReasoningEffort, req.ChatTemplateKwargs)
 	if err != nil {
 		writeError(c, err)
 		return
@@ -404,6 +406,29 @@ func sumCompletion(results []*result) int {
 	return n
 }
 
+// thinkingOptions is the thinking mode and V4 effort level of a request:
+// reasoning_effort (or chat_template_kwargs.reasoning_effort) turns thinking
+// on at its level, except none and minimal, which turn it off;
+// chat_template_kwargs.thinking, when sent, decides on or off. Without any of
+// them the model answers without thinking, the chat template's default.
+func thinkingOptions(effort *string, kw *templateKwargs) (bool, string, error) {
+	if effort == nil && kw != nil {
+		effort = kw.ReasoningEffort
+	}
+	thinking := effort != nil
+	if effort != nil && (*effort == "none" || *effort == "minimal") {
+		thinking, effort = false, nil
+	}
+	if kw != nil && kw.Thinking != nil {
+		thinking = *kw.Thinking
+	}
+	level, err := reasoningEffort(effort)
+	if err != nil || !thinking {
+		return false, "", err
+	}
+	return true, level, nil
+}
+
 // reasoningEffort maps the OpenAI reasoning_effort values onto the two levels
 // DeepSeek-V4 has, as DeepSeek's API does: low, medium and high think at
 // "high" (no prefix); xhigh and max use the max-effort prefix.
@@ -417,5 +442,5 @@ func reasoningEffort(v *string) (string, error) {
 	case "max", "xhigh":
 		return "max", nil
 	}
-	return "", errorf(http.StatusBadRequest, "reasoning_effort", "", "reasoning_effort %q: want low, medium, high, xhigh or max", *v)
+	return "", errorf(http.StatusBadRequest, "reasoning_effort", "", "reasoning_effort %q: want none, minimal, low, medium, high, xhigh or max", *v)
 }
