@@ -194,24 +194,32 @@ func readJSON(c *gin.Context, v any, reject []string) error {
 
 // commonParams are the fields shared by chat and text completions.
 type commonParams struct {
-	Model               string             `json:"model"`
-	Stream              bool               `json:"stream"`
-	StreamOptions       *streamOptions     `json:"stream_options"`
-	Temperature         *float64           `json:"temperature"`
-	TopP                *float64           `json:"top_p"`
-	TopK                *int               `json:"top_k"`
-	MinP                *float64           `json:"min_p"`
-	Seed                *int64             `json:"seed"`
-	Stop                json.RawMessage    `json:"stop"`
-	MaxTokens           *int               `json:"max_tokens"`
-	MaxCompletionTokens *int               `json:"max_completion_tokens"`
-	PresencePenalty     *float64           `json:"presence_penalty"`
-	FrequencyPenalty    *float64           `json:"frequency_penalty"`
-	RepetitionPenalty   *float64           `json:"repetition_penalty"`
-	SkipSpecialTokens   *bool              `json:"skip_special_tokens"`
-	LogitBias           map[string]float64 `json:"logit_bias"`
-	N                   *int               `json:"n"`
-	BestOf              *int               `json:"best_of"`
+	Model               string          `json:"model"`
+	Stream              bool            `json:"stream"`
+	StreamOptions       *streamOptions  `json:"stream_options"`
+	Temperature         *float64        `json:"temperature"`
+	TopP                *float64        `json:"top_p"`
+	TopK                *int            `json:"top_k"`
+	MinP                *float64        `json:"min_p"`
+	Seed                *int64          `json:"seed"`
+	Stop                json.RawMessage `json:"stop"`
+	MaxTokens           *int            `json:"max_tokens"`
+	MaxCompletionTokens *int            `json:"max_completion_tokens"`
+	PresencePenalty     *float64        `json:"presence_penalty"`
+	FrequencyPenalty    *float64        `json:"frequency_penalty"`
+	RepetitionPenalty   *float64        `json:"repetition_penalty"`
+	SkipSpecialTokens   *bool           `json:"skip_special_tokens"`
+	// vLLM's sampling extensions.
+	IgnoreEOS              bool  `json:"ignore_eos"`
+	MinTokens              *int  `json:"min_tokens"`
+	StopTokenIDs           []int `json:"stop_token_ids"`
+	IncludeStopStrInOutput bool  `json:"include_stop_str_in_output"`
+	// Only slow (non-byte-level) tokenizers put spaces between special
+	// tokens; with V4's byte-level BPE it changes nothing, as in vLLM.
+	SpacesBetweenSpecialTokens *bool              `json:"spaces_between_special_tokens"`
+	LogitBias                  map[string]float64 `json:"logit_bias"`
+	N                          *int               `json:"n"`
+	BestOf                     *int               `json:"best_of"`
 }
 
 type streamOptions struct {
@@ -229,6 +237,8 @@ type genSpec struct {
 	stops     []string
 	thinking  bool     // split the output at </think>
 	special   bool     // keep special tokens' text in the output
+	stopIDs   []int32  // token ids that end generation (not in the text)
+	withStop  bool     // include a matched stop string in the text
 	keep      []string // special tokens whose text is kept anyway (parsed out later)
 	n         int      // independent choices
 }
@@ -284,6 +294,19 @@ func (s *Server) build(p *commonParams, prompt []int32, promptParam string) (*ge
 	}
 	if p.BestOf != nil && *p.BestOf != g.n {
 		return nil, bad("best_of", "best_of %d differs from n %d: choosing the best of several samples is not supported", *p.BestOf, g.n)
+	}
+	if p.MinTokens != nil && *p.MinTokens != 0 {
+		return nil, errorf(http.StatusBadRequest, "min_tokens", "unsupported_parameter", "min_tokens is not supported by this server")
+	}
+	g.withStop = p.IncludeStopStrInOutput
+	if !p.IgnoreEOS {
+		g.stopIDs = append(g.stopIDs, s.cfg.StopTokens...)
+	}
+	for _, id := range p.StopTokenIDs {
+		if id < 0 || id >= s.eng.Vocab() {
+			return nil, bad("stop_token_ids", "stop token id %d outside the vocabulary [0, %d)", id, s.eng.Vocab())
+		}
+		g.stopIDs = append(g.stopIDs, int32(id))
 	}
 	if p.StreamOptions != nil && !p.Stream {
 		return nil, bad("stream_options", "stream_options is only allowed when stream is true")

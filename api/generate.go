@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -91,7 +92,7 @@ func (s *Server) fanOut(ctx context.Context, g *genSpec, emit func(int, delta) e
 // partial UTF-8 held back, cut at token boundaries), and returns the whole
 // output. ctx ending cancels the sequence.
 func (s *Server) generate(ctx context.Context, g *genSpec, emit func(delta) error) (*result, error) {
-	st, err := s.eng.Submit(&engine.Request{Prompt: g.prompt, Params: g.params, MaxTokens: g.maxTokens, StopTokens: s.cfg.StopTokens})
+	st, err := s.eng.Submit(&engine.Request{Prompt: g.prompt, Params: g.params, MaxTokens: g.maxTokens, StopTokens: g.stopIDs})
 	switch {
 	case errors.Is(err, engine.ErrQueueFull):
 		return nil, errorf(http.StatusTooManyRequests, "", "queue_full", "the server is busy; retry later")
@@ -115,6 +116,9 @@ func (s *Server) generate(ctx context.Context, g *genSpec, emit func(delta) erro
 	split := thinkSplit{thinking: g.thinking, reasoning: g.thinking}
 	if g.thinking {
 		dec.Hold(tokenizer.ThinkClose)
+	}
+	if g.withStop {
+		dec.IncludeStop()
 	}
 	if !g.special {
 		var keep []int
@@ -175,7 +179,7 @@ func (s *Server) generate(ctx context.Context, g *genSpec, emit func(delta) erro
 					res.first = time.Now()
 				}
 				res.completion++
-				if !s.isStop(t.ID) {
+				if !slices.Contains(g.stopIDs, t.ID) {
 					res.tokens = append(res.tokens, t)
 					p, hit := dec.Push(int(t.ID))
 					piece.WriteString(p)
@@ -276,13 +280,4 @@ func failure(ctx context.Context, err error) error {
 		return errorf(http.StatusServiceUnavailable, "", "shutting_down", "the server is shutting down")
 	}
 	return nil
-}
-
-func (s *Server) isStop(id int32) bool {
-	for _, t := range s.cfg.StopTokens {
-		if t == id {
-			return true
-		}
-	}
-	return false
 }

@@ -41,6 +41,10 @@ type chatRequest struct {
 	ResponseFormat     *responseFormat   `json:"response_format"`
 	Logprobs           bool              `json:"logprobs"`
 	TopLogprobs        *int              `json:"top_logprobs"`
+	// vLLM's chat extensions.
+	AddGenerationPrompt  *bool `json:"add_generation_prompt"`
+	ContinueFinalMessage bool  `json:"continue_final_message"`
+	Echo                 bool  `json:"echo"`
 }
 
 type responseFormat struct {
@@ -202,6 +206,11 @@ func (s *Server) chat(c *gin.Context) {
 		writeError(c, err)
 		return
 	}
+	text, echo, err := req.ending(text, thinking)
+	if err != nil {
+		writeError(c, err)
+		return
+	}
 	g, err := s.build(&req.commonParams, s.encodeQuoted(text), "messages")
 	if err != nil {
 		writeError(c, err)
@@ -228,7 +237,7 @@ func (s *Server) chat(c *gin.Context) {
 	}
 	resp := chatResponse{ID: newID("chatcmpl-"), Object: "chat.completion", Created: time.Now().Unix(), Model: s.cfg.ModelName}
 	if req.Stream {
-		s.streamChat(c, g, resp, len(tools) > 0, req.StreamOptions != nil && req.StreamOptions.IncludeUsage)
+		s.streamChat(c, g, resp, len(tools) > 0, req.StreamOptions != nil && req.StreamOptions.IncludeUsage, echo)
 		return
 	}
 	ctx, stop := s.requestContext(c)
@@ -242,6 +251,7 @@ func (s *Server) chat(c *gin.Context) {
 	}
 	completion := 0
 	for i, res := range results {
+		res.text = echo + res.text
 		resp.Choices = append(resp.Choices, s.chatChoice(i, res, len(tools) > 0, thinking, g.params.Logprobs))
 		completion += res.completion
 	}
@@ -284,7 +294,7 @@ type chatStream struct {
 // chunk carries the logprobs of the tokens whose text it adds; tokens whose
 // text is held back (a possible tool-call marker) or dropped (</think>) ride
 // with the choice's next chunk, at the latest its finish chunk.
-func (s *Server) streamChat(c *gin.Context, g *genSpec, head chatResponse, tools, includeUsage bool) {
+func (s *Server) streamChat(c *gin.Context, g *genSpec, head chatResponse, tools, includeUsage bool, echo string) {
 	ctx, stop := s.requestContext(c)
 	defer stop()
 	head.Object = "chat.completion.chunk"
@@ -321,6 +331,11 @@ func (s *Server) streamChat(c *gin.Context, g *genSpec, head chatResponse, tools
 		for i := range g.n {
 			if err := w.send(chunk(i, &chatOutMsg{Role: "assistant", Content: strp("")}, nil, nil)); err != nil {
 				return err
+			}
+			if echo != "" {
+				if err := w.send(chunk(i, &chatOutMsg{Content: strp(echo)}, nil, nil)); err != nil {
+					return err
+				}
 			}
 		}
 		return nil
@@ -404,6 +419,38 @@ func sumCompletion(results []*result) int {
 		n += r.completion
 	}
 	return n
+}
+
+// ending applies add_generation_prompt and continue_final_message to the
+// rendered prompt text, and returns the text echo puts before the answer
+// (the continued final message's).
+func (r *chatRequest) ending(text string, thinking bool) (string, string, error) {
+	addGen := r.AddGenerationPrompt == nil || *r.AddGenerationPrompt
+	last := r.Messages[len(r.Messages)-1]
+	echo := ""
+	switch {
+	case r.ContinueFinalMessage && addGen:
+		return "", "", errorf(http.StatusBadRequest, "continue_final_message", "", "continue_final_message needs add_generation_prompt false")
+	case r.ContinueFinalMessage:
+		if last.Role != "assistant" {
+			return "", "", errorf(http.StatusBadRequest, "continue_final_message", "", "continue_final_message needs an assistant message last")
+		}
+		// The final assistant turn stays open: no end-of-sentence after it.
+		text = strings.TrimSuffix(text, tokenizer.EOS)
+		if r.Echo {
+			echo, _ = messageText(len(r.Messages)-1, last.Content)
+		}
+	case !addGen:
+		text = strings.TrimSuffix(text, tokenizer.AssistantTag+thinkToken(thinking))
+	}
+	return text, echo, nil
+}
+
+func thinkToken(thinking bool) string {
+	if thinking {
+		return tokenizer.ThinkOpen
+	}
+	return tokenizer.ThinkClose
 }
 
 // thinkingOptions is the thinking mode and V4 effort level of a request:

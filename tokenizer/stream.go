@@ -16,19 +16,20 @@ import (
 // Bytes that can no longer form UTF-8 become U+FFFD, one per byte as
 // encoding/json writes them, so stop strings match the text clients see.
 type StreamDecoder struct {
-	tok     *Tokenizer
-	stops   []string
-	holds   []string // held back like stop strings, without stopping
-	skip    bool     // drop special tokens' text ...
-	keep    []int    // ... except these tokens'
-	maxStop int
-	raw     []byte // an incomplete UTF-8 tail not yet in text
-	text    []byte // visible text not yet emitted
-	scanned int    // text[:scanned] was searched for stops
-	ends    []int  // per unemitted token: its end in text, -1 while it ends in raw
-	pushed  int
-	emitted int // tokens whose text has all been emitted
-	stopped bool
+	tok      *Tokenizer
+	stops    []string
+	holds    []string // held back like stop strings, without stopping
+	skip     bool     // drop special tokens' text ...
+	keep     []int    // ... except these tokens'
+	maxStop  int
+	raw      []byte // an incomplete UTF-8 tail not yet in text
+	text     []byte // visible text not yet emitted
+	scanned  int    // text[:scanned] was searched for stops
+	ends     []int  // per unemitted token: its end in text, -1 while it ends in raw
+	pushed   int
+	emitted  int // tokens whose text has all been emitted
+	stopped  bool
+	withStop bool // a stop string hit is emitted too
 }
 
 // NewStreamDecoder starts a stream; empty stop strings are ignored.
@@ -53,6 +54,10 @@ func (d *StreamDecoder) Hold(markers ...string) {
 		}
 	}
 }
+
+// IncludeStop makes a hit stop string part of the emitted text
+// (include_stop_str_in_output).
+func (d *StreamDecoder) IncludeStop() { d.withStop = true }
 
 // SkipSpecial drops the text of special tokens (as skip_special_tokens does),
 // except that of the tokens keep, which the caller needs to see (e.g. </think>
@@ -138,16 +143,19 @@ func (d *StreamDecoder) Flush() string {
 func (d *StreamDecoder) cut() (string, bool) {
 	from := max(0, d.scanned-d.maxStop+1)
 	d.scanned = len(d.text)
-	best := -1
+	best, end := -1, 0
 	for _, s := range d.stops {
 		if i := strings.Index(string(d.text[from:]), s); i >= 0 && (best < 0 || from+i < best) {
-			best = from + i
+			best, end = from+i, from+i+len(s)
 		}
 	}
 	if best < 0 {
 		return "", false
 	}
 	d.stopped, d.emitted = true, d.pushed
+	if d.withStop {
+		return string(d.text[:end]), true
+	}
 	return string(d.text[:best]), true
 }
 
