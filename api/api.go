@@ -6,6 +6,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/rand"
+	"crypto/subtle"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
@@ -15,6 +16,7 @@ import (
 	"math"
 	"net/http"
 	"reflect"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -30,10 +32,16 @@ const MaxBodyBytes = 4 << 20
 
 // Config configures the server.
 type Config struct {
-	ModelName  string  // served model id (default "megamoe")
-	APIKey     string  // when set, /v1/* require "Authorization: Bearer <key>"
-	Version    string  // reported by /version
-	StopTokens []int32 // ids that end generation (default: the tokenizer's end-of-sentence)
+	ModelName string // served model id (default "megamoe")
+	// Aliases are further ids the model answers to (vLLM's several
+	// --served-model-name values); responses name ModelName.
+	Aliases []string
+	// AllowedOrigins are the CORS origins allowed to call the API ("*": any);
+	// none sends no CORS headers.
+	AllowedOrigins []string
+	APIKey         string  // when set, /v1/* require "Authorization: Bearer <key>"
+	Version        string  // reported by /version
+	StopTokens     []int32 // ids that end generation (default: the tokenizer's end-of-sentence)
 	// WriteIdleTimeout bounds each write of a completion response (0: none).
 	// A stream's deadline moves on with every event, so a long stream lives
 	// on while a client that stops reading is dropped.
@@ -75,15 +83,25 @@ func New(eng *engine.Engine, tok *tokenizer.Tokenizer, cfg Config) http.Handler 
 			cfg.StopTokens = []int32{int32(id)}
 		}
 	}
-	s := &Server{eng: eng, tok: tok, cfg: cfg, maxLen: eng.Config().MaxModelLen, created: time.Now().Unix(), log: cfg.Logger, met: newMetrics(eng)}
+	s := &Server{eng: eng, tok: tok, cfg: cfg, maxLen: eng.Config().MaxModelLen, created: time.Now().Unix(), log: cfg.Logger, met: newMetrics(eng, cfg.ModelName)}
 	s.quoter = newQuoter(tok)
 	r := gin.New()
-	r.Use(clearWriteDeadline, gin.Recovery(), s.accessLog, s.met.count)
+	r.HandleMethodNotAllowed = true
+	r.NoRoute(func(c *gin.Context) {
+		writeError(c, errorf(http.StatusNotFound, "", "not_found", "no route %s %s", c.Request.Method, c.Request.URL.Path))
+	})
+	r.NoMethod(func(c *gin.Context) {
+		writeError(c, errorf(http.StatusMethodNotAllowed, "", "method_not_allowed", "%s is not allowed on %s", c.Request.Method, c.Request.URL.Path))
+	})
+	r.Use(requestID, clearWriteDeadline, gin.Recovery(), s.cors, s.accessLog, s.met.count)
 	r.GET("/health", s.health)
 	r.GET("/metrics", s.met.handler())
 	r.GET("/version", s.version)
+	r.POST("/tokenize", s.auth, s.tokenize)
+	r.POST("/detokenize", s.auth, s.detokenize)
 	v1 := r.Group("/v1", s.auth)
 	v1.GET("/models", s.models)
+	v1.GET("/models/*id", s.model)
 	v1.POST("/chat/completions", s.chat)
 	v1.POST("/completions", s.completions)
 	return r
@@ -119,6 +137,9 @@ func writeError(c *gin.Context, err error) {
 	if !errors.As(err, &ae) {
 		ae = errorf(http.StatusInternalServerError, "", "", "%v", err)
 	}
+	if ae.status == http.StatusTooManyRequests {
+		c.Header("Retry-After", "1") // the queue moves on within a step or so
+	}
 	c.AbortWithStatusJSON(ae.status, gin.H{"error": ae})
 }
 
@@ -126,8 +147,41 @@ func (s *Server) auth(c *gin.Context) {
 	if s.cfg.APIKey == "" {
 		return
 	}
-	if c.GetHeader("Authorization") != "Bearer "+s.cfg.APIKey {
+	h := c.GetHeader("Authorization")
+	const scheme = "bearer "
+	ok := len(h) > len(scheme) && strings.EqualFold(h[:len(scheme)], scheme) &&
+		subtle.ConstantTimeCompare([]byte(strings.TrimSpace(h[len(scheme):])), []byte(s.cfg.APIKey)) == 1
+	if !ok {
 		writeError(c, errorf(http.StatusUnauthorized, "", "invalid_api_key", "invalid or missing API key"))
+	}
+}
+
+// requestID takes the client's X-Request-Id (or makes one), echoes it and
+// keeps it for the log.
+func requestID(c *gin.Context) {
+	id := c.GetHeader("X-Request-Id")
+	if id == "" || len(id) > 200 {
+		id = newID("")
+	}
+	c.Set("request_id", id)
+	c.Header("X-Request-Id", id)
+}
+
+// cors answers the allowed origins' requests and preflights.
+func (s *Server) cors(c *gin.Context) {
+	origin := c.GetHeader("Origin")
+	if origin == "" || !slices.ContainsFunc(s.cfg.AllowedOrigins, func(o string) bool { return o == "*" || o == origin }) {
+		return
+	}
+	h := c.Writer.Header()
+	h.Set("Access-Control-Allow-Origin", origin)
+	h.Add("Vary", "Origin")
+	h.Set("Access-Control-Expose-Headers", "X-Request-Id")
+	if c.Request.Method == http.MethodOptions && c.GetHeader("Access-Control-Request-Method") != "" {
+		h.Set("Access-Control-Allow-Methods", "GET, POST, OPTIONS")
+		h.Set("Access-Control-Allow-Headers", "Authorization, Content-Type, X-Request-Id")
+		h.Set("Access-Control-Max-Age", "600")
+		c.AbortWithStatus(http.StatusNoContent)
 	}
 }
 
@@ -148,7 +202,7 @@ func writeDeadline(c *gin.Context, idle time.Duration) {
 func (s *Server) accessLog(c *gin.Context) {
 	t0 := time.Now()
 	c.Next()
-	s.log.Info("request", "method", c.Request.Method, "path", c.Request.URL.Path, "status", c.Writer.Status(),
+	s.log.Info("request", "id", c.GetString("request_id"), "method", c.Request.Method, "path", c.Request.URL.Path, "status", c.Writer.Status(),
 		"dur", time.Since(t0).Round(time.Microsecond), "remote", c.ClientIP())
 }
 
@@ -156,10 +210,25 @@ func (s *Server) health(c *gin.Context) { c.JSON(http.StatusOK, gin.H{"status": 
 
 func (s *Server) version(c *gin.Context) { c.JSON(http.StatusOK, gin.H{"version": s.cfg.Version}) }
 
+func (s *Server) modelObject(id string) gin.H {
+	return gin.H{"id": id, "object": "model", "created": s.created, "owned_by": "megamoe", "root": s.cfg.ModelName, "max_model_len": s.maxLen}
+}
+
 func (s *Server) models(c *gin.Context) {
-	c.JSON(http.StatusOK, gin.H{"object": "list", "data": []gin.H{{
-		"id": s.cfg.ModelName, "object": "model", "created": s.created, "owned_by": "megamoe", "max_model_len": s.maxLen,
-	}}})
+	data := []gin.H{s.modelObject(s.cfg.ModelName)}
+	for _, a := range s.cfg.Aliases {
+		data = append(data, s.modelObject(a))
+	}
+	c.JSON(http.StatusOK, gin.H{"object": "list", "data": data})
+}
+
+func (s *Server) model(c *gin.Context) {
+	id := strings.TrimPrefix(c.Param("id"), "/")
+	if err := s.checkModel(id); err != nil || id == "" {
+		writeError(c, errorf(http.StatusNotFound, "model", "model_not_found", "the model %q does not exist", id))
+		return
+	}
+	c.JSON(http.StatusOK, s.modelObject(id))
 }
 
 // readJSON reads the (bounded) body into v, mapping failures to 400/413.
@@ -244,7 +313,7 @@ type genSpec struct {
 }
 
 func (s *Server) checkModel(name string) error {
-	if name != "" && name != s.cfg.ModelName {
+	if name != "" && name != s.cfg.ModelName && !slices.Contains(s.cfg.Aliases, name) {
 		return errorf(http.StatusNotFound, "model", "model_not_found", "the model %q does not exist", name)
 	}
 	return nil

@@ -146,7 +146,18 @@ func (s *Server) streamCompletions(c *gin.Context, g *genSpec, head textResponse
 	ctx, stop := s.requestContext(c)
 	defer stop()
 	states := make([]textStream, g.n)
-	chunk := func(i int, text string, finish *string) textResponse {
+	// withNullUsage adds "usage": null to a chunk before the usage chunk, as
+	// OpenAI sends them when include_usage is set.
+	withNullUsage := func(ch textResponse) any {
+		if includeUsage {
+			return struct {
+				textResponse
+				Usage *usage `json:"usage"`
+			}{textResponse: ch}
+		}
+		return ch
+	}
+	chunk := func(i int, text string, finish *string) any {
 		ch := head
 		tc := textChoice{Index: i, Text: text, FinishReason: finish}
 		if cs := &states[i]; g.params.Logprobs && (text != "" || len(cs.pending) > 0) {
@@ -154,7 +165,7 @@ func (s *Server) streamCompletions(c *gin.Context, g *genSpec, head textResponse
 			cs.pending = nil
 		}
 		ch.Choices = []textChoice{tc}
-		return ch
+		return withNullUsage(ch)
 	}
 	var w sse
 	started := false
@@ -171,7 +182,7 @@ func (s *Server) streamCompletions(c *gin.Context, g *genSpec, head textResponse
 			}
 			ch := head
 			ch.Choices = []textChoice{{Index: i, Text: echo}}
-			if err := w.send(ch); err != nil {
+			if err := w.send(withNullUsage(ch)); err != nil {
 				return err
 			}
 		}

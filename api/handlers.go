@@ -298,9 +298,15 @@ func (s *Server) streamChat(c *gin.Context, g *genSpec, head chatResponse, tools
 	ctx, stop := s.requestContext(c)
 	defer stop()
 	head.Object = "chat.completion.chunk"
-	chunk := func(i int, d *chatOutMsg, finish *string, lp any) chatResponse {
+	chunk := func(i int, d *chatOutMsg, finish *string, lp any) any {
 		ch := head
 		ch.Choices = []chatChoice{{Index: i, Delta: d, FinishReason: finish, Logprobs: lp}}
+		if includeUsage { // "usage": null until the usage chunk, as OpenAI sends it
+			return struct {
+				chatResponse
+				Usage *usage `json:"usage"`
+			}{chatResponse: ch}
+		}
 		return ch
 	}
 	states := make([]chatStream, g.n)

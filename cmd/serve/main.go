@@ -3,6 +3,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -15,6 +16,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
@@ -51,6 +53,7 @@ type options struct {
 	shutdownTimeout                                   time.Duration
 	readTimeout, writeIdleTimeout, idleTimeout        time.Duration
 	maxHeaderBytes                                    int
+	aliases, allowedOrigins                           []string // further served names; CORS origins
 	cudaGraphs, deviceSampling, sideStream            bool
 }
 
@@ -69,7 +72,29 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.StringVar(&o.model, "model", "", "checkpoint directory with config.json and tokenizer.json (default: the embedded small model)")
-	fs.StringVar(&o.servedName, "served-model-name", "", `model id in the API (default "megamoe-small" for the embedded model, else the directory name)`)
+	fs.Func("served-model-name", `model ids in the API, comma-separated or repeated; the first names responses (default "megamoe-small" for the embedded model, else the directory name)`, func(v string) error {
+		for _, n := range strings.Split(v, ",") {
+			if n = strings.TrimSpace(n); n == "" {
+				return errors.New("empty model name")
+			} else if o.servedName == "" {
+				o.servedName = n
+			} else {
+				o.aliases = append(o.aliases, n)
+			}
+		}
+		return nil
+	})
+	fs.Func("allowed-origins", `CORS origins allowed to call the API, comma-separated or a JSON list ("*": any; default none, no CORS)`, func(v string) error {
+		if strings.HasPrefix(strings.TrimSpace(v), "[") {
+			return json.Unmarshal([]byte(v), &o.allowedOrigins)
+		}
+		for _, n := range strings.Split(v, ",") {
+			if n = strings.TrimSpace(n); n != "" {
+				o.allowedOrigins = append(o.allowedOrigins, n)
+			}
+		}
+		return nil
+	})
 	fs.StringVar(&o.host, "host", "0.0.0.0", "listen address")
 	fs.IntVar(&o.port, "port", 8000, "listen port")
 	fs.IntVar(&o.maxNumSeqs, "max-num-seqs", 64, "running sequences at most")
@@ -167,7 +192,8 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 	gin.SetMode(gin.ReleaseMode)
 	stopTokens := []int32{int32(w.Config.EOS)}
 	h := api.New(eng, tok, api.Config{ModelName: name, APIKey: o.apiKey, Version: "megamoe-dev", StopTokens: stopTokens,
-		Logger: log, WriteIdleTimeout: o.writeIdleTimeout, KeepAlive: keepAlive, Shutdown: abortCtx})
+		Logger: log, WriteIdleTimeout: o.writeIdleTimeout, KeepAlive: keepAlive, Shutdown: abortCtx,
+		Aliases: o.aliases, AllowedOrigins: o.allowedOrigins})
 	addr := net.JoinHostPort(o.host, strconv.Itoa(o.port))
 	srv := newHTTPServer(addr, h, o)
 	ln, err := net.Listen("tcp", addr)
