@@ -72,7 +72,7 @@ func (s *Server) parsePrompt(raw json.RawMessage) ([]int32, error) {
 
 func (s *Server) completions(c *gin.Context) {
 	var req completionRequest
-	if err := readJSON(c, &req, unsupported["completions"]); err != nil {
+	if err := readJSON(c, &req, unsupported("completions")); err != nil {
 		writeError(c, err)
 		return
 	}

@@ -107,17 +107,21 @@ func joinPath(path, key string) string {
 	return path + "." + key
 }
 
-// unsupported are request fields of OpenAI's or vLLM's API that this server
-// does not implement: a request setting one (to anything but null) gets a 400
-// naming it rather than an answer that silently ignores it.
-var unsupported = map[string][]string{
-	"chat": {"functions", "function_call", "modalities", "audio", "prediction", "web_search_options",
-		"guided_json", "guided_regex", "guided_choice", "guided_grammar", "structured_outputs", "use_beam_search",
-		"length_penalty", "prompt_logprobs", "truncate_prompt_tokens", "allowed_token_ids", "bad_words",
-		"documents", "chat_template", "mm_processor_kwargs", "priority"},
-	"completions": {"suffix", "guided_json", "guided_regex", "guided_choice", "guided_grammar", "structured_outputs",
-		"use_beam_search", "length_penalty", "prompt_logprobs", "truncate_prompt_tokens", "allowed_token_ids",
-		"bad_words", "priority", "prompt_embeds"},
+// unsupported are the request fields of OpenAI's or vLLM's API for endpoint
+// ("chat" or "completions") that this server does not implement: a request
+// setting one (to anything but null) gets a 400 naming it rather than an
+// answer that silently ignores it.
+func unsupported(endpoint string) []string {
+	common := []string{"guided_json", "guided_regex", "guided_choice", "guided_grammar", "structured_outputs", "use_beam_search",
+		"length_penalty", "prompt_logprobs", "truncate_prompt_tokens", "allowed_token_ids", "bad_words", "priority"}
+	switch endpoint {
+	case "chat":
+		return append(common, "functions", "function_call", "modalities", "audio", "prediction", "web_search_options",
+			"documents", "chat_template", "mm_processor_kwargs")
+	case "completions":
+		return append(common, "suffix", "prompt_embeds")
+	}
+	return nil
 }
 
 // checkUnsupported rejects a request body that sets any field of names.

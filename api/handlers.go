@@ -178,7 +178,7 @@ func strp(s string) *string { return &s }
 
 func (s *Server) chat(c *gin.Context) {
 	var req chatRequest
-	if err := readJSON(c, &req, unsupported["chat"]); err != nil {
+	if err := readJSON(c, &req, unsupported("chat")); err != nil {
 		writeError(c, err)
 		return
 	}
