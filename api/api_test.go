@@ -27,6 +27,13 @@ const testMaxLen = 1024
 // startServer serves the embedded small model on a loopback httptest server.
 func startServer(t *testing.T, cfg Config, maxQueue int) (*httptest.Server, *engine.Engine) {
 	t.Helper()
+	return startServerWith(t, cfg, maxQueue, nil)
+}
+
+// startServerWith is startServer with configure applied to the http.Server
+// (and its gin engine) before it starts.
+func startServerWith(t *testing.T, cfg Config, maxQueue int, configure func(*http.Server)) (*httptest.Server, *engine.Engine) {
+	t.Helper()
 	dir, err := models.ExtractSmall()
 	if err != nil {
 		t.Skipf("embedded model unavailable: %v", err)
@@ -55,7 +62,11 @@ func startServer(t *testing.T, cfg Config, maxQueue int) (*httptest.Server, *eng
 	done := make(chan struct{})
 	go func() { _ = eng.Run(ctx); close(done) }()
 	gin.SetMode(gin.TestMode)
-	srv := httptest.NewServer(New(eng, tok, cfg))
+	srv := httptest.NewUnstartedServer(New(eng, tok, cfg))
+	if configure != nil {
+		configure(srv.Config)
+	}
+	srv.Start()
 	t.Cleanup(func() { srv.Close(); cancel(); <-done })
 	return srv, eng
 }
@@ -106,7 +117,7 @@ func TestServer(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	wantPrompt := len(tok.Encode(tokBOS + "be brief" + tokUser + "hello" + tokAssistant + tokEndThink))
+	wantPrompt := len(tok.Encode(tokenizer.BOS + "be brief" + tokenizer.UserTag + "hello" + tokenizer.AssistantTag + tokenizer.ThinkClose))
 
 	t.Run("chat", func(t *testing.T) {
 		resp, body := post(t, srv, "/v1/chat/completions", `{"model":"megamoe-small","max_tokens":6,"temperature":0,
@@ -323,8 +334,8 @@ func TestRenderChat(t *testing.T) {
 		thinking bool
 		want     string
 	}{
-		{false, tokBOS + "S" + tokUser + "U1" + tokAssistant + tokEndThink + "A1" + tokEOS + tokUser + "U2" + tokAssistant + tokEndThink},
-		{true, tokBOS + "S" + tokUser + "U1" + tokAssistant + tokEndThink + "A1" + tokEOS + tokUser + "U2" + tokAssistant + tokThink},
+		{false, tokenizer.BOS + "S" + tokenizer.UserTag + "U1" + tokenizer.AssistantTag + tokenizer.ThinkClose + "A1" + tokenizer.EOS + tokenizer.UserTag + "U2" + tokenizer.AssistantTag + tokenizer.ThinkClose},
+		{true, tokenizer.BOS + "S" + tokenizer.UserTag + "U1" + tokenizer.AssistantTag + tokenizer.ThinkClose + "A1" + tokenizer.EOS + tokenizer.UserTag + "U2" + tokenizer.AssistantTag + tokenizer.ThinkOpen},
 	} {
 		got, err := renderChat(msgs, nil, tokenizer.ChatOptions{Thinking: tc.thinking})
 		if err != nil || got != tc.want {
@@ -382,7 +393,7 @@ func TestStopAndThinking(t *testing.T) {
 	if m.ReasoningContent == nil || m.Content == nil {
 		t.Fatalf("thinking response lacks reasoning_content or content: %+v", m)
 	}
-	if strings.Contains(*m.ReasoningContent, tokEndThink) || strings.Contains(*m.Content, tokEndThink) {
+	if strings.Contains(*m.ReasoningContent, tokenizer.ThinkClose) || strings.Contains(*m.Content, tokenizer.ThinkClose) {
 		t.Errorf("</think> leaked: %q / %q", *m.ReasoningContent, *m.Content)
 	}
 	if th.Usage.PromptTokens != full.Usage.PromptTokens {
