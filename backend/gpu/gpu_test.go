@@ -363,3 +363,14 @@ func checkPairLaunch(t *testing.T, p *opcheck.Pair, tag string, x opcheck.Twin, 
 		equalBits(t, g, fmt.Sprintf("%s pair launch #%d", tag, i), []backend.Tensor{a.G, b.G}[i], sep.G)
 	}
 }
+
+// genWeights draws the weights of c as the small-checkpoint generator does
+// (checkpoint.GenWeights, official formats).
+func genWeights(t testing.TB, c *checkpoint.Config, seed uint64) *checkpoint.Weights {
+	t.Helper()
+	w, err := checkpoint.GenWeights(c, checkpoint.GenOfficial, seed)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return w
+}

@@ -13,7 +13,6 @@ import (
 	"github.com/megamoe/megamoe/cuda"
 	"github.com/megamoe/megamoe/cuda/kcheck"
 	"github.com/megamoe/megamoe/model"
-	"github.com/megamoe/megamoe/model/synth"
 )
 
 func TestRouter(t *testing.T) {
@@ -301,7 +300,7 @@ func TestExpertsCombine(t *testing.T) {
 // reduce launch, over a prefill chunk of odd length and two decode steps.
 func TestMoEFusedInModel(t *testing.T) {
 	g := openGPU(t, Options{})
-	w := synth.Weights(synth.Config(), 3, synth.Options{})
+	w := genWeights(t, checkpoint.SmallConfig(), 3)
 	run := func(trace bool) [][]float32 {
 		must(t, g.Context().SetKernelChoice(cuda.KernelChoice{MoEReduce: trace}))
 		m, err := model.New(w, g, model.Options{CacheBytes: 16 << 20, TraceNonFinite: trace})
