@@ -137,7 +137,8 @@ func Prepare(be backend.Backend, c *checkpoint.Config, l *checkpoint.Layer) (*La
 }
 
 // InputLinears are the linears that read the layer's input as it is (wq_a
-// and wkv): a producer may hand it to them quantised.
+// and wkv): the caller runs them with the norm that makes the input
+// (Backend.HcPreNormLinears) and hands Forward their outputs.
 func (l *Layer) InputLinears() []backend.Linear { return []backend.Linear{l.WqA, l.WKV} }
 
 func (l *Layer) compress(be backend.Backend, st backend.KVStore, x backend.Tensor, c *Compressor, kind backend.CompressKind, b *backend.Batch) error {
@@ -156,9 +157,11 @@ func (l *Layer) compress(be backend.Backend, st backend.KVStore, x backend.Tenso
 		APE: c.APE, Norm: c.Norm, NormEps: l.Eps, Rope: l.Rope}, b)
 }
 
-// Forward runs the attention sub-layer on the normed input a [N, d] and
-// returns its output [N, d]; it updates the layer's cache state in st.
-func (l *Layer) Forward(be backend.Backend, st backend.KVStore, a backend.Tensor, b *backend.Batch, check backend.CheckFunc) (backend.Tensor, error) {
+// Forward runs the attention sub-layer on the normed input a [N, d], given
+// first, the outputs of InputLinears on a (wq_a·a, wkv·a; nil: Forward runs
+// them), and returns its output [N, d]; it updates the layer's cache state
+// in st.
+func (l *Layer) Forward(be backend.Backend, st backend.KVStore, a backend.Tensor, first []backend.Tensor, b *backend.Batch) (backend.Tensor, error) {
 	n := a.Rows()
 	H, D := l.Heads, l.HeadDim
 	// Every tensor but the output goes back when the sub-layer returns, error
@@ -174,34 +177,33 @@ func (l *Layer) Forward(be backend.Backend, st backend.KVStore, a backend.Tensor
 		tmp = append(tmp, t)
 		return t
 	}
-	step := func(name string, out backend.Tensor, err error, in ...backend.Tensor) error {
+	if first == nil {
+		first = []backend.Tensor{empty(n, l.WqA.Out(), backend.F32), empty(n, D, backend.F32)}
+		if err := be.Linears(a, l.InputLinears(), first); err != nil {
+			return nil, fmt.Errorf("attn wq_a|wkv: %w", err)
+		}
+	}
+	if len(first) != 2 {
+		return nil, fmt.Errorf("attn: %d input linear outputs, want 2 (wq_a, wkv)", len(first))
+	}
+	qa, kvr := first[0], first[1]
+	wrap := func(name string, err error) error {
 		if err != nil {
 			return fmt.Errorf("attn %s: %w", name, err)
 		}
-		return check.Check("attn "+name, out, in...)
-	}
-	// wq_a and wkv read the same input (one activation quantisation on the GPU).
-	qa := empty(n, l.WqA.Out(), backend.F32)
-	kvr := empty(n, D, backend.F32)
-	if err := step("wq_a", qa, backend.Linears(be, a, []backend.Linear{l.WqA, l.WKV}, []backend.Tensor{qa, kvr}), a); err != nil {
-		return nil, err
-	}
-	if err := step("wkv", kvr, nil, a); err != nil {
-		return nil, err
+		return nil
 	}
 	// The kv epilogue, the compressors and the indexer's weights depend on
-	// nothing of the q path below: forked (backend.Fork), they run beside it
-	// on the GPU's side stream at decode sizes. The tracer reads each output
-	// as it comes.
+	// nothing of the q path below: the backend may run them beside it.
 	ra := backend.RopeArgs{Freqs: l.Rope, HeadDim: D}
 	kv := empty(n, D, backend.F32)
 	var w backend.Tensor // the indexer's head weights
 	kvSide := func() error {
-		if err := step("kv", kv, backend.NormRopeKVQuant(be, kvr, l.KVNorm, l.Eps, ra, D-l.RopeDim, 64, b, kv), kvr); err != nil {
+		if err := wrap("kv", be.NormRopeKVQuant(kvr, l.KVNorm, l.Eps, ra, D-l.RopeDim, 64, b, kv)); err != nil {
 			return err
 		}
 		if ix := l.Idx; ix != nil {
-			if err := step("indexer compressor", nil, l.compress(be, st, a, &ix.Comp, backend.CompressIndex, b)); err != nil {
+			if err := wrap("indexer compressor", l.compress(be, st, a, &ix.Comp, backend.CompressIndex, b)); err != nil {
 				return err
 			}
 			w = empty(n, ix.Heads, backend.F32)
@@ -209,27 +211,20 @@ func (l *Layer) Forward(be backend.Backend, st backend.KVStore, a backend.Tensor
 			if err == nil {
 				err = be.Scale(w, float32(math.Pow(float64(ix.Dim), -0.5)*math.Pow(float64(ix.Heads), -0.5)))
 			}
-			if err := step("indexer weights", w, err, a); err != nil {
+			if err := wrap("indexer weights", err); err != nil {
 				return err
 			}
 		}
 		if l.Comp != nil {
-			return step("compressor", nil, l.compress(be, st, a, l.Comp, backend.CompressKV, b))
+			return wrap("compressor", l.compress(be, st, a, l.Comp, backend.CompressKV, b))
 		}
 		return nil
 	}
-	defer backend.Join(be) // error paths; runs before the frees above
-	var err error
-	if check != nil {
-		err = kvSide()
-	} else {
-		err = backend.Fork(be, n, b, kvSide)
-	}
-	if err != nil {
+	defer be.Join() // error paths; runs before the frees above
+	if err := be.Fork(n, b, kvSide); err != nil {
 		return nil, err
 	}
-	// wq_b and the indexer's wq_b read the same input, which q_norm may hand
-	// them already quantised (qin).
+	// q_norm, then wq_b and the indexer's wq_b, which read its output.
 	q := empty(n, H*D, backend.F32)
 	ws, outs := []backend.Linear{l.WqB}, []backend.Tensor{q}
 	var qi backend.Tensor
@@ -238,47 +233,35 @@ func (l *Layer) Forward(be backend.Backend, st backend.KVStore, a backend.Tensor
 		ws, outs = append(ws, ix.WqB), append(outs, qi)
 	}
 	qr := empty(n, l.WqA.Out(), backend.F32)
-	qin, err := backend.RMSNormQuant(be, qa, l.QNorm, l.Eps, qr, ws)
-	if err == nil && qin != qr {
-		tmp = append(tmp, qin)
-	}
-	if err := step("q_norm", qr, err, qa); err != nil {
+	if err := wrap("q_norm+wq_b", be.NormLinears(qa, l.QNorm, l.Eps, qr, ws, outs)); err != nil {
 		return nil, err
 	}
-	if err := step("wq_b", q, backend.Linears(be, qin, ws, outs), qr); err != nil {
+	if err := wrap("q", be.HeadNormRope(q, l.Eps, ra, b)); err != nil {
 		return nil, err
 	}
-	// The tracer checks q and kv only after their whole epilogues, so the
-	// fused forms hide nothing it looks at.
-	if err := step("q", q, backend.HeadNormRope(be, q, l.Eps, ra, b)); err != nil {
-		return nil, err
-	}
-	var sel backend.Tensor
 	if ix := l.Idx; ix != nil {
 		err := be.Rope(qi, backend.RopeArgs{Freqs: l.Rope, HeadDim: ix.Dim}, b)
 		if err == nil {
 			err = be.HadamardFP4(qi, ix.Dim)
 		}
-		if err := step("indexer q", qi, err, qr); err != nil {
+		if err := wrap("indexer q", err); err != nil {
 			return nil, err
 		}
 	}
-	if err := backend.Join(be); err != nil {
+	if err := be.Join(); err != nil {
 		return nil, fmt.Errorf("attn: %w", err)
 	}
+	var sel backend.Tensor
 	if ix := l.Idx; ix != nil {
 		sel = empty(n, ix.TopK, backend.I32)
 		if err := be.IndexerTopK(st, qi, w, backend.IndexerArgs{Layer: l.Index, Heads: ix.Heads, HeadDim: ix.Dim,
-			TopK: ix.TopK, Ratio: l.Ratio, Trace: check != nil}, b, sel); err != nil {
+			TopK: ix.TopK, Ratio: l.Ratio}, b, sel); err != nil {
 			return nil, fmt.Errorf("attn indexer: %w", err)
-		}
-		if err := check.Check("indexer top-k", sel); err != nil {
-			return nil, err
 		}
 	}
 	o := empty(n, H*D, backend.F32)
 	scale := float32(1 / math.Sqrt(float64(D)))
-	err = be.SparseAttention(st, q, kv, sel, backend.AttnArgs{Layer: l.Index, Heads: H, HeadDim: D, Window: l.Window,
+	err := be.SparseAttention(st, q, kv, sel, backend.AttnArgs{Layer: l.Index, Heads: H, HeadDim: D, Window: l.Window,
 		Ratio: l.Ratio, Scale: scale, Sink: l.Sink}, b, o)
 	if err == nil {
 		err = be.WriteWindow(st, l.Index, kv, b)
@@ -286,15 +269,15 @@ func (l *Layer) Forward(be backend.Backend, st backend.KVStore, a backend.Tensor
 	if err == nil {
 		err = be.Rope(o, backend.RopeArgs{Freqs: l.Rope, HeadDim: D, Inverse: true}, b)
 	}
-	if err := step("sparse attention", o, err, q, kv); err != nil {
+	if err := wrap("sparse attention", err); err != nil {
 		return nil, err
 	}
 	z := empty(n, l.WoA.Out(), backend.F32)
-	if err := step("wo_a", z, be.GroupedOutProj(o, l.WoA, l.Groups, z), o); err != nil {
+	if err := wrap("wo_a", be.GroupedOutProj(o, l.WoA, l.Groups, z)); err != nil {
 		return nil, err
 	}
 	out := be.Empty(n, l.WoB.Out(), backend.F32)
-	if err := step("wo_b", out, be.Linear(z, l.WoB, out), z); err != nil {
+	if err := wrap("wo_b", be.Linear(z, l.WoB, out)); err != nil {
 		be.Free(out)
 		return nil, err
 	}

@@ -69,7 +69,7 @@ func TestForwardShapes(t *testing.T) {
 		v[i] = float32(i%7) - 3
 	}
 	be.Upload(a, v)
-	out, err := l.Forward(be, st, a, b, nil)
+	out, err := l.Forward(be, st, a, nil, b)
 	if err != nil {
 		t.Fatal(err)
 	}

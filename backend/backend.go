@@ -11,7 +11,6 @@
 package backend
 
 import (
-	"fmt"
 	"math"
 
 	"github.com/megamoe/megamoe/checkpoint"
@@ -342,202 +341,68 @@ type Backend interface {
 	Combine(acc, shared, out Tensor) error
 	// GatherRows copies the listed rows of x into out.
 	GatherRows(x Tensor, rows []int, out Tensor) error
-}
 
-// StepRecorder is implemented by backends that record the ops of a forward
-// step once and replay the recording for later steps of the same layout
-// (CUDA graphs: no per-op host work, no launch gaps, one host wait per step).
-type StepRecorder interface {
+	// Fused ops. Each is defined as the composition of the ops above that
+	// its comment names, with the same results; a backend may run it in
+	// fewer launches (shared activation quantisation, one kernel for an
+	// epilogue). The model calls these, never their parts, so that every
+	// backend and every decorator (tracing, profiling) runs one sequence.
+
+	// Linears: Linear(x, ws[i], outs[i]) for every i.
+	Linears(x Tensor, ws []Linear, outs []Tensor) error
+	// NormLinears: RMSNorm(x, w, eps, normed), then Linears(normed, ws, outs).
+	NormLinears(x Tensor, w Vec, eps float32, normed Tensor, ws []Linear, outs []Tensor) error
+	// HcPreNormLinears: HcPre(x, hc, a) into a scratch row set and mix, its
+	// RMSNorm(norm, eps) into normed, then Linears(normed, ws, outs).
+	HcPreNormLinears(x Tensor, hc HC, a HcArgs, norm Vec, eps float32, normed, mix Tensor, ws []Linear, outs []Tensor) error
+	// SwiGLULinear: SwiGLU(g, u, limit, h), then Linear(h, w, out).
+	SwiGLULinear(g, u Tensor, limit float32, h Tensor, w Linear, out Tensor) error
+	// HeadNormRope: HeadNorm(x, a.HeadDim, eps), then Rope(x, a, b).
+	HeadNormRope(x Tensor, eps float32, a RopeArgs, b *Batch) error
+	// NormRopeKVQuant: RMSNorm(x, w, eps, out), Rope(out, a, b), KVQuant(out, nope, block).
+	NormRopeKVQuant(x Tensor, w Vec, eps float32, a RopeArgs, nope, block int, b *Batch, out Tensor) error
+	// ExpertsCombine: Experts(f, e, weights, ids, a) into an fp32
+	// accumulator, then Combine(acc, shared, out).
+	ExpertsCombine(f Tensor, e Experts, weights, ids Tensor, a ExpertsArgs, shared, out Tensor) error
+
+	// Scheduling: where ops run is the backend's decision.
+
+	// Fork issues fn's ops, which the backend may run beside the ops issued
+	// after Fork returns, until Join (the GPU: on a second stream, in steps
+	// of up to a few dozen rows; the CPU: fn runs at once). bt (may be nil)
+	// is the step's batch. fn's ops and the main ones between Fork and Join
+	// must not write what the other reads, and no op may read fn's outputs
+	// before Join, except ExpertsCombine's shared (the backend orders that
+	// read itself). A Fork while another is open runs fn at once.
+	Fork(rows int, bt *Batch, fn func() error) error
+	// Join orders the ops that follow after those of the open Fork, if any.
+	Join() error
 	// RecordStep returns the output forward computes for the step bt with
-	// token ids. forward issues the step's ops and returns its output; the
-	// backend may run it eagerly, record it, or not call it at all and
-	// replay an earlier recording of a step with bt's layout, with bt's
-	// positions, block tables and ids. So forward must have no host-side
-	// effects besides issuing ops, and take every per-step value from bt and
-	// ids. The output stays valid until the next step.
+	// token ids. The backend may run forward eagerly, record it, or not call
+	// it at all and replay an earlier recording of a step with bt's layout
+	// (CUDA graphs), with bt's positions, block tables and ids. So forward
+	// must have no host-side effects besides issuing ops, and take every
+	// per-step value from bt and ids. The output stays valid until the next
+	// step.
 	RecordStep(bt *Batch, ids []int32, forward func() (Tensor, error)) (Tensor, error)
 }
 
-// SharedInputLinears is implemented by backends that run several Linear ops
-// of one input faster together (the GPU quantises the input once); the
-// results are those of separate Linear calls.
-type SharedInputLinears interface {
-	Linears(x Tensor, ws []Linear, outs []Tensor) error
-}
+// Wrapper is implemented by backend decorators (tracing, profiling): Unwrap
+// returns the decorated backend.
+type Wrapper interface{ Unwrap() Backend }
 
-// Linears runs Linear(x, ws[i], outs[i]) for every i, in one call where be
-// offers SharedInputLinears.
-func Linears(be Backend, x Tensor, ws []Linear, outs []Tensor) error {
-	if len(ws) != len(outs) {
-		return fmt.Errorf("linears: %d weights, %d outputs", len(ws), len(outs))
-	}
-	if m, ok := be.(SharedInputLinears); ok {
-		return m.Linears(x, ws, outs)
-	}
-	for i, w := range ws {
-		if err := be.Linear(x, w, outs[i]); err != nil {
-			return err
+// Sampler returns be's device sampler, looking through decorators, or nil.
+func Sampler(be Backend) DeviceSampler {
+	for {
+		if ds, ok := be.(DeviceSampler); ok {
+			return ds
 		}
+		w, ok := be.(Wrapper)
+		if !ok {
+			return nil
+		}
+		be = w.Unwrap()
 	}
-	return nil
-}
-
-// QEpilogue is implemented by backends that run the attention's q epilogue
-// (HeadNorm of every head of width a.HeadDim, then Rope) as one op, with the
-// results of the two.
-type QEpilogue interface {
-	HeadNormRope(x Tensor, eps float32, a RopeArgs, b *Batch) error
-}
-
-// HeadNormRope runs HeadNorm(x, a.HeadDim, eps) and Rope(x, a, b), in one
-// call where be offers QEpilogue.
-func HeadNormRope(be Backend, x Tensor, eps float32, a RopeArgs, b *Batch) error {
-	if f, ok := be.(QEpilogue); ok {
-		return f.HeadNormRope(x, eps, a, b)
-	}
-	if err := be.HeadNorm(x, a.HeadDim, eps); err != nil {
-		return err
-	}
-	return be.Rope(x, a, b)
-}
-
-// KVEpilogue is implemented by backends that run the attention's kv
-// epilogue (RMSNorm into out, Rope, KVQuant of the first nope values) as one
-// op, with the results of the three.
-type KVEpilogue interface {
-	NormRopeKVQuant(x Tensor, w Vec, eps float32, a RopeArgs, nope, block int, b *Batch, out Tensor) error
-}
-
-// NormRopeKVQuant runs RMSNorm(x, w, eps, out), Rope(out, a, b) and
-// KVQuant(out, nope, block), in one call where be offers KVEpilogue.
-func NormRopeKVQuant(be Backend, x Tensor, w Vec, eps float32, a RopeArgs, nope, block int, b *Batch, out Tensor) error {
-	if f, ok := be.(KVEpilogue); ok {
-		return f.NormRopeKVQuant(x, w, eps, a, nope, block, b, out)
-	}
-	if err := be.RMSNorm(x, w, eps, out); err != nil {
-		return err
-	}
-	if err := be.Rope(out, a, b); err != nil {
-		return err
-	}
-	return be.KVQuant(out, nope, block)
-}
-
-// HcPreNorm is implemented by backends that run HcPre and the RMSNorm of
-// its output in fewer launches (the GPU normalises inside hc pre's final
-// kernel). normed and mix are those of HcPre(x, hc, a, out, mix) then
-// RMSNorm(out, norm, eps, normed); out may be left undefined (scratch).
-type HcPreNorm interface {
-	HcPreNorm(x Tensor, hc HC, a HcArgs, norm Vec, eps float32, out, normed, mix Tensor) error
-}
-
-// HcPreThenNorm runs HcPre(x, hc, a, out, mix) then RMSNorm(out, norm, eps,
-// normed), in one call where be offers HcPreNorm (out is then undefined).
-func HcPreThenNorm(be Backend, x Tensor, hc HC, a HcArgs, norm Vec, eps float32, out, normed, mix Tensor) error {
-	if f, ok := be.(HcPreNorm); ok {
-		return f.HcPreNorm(x, hc, a, norm, eps, out, normed, mix)
-	}
-	if err := be.HcPre(x, hc, a, out, mix); err != nil {
-		return fmt.Errorf("hc pre: %w", err)
-	}
-	if err := be.RMSNorm(out, norm, eps, normed); err != nil {
-		return fmt.Errorf("rmsnorm: %w", err)
-	}
-	return nil
-}
-
-// ExpertsShared is implemented by backends that add the shared expert's
-// output while combining the routed experts (the GPU: in moe_combine, one
-// launch less); the result is that of Experts into an accumulator, then
-// Combine(acc, shared, out).
-type ExpertsShared interface {
-	ExpertsShared(f Tensor, e Experts, weights, ids Tensor, a ExpertsArgs, shared, out Tensor) error
-}
-
-// ExpertsCombine writes out = bf16(Σ routed experts + shared) [N, d], in one
-// call where be offers ExpertsShared, else as Experts and Combine.
-func ExpertsCombine(be Backend, f Tensor, e Experts, weights, ids Tensor, a ExpertsArgs, shared, out Tensor) error {
-	if m, ok := be.(ExpertsShared); ok {
-		return m.ExpertsShared(f, e, weights, ids, a, shared, out)
-	}
-	acc := be.Empty(out.Rows(), out.Cols(), F32)
-	defer be.Free(acc)
-	if err := be.Experts(f, e, weights, ids, a, acc); err != nil {
-		return err
-	}
-	return be.Combine(acc, shared, out)
-}
-
-// SideStream is implemented by backends that can run an independent run of
-// ops beside the main one (the GPU: on a second stream, in steps too small
-// to fill the device alone). Fork issues fn's ops, which may then run beside
-// the ops issued after Fork returns, until Join; bt (may be nil) is the
-// step's batch, made ready for both first. fn's ops and the main ones
-// between Fork and Join must not write what the other reads, and no op may
-// read fn's outputs before Join, except ExpertsShared's shared: the backend
-// joins before it reads it. A Fork while another is open runs fn at once,
-// in order; so does a backend that chose not to fork.
-type SideStream interface {
-	Fork(rows int, bt *Batch, fn func() error) error
-	Join() error
-}
-
-// Fork runs fn beside the ops that follow where be offers SideStream, and
-// otherwise now.
-func Fork(be Backend, rows int, bt *Batch, fn func() error) error {
-	if f, ok := be.(SideStream); ok {
-		return f.Fork(rows, bt, fn)
-	}
-	return fn()
-}
-
-// Join orders the ops that follow after those of the open Fork, if any.
-func Join(be Backend) error {
-	if f, ok := be.(SideStream); ok {
-		return f.Join()
-	}
-	return nil
-}
-
-// QuantFused is implemented by backends whose RMSNorm and SwiGLU can also
-// write the FP8 activation quantisation that the next linears would apply
-// to their output (the GPU saves those linears' quantisation launch). Each
-// returns the tensor to pass to Linear/Linears with next as the input: out
-// itself, or out carrying its quantised copy (the same values, so the same
-// results); in the latter case free it with Free once those linears ran,
-// which leaves out alone.
-type QuantFused interface {
-	RMSNormQuant(x Tensor, w Vec, eps float32, out Tensor, next []Linear) (Tensor, error)
-	SwiGLUQuant(g, u Tensor, limit float32, out Tensor, next []Linear) (Tensor, error)
-	// HcPreNormQuant is HcPreNorm returning normed or its handle.
-	HcPreNormQuant(x Tensor, hc HC, a HcArgs, norm Vec, eps float32, out, normed, mix Tensor, next []Linear) (Tensor, error)
-}
-
-// RMSNormQuant runs RMSNorm(x, w, eps, out) and returns the input to give
-// the linears next: out, or where be offers QuantFused, its handle.
-func RMSNormQuant(be Backend, x Tensor, w Vec, eps float32, out Tensor, next []Linear) (Tensor, error) {
-	if f, ok := be.(QuantFused); ok {
-		return f.RMSNormQuant(x, w, eps, out, next)
-	}
-	return out, be.RMSNorm(x, w, eps, out)
-}
-
-// HcPreThenNormQuant runs HcPreThenNorm and returns the input to give the
-// linears next: normed, or where be offers QuantFused, its handle.
-func HcPreThenNormQuant(be Backend, x Tensor, hc HC, a HcArgs, norm Vec, eps float32, out, normed, mix Tensor, next []Linear) (Tensor, error) {
-	if f, ok := be.(QuantFused); ok {
-		return f.HcPreNormQuant(x, hc, a, norm, eps, out, normed, mix, next)
-	}
-	return normed, HcPreThenNorm(be, x, hc, a, norm, eps, out, normed, mix)
-}
-
-// SwiGLUQuant runs SwiGLU(g, u, limit, out) and returns the input to give
-// the linears next: out, or where be offers QuantFused, its handle.
-func SwiGLUQuant(be Backend, g, u Tensor, limit float32, out Tensor, next []Linear) (Tensor, error) {
-	if f, ok := be.(QuantFused); ok {
-		return f.SwiGLUQuant(g, u, limit, out, next)
-	}
-	return out, be.SwiGLU(g, u, limit, out)
 }
 
 // Draw is one row's sampling for DeviceSampler, with the rules of

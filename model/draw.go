@@ -9,8 +9,7 @@ import (
 // CanDraw reports whether Forward honours BatchItem.Draw: the backend samples
 // on its device, and the logits are not split over ranks.
 func (m *Model) CanDraw() bool {
-	_, ok := m.be.(backend.DeviceSampler)
-	return ok && !m.sharded()
+	return backend.Sampler(m.be) != nil && !m.sharded()
 }
 
 // drawTokens draws the tokens of the items that ask for it from the logits
@@ -18,8 +17,8 @@ func (m *Model) CanDraw() bool {
 // when there is none or the model cannot draw. Rows nobody draws from take
 // the greedy rule (one argmax pass each) and are not used.
 func (m *Model) drawTokens(lg backend.Tensor, items []BatchItem) ([]int32, error) {
-	ds, ok := m.be.(backend.DeviceSampler)
-	if !ok || m.sharded() || !anyDraw(items) {
+	ds := backend.Sampler(m.be)
+	if ds == nil || m.sharded() || !anyDraw(items) {
 		return nil, nil
 	}
 	var (

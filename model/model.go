@@ -7,11 +7,13 @@ package model
 import (
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 
 	"github.com/megamoe/megamoe/attention"
 	"github.com/megamoe/megamoe/backend"
 	"github.com/megamoe/megamoe/backend/cpu"
+	"github.com/megamoe/megamoe/backend/observe"
 	"github.com/megamoe/megamoe/checkpoint"
 	"github.com/megamoe/megamoe/kvcache"
 	"github.com/megamoe/megamoe/moe"
@@ -68,6 +70,7 @@ type Model struct {
 	cache  *kvcache.Manager
 	store  backend.KVStore
 	part   *checkpoint.Part // nil: the whole model
+	tr     *tracer          // nil unless TraceNonFinite or Probe: be is then traced
 	mu     sync.Mutex       // one forward at a time
 }
 
@@ -117,6 +120,12 @@ func New(w *checkpoint.Weights, be backend.Backend, opts Options) (*Model, error
 	}
 	m := &Model{cfg: c, be: be, opts: opts, part: w.Part, eps: float32(c.NormEps),
 		hc: backend.HcArgs{Streams: c.HcMult, Sinkhorn: c.HcSinkhorn, Eps: float32(c.HcEps), NormEps: float32(c.NormEps)}}
+	if opts.TraceNonFinite || opts.Probe != nil {
+		// The tracer decorates the backend: the traced model runs the same ops.
+		m.tr = &tracer{be: be, probe: opts.Probe, stats: opts.TraceNonFinite}
+		m.be = observe.WrapTracing(be, m.tr)
+		be = m.be
+	}
 	var err error
 	if m.embed, err = be.PrepareEmbedding(w.Embed, c.Vocab, c.Dim); err != nil {
 		return nil, fmt.Errorf("model: %w", err)
@@ -276,26 +285,33 @@ func (o *Output) Rows(i int) [][]float32 {
 // Last returns the logits of the last row of item i.
 func (o *Output) Last(i int) []float32 { l := o.Logits[i]; return l[len(l)-o.Vocab:] }
 
-// runBlock applies one Block (spec §2) to the streams x in place.
-func (m *Model) runBlock(b *block, x backend.Tensor, ids []int32, bt *backend.Batch, tr *tracer, prefix string) (backend.Tensor, error) {
+// runBlock applies one Block (spec §2) to the streams x in place; prefix
+// names it ("layer 3 ", "mtp ") in errors and traces.
+func (m *Model) runBlock(b *block, x backend.Tensor, ids []int32, bt *backend.Batch, prefix string) (backend.Tensor, error) {
 	be, c := m.be, m.cfg
 	n := x.Rows()
-	check := tr.check(b.index, prefix)
-	mixW := c.HcMult + c.HcMult*c.HcMult
-	a := be.Empty(n, c.Dim, backend.F32)
-	mix := be.Empty(n, mixW, backend.F32)
+	layer := b.index
+	mix := be.Empty(n, c.HcMult+c.HcMult*c.HcMult, backend.F32)
 	an := be.Empty(n, c.Dim, backend.F32)
-	ain, err := m.hcPreNorm(x, b.hcAttn, b.attnNorm, a, an, mix, tr, check, prefix, "attn", b.attn.InputLinears())
+	defer be.Free(mix)
+	defer be.Free(an)
+
+	m.tr.at(layer, prefix+"attn", nil)
+	// hc pre, attn_norm and the attention's first linears (wq_a, wkv).
+	ws := b.attn.InputLinears()
+	first := make([]backend.Tensor, len(ws))
+	for i, w := range ws {
+		first[i] = be.Empty(n, w.Out(), backend.F32)
+		defer be.Free(first[i])
+	}
+	if err := be.HcPreNormLinears(x, b.hcAttn, m.hc, b.attnNorm, m.eps, an, mix, ws, first); err != nil {
+		return nil, fmt.Errorf("%shc_pre+attn_norm: %w", prefix, err)
+	}
+	o, err := b.attn.Forward(be, m.store, an, first, bt)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("%s%w", prefix, err)
 	}
-	o, err := b.attn.Forward(be, m.store, ain, bt, check)
-	if ain != an {
-		be.Free(ain)
-	}
-	if err != nil {
-		return nil, fmt.Errorf("%s%w", prefix, tr.wrapOp(err, b.index, prefix+"attn "))
-	}
+	defer be.Free(o)
 	if m.sharded() {
 		// This rank's heads gave a partial wo_b product (model.py's RowParallel).
 		if err := m.allReduce(o); err != nil {
@@ -305,60 +321,21 @@ func (m *Model) runBlock(b *block, x backend.Tensor, ids []int32, bt *backend.Ba
 	if err := be.HcPost(o, x, mix, m.hc, x); err != nil {
 		return nil, fmt.Errorf("%shc_post attn: %w", prefix, err)
 	}
-	if err := check.Check("attn hc_post", x, o); err != nil {
-		return nil, err
+
+	m.tr.at(layer, prefix+"moe", nil)
+	// The ffn site's norm feeds the router and the forked shared expert.
+	if err := be.HcPreNormLinears(x, b.hcFFN, m.hc, b.ffnNorm, m.eps, an, mix, nil, nil); err != nil {
+		return nil, fmt.Errorf("%shc_pre+ffn_norm: %w", prefix, err)
 	}
-	fin, err := m.hcPreNorm(x, b.hcFFN, b.ffnNorm, a, an, mix, tr, nil, prefix, "ffn", b.ffn.InputLinears())
+	f, err := b.ffn.Forward(be, an, ids)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("%s%w", prefix, err)
 	}
-	if err := check.Check("ffn norm", an, a); err != nil { // traced: fin is an
-		return nil, err
-	}
-	f, err := b.ffn.Forward(be, fin, ids, check)
-	if fin != an {
-		be.Free(fin)
-	}
-	if err != nil {
-		return nil, fmt.Errorf("%s%w", prefix, tr.wrapOp(err, b.index, prefix+"moe "))
-	}
+	defer be.Free(f)
 	if err := be.HcPost(f, x, mix, m.hc, x); err != nil {
 		return nil, fmt.Errorf("%shc_post ffn: %w", prefix, err)
 	}
-	if err := check.Check("moe hc_post", x, f); err != nil {
-		return nil, err
-	}
-	for _, t := range []backend.Tensor{a, mix, an, o, f} {
-		be.Free(t)
-	}
 	return x, nil
-}
-
-// hcPreNorm is HcPre of x into a and mix, then the RMSNorm of a into an,
-// for the block's site ("attn" or "ffn"); it returns the input to give the
-// site's layer: an, or an handle carrying an's quantisation for the linears
-// next (backend.QuantFused; free it after the layer). The backend may fuse
-// the two and leave a undefined; with the tracer on they run separately, so
-// that check (nil: none) can name a non-finite hc_pre output before the norm.
-func (m *Model) hcPreNorm(x backend.Tensor, hc backend.HC, norm backend.Vec, a, an, mix backend.Tensor, tr *tracer, check backend.CheckFunc, prefix, site string, next []backend.Linear) (backend.Tensor, error) {
-	be := m.be
-	if tr == nil {
-		in, err := backend.HcPreThenNormQuant(be, x, hc, m.hc, norm, m.eps, a, an, mix, next)
-		if err != nil {
-			return nil, fmt.Errorf("%shc_pre+%s_norm: %w", prefix, site, err)
-		}
-		return in, nil
-	}
-	if err := be.HcPre(x, hc, m.hc, a, mix); err != nil {
-		return nil, fmt.Errorf("%shc_pre %s: %w", prefix, site, err)
-	}
-	if err := check.Check(site+" hc_pre", a, x); err != nil {
-		return nil, err
-	}
-	if err := be.RMSNorm(a, norm, m.eps, an); err != nil {
-		return nil, fmt.Errorf("%s%s_norm: %w", prefix, site, err)
-	}
-	return an, nil
 }
 
 // prepare validates items, reserves cache and builds the row layout.
@@ -420,9 +397,8 @@ func (m *Model) Forward(b *Batch) (*Output, error) {
 	if err != nil {
 		return nil, err
 	}
-	var tr *tracer
-	if m.opts.TraceNonFinite || m.opts.Probe != nil {
-		tr = &tracer{be: m.be, batch: bt, probe: m.opts.Probe, stats: m.opts.TraceNonFinite}
+	if m.tr != nil {
+		m.tr.batch = bt
 	}
 	be, c := m.be, m.cfg
 	n := len(ids)
@@ -440,19 +416,17 @@ func (m *Model) Forward(b *Batch) (*Output, error) {
 	var x backend.Tensor // the final streams, kept when an item wants them
 	forward := func() (backend.Tensor, error) {
 		x = be.Empty(n, c.HcDim(), backend.F32)
+		m.tr.at(-1, "", nil)
 		if err := be.Embed(m.embed, ids, c.HcMult, x); err != nil {
 			return nil, fmt.Errorf("model embed: %w", err)
 		}
-		if err := tr.check(-1, "").Check("embed", x); err != nil {
-			return nil, err
-		}
 		var err error
 		for _, blk := range m.blocks {
-			if x, err = m.runBlock(blk, x, ids, bt, tr, fmt.Sprintf("layer %d ", blk.index)); err != nil {
+			if x, err = m.runBlock(blk, x, ids, bt, fmt.Sprintf("layer %d ", blk.index)); err != nil {
 				return nil, err
 			}
 		}
-		lg, err := m.headLogits(x, rows, m.hcHead, m.norm, tr, "")
+		lg, err := m.headLogits(x, rows, m.hcHead, m.norm, "")
 		if err != nil {
 			return nil, err
 		}
@@ -463,8 +437,8 @@ func (m *Model) Forward(b *Batch) (*Output, error) {
 		return lg, nil
 	}
 	var lg backend.Tensor
-	if rec, ok := be.(backend.StepRecorder); ok && tr == nil && !m.sharded() && !wantHidden(b.Items) {
-		lg, err = rec.RecordStep(bt, ids, forward)
+	if !m.sharded() && !wantHidden(b.Items) {
+		lg, err = be.RecordStep(bt, ids, forward)
 	} else {
 		lg, err = forward()
 	}
@@ -526,8 +500,8 @@ func wantHidden(items []BatchItem) bool {
 }
 
 // logits computes fp32 logits of the listed rows of the streams x (spec §2 step 4).
-func (m *Model) logits(x backend.Tensor, rows []int, hc backend.HC, norm backend.Vec, tr *tracer, prefix string) ([]float32, error) {
-	lg, err := m.headLogits(x, rows, hc, norm, tr, prefix)
+func (m *Model) logits(x backend.Tensor, rows []int, hc backend.HC, norm backend.Vec, prefix string) ([]float32, error) {
+	lg, err := m.headLogits(x, rows, hc, norm, prefix)
 	if err != nil {
 		return nil, err
 	}
@@ -535,9 +509,10 @@ func (m *Model) logits(x backend.Tensor, rows []int, hc backend.HC, norm backend
 }
 
 // headLogits computes this rank's logits [len(rows), local vocab] on the device.
-func (m *Model) headLogits(x backend.Tensor, rows []int, hc backend.HC, norm backend.Vec, tr *tracer, prefix string) (backend.Tensor, error) {
+func (m *Model) headLogits(x backend.Tensor, rows []int, hc backend.HC, norm backend.Vec, prefix string) (backend.Tensor, error) {
 	be, c := m.be, m.cfg
 	k := len(rows)
+	m.tr.at(-1, strings.TrimSpace(prefix), rows) // the gathered rows are not batch rows
 	xs := be.Empty(k, c.HcDim(), backend.F32)
 	y := be.Empty(k, c.Dim, backend.F32)
 	yn := be.Empty(k, c.Dim, backend.F32)
@@ -559,15 +534,6 @@ func (m *Model) headLogits(x backend.Tensor, rows []int, hc backend.HC, norm bac
 	if err := be.LinearF32(yn, m.head, lg); err != nil {
 		be.Free(lg)
 		return nil, fmt.Errorf("%shead: %w", prefix, err)
-	}
-	if tr != nil {
-		// Rows of the gathered tensors are not batch rows: map them back.
-		if st := be.Stats(lg); st.FirstBad >= 0 {
-			e := &NonFiniteError{Layer: -1, Component: prefix + "head logits", Stats: st, Inputs: []backend.Stats{be.Stats(yn)}}
-			tr.locate(e, rows[st.FirstBad/m.localVocab()])
-			be.Free(lg)
-			return nil, e
-		}
 	}
 	return lg, nil
 }

@@ -60,10 +60,10 @@ func (m *Model) ForwardMTP(items []MTPItem) (*Output, error) {
 			bt.Pos[sq.Row0+r] = int32(it.Start + r)
 		}
 	}
-	var tr *tracer
-	if m.opts.TraceNonFinite || m.opts.Probe != nil {
-		tr = &tracer{be: be, batch: bt, probe: m.opts.Probe, stats: m.opts.TraceNonFinite}
+	if m.tr != nil {
+		m.tr.batch = bt
 	}
+	m.tr.at(c.Layers, "mtp", nil)
 	n := len(ids)
 	p := m.mtp
 	e := be.Empty(n, c.Dim, backend.F32)
@@ -105,10 +105,7 @@ func (m *Model) ForwardMTP(items []MTPItem) (*Output, error) {
 	if err := be.AddStreams(x0, ep); err != nil {
 		return nil, fmt.Errorf("model mtp: %w", err)
 	}
-	if err := tr.check(c.Layers, "mtp ").Check("input", x0, ep); err != nil {
-		return nil, err
-	}
-	xm, err := m.runBlock(&p.block, x0, ids, bt, tr, "mtp ")
+	xm, err := m.runBlock(&p.block, x0, ids, bt, "mtp ")
 	if err != nil {
 		return nil, err
 	}
@@ -123,7 +120,7 @@ func (m *Model) ForwardMTP(items []MTPItem) (*Output, error) {
 			rows = append(rows, sq.Row0+sq.Rows-1)
 		}
 	}
-	logits, err := m.logits(xm, rows, p.hcHead, p.norm, tr, "mtp ")
+	logits, err := m.logits(xm, rows, p.hcHead, p.norm, "mtp ")
 	if err != nil {
 		return nil, err
 	}

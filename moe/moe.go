@@ -29,10 +29,6 @@ type Layer struct {
 	Reduce   func(backend.Tensor) error
 }
 
-// InputLinears are the linears that read the layer's input as it is (the
-// shared expert's w1 and w3): a producer may hand it to them quantised.
-func (l *Layer) InputLinears() []backend.Linear { return []backend.Linear{l.SW1, l.SW3} }
-
 // Prepare binds the MoE weights of layer l; part (nil: whole model) names the
 // routed experts this rank holds.
 func Prepare(be backend.Backend, c *checkpoint.Config, l *checkpoint.Layer, part *checkpoint.Part) (*Layer, error) {
@@ -89,99 +85,59 @@ func (l *Layer) Route(be backend.Backend, f backend.Tensor, ids []int32) (backen
 	return w, e, nil
 }
 
-// Forward runs the MoE on the normed input f [N, d] for tokens ids.
-// Untraced and without expert parallel, the shared expert is forked
-// (backend.Fork: on the GPU it runs beside the router and the routed experts
-// at decode sizes) and backend.ExpertsCombine adds it while combining the
-// routed experts (one GPU launch less); otherwise the routed sum is checked
-// (and all-reduced) apart.
-func (l *Layer) Forward(be backend.Backend, f backend.Tensor, ids []int32, check backend.CheckFunc) (backend.Tensor, error) {
-	if check == nil && l.Reduce == nil {
-		return l.forwardForked(be, f, ids)
-	}
+// Forward runs the MoE on the normed input f [N, d] for tokens ids. The
+// shared expert depends on nothing of the routed path: the backend may run
+// it beside the router and the routed experts, and add it while combining
+// them (Backend.ExpertsCombine). With expert parallel the routed sum is
+// all-reduced over the ranks before the shared expert is added.
+func (l *Layer) Forward(be backend.Backend, f backend.Tensor, ids []int32) (backend.Tensor, error) {
 	n, d := f.Rows(), f.Cols()
+	var s backend.Tensor
+	defer func() {
+		if s != nil {
+			be.Free(s)
+		}
+	}()
+	defer be.Join() // error paths
+	if err := be.Fork(n, nil, func() (err error) { s, err = l.shared(be, f); return err }); err != nil {
+		return nil, err
+	}
 	w, e, err := l.Route(be, f, ids)
 	if err != nil {
 		return nil, err
 	}
 	defer be.Free(w)
 	defer be.Free(e)
-	if err := check.Check("moe router weights", w, f); err != nil {
-		return nil, err
-	}
-	if err := check.Check("moe router ids", e); err != nil {
-		return nil, err
-	}
-	ea := backend.ExpertsArgs{Limit: l.Limit, Trace: check != nil, Offset: l.ExpertLo, Partial: l.Reduce != nil}
-	acc := be.Empty(n, d, backend.F32)
-	defer be.Free(acc)
-	if err := be.Experts(f, l.Experts, w, e, ea, acc); err != nil {
+	out := be.Empty(n, d, backend.F32)
+	if err := l.combine(be, f, w, e, s, out); err != nil {
+		be.Free(out)
 		return nil, fmt.Errorf("moe: %w", err)
 	}
-	if l.Reduce != nil {
-		if err := l.Reduce(acc); err != nil {
-			return nil, fmt.Errorf("moe all-reduce: %w", err)
-		}
-	}
-	if err := check.Check("moe routed experts", acc, f); err != nil {
-		return nil, err
-	}
-	s, err := l.shared(be, f, check)
-	if err != nil {
-		return nil, err
-	}
-	defer be.Free(s)
-	out := be.Empty(n, d, backend.F32)
-	if err := be.Combine(acc, s, out); err != nil {
-		be.Free(out)
-		return nil, fmt.Errorf("moe combine: %w", err)
-	}
 	return out, nil
 }
 
-// forwardForked is Forward's untraced single-rank path: the shared expert
-// forked, the routed experts, then their sum with the shared expert's.
-func (l *Layer) forwardForked(be backend.Backend, f backend.Tensor, ids []int32) (backend.Tensor, error) {
-	var s backend.Tensor
-	err := backend.Fork(be, f.Rows(), nil, func() (err error) {
-		s, err = l.shared(be, f, nil)
+// combine writes out = bf16(Σ routed experts + s).
+func (l *Layer) combine(be backend.Backend, f, w, e, s, out backend.Tensor) error {
+	ea := backend.ExpertsArgs{Limit: l.Limit, Offset: l.ExpertLo, Partial: l.Reduce != nil}
+	if l.Reduce == nil {
+		return be.ExpertsCombine(f, l.Experts, w, e, ea, s, out)
+	}
+	acc := be.Empty(out.Rows(), out.Cols(), backend.F32)
+	defer be.Free(acc)
+	if err := be.Experts(f, l.Experts, w, e, ea, acc); err != nil {
 		return err
-	})
-	if err != nil {
-		return nil, err
 	}
-	out, err := l.routedPlus(be, f, ids, s)
-	if e := backend.Join(be); err == nil && e != nil {
-		err = fmt.Errorf("moe: %w", e)
+	if err := be.Join(); err != nil {
+		return err
 	}
-	be.Free(s)
-	if err != nil {
-		if out != nil {
-			be.Free(out)
-		}
-		return nil, err
+	if err := l.Reduce(acc); err != nil {
+		return fmt.Errorf("all-reduce: %w", err)
 	}
-	return out, nil
-}
-
-// routedPlus routes f and returns bf16(Σ routed experts + s) [N, d].
-func (l *Layer) routedPlus(be backend.Backend, f backend.Tensor, ids []int32, s backend.Tensor) (backend.Tensor, error) {
-	w, e, err := l.Route(be, f, ids)
-	if err != nil {
-		return nil, err
-	}
-	defer be.Free(w)
-	defer be.Free(e)
-	out := be.Empty(f.Rows(), f.Cols(), backend.F32)
-	ea := backend.ExpertsArgs{Limit: l.Limit, Offset: l.ExpertLo}
-	if err := backend.ExpertsCombine(be, f, l.Experts, w, e, ea, s, out); err != nil {
-		return out, fmt.Errorf("moe: %w", err)
-	}
-	return out, nil
+	return be.Combine(acc, s, out)
 }
 
 // shared runs the shared expert on f: w2(SwiGLU(w1 f, w3 f)) [N, d].
-func (l *Layer) shared(be backend.Backend, f backend.Tensor, check backend.CheckFunc) (backend.Tensor, error) {
+func (l *Layer) shared(be backend.Backend, f backend.Tensor) (backend.Tensor, error) {
 	n, I := f.Rows(), l.SW1.Out()
 	g := be.Empty(n, I, backend.F32)
 	u := be.Empty(n, I, backend.F32)
@@ -191,32 +147,13 @@ func (l *Layer) shared(be backend.Backend, f backend.Tensor, check backend.Check
 			be.Free(t)
 		}
 	}()
-	if err := backend.Linears(be, f, []backend.Linear{l.SW1, l.SW3}, []backend.Tensor{g, u}); err != nil {
+	if err := be.Linears(f, []backend.Linear{l.SW1, l.SW3}, []backend.Tensor{g, u}); err != nil {
 		return nil, fmt.Errorf("moe shared w1|w3: %w", err)
 	}
-	if err := check.Check("moe shared w1", g, f); err != nil {
-		return nil, err
-	}
-	if err := check.Check("moe shared w3", u, f); err != nil {
-		return nil, err
-	}
-	// The SwiGLU may hand w2 its input already quantised (hin).
-	hin, err := backend.SwiGLUQuant(be, g, u, l.Limit, h, []backend.Linear{l.SW2})
-	if err != nil {
-		return nil, fmt.Errorf("moe shared swiglu: %w", err)
-	}
 	s := be.Empty(n, f.Cols(), backend.F32)
-	err = be.Linear(hin, l.SW2, s)
-	if hin != h {
-		be.Free(hin)
-	}
-	if err != nil {
+	if err := be.SwiGLULinear(g, u, l.Limit, h, l.SW2, s); err != nil {
 		be.Free(s)
-		return nil, fmt.Errorf("moe shared w2: %w", err)
-	}
-	if err := check.Check("moe shared w2", s, h); err != nil {
-		be.Free(s)
-		return nil, err
+		return nil, fmt.Errorf("moe shared swiglu+w2: %w", err)
 	}
 	return s, nil
 }

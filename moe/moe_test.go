@@ -67,7 +67,7 @@ func TestMoEVsFloat64(t *testing.T) {
 		ids := []int32{3, 77, 200, 5, 511}
 		f := be.Alloc(n, c.Dim, backend.F32)
 		be.Upload(f, xs)
-		out, err := l.Forward(be, f, ids, nil)
+		out, err := l.Forward(be, f, ids)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -1,11 +1,9 @@
 #!/usr/bin/env bash
-# The device half of ab-build.sh for up to five trees (bin/a .. bin/e), in one
-# call: each tree's tests (the test binaries it carries), then the same
-# `bench kernels` and `bench stack` commands from every tree, and the "% of
-# copy" of every kernel row side by side. Everything lands in OUT, then in
-# OUT.tgz, the one file to bring back (a device call returns at most eight
-# files; OUT itself is removed unless KEEP=1).
-#   (device) cd bin && ./ab-multi.sh OUT
+# Runs the trees that scripts/ab-build.sh built (bin/a .. bin/e) on a machine
+# with an NVIDIA GPU: each tree's tests, then the same `bench kernels` and
+# `bench stack` commands from every tree, and the "% of copy" of every kernel
+# row side by side. Everything lands in OUTDIR.
+#   scripts/ab-multi.sh OUTDIR
 # Environment (defaults in brackets):
 #   CUDA_TESTS  cuda.test -test.run regex    [TestKernelsVsCPU|TestKernelResources]
 #   GPU_TESTS   gpu.test -test.run regex     [TestLinears|TestRegressionPromptsOnGPU|TestSmallModelEndToEnd|TestGreedyExact|TestRecordedDecodeSteps]
@@ -15,13 +13,12 @@
 #   TESTS=0 skips the tests, KERNELS=none / STACKS=none skip those parts.
 set -u
 out=${1:?usage: ab-multi.sh OUTDIR}
-mkdir -p "$out"
+mkdir -p "$out" && out=$(cd "$out" && pwd)
 export LD_LIBRARY_PATH=/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
-here=$(cd "$(dirname "$0")" && pwd)
+here=$(cd "$(dirname "$0")/../bin" && pwd) || { echo "ab-multi.sh: no bin/: run scripts/ab-build.sh first" >&2; exit 2; }
 trees=()
 for v in a b c d e; do
 	[ -d "$here/$v" ] || continue
-	(cd "$here/$v" && gunzip -f ./*.gz 2>/dev/null)
 	trees+=("$v")
 	echo "$v $(cat "$here/$v/REV" 2>/dev/null)"
 done
@@ -83,5 +80,3 @@ if [ "$stacks" != none ]; then
 	done
 	el
 fi
-tar czf "$out.tgz" -C "$(dirname "$out")" "$(basename "$out")"
-[ "${KEEP:-0}" = 1 ] || rm -rf "$out" # OUT.tgz alone comes back whole

@@ -1,14 +1,61 @@
 #!/usr/bin/env bash
 # Runs GPU tests on the CPU: the CUDA backend over ptxemu (MEGAMOE_EMU=1, in a
 # build with -tags megamoe_emu), kernels compiled by NVRTC to compute_80 PTX.
-# Fetches NVRTC 12.4 from the Debian archive when none is found. Slow (an
-# emulated kernel is ~10^4 times slower than the GPU); wgmma/TMA kernels are
-# not covered.
+# Fetches NVRTC 12.4 from the Debian archive (trixie non-free, at the mirror
+# the machine's apt sources name; MEGAMOE_DEBIAN_ARCHIVE overrides it) when
+# none is found. Slow (an emulated kernel is ~10^4 times slower than the GPU);
+# wgmma/TMA kernels are not covered.
 #
 #   scripts/emu-test.sh                       # the default set below
 #   scripts/emu-test.sh ./backend/gpu 'TestHcPreNorm|TestExperts'
 set -euo pipefail
 cd "$(dirname "$0")/.."
+
+# The Debian archive URI of the machine's apt sources: the first enabled "deb"
+# entry, one-line (sources.list, *.list) or deb822 (*.sources), whose URI ends
+# in /debian and which has the main component (so debian-security and
+# third-party repositories do not count).
+debian_archive() {
+	local files=()
+	[ -f /etc/apt/sources.list ] && files+=(/etc/apt/sources.list)
+	for f in /etc/apt/sources.list.d/*.list /etc/apt/sources.list.d/*.sources; do
+		[ -f "$f" ] && files+=("$f")
+	done
+	[ ${#files[@]} -gt 0 ] || return 1
+	awk '
+		function ok(uri, comps) { return uri ~ /\/debian\/?$/ && (" " comps " ") ~ / main / }
+		function flush() {
+			if (types ~ /(^| )deb( |$)/ && enabled != "no") {
+				n = split(uris, u, " ")
+				for (i = 1; i <= n; i++) if (ok(u[i], comps)) { print u[i]; found = 1; exit }
+			}
+			types = uris = comps = enabled = ""
+		}
+		FNR == 1 { flush(); deb822 = FILENAME ~ /\.sources$/ }
+		/^[ \t]*#/ { next } # a comment line (no stanza break in deb822)
+		{ sub(/#.*/, "") }
+		!deb822 && $1 == "deb" {
+			i = 2
+			if ($i ~ /^\[/) { # [options], one field or several
+				while ($i !~ /\]$/ && i < NF) i++
+				i++
+			}
+			comps = ""
+			for (j = i + 2; j <= NF; j++) comps = comps " " $j
+			if (ok($i, comps)) { print $i; found = 1; exit }
+			next
+		}
+		deb822 && /^[ \t]*$/ { flush(); next }
+		deb822 && /^[A-Za-z-]+:/ {
+			k = tolower($1); v = $0; sub(/^[^:]*:[ \t]*/, "", v)
+			if (k == "types:") types = v
+			else if (k == "uris:") uris = v
+			else if (k == "components:") comps = v
+			else if (k == "enabled:") enabled = tolower(v)
+		}
+		END { if (!found) flush(); exit !found }
+	' "${files[@]}"
+}
 
 nvrtc_dir="${MEGAMOE_NVRTC_DIR:-$HOME/.cache/megamoe/nvrtc12}"
 lib="$nvrtc_dir/usr/lib/x86_64-linux-gnu"
@@ -21,12 +68,20 @@ if [ -z "${MEGAMOE_NVRTC:-}" ]; then
 		# A private apt configuration (lists and cache under $tmp) for Debian trixie's
 		# non-free, where libnvrtc12 lives: the machine's own sources are not touched.
 		mkdir -p "$tmp/lists/partial" "$tmp/cache/archives/partial"
-		echo "deb [signed-by=/usr/share/keyrings/debian-archive-keyring.gpg] http://deb.debian.org/debian trixie non-free" >"$tmp/sources.list"
+		archive="${MEGAMOE_DEBIAN_ARCHIVE:-}"
+		if [ -z "$archive" ] && ! archive=$(debian_archive); then
+			echo "emu-test: no Debian archive (a \"deb\" entry whose URI ends in /debian, component main)" \
+				"in /etc/apt/sources.list or /etc/apt/sources.list.d/*.{list,sources};" \
+				"set MEGAMOE_DEBIAN_ARCHIVE to a Debian mirror, or MEGAMOE_NVRTC to a libnvrtc.so.12" >&2
+			exit 1
+		fi
+		echo "emu-test: using the Debian archive $archive" >&2
+		echo "deb [signed-by=/usr/share/keyrings/debian-archive-keyring.gpg] ${archive%/} trixie non-free" >"$tmp/sources.list"
 		apt_opts=(-o "Dir::Etc::SourceList=$tmp/sources.list" -o Dir::Etc::SourceParts=/dev/null
 			-o "Dir::State::Lists=$tmp/lists" -o "Dir::Cache=$tmp/cache" -o Debug::NoLocking=1)
 		if ! (cd "$tmp" && apt-get "${apt_opts[@]}" update >&2 &&
 			apt-get "${apt_opts[@]}" download libnvrtc12 libnvrtc-builtins12.4 >&2); then
-			echo "emu-test: could not fetch libnvrtc12 from Debian trixie non-free;" \
+			echo "emu-test: could not fetch libnvrtc12 from Debian trixie non-free at $archive;" \
 				"set MEGAMOE_NVRTC to a libnvrtc.so.12 instead" >&2
 			exit 1
 		fi

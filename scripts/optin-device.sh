@@ -1,21 +1,31 @@
 #!/usr/bin/env bash
-# One device call that checks and times the kernel choices from ONE build:
-# the tests (every kernel against its CPU twin, the end-to-end and
-# side-stream tests under the defaults), the head's fp32 linear on
+# Checks and times the kernel choices of one build on a machine with an NVIDIA
+# GPU: the tests (every kernel against its CPU twin, the end-to-end and
+# side-stream tests under the defaults), the fp32 head on
 # linear_bf16x3_dec against its op check, decode stacks of the default, no
 # side stream and the SIMT fp32 linears (f32-simt), and ncu of the default
-# step. Build here, carry bin, run there:
-#   go test -c -ldflags="-s -w" -o bin/cuda.test ./cuda && go test -c -ldflags="-s -w" -o bin/gpu.test ./backend/gpu &&
-#   go build -ldflags="-s -w" -o bin/bench ./cmd/bench && cp scripts/optin-device.sh scripts/ncu_steps.py bin/
-#   (device) cd bin && ./optin-device.sh $OUT/o    # ~6 minutes; bring back o.tgz
-# STEPS picks parts (default "tests kernels stacks ncu"); KMODELS, KTOKENS and
-# BATCHES trim the kernel rows and stacks (a short device lease). Make an opt-in the
-# default only if its tests pass and its stacks beat the default in the same
-# call (docs/performance.md, 2026-12-05c).
+# step. From a checkout (about 14 minutes on an H200):
+#   scripts/optin-device.sh OUTDIR
+# It builds bin/cuda.test, bin/gpu.test and bin/bench unless BIN names a
+# directory that holds them. STEPS picks parts (default "tests kernels stacks
+# ncu"); KMODELS, KTOKENS and BATCHES trim the kernel rows and stacks. Make an
+# opt-in the default only if its tests pass and its stacks beat the default in
+# the same run (docs/performance.md).
 set -u
 out=${1:?usage: optin-device.sh OUTDIR}
-mkdir -p "$out"
-cd "$(dirname "$0")"
+mkdir -p "$out" && out=$(cd "$out" && pwd)
+here=$(cd "$(dirname "$0")" && pwd)
+bin=
+if [ -n "${BIN:-}" ]; then
+	bin=$(cd "$BIN" && pwd) || { echo "$0: no directory $BIN" >&2; exit 1; }
+fi
+cd "$here/.." || exit 1
+if [ -z "$bin" ]; then
+	go test -c -o bin/cuda.test ./cuda && go test -c -o bin/gpu.test ./backend/gpu &&
+		go build -o bin/bench ./cmd/bench || exit 1
+	bin=$PWD/bin
+fi
+cd "$bin" || exit 1
 export LD_LIBRARY_PATH=/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
 t0=$(date +%s)
 log() { echo "[$(($(date +%s) - t0)) s] $*" | tee -a "$out/log.txt"; }
@@ -50,10 +60,9 @@ if on ncu; then
 		n="$out/ncu-b$b-$o"
 		kopt=""
 		[[ $o == default ]] || kopt=$o
-		timeout 60 /usr/local/cuda/bin/ncu --metrics gpu__time_duration.sum --csv --cache-control all --clock-control none \
+		timeout 60 "${NCU:-/usr/local/cuda/bin/ncu}" --metrics gpu__time_duration.sum --csv --cache-control all --clock-control none \
 			./bench stack --preset flash --layers 4 --prefill 8 --decode 3 --batch "$b" --cuda-graphs=false --side-stream=false --kernel-opts "$kopt" >"$n.csv" 2>/dev/null
-		python3 ncu_steps.py "$n.csv" >"$n.txt" 2>&1
+		python3 "$here/ncu_steps.py" "$n.csv" >"$n.txt" 2>&1
 	done
 	log "ncu done"
 fi
-tar czf "$out.tgz" -C "$(dirname "$out")" "$(basename "$out")"

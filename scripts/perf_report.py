@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Merge our `bench kernels --json` output with scripts/torch_baseline.py output
-(both JSON lines, measured on the same H200) into a markdown fragment and PNG
+(both JSON lines, measured on the same GPU) into a markdown fragment and PNG
 plots for docs/performance.md.
 
     python3 scripts/perf_report.py --ours ours.jsonl --torch torch.jsonl \

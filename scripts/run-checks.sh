@@ -1,32 +1,42 @@
 #!/usr/bin/env bash
-# Correctness on the device after a kernel change, then the decode-step
-# numbers: run from the directory holding the binaries built here
-#   go test -c -o bin/cuda.test ./cuda && go test -c -o bin/gpu.test ./backend/gpu
-#   go build -o bin/bench ./cmd/bench && cp scripts/*.sh bin/
-#   (device) cd bin && ./run-checks.sh OUTDIR [test-regex]
-# OUTDIR gets cuda.txt and gpu.txt (go test -v output), stack-*.txt (also
-# without PDL) and ncu-b1.csv (per-kernel time of eager batch-1 decode steps,
-# cold caches).
+# Correctness on the GPU after a kernel change, then the decode-step numbers,
+# from a checkout on a machine with an NVIDIA GPU:
+#   scripts/run-checks.sh OUTDIR [test-regex]
+# It builds bin/cuda.test, bin/gpu.test and bin/bench unless BIN names a
+# directory that holds them. OUTDIR gets cuda.txt and gpu.txt (go test -v
+# output), stack-*.txt (also without PDL) and ncu-b1.csv (per-kernel time of
+# eager batch-1 decode steps, cold caches; scripts/ncu_steps.py sums it; NCU
+# names ncu if it is not /usr/local/cuda/bin/ncu).
 set -u
 out=${1:?usage: run-checks.sh OUTDIR [test-regex]}
 run=${2:-.}
-mkdir -p "$out"
-export LD_LIBRARY_PATH=/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
+mkdir -p "$out" && out=$(cd "$out" && pwd)
 here=$(cd "$(dirname "$0")" && pwd)
+bin=
+if [ -n "${BIN:-}" ]; then
+	bin=$(cd "$BIN" && pwd) || { echo "$0: no directory $BIN" >&2; exit 1; }
+fi
+cd "$here/.." || exit 1
+if [ -z "$bin" ]; then
+	go test -c -o bin/cuda.test ./cuda && go test -c -o bin/gpu.test ./backend/gpu &&
+		go build -o bin/bench ./cmd/bench || exit 1
+	bin=$PWD/bin
+fi
+export LD_LIBRARY_PATH=/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
 nvidia-smi --query-gpu=name,driver_version,clocks.max.sm,memory.total --format=csv,noheader | tee "$out/gpu.txt"
-(cd "$here" && timeout 200 ./cuda.test -test.v -test.run "$run" > "$out/cuda.txt" 2>&1; echo "cuda.test rc=$?")
-(cd "$here" && timeout 300 ./gpu.test -test.v -test.run "$run" > "$out/gpu.txt" 2>&1; echo "gpu.test rc=$?")
+(cd "$bin" && timeout 200 ./cuda.test -test.v -test.run "$run" > "$out/cuda.txt" 2>&1; echo "cuda.test rc=$?")
+(cd "$bin" && timeout 300 ./gpu.test -test.v -test.run "$run" > "$out/gpu.txt" 2>&1; echo "gpu.test rc=$?")
 grep -E "^(--- FAIL|FAIL|ok|PASS)" "$out/cuda.txt" "$out/gpu.txt" | head -40
 for b in 1 8 64; do
-	timeout 60 "$here/bench" stack --preset flash --layers 4 --prefill 64 --decode 48 --batch "$b" > "$out/stack-b$b.txt" 2>&1
+	timeout 60 "$bin/bench" stack --preset flash --layers 4 --prefill 64 --decode 48 --batch "$b" > "$out/stack-b$b.txt" 2>&1
 	grep -E "^(decode|cuda graphs)" "$out/stack-b$b.txt"
 done
-timeout 60 "$here/bench" stack --preset flash --layers 4 --prefill 64 --decode 48 --batch 1 --cuda-graphs=false > "$out/stack-b1-eager.txt" 2>&1
+timeout 60 "$bin/bench" stack --preset flash --layers 4 --prefill 64 --decode 48 --batch 1 --cuda-graphs=false > "$out/stack-b1-eager.txt" 2>&1
 grep -E "^decode" "$out/stack-b1-eager.txt"
 for b in 1 8 64; do # the same without programmatic dependent launch
-	timeout 60 "$here/bench" stack --preset flash --layers 4 --prefill 64 --decode 48 --batch "$b" --pdl=false > "$out/stack-b$b-nopdl.txt" 2>&1
+	timeout 60 "$bin/bench" stack --preset flash --layers 4 --prefill 64 --decode 48 --batch "$b" --pdl=false > "$out/stack-b$b-nopdl.txt" 2>&1
 	grep -E "^(decode|programmatic)" "$out/stack-b$b-nopdl.txt"
 done
-timeout 200 /usr/local/cuda/bin/ncu --metrics gpu__time_duration.sum --csv --cache-control all --clock-control none \
-	"$here/bench" stack --preset flash --layers 4 --prefill 8 --decode 3 --batch 1 --cuda-graphs=false > "$out/ncu-b1.csv" 2>&1
+timeout 200 "${NCU:-/usr/local/cuda/bin/ncu}" --metrics gpu__time_duration.sum --csv --cache-control all --clock-control none \
+	"$bin/bench" stack --preset flash --layers 4 --prefill 8 --decode 3 --batch 1 --cuda-graphs=false > "$out/ncu-b1.csv" 2>&1
 echo "ncu rc=$?"

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Vendor-library ceilings for docs/performance.md, measured on the device in
+"""Vendor-library ceilings for docs/performance.md, measured on the GPU in
 the same run as our kernels: device-to-device copy bandwidth, torch.matmul
 (bf16) and torch._scaled_mm (fp8 e4m3, per-tensor scales) on the Flash and
 Pro GEMM shapes at 1, 8, 64, 512 and 4096 tokens. Prints one JSON object per

@@ -11,7 +11,7 @@ import (
 // three; the kernels share their device code with the separate ops' kernels
 // (cuda/kernels/rowops.cuh), so the results are the same bits.
 
-// HeadNormRope implements backend.QEpilogue.
+// HeadNormRope implements backend.Backend.
 func (b *Backend) HeadNormRope(x backend.Tensor, eps float32, a backend.RopeArgs, bt *backend.Batch) error {
 	xt, err := f32(x, bt.Rows(), -1, "head norm rope")
 	if err != nil {
@@ -32,7 +32,7 @@ func (b *Backend) HeadNormRope(x backend.Tensor, eps float32, a backend.RopeArgs
 		tab.dim, eps, a.Inverse, b.faithful())
 }
 
-// NormRopeKVQuant implements backend.KVEpilogue for one head a row (the
+// NormRopeKVQuant implements backend.Backend for one head a row (the
 // width of x, w and a.HeadDim alike).
 func (b *Backend) NormRopeKVQuant(x backend.Tensor, w backend.Vec, eps float32, a backend.RopeArgs, nope, block int, bt *backend.Batch, out backend.Tensor) error {
 	wv, ok := w.(*vec)

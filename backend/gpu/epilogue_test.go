@@ -95,10 +95,7 @@ func TestHeadNormRope(t *testing.T) {
 	for _, mode := range []backend.Numerics{backend.Faithful, backend.Exact} {
 		t.Run(mode.String(), func(t *testing.T) {
 			p := newPair(t, mode)
-			fused, ok := p.G.(backend.QEpilogue)
-			if !ok {
-				t.Fatal("the GPU backend does not implement QEpilogue")
-			}
+			fused := p.G
 			for _, d := range epilogueDims() {
 				fr, err := rope.New(d.rd, d.theta, d.yarn)
 				must(t, err)
@@ -121,7 +118,7 @@ func TestHeadNormRope(t *testing.T) {
 						must(t, p.G.HeadNorm(sep.G, d.hd, 1e-6))
 						must(t, p.G.Rope(sep.G, a, bc.bt))
 						fusedSameBits(t, p.G, "head norm rope "+tag, x.G, sep.G)
-						must(t, backend.HeadNormRope(p.C, x.C, 1e-6, a, bc.bt))
+						must(t, p.C.HeadNormRope(x.C, 1e-6, a, bc.bt))
 						p.Check("head norm rope "+tag, x, 2e-3)
 					}
 				}
@@ -144,10 +141,7 @@ func TestNormRopeKVQuant(t *testing.T) {
 	for _, mode := range []backend.Numerics{backend.Faithful, backend.Exact} {
 		t.Run(mode.String(), func(t *testing.T) {
 			p := newPair(t, mode)
-			fused, ok := p.G.(backend.KVEpilogue)
-			if !ok {
-				t.Fatal("the GPU backend does not implement KVEpilogue")
-			}
+			fused := p.G
 			lim := 2e-3
 			if mode == backend.Faithful {
 				lim = 2e-2
@@ -180,7 +174,7 @@ func TestNormRopeKVQuant(t *testing.T) {
 						must(t, p.G.Rope(sep.G, a, bc.bt))
 						must(t, p.G.KVQuant(sep.G, nope, 64))
 						fusedSameBits(t, p.G, "norm rope kv quant "+tag, o.G, sep.G)
-						must(t, backend.NormRopeKVQuant(p.C, x.C, cw, 1e-6, a, nope, 64, bc.bt, o.C))
+						must(t, p.C.NormRopeKVQuant(x.C, cw, 1e-6, a, nope, 64, bc.bt, o.C))
 						p.Check("norm rope kv quant "+tag, o, lim)
 					}
 				}

@@ -37,7 +37,7 @@ type Options struct {
 	TimeReplays bool
 	// NoSideStream runs every op on the main stream. Otherwise independent
 	// ops of steps up to 64 rows run on a second stream beside it
-	// (backend.SideStream: the shared expert beside the routed ones; H200,
+	// (Backend.Fork: the shared expert beside the routed ones; H200,
 	// 2026-12-05e: 2-4 % shorter decode steps at batch 1-32).
 	NoSideStream bool
 }

@@ -161,7 +161,7 @@ func graphKey(bt *backend.Batch) (key string, capacity int) {
 	return fmt.Sprintf("decode n=%d ctx=%d", len(bt.Seqs), capacity), capacity
 }
 
-// RecordStep implements backend.StepRecorder.
+// RecordStep implements backend.Backend.
 func (b *Backend) RecordStep(bt *backend.Batch, ids []int32, forward func() (backend.Tensor, error)) (backend.Tensor, error) {
 	b.pdlFor(bt)
 	g := &b.graphs

@@ -49,7 +49,7 @@ func (b *Backend) HcPre(x backend.Tensor, h backend.HC, a backend.HcArgs, out, m
 	return nil
 }
 
-// HcPreNorm implements backend.HcPreNorm: where hc pre takes its split
+// HcPreNorm is HcPre then RMSNorm: where hc pre takes its split
 // path, the norm runs inside its final kernel (one launch fewer) and out is
 // left holding the split's partials; elsewhere HcPre, then RMSNorm.
 func (b *Backend) HcPreNorm(x backend.Tensor, h backend.HC, a backend.HcArgs, norm backend.Vec, eps float32, out, normed, mix backend.Tensor) error {
@@ -57,7 +57,7 @@ func (b *Backend) HcPreNorm(x backend.Tensor, h backend.HC, a backend.HcArgs, no
 	return err
 }
 
-// HcPreNormQuant implements backend.QuantFused: HcPreNorm whose fused final
+// HcPreNormQuant is HcPreNorm whose fused final
 // kernel also writes the FP8 quantisation that a linear of next would apply
 // to normed (RMSNormQuant's handle); otherwise HcPreNorm, returning normed.
 func (b *Backend) HcPreNormQuant(x backend.Tensor, h backend.HC, a backend.HcArgs, norm backend.Vec, eps float32, out, normed, mix backend.Tensor, next []backend.Linear) (backend.Tensor, error) {

@@ -131,10 +131,7 @@ func TestHcPreNorm(t *testing.T) {
 	for _, mode := range hcModes {
 		t.Run(mode.String(), func(t *testing.T) {
 			p := newPair(t, mode)
-			g, ok := p.G.(backend.HcPreNorm)
-			if !ok {
-				t.Fatalf("%T does not implement backend.HcPreNorm", p.G)
-			}
+			g := p.G.(*Backend)
 			for _, sh := range shapes {
 				n, d := sh.n, sh.d
 				a := backend.HcArgs{Streams: n, Sinkhorn: sh.iters, Eps: 1e-6, NormEps: 1e-6}

@@ -163,7 +163,7 @@ func fp8Bytes(m, k int) int { return m*k + (m*(k/128)+255)&^255 }
 // fp8Layout places the e4m3 codes [m, k] and e8m0 scales [m, k/128] at base.
 func fp8Layout(base cuda.DevicePtr, m, k int) (q, qs cuda.DevicePtr) { return base, base.Add(m * k) }
 
-// Linears implements backend.SharedInputLinears: in faithful mode the FP8
+// Linears implements backend.Backend: in faithful mode the FP8
 // tensor-core linears of x share one quantisation; the others run as Linear.
 func (b *Backend) Linears(x backend.Tensor, ws []backend.Linear, outs []backend.Tensor) error {
 	if len(ws) != len(outs) {

@@ -234,9 +234,9 @@ func (b *Backend) Experts(f backend.Tensor, e backend.Experts, weights, ids back
 	return b.experts(f, e, weights, ids, a, acc, nil)
 }
 
-// ExpertsShared implements backend.ExpertsShared: Experts whose moe_combine
+// ExpertsCombine implements backend.Backend: Experts whose moe_combine
 // also adds the shared expert's output as Combine does, into out.
-func (b *Backend) ExpertsShared(f backend.Tensor, e backend.Experts, weights, ids backend.Tensor, a backend.ExpertsArgs, shared, out backend.Tensor) error {
+func (b *Backend) ExpertsCombine(f backend.Tensor, e backend.Experts, weights, ids backend.Tensor, a backend.ExpertsArgs, shared, out backend.Tensor) error {
 	if shared == nil {
 		return fmt.Errorf("experts: no shared expert output")
 	}
@@ -392,7 +392,7 @@ func (b *Backend) experts(f backend.Tensor, e backend.Experts, weights, ids back
 		}
 	}
 	if sp != 0 {
-		// shared may come from the open fork (backend.SideStream): the
+		// shared may come from the open fork (Fork): the
 		// routed experts above ran beside it.
 		if err := b.Join(); err != nil {
 			return fmt.Errorf("experts: %w", err)

@@ -227,7 +227,7 @@ func TestExpertsPartial(t *testing.T) {
 // TestExpertsCombine: ExpertsShared (moe_combine adding the shared expert,
 // moe_fp4_dec adding its own split-K partials) gives the bits of the launches
 // it replaces: Experts with linear_fp8_reduce, then Combine (add_f32); and
-// backend.ExpertsCombine on the CPU (its fallback) gives the reference.
+// the CPU's ExpertsCombine (the separate ops) gives the reference.
 // Shapes: the small config's (8- and 16-row tiles, odd rows), a wider one
 // whose w2 splits K too, and Flash's d and inter with 4 experts (faithful MXFP4
 // only, where it is cheapest).
@@ -235,10 +235,7 @@ func TestExpertsCombine(t *testing.T) {
 	for _, mode := range []backend.Numerics{backend.Faithful, backend.Exact} {
 		t.Run(mode.String(), func(t *testing.T) {
 			p := newPair(t, mode)
-			fused, ok := p.G.(backend.ExpertsShared)
-			if !ok {
-				t.Fatal("the GPU backend does not implement ExpertsShared")
-			}
+			fused := p.G
 			ctx := p.G.(*Backend).Context()
 			defer func() { must(t, ctx.SetKernelChoice(cuda.KernelChoice{})) }()
 			tol := 2e-2
@@ -276,8 +273,8 @@ func TestExpertsCombine(t *testing.T) {
 					must(t, p.G.Combine(acc.G, s.G, sep.G))
 					must(t, ctx.SetKernelChoice(cuda.KernelChoice{}))
 					got := p.Out(n, c.dim)
-					must(t, fused.ExpertsShared(x.G, ge, w.G, ids.G, a, s.G, got.G))
-					must(t, backend.ExpertsCombine(p.C, x.C, ce, w.C, ids.C, a, s.C, got.C))
+					must(t, fused.ExpertsCombine(x.G, ge, w.G, ids.G, a, s.G, got.G))
+					must(t, p.C.ExpertsCombine(x.C, ce, w.C, ids.C, a, s.C, got.C))
 					p.Check("experts+shared "+tag, got, tol)
 					want, have := make([]float32, n*c.dim), make([]float32, n*c.dim)
 					must(t, p.G.Download(sep.G, want))

@@ -7,9 +7,7 @@ import (
 	"github.com/megamoe/megamoe/cuda"
 )
 
-var _ backend.QuantFused = (*Backend)(nil)
-
-// RMSNormQuant implements backend.QuantFused: where a linear of next takes
+// RMSNormQuant is RMSNorm for NormLinears: where a linear of next takes
 // the faithful FP8 tensor-core path from out, rmsnorm_quant_f32 writes out
 // and its FP8 quantisation in one launch, and the handle carrying both
 // saves those linears' quant_fp8_f32; otherwise it is RMSNorm and returns out.
@@ -34,7 +32,7 @@ func (b *Backend) RMSNormQuant(x backend.Tensor, w backend.Vec, eps float32, out
 	return h, nil
 }
 
-// SwiGLUQuant implements backend.QuantFused as RMSNormQuant does, with
+// SwiGLUQuant is SwiGLU for SwiGLULinear as RMSNormQuant is RMSNorm, with
 // swiglu_quant_f32 in place of SwiGLU and quant_fp8_f32.
 func (b *Backend) SwiGLUQuant(g, u backend.Tensor, limit float32, out backend.Tensor, next []backend.Linear) (backend.Tensor, error) {
 	gt, ut, ot, err := swigluArgs(g, u, out)

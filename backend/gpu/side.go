@@ -7,14 +7,12 @@ import (
 	"github.com/megamoe/megamoe/cuda"
 )
 
-var _ backend.SideStream = (*Backend)(nil)
-
 // sideMaxRows is the largest step whose forks run on the side stream: a
 // decode step's kernels leave most of the device idle (latency-bound), a
 // prefill chunk's fill it alone.
 const sideMaxRows = 64
 
-// sideStream runs forked ops (backend.SideStream) on a second stream. The
+// sideStream runs forked ops (Backend.Fork) on a second stream. The
 // fork and join are events, so a recorded step's graph gets two branches.
 // While a fork is open the pool holds every freed block: a block freed on
 // one stream must not be reused on the other before the join orders them.
@@ -28,7 +26,7 @@ type sideStream struct {
 	forks      int        // forks run on the side stream (tests)
 }
 
-// Fork implements backend.SideStream: fn's ops go to the side stream, which
+// Fork implements backend.Backend: fn's ops go to the side stream, which
 // starts after everything issued so far; steps above sideMaxRows rows, or
 // with the side stream off, run fn on the main stream.
 func (b *Backend) Fork(rows int, bt *backend.Batch, fn func() error) error {
@@ -69,7 +67,7 @@ func (b *Backend) Fork(rows int, bt *backend.Batch, fn func() error) error {
 	return err
 }
 
-// Join implements backend.SideStream: the main stream waits for the side
+// Join implements backend.Backend: the main stream waits for the side
 // stream's work, and the blocks freed meanwhile go back to the pool.
 func (b *Backend) Join() error {
 	sd := &b.side

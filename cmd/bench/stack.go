@@ -17,6 +17,7 @@ import (
 	"github.com/megamoe/megamoe/backend"
 	"github.com/megamoe/megamoe/backend/cpu"
 	"github.com/megamoe/megamoe/backend/gpu"
+	"github.com/megamoe/megamoe/backend/observe"
 	"github.com/megamoe/megamoe/checkpoint"
 	"github.com/megamoe/megamoe/cuda"
 	"github.com/megamoe/megamoe/engine"
@@ -183,12 +184,11 @@ func stack(f *stackFlags, stdout, stderr io.Writer) error {
 		if g, ok := be.(*gpu.Backend); ok {
 			sync = g.Sync
 		}
-		prof = newTimed(be, sync)
+		prof = newTimed(sync)
 	}
 	build := func(be backend.Backend, trace bool) (*model.Model, error) {
 		if prof != nil {
-			prof.Backend = be
-			be = prof
+			be = observe.Wrap(be, prof)
 		}
 		return model.New(w, be, model.Options{Numerics: f.numerics, Threads: f.threads, TraceNonFinite: trace, CacheBytes: cacheBytes})
 	}

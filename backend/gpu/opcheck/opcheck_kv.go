@@ -254,12 +254,12 @@ func checkEpilogues(p *Pair, d OpDims, _ *embedTable) {
 		bt := ropeBatch(max(rows, 2))
 		n := bt.Rows()
 		q := p.Rand(n, d.Heads*d.HeadDim, 1)
-		p.cpu("q epilogue", backend.HeadNormRope(p.C, q.C, d.NormEps, a, bt))
-		p.gpu("q epilogue", func() error { return backend.HeadNormRope(p.G, q.G, d.NormEps, a, bt) })
+		p.cpu("q epilogue", p.C.HeadNormRope(q.C, d.NormEps, a, bt))
+		p.gpu("q epilogue", func() error { return p.G.HeadNormRope(q.G, d.NormEps, a, bt) })
 		p.Check(fmt.Sprintf("head_norm_rope q %dx%dx%d", n, d.Heads, d.HeadDim), q, 2e-3)
 		x, o := p.Rand(n, d.HeadDim, 1), p.Out(n, d.HeadDim)
-		p.cpu("kv epilogue", backend.NormRopeKVQuant(p.C, x.C, cw, d.NormEps, a, nope, 64, bt, o.C))
-		p.gpu("kv epilogue", func() error { return backend.NormRopeKVQuant(p.G, x.G, gw, d.NormEps, a, nope, 64, bt, o.G) })
+		p.cpu("kv epilogue", p.C.NormRopeKVQuant(x.C, cw, d.NormEps, a, nope, 64, bt, o.C))
+		p.gpu("kv epilogue", func() error { return p.G.NormRopeKVQuant(x.G, gw, d.NormEps, a, nope, 64, bt, o.G) })
 		p.Check(fmt.Sprintf("rmsnorm_rope_kvq kv %dx%d nope=%d", n, d.HeadDim, nope), o, kvLim)
 	}
 }
