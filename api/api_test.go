@@ -16,6 +16,7 @@ import (
 
 	"github.com/megamoe/megamoe/checkpoint"
 	"github.com/megamoe/megamoe/engine"
+	"github.com/megamoe/megamoe/internal/testctx"
 	"github.com/megamoe/megamoe/model"
 	"github.com/megamoe/megamoe/models"
 	"github.com/megamoe/megamoe/tokenizer"
@@ -405,12 +406,12 @@ func TestDisconnect(t *testing.T) {
 	}
 	cancel()
 	resp.Body.Close()
-	deadline := time.Now().Add(10 * time.Second)
+	wait := testctx.New(t)
 	for st := eng.Stats(); st.Running+st.Waiting > 0 || st.CacheUsed > 0; st = eng.Stats() {
-		if time.Now().After(deadline) {
+		if wait.Err() != nil {
 			t.Fatalf("sequence not cancelled after disconnect: %+v", st)
 		}
-		time.Sleep(5 * time.Millisecond)
+		time.Sleep(5 * time.Millisecond) // Stats has no change notification
 	}
 	// The server must still answer, and promptly (the 200-token sequence is gone).
 	r2, body := post(t, srv, "/v1/completions", `{"prompt":"ok","max_tokens":2}`, nil)
@@ -422,7 +423,7 @@ func TestDisconnect(t *testing.T) {
 // TestQueueFull checks requests beyond the engine's queue bound get 429.
 func TestQueueFull(t *testing.T) {
 	srv, _ := startServer(t, Config{}, 1)
-	ctx, cancel := context.WithCancel(context.Background())
+	ctx, cancel := context.WithCancel(testctx.New(t))
 	defer cancel()
 	const n = 6
 	status := make(chan int, n)
@@ -440,7 +441,6 @@ func TestQueueFull(t *testing.T) {
 		}()
 	}
 	full := 0
-	timeout := time.After(20 * time.Second)
 	for range n - 2 { // at most one running and one waiting can avoid 429
 		select {
 		case code := <-status:
@@ -449,7 +449,7 @@ func TestQueueFull(t *testing.T) {
 			} else {
 				t.Errorf("status %d before the queue drained, want 429", code)
 			}
-		case <-timeout:
+		case <-ctx.Done():
 			t.Fatal("no answers")
 		}
 	}
