@@ -47,6 +47,9 @@ func sameWeights(t *testing.T, what string, got, want *Weights) {
 func TestGenWeightsIsGenerate(t *testing.T) {
 	for _, format := range []string{GenOfficial, GenNVFP4} {
 		t.Run(format, func(t *testing.T) {
+			if testing.Short() && format != GenOfficial {
+				t.Skip("-short: the official format only (each format trains the tokenizer and writes a checkpoint)")
+			}
 			dir := filepath.Join(t.TempDir(), "gen")
 			lw, st, err := GenerateLoad(dir, GenSpec{Format: format, Seed: 4})
 			if err != nil {
