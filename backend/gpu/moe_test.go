@@ -224,7 +224,7 @@ func TestExpertsPartial(t *testing.T) {
 	}
 }
 
-// TestExpertsCombine: ExpertsShared (moe_combine adding the shared expert,
+// TestExpertsCombine: ExpertsCombine (moe_combine adding the shared expert,
 // moe_fp4_dec adding its own split-K partials) gives the bits of the launches
 // it replaces: Experts with linear_fp8_reduce, then Combine (add_f32); and
 // the CPU's ExpertsCombine (the separate ops) gives the reference.
