@@ -1,3 +1,5 @@
+//go:build megamoe_emu
+
 package cuda_test
 
 import (

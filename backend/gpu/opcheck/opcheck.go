@@ -1,4 +1,4 @@
-package gpu
+package opcheck
 
 import (
 	"encoding/binary"
@@ -62,15 +62,11 @@ func presetDims(name string) OpDims {
 // group; CheckOps recovers it and records a failed row.
 type Abort struct{ Msg string }
 
-// CheckOps runs every backend op at dims d on fresh random inputs, GPU (b)
-// against a CPU reference, and returns one row per comparison. Op groups
-// whose name does not contain only (case-insensitive) are skipped. b's
-// numerics are set to mode.
-func CheckOps(b *Backend, d OpDims, mode backend.Numerics, seed uint64, only string, r Reporter) []Row {
-	return checkOps(b, d, mode, seed, only, r)
-}
-
-func checkOps(b device, d OpDims, mode backend.Numerics, seed uint64, only string, r Reporter) []Row {
+// CheckOps runs every backend op at dims d on fresh random inputs, the
+// device b (a *gpu.Backend) against a CPU reference, and returns one row per
+// comparison. Op groups whose name does not contain only (case-insensitive)
+// are skipped. b's numerics are set to mode.
+func CheckOps(b Device, d OpDims, mode backend.Numerics, seed uint64, only string, r Reporter) []Row {
 	b.SetNumerics(mode)
 	var rows []Row
 	tab := &embedTable{}
@@ -81,12 +77,12 @@ func checkOps(b device, d OpDims, mode backend.Numerics, seed uint64, only strin
 		// A fresh CPU backend per group: its dense-weight budget is per backend.
 		c := cpu.New(cpu.Options{DenseBudget: 16 << 30, DenseMaxElems: 1 << 31})
 		c.SetNumerics(mode)
-		p := newPairOn(r, c, b, seed+uint64(i)*0x9e3779b97f4a7c15)
+		p := NewPair(r, c, b, seed+uint64(i)*0x9e3779b97f4a7c15)
 		p.prefix = fmt.Sprintf("%s %s ", d.Name, mode)
 		if msg := runGroup(func() { g.run(p, d, tab) }); msg != "" {
 			p.rows = append(p.rows, Row{Name: p.prefix + g.name, Err: msg})
 		}
-		p.release()
+		p.Release()
 		if sink, ok := r.(RowSink); ok {
 			for _, row := range p.rows {
 				sink.Row(row)
@@ -121,7 +117,7 @@ func runGroup(f func()) (msg string) {
 
 type opGroup struct {
 	name string
-	run  func(p *pair, d OpDims, tab *embedTable)
+	run  func(p *Pair, d OpDims, tab *embedTable)
 }
 
 var opGroups = []opGroup{
@@ -144,107 +140,107 @@ var opGroups = []opGroup{
 }
 
 // gpu runs an op on the GPU, timed, aborting the group on an error.
-func (p *pair) gpu(name string, f func() error) {
+func (p *Pair) gpu(name string, f func() error) {
 	p.t.Helper()
 	if err := p.timeGPU(f); err != nil {
 		p.t.Fatalf("%s gpu: %v", name, err)
 	}
 }
 
-func (p *pair) cpu(name string, err error) {
+func (p *Pair) cpu(name string, err error) {
 	p.t.Helper()
 	if err != nil {
 		p.t.Fatalf("%s cpu: %v", name, err)
 	}
 }
 
-func (p *pair) vec(v []float32) (backend.Vec, backend.Vec) {
-	g, err := p.g.NewVec(v)
-	p.must(err)
+func (p *Pair) vec(v []float32) (backend.Vec, backend.Vec) {
+	g, err := p.G.NewVec(v)
+	p.Must(err)
 	return cpu.NewVec(v), g
 }
 
-// normWeights are RMSNorm weights of d bf16 values near 1, both sides.
-func (p *pair) normWeights(d int) (backend.Vec, backend.Vec) {
+// NormWeights are RMSNorm weights of d bf16 values near 1, both sides.
+func (p *Pair) NormWeights(d int) (backend.Vec, backend.Vec) {
 	w := make([]float32, d)
 	for i := range w {
-		w[i] = num.RoundBF16(float32(1 + 0.1*p.rng.NormFloat64()))
+		w[i] = num.RoundBF16(float32(1 + 0.1*p.Rng.NormFloat64()))
 	}
 	return p.vec(w)
 }
 
-func (p *pair) prep(l *checkpoint.Linear) (backend.Linear, backend.Linear) {
-	c, err := p.c.PrepareLinear(l)
-	p.must(err)
-	g, err := p.g.PrepareLinear(l)
-	p.must(err)
+func (p *Pair) prep(l *checkpoint.Linear) (backend.Linear, backend.Linear) {
+	c, err := p.C.PrepareLinear(l)
+	p.Must(err)
+	g, err := p.G.PrepareLinear(l)
+	p.Must(err)
 	return c, g
 }
 
-func checkRMSNorm(p *pair, d OpDims, _ *embedTable) {
-	cw, gw := p.normWeights(d.Dim)
+func checkRMSNorm(p *Pair, d OpDims, _ *embedTable) {
+	cw, gw := p.NormWeights(d.Dim)
 	for _, n := range d.Tokens {
 		for _, segs := range []int{1, d.HcMult} { // attn_norm on [N, d], and hc-wide rows
-			x := p.rand(n, segs*d.Dim, 1)
-			o := p.out(n, segs*d.Dim)
-			p.cpu("rmsnorm", p.c.RMSNorm(x.c, cw, d.NormEps, o.c))
-			p.gpu("rmsnorm", func() error { return p.g.RMSNorm(x.g, gw, d.NormEps, o.g) })
-			p.check(fmt.Sprintf("rmsnorm %dx%dx%d", n, segs, d.Dim), o, 1e-3)
+			x := p.Rand(n, segs*d.Dim, 1)
+			o := p.Out(n, segs*d.Dim)
+			p.cpu("rmsnorm", p.C.RMSNorm(x.C, cw, d.NormEps, o.C))
+			p.gpu("rmsnorm", func() error { return p.G.RMSNorm(x.G, gw, d.NormEps, o.G) })
+			p.Check(fmt.Sprintf("rmsnorm %dx%dx%d", n, segs, d.Dim), o, 1e-3)
 		}
 	}
 }
 
-func (p *pair) hcArgs(d OpDims) backend.HcArgs {
+func (p *Pair) hcArgs(d OpDims) backend.HcArgs {
 	return backend.HcArgs{Streams: d.HcMult, Sinkhorn: d.Sinkhorn, Eps: d.HcEps, NormEps: d.NormEps}
 }
 
-func checkHcPreHead(p *pair, d OpDims, _ *embedTable) {
+func checkHcPreHead(p *Pair, d OpDims, _ *embedTable) {
 	n, a := d.HcMult, p.hcArgs(d)
 	lim := 2e-3
-	if p.c.Numerics() == backend.Exact {
+	if p.C.Numerics() == backend.Exact {
 		lim = 1e-5
 	}
-	cPre, gPre := p.hcParams((2+n)*n, n, d.Dim, []float32{0.7, 1.3, 0.9})
-	cHead, gHead := p.hcParams(n, n, d.Dim, []float32{1.1})
-	cw, gw := p.normWeights(d.Dim)
+	cPre, gPre := p.HCParams((2+n)*n, n, d.Dim, []float32{0.7, 1.3, 0.9})
+	cHead, gHead := p.HCParams(n, n, d.Dim, []float32{1.1})
+	cw, gw := p.NormWeights(d.Dim)
 	for _, rows := range d.Tokens {
 		tag := fmt.Sprintf("%dx%dx%d iters=%d", rows, n, d.Dim, d.Sinkhorn)
-		x := p.rand(rows, n*d.Dim, 1)
-		o, mix := p.out(rows, d.Dim), p.out(rows, n+n*n)
-		p.cpu("hc pre", p.c.HcPre(x.c, cPre, a, o.c, mix.c))
-		p.gpu("hc pre", func() error { return p.g.HcPre(x.g, gPre, a, o.g, mix.g) })
-		p.check("hc_pre out "+tag, o, lim)
-		p.check("hc_pre mix "+tag, mix, 1e-4)
+		x := p.Rand(rows, n*d.Dim, 1)
+		o, mix := p.Out(rows, d.Dim), p.Out(rows, n+n*n)
+		p.cpu("hc pre", p.C.HcPre(x.C, cPre, a, o.C, mix.C))
+		p.gpu("hc pre", func() error { return p.G.HcPre(x.G, gPre, a, o.G, mix.G) })
+		p.Check("hc_pre out "+tag, o, lim)
+		p.Check("hc_pre mix "+tag, mix, 1e-4)
 		// attn_norm / ffn_norm inside hc pre (HcPreNormLinears, no linears)
-		y, mixn := p.out(rows, d.Dim), p.out(rows, n+n*n)
-		p.cpu("hc pre norm", p.c.HcPreNormLinears(x.c, cPre, a, cw, d.NormEps, y.c, mixn.c, nil, nil))
+		y, mixn := p.Out(rows, d.Dim), p.Out(rows, n+n*n)
+		p.cpu("hc pre norm", p.C.HcPreNormLinears(x.C, cPre, a, cw, d.NormEps, y.C, mixn.C, nil, nil))
 		p.gpu("hc pre norm", func() error {
-			return p.g.HcPreNormLinears(x.g, gPre, a, gw, d.NormEps, y.g, mixn.g, nil, nil)
+			return p.G.HcPreNormLinears(x.G, gPre, a, gw, d.NormEps, y.G, mixn.G, nil, nil)
 		})
-		p.check("hc_pre+norm normed "+tag, y, lim)
-		p.check("hc_pre+norm mix "+tag, mixn, 1e-4)
-		oh := p.out(rows, d.Dim)
-		p.cpu("hc head", p.c.HcHead(x.c, cHead, a, oh.c))
-		p.gpu("hc head", func() error { return p.g.HcHead(x.g, gHead, a, oh.g) })
-		p.check("hc_head "+tag, oh, lim)
+		p.Check("hc_pre+norm normed "+tag, y, lim)
+		p.Check("hc_pre+norm mix "+tag, mixn, 1e-4)
+		oh := p.Out(rows, d.Dim)
+		p.cpu("hc head", p.C.HcHead(x.C, cHead, a, oh.C))
+		p.gpu("hc head", func() error { return p.G.HcHead(x.G, gHead, a, oh.G) })
+		p.Check("hc_head "+tag, oh, lim)
 	}
 }
 
-func checkHcPost(p *pair, d OpDims, _ *embedTable) {
+func checkHcPost(p *Pair, d OpDims, _ *embedTable) {
 	n, a := d.HcMult, p.hcArgs(d)
 	for _, rows := range d.Tokens {
-		x := p.rand(rows, n*d.Dim, 1)
-		mix := p.rand(rows, n+n*n, 0.5)
-		sub := p.rand(rows, d.Dim, 1)
-		o := p.out(rows, n*d.Dim)
-		p.cpu("hc post", p.c.HcPost(sub.c, x.c, mix.c, a, o.c))
-		p.gpu("hc post", func() error { return p.g.HcPost(sub.g, x.g, mix.g, a, o.g) })
-		p.check(fmt.Sprintf("hc_post %dx%dx%d", rows, n, d.Dim), o, 1e-3)
+		x := p.Rand(rows, n*d.Dim, 1)
+		mix := p.Rand(rows, n+n*n, 0.5)
+		sub := p.Rand(rows, d.Dim, 1)
+		o := p.Out(rows, n*d.Dim)
+		p.cpu("hc post", p.C.HcPost(sub.C, x.C, mix.C, a, o.C))
+		p.gpu("hc post", func() error { return p.G.HcPost(sub.G, x.G, mix.G, a, o.G) })
+		p.Check(fmt.Sprintf("hc_post %dx%dx%d", rows, n, d.Dim), o, 1e-3)
 	}
 }
 
 // checkLinears runs Linear with FP8-block weights at the attention and shared-expert shapes.
-func checkLinears(p *pair, d OpDims, _ *embedTable) {
+func checkLinears(p *Pair, d OpDims, _ *embedTable) {
 	shapes := []struct {
 		name    string
 		out, in int
@@ -258,44 +254,44 @@ func checkLinears(p *pair, d OpDims, _ *embedTable) {
 		{"indexer wq_b", d.IndexHeads * d.IndexHeadDim, d.QLora},
 	}
 	for _, s := range shapes {
-		cw, gw := p.prep(randLinear(p.rng, checkpoint.FormatFP8Block, s.out, s.in))
+		cw, gw := p.prep(RandLinear(p.Rng, checkpoint.FormatFP8Block, s.out, s.in))
 		for _, m := range d.BigTokens {
-			x := p.rand(m, s.in, 1)
-			o := p.out(m, s.out)
-			p.cpu("linear", p.c.Linear(x.c, cw, o.c))
-			p.gpu("linear", func() error { return p.g.Linear(x.g, gw, o.g) })
-			p.check(fmt.Sprintf("linear %s fp8 %dx%dx%d", s.name, m, s.out, s.in), o, 1e-2)
+			x := p.Rand(m, s.in, 1)
+			o := p.Out(m, s.out)
+			p.cpu("linear", p.C.Linear(x.C, cw, o.C))
+			p.gpu("linear", func() error { return p.G.Linear(x.G, gw, o.G) })
+			p.Check(fmt.Sprintf("linear %s fp8 %dx%dx%d", s.name, m, s.out, s.in), o, 1e-2)
 		}
-		p.release()
+		p.Release()
 	}
 }
 
-func checkGroupedOutProj(p *pair, d OpDims, _ *embedTable) {
+func checkGroupedOutProj(p *Pair, d OpDims, _ *embedTable) {
 	K := d.Heads * d.HeadDim / d.OGroups
 	for _, f := range []checkpoint.Format{checkpoint.FormatFP8Block, checkpoint.FormatBF16} {
-		cw, gw := p.prep(randLinear(p.rng, f, d.OGroups*d.OLora, K))
+		cw, gw := p.prep(RandLinear(p.Rng, f, d.OGroups*d.OLora, K))
 		for _, m := range d.BigTokens {
-			x := p.rand(m, d.OGroups*K, 1)
-			o := p.out(m, d.OGroups*d.OLora)
-			p.cpu("grouped out proj", p.c.GroupedOutProj(x.c, cw, d.OGroups, o.c))
-			p.gpu("grouped out proj", func() error { return p.g.GroupedOutProj(x.g, gw, d.OGroups, o.g) })
-			p.check(fmt.Sprintf("grouped_out_proj wo_a %v %dx%dx(%dx%d)", f, m, d.OGroups*d.OLora, d.OGroups, K), o, 1e-2)
+			x := p.Rand(m, d.OGroups*K, 1)
+			o := p.Out(m, d.OGroups*d.OLora)
+			p.cpu("grouped out proj", p.C.GroupedOutProj(x.C, cw, d.OGroups, o.C))
+			p.gpu("grouped out proj", func() error { return p.G.GroupedOutProj(x.G, gw, d.OGroups, o.G) })
+			p.Check(fmt.Sprintf("grouped_out_proj wo_a %v %dx%dx(%dx%d)", f, m, d.OGroups*d.OLora, d.OGroups, K), o, 1e-2)
 		}
 	}
 }
 
-func checkHeadNorm(p *pair, d OpDims, _ *embedTable) {
+func checkHeadNorm(p *Pair, d OpDims, _ *embedTable) {
 	for _, rows := range d.BigTokens {
 		w := d.Heads * d.HeadDim
 		v := make([]float32, rows*w)
 		for i := range v {
 			s := math.Pow(10, float64((i/d.HeadDim)%6)-3) // per-head magnitudes 1e-3…1e2
-			v[i] = num.RoundBF16(float32(p.rng.NormFloat64() * s))
+			v[i] = num.RoundBF16(float32(p.Rng.NormFloat64() * s))
 		}
-		x := p.from(rows, w, v)
-		p.cpu("head norm", p.c.HeadNorm(x.c, d.HeadDim, d.NormEps))
-		p.gpu("head norm", func() error { return p.g.HeadNorm(x.g, d.HeadDim, d.NormEps) })
-		p.check(fmt.Sprintf("head_norm q %dx%dx%d", rows, d.Heads, d.HeadDim), x, 1e-6)
+		x := p.From(rows, w, v)
+		p.cpu("head norm", p.C.HeadNorm(x.C, d.HeadDim, d.NormEps))
+		p.gpu("head norm", func() error { return p.G.HeadNorm(x.G, d.HeadDim, d.NormEps) })
+		p.Check(fmt.Sprintf("head_norm q %dx%dx%d", rows, d.Heads, d.HeadDim), x, 1e-6)
 	}
 }
 
@@ -303,14 +299,14 @@ func checkHeadNorm(p *pair, d OpDims, _ *embedTable) {
 func ropeBatch(n int) *backend.Batch {
 	n0 := (n + 1) / 2
 	far := 1<<20 - (n - n0) - 1
-	return stepBatchBlocks([]int{0, far}, []int{n0, n - n0}, 1)
+	return StepBatchBlocks([]int{0, far}, []int{n0, n - n0}, 1)
 }
 
-func checkRope(p *pair, d OpDims, _ *embedTable) {
+func checkRope(p *Pair, d OpDims, _ *embedTable) {
 	plain, err := rope.New(d.RopeDim, d.RopeTheta, nil)
-	p.must(err)
+	p.Must(err)
 	yarn, err := rope.New(d.RopeDim, d.CompressTheta, d.YaRN)
-	p.must(err)
+	p.Must(err)
 	for _, fr := range []struct {
 		name string
 		f    *rope.Freqs
@@ -319,58 +315,58 @@ func checkRope(p *pair, d OpDims, _ *embedTable) {
 			bt := ropeBatch(max(rows, 2))
 			n := bt.Rows()
 			for _, inv := range []bool{false, true} {
-				q := p.rand(n, d.Heads*d.HeadDim, 1)
+				q := p.Rand(n, d.Heads*d.HeadDim, 1)
 				a := backend.RopeArgs{Freqs: fr.f, HeadDim: d.HeadDim, Inverse: inv}
-				p.cpu("rope", p.c.Rope(q.c, a, bt))
-				p.gpu("rope", func() error { return p.g.Rope(q.g, a, bt) })
-				p.check(fmt.Sprintf("rope %s inverse=%v %dx%dx%d pos 0,~1e6", fr.name, inv, n, d.Heads, d.HeadDim), q, 2e-3)
+				p.cpu("rope", p.C.Rope(q.C, a, bt))
+				p.gpu("rope", func() error { return p.G.Rope(q.G, a, bt) })
+				p.Check(fmt.Sprintf("rope %s inverse=%v %dx%dx%d pos 0,~1e6", fr.name, inv, n, d.Heads, d.HeadDim), q, 2e-3)
 			}
 		}
 	}
 }
 
-func checkKVQuant(p *pair, d OpDims, _ *embedTable) {
+func checkKVQuant(p *Pair, d OpDims, _ *embedTable) {
 	for _, rows := range d.Tokens {
-		kv := p.rand(rows, d.HeadDim, 2)
-		p.cpu("kv quant", p.c.KVQuant(kv.c, d.HeadDim-d.RopeDim, 64))
-		p.gpu("kv quant", func() error { return p.g.KVQuant(kv.g, d.HeadDim-d.RopeDim, 64) })
-		p.check(fmt.Sprintf("kv_quant fp8 %dx%d nope=%d", rows, d.HeadDim, d.HeadDim-d.RopeDim), kv, 1e-6)
+		kv := p.Rand(rows, d.HeadDim, 2)
+		p.cpu("kv quant", p.C.KVQuant(kv.C, d.HeadDim-d.RopeDim, 64))
+		p.gpu("kv quant", func() error { return p.G.KVQuant(kv.G, d.HeadDim-d.RopeDim, 64) })
+		p.Check(fmt.Sprintf("kv_quant fp8 %dx%d nope=%d", rows, d.HeadDim, d.HeadDim-d.RopeDim), kv, 1e-6)
 	}
 }
 
-func checkHadamard(p *pair, d OpDims, _ *embedTable) {
+func checkHadamard(p *Pair, d OpDims, _ *embedTable) {
 	for _, rows := range d.Tokens {
-		x := p.rand(rows, d.IndexHeads*d.IndexHeadDim, 1)
-		p.cpu("hadamard", p.c.HadamardFP4(x.c, d.IndexHeadDim))
-		p.gpu("hadamard", func() error { return p.g.HadamardFP4(x.g, d.IndexHeadDim) })
-		p.check(fmt.Sprintf("hadamard_fp4 indexer q %dx%dx%d", rows, d.IndexHeads, d.IndexHeadDim), x, 1e-6)
+		x := p.Rand(rows, d.IndexHeads*d.IndexHeadDim, 1)
+		p.cpu("hadamard", p.C.HadamardFP4(x.C, d.IndexHeadDim))
+		p.gpu("hadamard", func() error { return p.G.HadamardFP4(x.G, d.IndexHeadDim) })
+		p.Check(fmt.Sprintf("hadamard_fp4 indexer q %dx%dx%d", rows, d.IndexHeads, d.IndexHeadDim), x, 1e-6)
 	}
 }
 
-func checkElementwise(p *pair, d OpDims, _ *embedTable) {
+func checkElementwise(p *Pair, d OpDims, _ *embedTable) {
 	for _, rows := range d.Tokens {
 		tag := fmt.Sprintf("%dx%d", rows, d.Dim)
-		x := p.rand(rows, d.HcMult*d.Dim, 1)
-		e := p.rand(rows, d.Dim, 0.5)
-		p.cpu("add streams", p.c.AddStreams(x.c, e.c))
-		p.gpu("add streams", func() error { return p.g.AddStreams(x.g, e.g) })
-		p.check(fmt.Sprintf("add_streams %dx%dx%d", rows, d.HcMult, d.Dim), x, 1e-3)
-		p.cpu("scale", p.c.Scale(x.c, 0.37))
-		p.gpu("scale", func() error { return p.g.Scale(x.g, 0.37) })
-		p.check(fmt.Sprintf("scale %dx%dx%d", rows, d.HcMult, d.Dim), x, 1e-3)
+		x := p.Rand(rows, d.HcMult*d.Dim, 1)
+		e := p.Rand(rows, d.Dim, 0.5)
+		p.cpu("add streams", p.C.AddStreams(x.C, e.C))
+		p.gpu("add streams", func() error { return p.G.AddStreams(x.G, e.G) })
+		p.Check(fmt.Sprintf("add_streams %dx%dx%d", rows, d.HcMult, d.Dim), x, 1e-3)
+		p.cpu("scale", p.C.Scale(x.C, 0.37))
+		p.gpu("scale", func() error { return p.G.Scale(x.G, 0.37) })
+		p.Check(fmt.Sprintf("scale %dx%dx%d", rows, d.HcMult, d.Dim), x, 1e-3)
 
-		g, u := p.rand(rows, d.Inter, 3), p.rand(rows, d.Inter, 3)
+		g, u := p.Rand(rows, d.Inter, 3), p.Rand(rows, d.Inter, 3)
 		for _, lim := range []float32{0, d.SwigluLimit} {
-			o := p.out(rows, d.Inter)
-			p.cpu("swiglu", p.c.SwiGLU(g.c, u.c, lim, o.c))
-			p.gpu("swiglu", func() error { return p.g.SwiGLU(g.g, u.g, lim, o.g) })
-			p.check(fmt.Sprintf("swiglu limit %g %dx%d", lim, rows, d.Inter), o, 1e-3)
+			o := p.Out(rows, d.Inter)
+			p.cpu("swiglu", p.C.SwiGLU(g.C, u.C, lim, o.C))
+			p.gpu("swiglu", func() error { return p.G.SwiGLU(g.G, u.G, lim, o.G) })
+			p.Check(fmt.Sprintf("swiglu limit %g %dx%d", lim, rows, d.Inter), o, 1e-3)
 		}
-		acc, sh := p.rand(rows, d.Dim, 3), p.rand(rows, d.Dim, 3)
-		o := p.out(rows, d.Dim)
-		p.cpu("combine", p.c.Combine(acc.c, sh.c, o.c))
-		p.gpu("combine", func() error { return p.g.Combine(acc.g, sh.g, o.g) })
-		p.check("combine "+tag, o, 1e-3)
+		acc, sh := p.Rand(rows, d.Dim, 3), p.Rand(rows, d.Dim, 3)
+		o := p.Out(rows, d.Dim)
+		p.cpu("combine", p.C.Combine(acc.C, sh.C, o.C))
+		p.gpu("combine", func() error { return p.G.Combine(acc.G, sh.G, o.G) })
+		p.Check("combine "+tag, o, 1e-3)
 	}
 }
 
@@ -380,13 +376,13 @@ type embedTable struct {
 	data []byte
 }
 
-func (t *embedTable) get(p *pair, vocab, dim int) []byte {
+func (t *embedTable) get(p *Pair, vocab, dim int) []byte {
 	if t.data == nil || t.dim != dim || len(t.data) != 2*vocab*dim {
 		// Random bf16 bits (sign, exponent 2^-7…2^-4, mantissa): ~1e9 values
 		// for Pro, far faster than normal draws.
 		t.dim, t.data = dim, make([]byte, 2*vocab*dim)
 		for i := 0; i < vocab*dim; i += 4 {
-			r := p.rng.Uint64()
+			r := p.Rng.Uint64()
 			for k := range min(4, vocab*dim-i) {
 				b := uint16(r >> (16 * k))
 				binary.LittleEndian.PutUint16(t.data[2*(i+k):], b&0x807f|(120+(b>>7)&3)<<7)
@@ -396,36 +392,36 @@ func (t *embedTable) get(p *pair, vocab, dim int) []byte {
 	return t.data
 }
 
-func checkEmbed(p *pair, d OpDims, tab *embedTable) {
+func checkEmbed(p *Pair, d OpDims, tab *embedTable) {
 	st := safetensors.Tensor{Name: "embed.weight", DType: safetensors.BF16, Shape: []int{d.Vocab, d.Dim}, Data: tab.get(p, d.Vocab, d.Dim)}
-	ce, err := p.c.PrepareEmbedding(st, d.Vocab, d.Dim)
-	p.must(err)
-	ge, err := p.g.PrepareEmbedding(st, d.Vocab, d.Dim)
-	p.must(err)
+	ce, err := p.C.PrepareEmbedding(st, d.Vocab, d.Dim)
+	p.Must(err)
+	ge, err := p.G.PrepareEmbedding(st, d.Vocab, d.Dim)
+	p.Must(err)
 	for _, n := range d.Tokens {
 		ids := make([]int32, n)
 		for i := range ids {
-			ids[i] = int32(p.rng.IntN(d.Vocab))
+			ids[i] = int32(p.Rng.IntN(d.Vocab))
 		}
 		ids[0] = int32(d.Vocab - 1)
 		if n > 1 {
 			ids[1] = 0
 		}
-		o := p.out(n, d.HcMult*d.Dim)
-		p.cpu("embed", p.c.Embed(ce, ids, d.HcMult, o.c))
-		p.gpu("embed", func() error { return p.g.Embed(ge, ids, d.HcMult, o.g) })
-		p.check(fmt.Sprintf("embed bf16 vocab=%d %dx%dx%d", d.Vocab, n, d.HcMult, d.Dim), o, 0)
+		o := p.Out(n, d.HcMult*d.Dim)
+		p.cpu("embed", p.C.Embed(ce, ids, d.HcMult, o.C))
+		p.gpu("embed", func() error { return p.G.Embed(ge, ids, d.HcMult, o.G) })
+		p.Check(fmt.Sprintf("embed bf16 vocab=%d %dx%dx%d", d.Vocab, n, d.HcMult, d.Dim), o, 0)
 	}
 }
 
-func checkHead(p *pair, d OpDims, tab *embedTable) {
+func checkHead(p *Pair, d OpDims, tab *embedTable) {
 	st := safetensors.Tensor{Name: "head.weight", DType: safetensors.BF16, Shape: []int{d.Vocab, d.Dim}, Data: tab.get(p, d.Vocab, d.Dim)}
 	cw, gw := p.prep(&checkpoint.Linear{Name: "head", Format: checkpoint.FormatBF16, Out: d.Vocab, In: d.Dim, Weight: st})
 	for _, m := range d.HeadRows {
-		x := p.rand(m, d.Dim, 1)
-		o := p.out(m, d.Vocab)
-		p.cpu("head", p.c.LinearF32(x.c, cw, o.c))
-		p.gpu("head", func() error { return p.g.LinearF32(x.g, gw, o.g) })
-		p.check(fmt.Sprintf("head linear_f32 bf16 %dx%dx%d", m, d.Vocab, d.Dim), o, 1e-5)
+		x := p.Rand(m, d.Dim, 1)
+		o := p.Out(m, d.Vocab)
+		p.cpu("head", p.C.LinearF32(x.C, cw, o.C))
+		p.gpu("head", func() error { return p.G.LinearF32(x.G, gw, o.G) })
+		p.Check(fmt.Sprintf("head linear_f32 bf16 %dx%dx%d", m, d.Vocab, d.Dim), o, 1e-5)
 	}
 }
