@@ -264,6 +264,48 @@ func checkLinears(p *Pair, d OpDims, _ *embedTable) {
 		}
 		p.Release()
 	}
+	checkFusedLinears(p, d)
+}
+
+// checkFusedLinears runs the fused ops that end in linears as the model
+// does: wq_a|wkv from one input (Linears), q_norm then wq_b|indexer wq_b
+// (NormLinears), and the shared expert's SwiGLU then w2 (SwiGLULinear).
+func checkFusedLinears(p *Pair, d OpDims) {
+	fp8 := checkpoint.FormatFP8Block
+	cA, gA := p.prep(RandLinear(p.Rng, fp8, d.QLora, d.Dim))
+	cKV, gKV := p.prep(RandLinear(p.Rng, fp8, d.HeadDim, d.Dim))
+	cB, gB := p.prep(RandLinear(p.Rng, fp8, d.Heads*d.HeadDim, d.QLora))
+	cI, gI := p.prep(RandLinear(p.Rng, fp8, d.IndexHeads*d.IndexHeadDim, d.QLora))
+	c2, g2 := p.prep(RandLinear(p.Rng, fp8, d.Dim, d.Inter))
+	cw, gw := p.NormWeights(d.QLora)
+	for _, m := range d.BigTokens {
+		x := p.Rand(m, d.Dim, 1)
+		qa, kv := p.Out(m, d.QLora), p.Out(m, d.HeadDim)
+		p.cpu("linears", p.C.Linears(x.C, []backend.Linear{cA, cKV}, []backend.Tensor{qa.C, kv.C}))
+		p.gpu("linears", func() error {
+			return p.G.Linears(x.G, []backend.Linear{gA, gKV}, []backend.Tensor{qa.G, kv.G})
+		})
+		p.Check(fmt.Sprintf("linears wq_a|wkv fp8 %dx%d", m, d.Dim), qa, 1e-2)
+		p.Check(fmt.Sprintf("linears wkv fp8 %dx%d", m, d.Dim), kv, 1e-2)
+
+		y := p.Rand(m, d.QLora, 1)
+		yn, q, qi := p.Out(m, d.QLora), p.Out(m, d.Heads*d.HeadDim), p.Out(m, d.IndexHeads*d.IndexHeadDim)
+		p.cpu("norm linears", p.C.NormLinears(y.C, cw, d.NormEps, yn.C, []backend.Linear{cB, cI}, []backend.Tensor{q.C, qi.C}))
+		p.gpu("norm linears", func() error {
+			return p.G.NormLinears(y.G, gw, d.NormEps, yn.G, []backend.Linear{gB, gI}, []backend.Tensor{q.G, qi.G})
+		})
+		p.Check(fmt.Sprintf("norm_linears q_norm %dx%d", m, d.QLora), yn, 1e-3)
+		p.Check(fmt.Sprintf("norm_linears wq_b fp8 %dx%d", m, d.QLora), q, 1e-2)
+		p.Check(fmt.Sprintf("norm_linears indexer wq_b fp8 %dx%d", m, d.QLora), qi, 1e-2)
+
+		g, u := p.Rand(m, d.Inter, 3), p.Rand(m, d.Inter, 3)
+		h, o := p.Out(m, d.Inter), p.Out(m, d.Dim)
+		p.cpu("swiglu linear", p.C.SwiGLULinear(g.C, u.C, d.SwigluLimit, h.C, c2, o.C))
+		p.gpu("swiglu linear", func() error { return p.G.SwiGLULinear(g.G, u.G, d.SwigluLimit, h.G, g2, o.G) })
+		p.Check(fmt.Sprintf("swiglu_linear swiglu %dx%d", m, d.Inter), h, 1e-3)
+		p.Check(fmt.Sprintf("swiglu_linear w2 fp8 %dx%d", m, d.Inter), o, 1e-2)
+	}
+	p.Release()
 }
 
 func checkGroupedOutProj(p *Pair, d OpDims, _ *embedTable) {
@@ -424,4 +466,12 @@ func checkHead(p *Pair, d OpDims, tab *embedTable) {
 		p.gpu("head", func() error { return p.G.LinearF32(x.G, gw, o.G) })
 		p.Check(fmt.Sprintf("head linear_f32 bf16 %dx%dx%d", m, d.Vocab, d.Dim), o, 1e-5)
 	}
+	// The head's rows: the last row of each of three sequences of the streams.
+	n := 7
+	xs := p.Rand(n, d.HcMult*d.Dim, 1)
+	rows := []int{2, 3, 6}
+	g := p.Out(len(rows), d.HcMult*d.Dim)
+	p.cpu("gather rows", p.C.GatherRows(xs.C, rows, g.C))
+	p.gpu("gather rows", func() error { return p.G.GatherRows(xs.G, rows, g.G) })
+	p.Check(fmt.Sprintf("gather_rows %d of %dx%d", len(rows), n, d.HcMult*d.Dim), g, 0)
 }

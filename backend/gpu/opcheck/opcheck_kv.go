@@ -233,6 +233,10 @@ func checkExperts(p *Pair, d OpDims, _ *embedTable) {
 			p.cpu("experts", p.C.Experts(x.C, ce, w.C, ids.C, a, acc.C))
 			p.gpu("experts", func() error { return p.G.Experts(x.G, ge, w.G, ids.G, a, acc.G) })
 			p.Check(fmt.Sprintf("experts %v %d(of %d) experts K=%d n=%d %dx%d", f, E, d.Experts, d.TopK, n, d.Dim, d.Inter), acc, lim)
+			sh, o := p.Rand(n, d.Dim, 1), p.Out(n, d.Dim)
+			p.cpu("experts combine", p.C.ExpertsCombine(x.C, ce, w.C, ids.C, a, sh.C, o.C))
+			p.gpu("experts combine", func() error { return p.G.ExpertsCombine(x.G, ge, w.G, ids.G, a, sh.G, o.G) })
+			p.Check(fmt.Sprintf("experts_combine %v K=%d n=%d %dx%d", f, d.TopK, n, d.Dim, d.Inter), o, lim)
 		}
 		p.Release()
 	}
