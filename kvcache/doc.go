@@ -42,7 +42,8 @@
 // one 32-bit word.
 //
 // Both formats hold the faithful simulation's values exactly: Decode(Encode(x))
-// is x, bit for bit, when x is already rounded by the simulation, and for any
-// other x Encode rounds exactly as the simulation does. The `exact` numerics
-// round nothing, so they need the fp32 store.
+// is x, bit for bit, when x is already rounded by the simulation (and finite:
+// near the fp32 maximum the simulation can overflow to Inf), and for any other
+// x Encode rounds exactly as the simulation does. The `exact` numerics round
+// nothing, so they need the fp32 store (docs/numerics.md).
 package kvcache
