@@ -88,8 +88,6 @@ const (
 	partIndexState
 )
 
-var partNames = [...]string{"window ring", "compressed KV", "indexer keys", "compressor state", "indexer compressor state"}
-
 // FootprintFromConfig accounts a checkpoint's cache (spec §5.9) per component:
 // the window rings, compressed entries, indexer keys and compressor pending
 // state (fp32 in both stores) of the SWA, CSA and HCA main layers, and the
@@ -107,6 +105,7 @@ func FootprintFromConfig(c *checkpoint.Config, s Store) (Footprint, error) {
 	if s == StoreCompact {
 		entryBytes = entry.Bytes()
 	}
+	partNames := [...]string{"window ring", "compressed KV", "indexer keys", "compressor state", "indexer compressor state"}
 	type key struct{ mtp, part, ratio int }
 	comps := map[key]*Component{}
 	add := func(k key, name string, ratio, bytes int, fixed int64) {
