@@ -4,7 +4,9 @@ package api
 
 import (
 	"bytes"
+	"context"
 	"crypto/rand"
+	"crypto/subtle"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
@@ -13,6 +15,8 @@ import (
 	"log/slog"
 	"math"
 	"net/http"
+	"reflect"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -26,23 +30,29 @@ import (
 // MaxBodyBytes bounds a request body (413 beyond).
 const MaxBodyBytes = 4 << 20
 
-// DeepSeek-V4 chat special tokens.
-const (
-	tokBOS       = "<｜begin▁of▁sentence｜>"
-	tokEOS       = "<｜end▁of▁sentence｜>"
-	tokUser      = "<｜User｜>"
-	tokAssistant = "<｜Assistant｜>"
-	tokThink     = "<think>"
-	tokEndThink  = "</think>"
-)
-
 // Config configures the server.
 type Config struct {
-	ModelName  string  // served model id (default "megamoe")
-	APIKey     string  // when set, /v1/* require "Authorization: Bearer <key>"
-	Version    string  // reported by /version
-	StopTokens []int32 // ids that end generation (default: the tokenizer's end-of-sentence)
-	Logger     *slog.Logger
+	ModelName string // served model id (default "megamoe")
+	// Aliases are further ids the model answers to (vLLM's several
+	// --served-model-name values); responses name ModelName.
+	Aliases []string
+	// AllowedOrigins are the CORS origins allowed to call the API ("*": any);
+	// none sends no CORS headers.
+	AllowedOrigins []string
+	APIKey         string  // when set, /v1/* require "Authorization: Bearer <key>"
+	Version        string  // reported by /version
+	StopTokens     []int32 // ids that end generation (default: the tokenizer's end-of-sentence)
+	// WriteIdleTimeout bounds each write of a completion response (0: none).
+	// A stream's deadline moves on with every event, so a long stream lives
+	// on while a client that stops reading is dropped.
+	WriteIdleTimeout time.Duration
+	// KeepAlive is how often a stream waiting for its first token (queued or
+	// prefilling) gets an SSE comment line (0: never).
+	KeepAlive time.Duration
+	// Shutdown ending ends the requests in flight at once: streams with an
+	// error event, others with a 503.
+	Shutdown context.Context
+	Logger   *slog.Logger
 }
 
 // Server holds the handlers' shared state.
@@ -54,6 +64,7 @@ type Server struct {
 	created int64
 	log     *slog.Logger
 	met     *metrics
+	quoter  *strings.Replacer // quotes special-token strings in user text
 }
 
 // New returns the HTTP handler serving eng with tok.
@@ -68,18 +79,29 @@ func New(eng *engine.Engine, tok *tokenizer.Tokenizer, cfg Config) http.Handler 
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
 	if len(cfg.StopTokens) == 0 {
-		if id, ok := tok.TokenID(tokEOS); ok {
+		if id, ok := tok.TokenID(tokenizer.EOS); ok {
 			cfg.StopTokens = []int32{int32(id)}
 		}
 	}
-	s := &Server{eng: eng, tok: tok, cfg: cfg, maxLen: eng.Config().MaxModelLen, created: time.Now().Unix(), log: cfg.Logger, met: newMetrics(eng)}
+	s := &Server{eng: eng, tok: tok, cfg: cfg, maxLen: eng.Config().MaxModelLen, created: time.Now().Unix(), log: cfg.Logger, met: newMetrics(eng, cfg.ModelName)}
+	s.quoter = newQuoter(tok)
 	r := gin.New()
-	r.Use(gin.Recovery(), s.accessLog, s.met.count)
+	r.HandleMethodNotAllowed = true
+	r.NoRoute(func(c *gin.Context) {
+		writeError(c, errorf(http.StatusNotFound, "", "not_found", "no route %s %s", c.Request.Method, c.Request.URL.Path))
+	})
+	r.NoMethod(func(c *gin.Context) {
+		writeError(c, errorf(http.StatusMethodNotAllowed, "", "method_not_allowed", "%s is not allowed on %s", c.Request.Method, c.Request.URL.Path))
+	})
+	r.Use(requestID, clearWriteDeadline, gin.Recovery(), s.cors, s.accessLog, s.met.count)
 	r.GET("/health", s.health)
 	r.GET("/metrics", s.met.handler())
 	r.GET("/version", s.version)
+	r.POST("/tokenize", s.auth, s.tokenize)
+	r.POST("/detokenize", s.auth, s.detokenize)
 	v1 := r.Group("/v1", s.auth)
 	v1.GET("/models", s.models)
+	v1.GET("/models/*id", s.model)
 	v1.POST("/chat/completions", s.chat)
 	v1.POST("/completions", s.completions)
 	return r
@@ -115,6 +137,9 @@ func writeError(c *gin.Context, err error) {
 	if !errors.As(err, &ae) {
 		ae = errorf(http.StatusInternalServerError, "", "", "%v", err)
 	}
+	if ae.status == http.StatusTooManyRequests {
+		c.Header("Retry-After", "1") // the queue moves on within a step or so
+	}
 	c.AbortWithStatusJSON(ae.status, gin.H{"error": ae})
 }
 
@@ -122,8 +147,54 @@ func (s *Server) auth(c *gin.Context) {
 	if s.cfg.APIKey == "" {
 		return
 	}
-	if c.GetHeader("Authorization") != "Bearer "+s.cfg.APIKey {
+	h := c.GetHeader("Authorization")
+	const scheme = "bearer "
+	ok := len(h) > len(scheme) && strings.EqualFold(h[:len(scheme)], scheme) &&
+		subtle.ConstantTimeCompare([]byte(strings.TrimSpace(h[len(scheme):])), []byte(s.cfg.APIKey)) == 1
+	if !ok {
 		writeError(c, errorf(http.StatusUnauthorized, "", "invalid_api_key", "invalid or missing API key"))
+	}
+}
+
+// requestID takes the client's X-Request-Id (or makes one), echoes it and
+// keeps it for the log.
+func requestID(c *gin.Context) {
+	id := c.GetHeader("X-Request-Id")
+	if id == "" || len(id) > 200 {
+		id = newID("")
+	}
+	c.Set("request_id", id)
+	c.Header("X-Request-Id", id)
+}
+
+// cors answers the allowed origins' requests and preflights.
+func (s *Server) cors(c *gin.Context) {
+	origin := c.GetHeader("Origin")
+	if origin == "" || !slices.ContainsFunc(s.cfg.AllowedOrigins, func(o string) bool { return o == "*" || o == origin }) {
+		return
+	}
+	h := c.Writer.Header()
+	h.Set("Access-Control-Allow-Origin", origin)
+	h.Add("Vary", "Origin")
+	h.Set("Access-Control-Expose-Headers", "X-Request-Id")
+	if c.Request.Method == http.MethodOptions && c.GetHeader("Access-Control-Request-Method") != "" {
+		h.Set("Access-Control-Allow-Methods", "GET, POST, OPTIONS")
+		h.Set("Access-Control-Allow-Headers", "Authorization, Content-Type, X-Request-Id")
+		h.Set("Access-Control-Max-Age", "600")
+		c.AbortWithStatus(http.StatusNoContent)
+	}
+}
+
+// clearWriteDeadline drops a deadline an earlier request on the connection
+// left, so only the completion handlers' own writes are bounded.
+func clearWriteDeadline(c *gin.Context) {
+	_ = http.NewResponseController(c.Writer).SetWriteDeadline(time.Time{})
+}
+
+// writeDeadline gives the next write to c's client WriteIdleTimeout.
+func writeDeadline(c *gin.Context, idle time.Duration) {
+	if idle > 0 {
+		_ = http.NewResponseController(c.Writer).SetWriteDeadline(time.Now().Add(idle))
 	}
 }
 
@@ -131,7 +202,7 @@ func (s *Server) auth(c *gin.Context) {
 func (s *Server) accessLog(c *gin.Context) {
 	t0 := time.Now()
 	c.Next()
-	s.log.Info("request", "method", c.Request.Method, "path", c.Request.URL.Path, "status", c.Writer.Status(),
+	s.log.Info("request", "id", c.GetString("request_id"), "method", c.Request.Method, "path", c.Request.URL.Path, "status", c.Writer.Status(),
 		"dur", time.Since(t0).Round(time.Microsecond), "remote", c.ClientIP())
 }
 
@@ -139,14 +210,31 @@ func (s *Server) health(c *gin.Context) { c.JSON(http.StatusOK, gin.H{"status": 
 
 func (s *Server) version(c *gin.Context) { c.JSON(http.StatusOK, gin.H{"version": s.cfg.Version}) }
 
+func (s *Server) modelObject(id string) gin.H {
+	return gin.H{"id": id, "object": "model", "created": s.created, "owned_by": "megamoe", "root": s.cfg.ModelName, "max_model_len": s.maxLen}
+}
+
 func (s *Server) models(c *gin.Context) {
-	c.JSON(http.StatusOK, gin.H{"object": "list", "data": []gin.H{{
-		"id": s.cfg.ModelName, "object": "model", "created": s.created, "owned_by": "megamoe", "max_model_len": s.maxLen,
-	}}})
+	data := []gin.H{s.modelObject(s.cfg.ModelName)}
+	for _, a := range s.cfg.Aliases {
+		data = append(data, s.modelObject(a))
+	}
+	c.JSON(http.StatusOK, gin.H{"object": "list", "data": data})
+}
+
+func (s *Server) model(c *gin.Context) {
+	id := strings.TrimPrefix(c.Param("id"), "/")
+	if err := s.checkModel(id); err != nil || id == "" {
+		writeError(c, errorf(http.StatusNotFound, "model", "model_not_found", "the model %q does not exist", id))
+		return
+	}
+	c.JSON(http.StatusOK, s.modelObject(id))
 }
 
 // readJSON reads the (bounded) body into v, mapping failures to 400/413.
-func readJSON(c *gin.Context, v any) error {
+// Field names match exactly (see strictFields); a body setting any of reject
+// is a 400.
+func readJSON(c *gin.Context, v any, reject []string) error {
 	body, err := io.ReadAll(http.MaxBytesReader(c.Writer, c.Request.Body, MaxBodyBytes))
 	if err != nil {
 		var mb *http.MaxBytesError
@@ -155,7 +243,14 @@ func readJSON(c *gin.Context, v any) error {
 		}
 		return errorf(http.StatusBadRequest, "", "", "read body: %v", err)
 	}
-	if err := json.Unmarshal(body, v); err != nil {
+	clean, err := strictFields(body, reflect.TypeOf(v), "")
+	if err != nil {
+		return err
+	}
+	if err := checkUnsupported(body, reject); err != nil {
+		return err
+	}
+	if err := json.Unmarshal(clean, v); err != nil {
 		var te *json.UnmarshalTypeError
 		if errors.As(err, &te) {
 			te.Field = strings.TrimPrefix(te.Field, "commonParams.") // the embedded struct's name
@@ -168,22 +263,32 @@ func readJSON(c *gin.Context, v any) error {
 
 // commonParams are the fields shared by chat and text completions.
 type commonParams struct {
-	Model               string             `json:"model"`
-	Stream              bool               `json:"stream"`
-	StreamOptions       *streamOptions     `json:"stream_options"`
-	Temperature         *float64           `json:"temperature"`
-	TopP                *float64           `json:"top_p"`
-	TopK                *int               `json:"top_k"`
-	MinP                *float64           `json:"min_p"`
-	Seed                *int64             `json:"seed"`
-	Stop                json.RawMessage    `json:"stop"`
-	MaxTokens           *int               `json:"max_tokens"`
-	MaxCompletionTokens *int               `json:"max_completion_tokens"`
-	PresencePenalty     *float64           `json:"presence_penalty"`
-	FrequencyPenalty    *float64           `json:"frequency_penalty"`
-	RepetitionPenalty   *float64           `json:"repetition_penalty"`
-	LogitBias           map[string]float64 `json:"logit_bias"`
-	N                   *int               `json:"n"`
+	Model               string          `json:"model"`
+	Stream              bool            `json:"stream"`
+	StreamOptions       *streamOptions  `json:"stream_options"`
+	Temperature         *float64        `json:"temperature"`
+	TopP                *float64        `json:"top_p"`
+	TopK                *int            `json:"top_k"`
+	MinP                *float64        `json:"min_p"`
+	Seed                *int64          `json:"seed"`
+	Stop                json.RawMessage `json:"stop"`
+	MaxTokens           *int            `json:"max_tokens"`
+	MaxCompletionTokens *int            `json:"max_completion_tokens"`
+	PresencePenalty     *float64        `json:"presence_penalty"`
+	FrequencyPenalty    *float64        `json:"frequency_penalty"`
+	RepetitionPenalty   *float64        `json:"repetition_penalty"`
+	SkipSpecialTokens   *bool           `json:"skip_special_tokens"`
+	// vLLM's sampling extensions.
+	IgnoreEOS              bool  `json:"ignore_eos"`
+	MinTokens              *int  `json:"min_tokens"`
+	StopTokenIDs           []int `json:"stop_token_ids"`
+	IncludeStopStrInOutput bool  `json:"include_stop_str_in_output"`
+	// Only slow (non-byte-level) tokenizers put spaces between special
+	// tokens; with V4's byte-level BPE it changes nothing, as in vLLM.
+	SpacesBetweenSpecialTokens *bool              `json:"spaces_between_special_tokens"`
+	LogitBias                  map[string]float64 `json:"logit_bias"`
+	N                          *int               `json:"n"`
+	BestOf                     *int               `json:"best_of"`
 }
 
 type streamOptions struct {
@@ -199,12 +304,16 @@ type genSpec struct {
 	params    engine.SamplingParams
 	maxTokens int
 	stops     []string
-	thinking  bool // split the output at </think>
-	n         int  // independent choices
+	thinking  bool     // split the output at </think>
+	special   bool     // keep special tokens' text in the output
+	stopIDs   []int32  // token ids that end generation (not in the text)
+	withStop  bool     // include a matched stop string in the text
+	keep      []string // special tokens whose text is kept anyway (parsed out later)
+	n         int      // independent choices
 }
 
 func (s *Server) checkModel(name string) error {
-	if name != "" && name != s.cfg.ModelName {
+	if name != "" && name != s.cfg.ModelName && !slices.Contains(s.cfg.Aliases, name) {
 		return errorf(http.StatusNotFound, "model", "model_not_found", "the model %q does not exist", name)
 	}
 	return nil
@@ -245,12 +354,31 @@ func (s *Server) build(p *commonParams, prompt []int32, promptParam string) (*ge
 	bad := func(param, format string, args ...any) error {
 		return errorf(http.StatusBadRequest, param, "", format, args...)
 	}
-	g := &genSpec{prompt: prompt, n: 1}
+	g := &genSpec{prompt: prompt, n: 1, special: p.SkipSpecialTokens != nil && !*p.SkipSpecialTokens}
 	if p.N != nil {
 		if *p.N < 1 || *p.N > MaxN {
 			return nil, bad("n", "n must be in [1, %d], got %d", MaxN, *p.N)
 		}
 		g.n = *p.N
+	}
+	if p.BestOf != nil && *p.BestOf != g.n {
+		return nil, bad("best_of", "best_of %d differs from n %d: choosing the best of several samples is not supported", *p.BestOf, g.n)
+	}
+	if p.MinTokens != nil && *p.MinTokens != 0 {
+		return nil, errorf(http.StatusBadRequest, "min_tokens", "unsupported_parameter", "min_tokens is not supported by this server")
+	}
+	g.withStop = p.IncludeStopStrInOutput
+	if !p.IgnoreEOS {
+		g.stopIDs = append(g.stopIDs, s.cfg.StopTokens...)
+	}
+	for _, id := range p.StopTokenIDs {
+		if id < 0 || id >= s.eng.Vocab() {
+			return nil, bad("stop_token_ids", "stop token id %d outside the vocabulary [0, %d)", id, s.eng.Vocab())
+		}
+		g.stopIDs = append(g.stopIDs, int32(id))
+	}
+	if p.StreamOptions != nil && !p.Stream {
+		return nil, bad("stream_options", "stream_options is only allowed when stream is true")
 	}
 	if len(prompt) == 0 {
 		return nil, bad(promptParam, "the prompt is empty")
@@ -365,16 +493,19 @@ func mkUsage(prompt, completion int) *usage {
 	return &usage{PromptTokens: prompt, CompletionTokens: completion, TotalTokens: prompt + completion}
 }
 
-// sse writes Server-Sent Events.
-type sse struct{ c *gin.Context }
+// sse writes Server-Sent Events, each within the write-idle timeout.
+type sse struct {
+	c    *gin.Context
+	idle time.Duration
+}
 
-func startSSE(c *gin.Context) sse {
+func startSSE(c *gin.Context, idle time.Duration) sse {
 	h := c.Writer.Header()
 	h.Set("Content-Type", "text/event-stream")
 	h.Set("Cache-Control", "no-cache")
 	h.Set("Connection", "keep-alive")
 	c.Status(http.StatusOK)
-	return sse{c}
+	return sse{c, idle}
 }
 
 func (w sse) send(v any) error {
@@ -386,6 +517,7 @@ func (w sse) send(v any) error {
 	b.WriteString("data: ")
 	b.Write(data)
 	b.WriteString("\n\n")
+	writeDeadline(w.c, w.idle)
 	if _, err := w.c.Writer.Write(b.Bytes()); err != nil {
 		return err
 	}
@@ -393,7 +525,19 @@ func (w sse) send(v any) error {
 	return nil
 }
 
+// comment writes an SSE comment line, which clients ignore; it keeps
+// proxies and clients from timing out a stream that waits.
+func (w sse) comment(text string) error {
+	writeDeadline(w.c, w.idle)
+	if _, err := w.c.Writer.WriteString(": " + text + "\n\n"); err != nil {
+		return err
+	}
+	w.c.Writer.Flush()
+	return nil
+}
+
 func (w sse) done() {
+	writeDeadline(w.c, w.idle)
 	_, _ = w.c.Writer.WriteString("data: [DONE]\n\n")
 	w.c.Writer.Flush()
 }
@@ -406,6 +550,56 @@ func (w sse) fail(err error) {
 	}
 	_ = w.send(gin.H{"error": ae})
 	w.done()
+}
+
+// Quoting marks user-supplied text in a rendered chat prompt so that it is
+// encoded as plain text even where it spells a special token: only the chat
+// template emits control tokens. The marks are bytes that valid UTF-8 (all
+// JSON strings decode to) never holds.
+const (
+	quoteOpen  = "\xff"
+	quoteClose = "\xfe"
+)
+
+func newQuoter(tok *tokenizer.Tokenizer) *strings.Replacer {
+	var pairs []string
+	for _, a := range tok.AddedTokens() {
+		pairs = append(pairs, a, quoteOpen+a+quoteClose)
+	}
+	if len(pairs) == 0 {
+		return nil
+	}
+	return strings.NewReplacer(pairs...)
+}
+
+// quote marks each special-token string in text.
+func (s *Server) quote(text string) string {
+	if s.quoter == nil {
+		return text
+	}
+	return s.quoter.Replace(text)
+}
+
+// encodeQuoted encodes a rendered prompt, the quoted parts as plain text.
+func (s *Server) encodeQuoted(text string) []int32 {
+	var out []int32
+	for text != "" {
+		i := strings.Index(text, quoteOpen)
+		if i < 0 {
+			return append(out, s.encode(text)...)
+		}
+		out = append(out, s.encode(text[:i])...)
+		text = text[i+len(quoteOpen):]
+		j := strings.Index(text, quoteClose)
+		if j < 0 {
+			j = len(text)
+		}
+		for _, id := range s.tok.EncodeOrdinary(text[:j]) {
+			out = append(out, int32(id))
+		}
+		text = text[min(len(text), j+len(quoteClose)):]
+	}
+	return out
 }
 
 func (s *Server) encode(text string) []int32 {

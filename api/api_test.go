@@ -16,6 +16,7 @@ import (
 
 	"github.com/megamoe/megamoe/checkpoint"
 	"github.com/megamoe/megamoe/engine"
+	"github.com/megamoe/megamoe/internal/testctx"
 	"github.com/megamoe/megamoe/model"
 	"github.com/megamoe/megamoe/models"
 	"github.com/megamoe/megamoe/tokenizer"
@@ -25,6 +26,13 @@ const testMaxLen = 1024
 
 // startServer serves the embedded small model on a loopback httptest server.
 func startServer(t *testing.T, cfg Config, maxQueue int) (*httptest.Server, *engine.Engine) {
+	t.Helper()
+	return startServerWith(t, cfg, maxQueue, nil)
+}
+
+// startServerWith is startServer with configure applied to the http.Server
+// (and its gin engine) before it starts.
+func startServerWith(t *testing.T, cfg Config, maxQueue int, configure func(*http.Server)) (*httptest.Server, *engine.Engine) {
 	t.Helper()
 	dir, err := models.ExtractSmall()
 	if err != nil {
@@ -54,7 +62,11 @@ func startServer(t *testing.T, cfg Config, maxQueue int) (*httptest.Server, *eng
 	done := make(chan struct{})
 	go func() { _ = eng.Run(ctx); close(done) }()
 	gin.SetMode(gin.TestMode)
-	srv := httptest.NewServer(New(eng, tok, cfg))
+	srv := httptest.NewUnstartedServer(New(eng, tok, cfg))
+	if configure != nil {
+		configure(srv.Config)
+	}
+	srv.Start()
 	t.Cleanup(func() { srv.Close(); cancel(); <-done })
 	return srv, eng
 }
@@ -105,7 +117,7 @@ func TestServer(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	wantPrompt := len(tok.Encode(tokBOS + "be brief" + tokUser + "hello" + tokAssistant + tokEndThink))
+	wantPrompt := len(tok.Encode(tokenizer.BOS + "be brief" + tokenizer.UserTag + "hello" + tokenizer.AssistantTag + tokenizer.ThinkClose))
 
 	t.Run("chat", func(t *testing.T) {
 		resp, body := post(t, srv, "/v1/chat/completions", `{"model":"megamoe-small","max_tokens":6,"temperature":0,
@@ -322,8 +334,8 @@ func TestRenderChat(t *testing.T) {
 		thinking bool
 		want     string
 	}{
-		{false, tokBOS + "S" + tokUser + "U1" + tokAssistant + tokEndThink + "A1" + tokEOS + tokUser + "U2" + tokAssistant + tokEndThink},
-		{true, tokBOS + "S" + tokUser + "U1" + tokAssistant + tokEndThink + "A1" + tokEOS + tokUser + "U2" + tokAssistant + tokThink},
+		{false, tokenizer.BOS + "S" + tokenizer.UserTag + "U1" + tokenizer.AssistantTag + tokenizer.ThinkClose + "A1" + tokenizer.EOS + tokenizer.UserTag + "U2" + tokenizer.AssistantTag + tokenizer.ThinkClose},
+		{true, tokenizer.BOS + "S" + tokenizer.UserTag + "U1" + tokenizer.AssistantTag + tokenizer.ThinkClose + "A1" + tokenizer.EOS + tokenizer.UserTag + "U2" + tokenizer.AssistantTag + tokenizer.ThinkOpen},
 	} {
 		got, err := renderChat(msgs, nil, tokenizer.ChatOptions{Thinking: tc.thinking})
 		if err != nil || got != tc.want {
@@ -381,7 +393,7 @@ func TestStopAndThinking(t *testing.T) {
 	if m.ReasoningContent == nil || m.Content == nil {
 		t.Fatalf("thinking response lacks reasoning_content or content: %+v", m)
 	}
-	if strings.Contains(*m.ReasoningContent, tokEndThink) || strings.Contains(*m.Content, tokEndThink) {
+	if strings.Contains(*m.ReasoningContent, tokenizer.ThinkClose) || strings.Contains(*m.Content, tokenizer.ThinkClose) {
 		t.Errorf("</think> leaked: %q / %q", *m.ReasoningContent, *m.Content)
 	}
 	if th.Usage.PromptTokens != full.Usage.PromptTokens {
@@ -405,12 +417,12 @@ func TestDisconnect(t *testing.T) {
 	}
 	cancel()
 	resp.Body.Close()
-	deadline := time.Now().Add(10 * time.Second)
+	wait := testctx.New(t)
 	for st := eng.Stats(); st.Running+st.Waiting > 0 || st.CacheUsed > 0; st = eng.Stats() {
-		if time.Now().After(deadline) {
+		if wait.Err() != nil {
 			t.Fatalf("sequence not cancelled after disconnect: %+v", st)
 		}
-		time.Sleep(5 * time.Millisecond)
+		time.Sleep(5 * time.Millisecond) // Stats has no change notification
 	}
 	// The server must still answer, and promptly (the 200-token sequence is gone).
 	r2, body := post(t, srv, "/v1/completions", `{"prompt":"ok","max_tokens":2}`, nil)
@@ -422,7 +434,7 @@ func TestDisconnect(t *testing.T) {
 // TestQueueFull checks requests beyond the engine's queue bound get 429.
 func TestQueueFull(t *testing.T) {
 	srv, _ := startServer(t, Config{}, 1)
-	ctx, cancel := context.WithCancel(context.Background())
+	ctx, cancel := context.WithCancel(testctx.New(t))
 	defer cancel()
 	const n = 6
 	status := make(chan int, n)
@@ -440,7 +452,6 @@ func TestQueueFull(t *testing.T) {
 		}()
 	}
 	full := 0
-	timeout := time.After(20 * time.Second)
 	for range n - 2 { // at most one running and one waiting can avoid 429
 		select {
 		case code := <-status:
@@ -449,7 +460,7 @@ func TestQueueFull(t *testing.T) {
 			} else {
 				t.Errorf("status %d before the queue drained, want 429", code)
 			}
-		case <-timeout:
+		case <-ctx.Done():
 			t.Fatal("no answers")
 		}
 	}

@@ -1,10 +1,9 @@
 package api
 
 import (
-	"context"
 	"testing"
-	"time"
 
+	"github.com/megamoe/megamoe/internal/testctx"
 	"github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/option"
 )
@@ -15,8 +14,7 @@ import (
 func TestChoices(t *testing.T) {
 	srv, _ := startServer(t, Config{ModelName: "m"}, 0)
 	client := openai.NewClient(option.WithBaseURL(srv.URL+"/v1"), option.WithAPIKey("unused"), option.WithMaxRetries(0))
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
+	ctx := testctx.New(t)
 	chat := func(n int, temp float64, seed int64) openai.ChatCompletionNewParams {
 		p := openai.ChatCompletionNewParams{Model: "m", Messages: []openai.ChatCompletionMessageParamUnion{openai.UserMessage("Once upon")},
 			MaxTokens: openai.Int(4), Temperature: openai.Float(temp), N: openai.Int(int64(n))}

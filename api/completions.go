@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"net/http"
 	"time"
+	"unicode/utf8"
 
 	"github.com/gin-gonic/gin"
 
@@ -71,7 +72,7 @@ func (s *Server) parsePrompt(raw json.RawMessage) ([]int32, error) {
 
 func (s *Server) completions(c *gin.Context) {
 	var req completionRequest
-	if err := readJSON(c, &req); err != nil {
+	if err := readJSON(c, &req, unsupported("completions")); err != nil {
 		writeError(c, err)
 		return
 	}
@@ -110,10 +111,11 @@ func (s *Server) completions(c *gin.Context) {
 		s.streamCompletions(c, g, resp, echo, req.StreamOptions != nil && req.StreamOptions.IncludeUsage)
 		return
 	}
-	ctx := c.Request.Context()
+	ctx, stop := s.requestContext(c)
+	defer stop()
 	results, err := s.fanOut(ctx, g, func(int, delta) error { return nil }, nil)
 	if err != nil {
-		if ctx.Err() == nil {
+		if err := failure(ctx, err); err != nil {
 			writeError(c, err)
 		}
 		return
@@ -121,35 +123,49 @@ func (s *Server) completions(c *gin.Context) {
 	for i, res := range results {
 		choice := textChoice{Index: i, Text: echo + res.text, FinishReason: strp(res.finish)}
 		if g.params.Logprobs {
-			choice.Logprobs, _ = makeCompletionLogprobs(s.tok, res.tokens, len(echo))
+			off := &charOffset{n: utf8.RuneCountInString(echo)}
+			choice.Logprobs = makeCompletionLogprobs(s.tok, res.tokens, off)
 		}
 		resp.Choices = append(resp.Choices, choice)
 	}
 	resp.Usage = mkUsage(len(g.prompt), sumCompletion(results))
+	writeDeadline(c, s.cfg.WriteIdleTimeout)
 	c.JSON(http.StatusOK, resp)
 }
 
 // textStream is the streaming state of one completions choice.
 type textStream struct {
 	pending []engine.Token // generated tokens not yet sent with a chunk
-	offset  int            // text_offset of the next token
+	offset  charOffset     // text_offset of the next token
 }
 
 // streamCompletions streams the g.n choices; each chunk carries the logprobs
 // of the tokens whose text it adds, with text offsets running on across
 // chunks (from the echoed prompt's end).
 func (s *Server) streamCompletions(c *gin.Context, g *genSpec, head textResponse, echo string, includeUsage bool) {
-	ctx := c.Request.Context()
+	ctx, stop := s.requestContext(c)
+	defer stop()
 	states := make([]textStream, g.n)
-	chunk := func(i int, text string, finish *string) textResponse {
+	// withNullUsage adds "usage": null to a chunk before the usage chunk, as
+	// OpenAI sends them when include_usage is set.
+	withNullUsage := func(ch textResponse) any {
+		if includeUsage {
+			return struct {
+				textResponse
+				Usage *usage `json:"usage"`
+			}{textResponse: ch}
+		}
+		return ch
+	}
+	chunk := func(i int, text string, finish *string) any {
 		ch := head
 		tc := textChoice{Index: i, Text: text, FinishReason: finish}
 		if cs := &states[i]; g.params.Logprobs && (text != "" || len(cs.pending) > 0) {
-			tc.Logprobs, cs.offset = makeCompletionLogprobs(s.tok, cs.pending, cs.offset)
+			tc.Logprobs = makeCompletionLogprobs(s.tok, cs.pending, &cs.offset)
 			cs.pending = nil
 		}
 		ch.Choices = []textChoice{tc}
-		return ch
+		return withNullUsage(ch)
 	}
 	var w sse
 	started := false
@@ -158,21 +174,34 @@ func (s *Server) streamCompletions(c *gin.Context, g *genSpec, head textResponse
 			return nil
 		}
 		started = true
-		w = startSSE(c)
+		w = startSSE(c, s.cfg.WriteIdleTimeout)
 		for i := range states {
-			states[i].offset = len(echo)
+			states[i].offset.n = utf8.RuneCountInString(echo)
 			if echo == "" {
 				continue
 			}
 			ch := head
 			ch.Choices = []textChoice{{Index: i, Text: echo}}
-			if err := w.send(ch); err != nil {
+			if err := w.send(withNullUsage(ch)); err != nil {
 				return err
 			}
 		}
 		return nil
 	}
+	accepted := 0
 	emit := func(i int, d delta) error {
+		switch {
+		case d.accepted: // the status goes out once every choice is queued (a 429 is still possible before)
+			if accepted++; accepted < g.n {
+				return nil
+			}
+			return start()
+		case d.keepAlive:
+			if !started {
+				return nil
+			}
+			return w.comment("keep-alive")
+		}
 		if err := start(); err != nil {
 			return err
 		}
@@ -190,8 +219,8 @@ func (s *Server) streamCompletions(c *gin.Context, g *genSpec, head textResponse
 	}
 	results, err := s.fanOut(ctx, g, emit, done)
 	if err != nil {
-		switch {
-		case ctx.Err() != nil:
+		switch err = failure(ctx, err); {
+		case err == nil: // client went away; the sequences are cancelled
 		case !started:
 			writeError(c, err)
 		default:

@@ -4,13 +4,15 @@ import (
 	"context"
 	"errors"
 	"net/http"
-	"sort"
+	"slices"
 	"strings"
 	"sync"
 	"time"
-	"unicode/utf8"
+
+	"github.com/gin-gonic/gin"
 
 	"github.com/megamoe/megamoe/engine"
+	"github.com/megamoe/megamoe/tokenizer"
 )
 
 // delta is newly generated text, split into reasoning and answer, with the
@@ -18,6 +20,8 @@ import (
 type delta struct {
 	reasoning, content string
 	tokens             []engine.Token
+	accepted           bool // the choice's sequence was queued (nothing else is set)
+	keepAlive          bool // the choice still waits for its first token (nothing else is set)
 }
 
 // result is a finished generation.
@@ -88,7 +92,7 @@ func (s *Server) fanOut(ctx context.Context, g *genSpec, emit func(int, delta) e
 // partial UTF-8 held back, cut at token boundaries), and returns the whole
 // output. ctx ending cancels the sequence.
 func (s *Server) generate(ctx context.Context, g *genSpec, emit func(delta) error) (*result, error) {
-	st, err := s.eng.Submit(&engine.Request{Prompt: g.prompt, Params: g.params, MaxTokens: g.maxTokens, StopTokens: s.cfg.StopTokens})
+	st, err := s.eng.Submit(&engine.Request{Prompt: g.prompt, Params: g.params, MaxTokens: g.maxTokens, StopTokens: g.stopIDs})
 	switch {
 	case errors.Is(err, engine.ErrQueueFull):
 		return nil, errorf(http.StatusTooManyRequests, "", "queue_full", "the server is busy; retry later")
@@ -98,47 +102,48 @@ func (s *Server) generate(ctx context.Context, g *genSpec, emit func(delta) erro
 		return nil, errorf(http.StatusBadRequest, "", "", "%v", err)
 	}
 	defer st.Cancel() // no-op once finished
+	if err := emit(delta{accepted: true}); err != nil {
+		return nil, err
+	}
+	var keepAlive <-chan time.Time
+	if s.cfg.KeepAlive > 0 {
+		tick := time.NewTicker(s.cfg.KeepAlive)
+		defer tick.Stop()
+		keepAlive = tick.C
+	}
 	start := time.Now()
-	hold := 0
-	for _, stop := range g.stops {
-		hold = max(hold, len(stop)-1)
-	}
+	dec := tokenizer.NewStreamDecoder(s.tok, g.stops)
+	split := thinkSplit{thinking: g.thinking, reasoning: g.thinking}
 	if g.thinking {
-		hold = max(hold, len(tokEndThink)-1)
+		dec.Hold(tokenizer.ThinkClose)
 	}
-	var ids []int
-	var ends []int       // byte end of each of res.tokens in the decoded text
-	var sentR, sentC int // bytes of reasoning/content already emitted
-	sentT := 0           // tokens already emitted
-	res := &result{}
-	defer s.met.finish(start, len(g.prompt), res)
-	// flush emits what is safe of text (everything when final).
-	flush := func(text string, final bool) error {
-		safe := len(text)
-		if !final {
-			safe = safePrefix(text, ends, max(0, len(text)-hold))
-		}
-		reasoning, content := "", text[:safe]
-		if g.thinking {
-			if i := strings.Index(content, tokEndThink); i >= 0 {
-				reasoning, content = content[:i], strings.TrimLeft(content[i+len(tokEndThink):], "\n")
-			} else {
-				reasoning, content = content, "" // still thinking (or never closed its thought)
+	if g.withStop {
+		dec.IncludeStop()
+	}
+	if !g.special {
+		var keep []int
+		for _, k := range g.keep {
+			if id, ok := s.tok.TokenID(k); ok {
+				keep = append(keep, id)
 			}
 		}
-		res.reasoning, res.text = reasoning, content
-		d := delta{}
-		if len(reasoning) > sentR {
-			d.reasoning = reasoning[sentR:]
-			sentR = len(reasoning)
-		}
-		if len(content) > sentC {
-			d.content = content[sentC:]
-			sentC = len(content)
-		}
+		dec.SkipSpecial(keep...)
+	}
+	var text, reasoning strings.Builder
+	sentT := 0 // tokens already emitted
+	res := &result{}
+	defer s.met.finish(start, len(g.prompt), res)
+	// send emits piece, the decoder's newly released text (all tokens ride
+	// along when final).
+	send := func(piece string, final bool) error {
+		r, c := split.add(piece, final)
+		reasoning.WriteString(r)
+		text.WriteString(c)
+		res.reasoning, res.text = reasoning.String(), text.String()
+		d := delta{reasoning: r, content: c}
 		n := len(res.tokens)
 		if !final {
-			n = sort.SearchInts(ends, safe+1) // the tokens ending within text[:safe]
+			n = dec.Emitted()
 		}
 		if n > sentT {
 			d.tokens = res.tokens[sentT:n:n]
@@ -153,6 +158,13 @@ func (s *Server) generate(ctx context.Context, g *genSpec, emit func(delta) erro
 		select {
 		case <-ctx.Done():
 			return nil, ctx.Err()
+		case <-keepAlive:
+			if res.completion == 0 {
+				if err := emit(delta{keepAlive: true}); err != nil {
+					return nil, err
+				}
+			}
+			continue
 		case <-st.Ready():
 		}
 		for {
@@ -160,36 +172,38 @@ func (s *Server) generate(ctx context.Context, g *genSpec, emit func(delta) erro
 			if !ok {
 				break
 			}
+			var piece strings.Builder
+			stopped := false
 			for _, t := range ev.Tokens {
 				if res.completion == 0 {
 					res.first = time.Now()
 				}
 				res.completion++
-				if !s.isStop(t.ID) {
+				if !slices.Contains(g.stopIDs, t.ID) {
 					res.tokens = append(res.tokens, t)
-					ids = append(ids, int(t.ID))
-					prev := 0
-					if len(ends) > 0 {
-						prev = ends[len(ends)-1]
-					}
-					ends = append(ends, prev+len(s.tok.Decode([]int{int(t.ID)}))) // Decode concatenates token bytes
+					p, hit := dec.Push(int(t.ID))
+					piece.WriteString(p)
+					stopped = stopped || hit
 				}
 			}
-			text := s.tok.Decode(ids)
-			if i := indexStop(text, g.stops); i >= 0 {
+			if stopped {
 				st.Cancel()
 				res.finish = "stop"
-				return res, flush(text[:i], true)
+				return res, send(piece.String(), true)
 			}
 			switch ev.Finish {
 			case engine.FinishNone:
-				if err := flush(text, false); err != nil {
+				if err := send(piece.String(), false); err != nil {
 					return nil, err
 				}
 				continue
 			case engine.FinishStop, engine.FinishLength:
+				rest, hit := dec.Finish()
 				res.finish = string(ev.Finish)
-				return res, flush(text, true)
+				if hit {
+					res.finish = "stop"
+				}
+				return res, send(piece.String()+rest, true)
 			case engine.FinishError:
 				return nil, errorf(http.StatusInternalServerError, "", "", "generation failed: %v", ev.Err)
 			default:
@@ -199,57 +213,71 @@ func (s *Server) generate(ctx context.Context, g *genSpec, emit func(delta) erro
 	}
 }
 
-// safePrefix is the longest prefix of text, at most limit bytes, that ends on
-// a token boundary (ends: the tokens' end offsets) and does not cut a
-// multi-byte character. Cutting at token ends makes each streamed chunk the
-// text of exactly the tokens whose logprobs it carries.
-func safePrefix(text string, ends []int, limit int) int {
-	safe := limit
-	for {
-		if k := sort.SearchInts(ends, safe+1); k > 0 {
-			safe = ends[k-1]
-		} else {
-			safe = 0
-		}
-		cut := safe - incompleteTail(text[:safe])
-		if cut == safe {
-			return safe
-		}
-		safe = cut
-	}
+// thinkSplit splits streamed text at </think> into reasoning and answer,
+// holding back a tail that may be the marker's start; the answer's leading
+// newlines are dropped.
+type thinkSplit struct {
+	thinking  bool   // the request thinks: text starts as reasoning
+	reasoning bool   // still before </think>
+	held      string // a possible start of </think>
+	trimmed   bool   // the answer's leading newlines are gone
 }
 
-// incompleteTail is the length of a trailing multi-byte character that is
-// still missing bytes (0 when s ends on a whole character or on invalid bytes,
-// which no later byte can complete).
-func incompleteTail(s string) int {
-	for p := len(s) - 1; p >= max(0, len(s)-(utf8.UTFMax-1)); p-- {
-		if utf8.RuneStart(s[p]) {
-			if !utf8.FullRuneInString(s[p:]) {
-				return len(s) - p
+func (t *thinkSplit) add(s string, final bool) (reasoning, content string) {
+	if t.reasoning {
+		s = t.held + s
+		t.held = ""
+		i := strings.Index(s, tokenizer.ThinkClose)
+		if i < 0 {
+			if k := heldPrefix(s, tokenizer.ThinkClose); !final && k > 0 {
+				s, t.held = s[:len(s)-k], s[len(s)-k:]
 			}
-			return 0
+			return s, ""
+		}
+		t.reasoning = false
+		reasoning, s = s[:i], s[i+len(tokenizer.ThinkClose):]
+	}
+	if t.thinking && !t.trimmed {
+		s = strings.TrimLeft(s, "\n")
+		t.trimmed = s != ""
+	}
+	return reasoning, s
+}
+
+// heldPrefix is the length of the longest suffix of s that is a proper prefix of marker.
+func heldPrefix(s, marker string) int {
+	for k := min(len(marker)-1, len(s)); k > 0; k-- {
+		if s[len(s)-k:] == marker[:k] {
+			return k
 		}
 	}
 	return 0
 }
 
-func (s *Server) isStop(id int32) bool {
-	for _, t := range s.cfg.StopTokens {
-		if t == id {
-			return true
-		}
+// shutdownError is the cause of a request context ended by Config.Shutdown.
+type shutdownError struct{}
+
+func (shutdownError) Error() string { return "the server is shutting down" }
+
+// requestContext is c's request context, also ended (with cause
+// shutdownError) when Config.Shutdown is.
+func (s *Server) requestContext(c *gin.Context) (context.Context, func()) {
+	ctx, cancel := context.WithCancelCause(c.Request.Context())
+	if s.cfg.Shutdown == nil {
+		return ctx, func() { cancel(nil) }
 	}
-	return false
+	stop := context.AfterFunc(s.cfg.Shutdown, func() { cancel(shutdownError{}) })
+	return ctx, func() { stop(); cancel(nil) }
 }
 
-// indexStop is the first position where any stop string occurs, or -1.
-func indexStop(text string, stops []string) int {
-	best := -1
-	for _, st := range stops {
-		if i := strings.Index(text, st); i >= 0 && (best < 0 || i < best) {
-			best = i
-		}
+// failure is what to tell the client about err, a failure of a request
+// running under ctx: nil when the client went away (no one to tell).
+func failure(ctx context.Context, err error) error {
+	if ctx.Err() == nil {
+		return err
 	}
-	return best
+	if errors.As(context.Cause(ctx), new(shutdownError)) {
+		return errorf(http.StatusServiceUnavailable, "", "shutting_down", "the server is shutting down")
+	}
+	return nil
 }

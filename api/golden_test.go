@@ -1,6 +1,7 @@
 package api
 
 import (
+	"context"
 	"encoding/json"
 	"flag"
 	"os"
@@ -8,9 +9,9 @@ import (
 	"slices"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/megamoe/megamoe/engine"
+	"github.com/megamoe/megamoe/internal/testctx"
 	"github.com/megamoe/megamoe/models"
 	"github.com/megamoe/megamoe/tokenizer"
 )
@@ -49,6 +50,7 @@ type golden struct {
 // intended change, regenerate with: go test ./api -run TestGolden -update
 func TestGolden(t *testing.T) {
 	_, eng := startServer(t, Config{}, 0)
+	ctx := testctx.New(t)
 	tok := goldenTokenizer(t)
 	var got []golden
 	for _, p := range goldenPrompts {
@@ -68,13 +70,12 @@ func TestGolden(t *testing.T) {
 			t.Fatal(err)
 		}
 		var out []int32
-		deadline := time.After(60 * time.Second)
 	wait:
 		for {
 			select {
 			case <-st.Ready():
-			case <-deadline:
-				t.Fatalf("%s: no finish in 60 s", p.Name)
+			case <-ctx.Done():
+				t.Fatalf("%s: no finish after %d tokens: %v", p.Name, len(out), context.Cause(ctx))
 			}
 			for ev, ok := st.Next(); ok; ev, ok = st.Next() {
 				for _, tk := range ev.Tokens {

@@ -40,7 +40,11 @@ type chatRequest struct {
 	ToolChoice         json.RawMessage   `json:"tool_choice"`
 	ResponseFormat     *responseFormat   `json:"response_format"`
 	Logprobs           bool              `json:"logprobs"`
-	TopLogprobs        int               `json:"top_logprobs"`
+	TopLogprobs        *int              `json:"top_logprobs"`
+	// vLLM's chat extensions.
+	AddGenerationPrompt  *bool `json:"add_generation_prompt"`
+	ContinueFinalMessage bool  `json:"continue_final_message"`
+	Echo                 bool  `json:"echo"`
 }
 
 type responseFormat struct {
@@ -63,8 +67,11 @@ func (f *responseFormat) schema() (json.RawMessage, error) {
 	return nil, errorf(http.StatusBadRequest, "response_format", "", "response_format must be text, json_object or json_schema with a schema")
 }
 
+// templateKwargs are vLLM's chat_template_kwargs as its DeepSeek-V4 recipe
+// sends them.
 type templateKwargs struct {
-	Thinking bool `json:"thinking"`
+	Thinking        *bool   `json:"thinking"`
+	ReasoningEffort *string `json:"reasoning_effort"`
 }
 
 // messageText accepts a string or an array of {"type":"text","text":...} parts.
@@ -96,6 +103,12 @@ func messageText(i int, raw json.RawMessage) (string, error) {
 
 // renderChat renders the conversation with the DeepSeek-V4 chat encoding.
 func renderChat(msgs []chatMessage, tools []json.RawMessage, opts tokenizer.ChatOptions) (string, error) {
+	return renderChatWith(msgs, tools, opts, func(s string) string { return s })
+}
+
+// renderChatWith is renderChat with quote applied to the text of system,
+// developer, user and tool messages.
+func renderChatWith(msgs []chatMessage, tools []json.RawMessage, opts tokenizer.ChatOptions, quote func(string) string) (string, error) {
 	if len(msgs) == 0 {
 		return "", errorf(http.StatusBadRequest, "messages", "", "messages must not be empty")
 	}
@@ -106,7 +119,9 @@ func renderChat(msgs []chatMessage, tools []json.RawMessage, opts tokenizer.Chat
 			return "", err
 		}
 		switch m.Role {
-		case "system", "developer", "user", "assistant", "tool":
+		case "system", "developer", "user", "tool":
+			text = quote(text)
+		case "assistant":
 		default:
 			return "", errorf(http.StatusBadRequest, "messages["+strconv.Itoa(i)+"].role", "", "role %q is not supported", m.Role)
 		}
@@ -163,7 +178,7 @@ func strp(s string) *string { return &s }
 
 func (s *Server) chat(c *gin.Context) {
 	var req chatRequest
-	if err := readJSON(c, &req); err != nil {
+	if err := readJSON(c, &req, unsupported("chat")); err != nil {
 		writeError(c, err)
 		return
 	}
@@ -171,8 +186,7 @@ func (s *Server) chat(c *gin.Context) {
 		writeError(c, err)
 		return
 	}
-	thinking := req.ReasoningEffort != nil || (req.ChatTemplateKwargs != nil && req.ChatTemplateKwargs.Thinking)
-	effort, err := reasoningEffort(req.ReasoningEffort)
+	thinking, effort, err := thinkingOptions(req.ReasoningEffort, req.ChatTemplateKwargs)
 	if err != nil {
 		writeError(c, err)
 		return
@@ -187,40 +201,62 @@ func (s *Server) chat(c *gin.Context) {
 		writeError(c, err)
 		return
 	}
-	text, err := renderChat(req.Messages, tools, tokenizer.ChatOptions{Thinking: thinking, ReasoningEffort: effort, ResponseFormat: format})
+	text, err := renderChatWith(req.Messages, tools, tokenizer.ChatOptions{Thinking: thinking, ReasoningEffort: effort, ResponseFormat: format}, s.quote)
 	if err != nil {
 		writeError(c, err)
 		return
 	}
-	g, err := s.build(&req.commonParams, s.encode(text), "messages")
+	text, echo, err := req.ending(text, thinking)
+	if err != nil {
+		writeError(c, err)
+		return
+	}
+	g, err := s.build(&req.commonParams, s.encodeQuoted(text), "messages")
 	if err != nil {
 		writeError(c, err)
 		return
 	}
 	g.thinking = thinking
-	if err := setLogprobs(&g.params, req.Logprobs, req.TopLogprobs, "top_logprobs"); err != nil {
+	if thinking {
+		g.keep = append(g.keep, tokenizer.ThinkClose)
+	}
+	if len(tools) > 0 {
+		g.keep = append(g.keep, tokenizer.DSML)
+	}
+	if req.TopLogprobs != nil && !req.Logprobs {
+		writeError(c, errorf(http.StatusBadRequest, "top_logprobs", "", "top_logprobs requires logprobs to be true"))
+		return
+	}
+	top := 0
+	if req.TopLogprobs != nil {
+		top = *req.TopLogprobs
+	}
+	if err := setLogprobs(&g.params, req.Logprobs, top, "top_logprobs"); err != nil {
 		writeError(c, err)
 		return
 	}
 	resp := chatResponse{ID: newID("chatcmpl-"), Object: "chat.completion", Created: time.Now().Unix(), Model: s.cfg.ModelName}
 	if req.Stream {
-		s.streamChat(c, g, resp, len(tools) > 0, req.StreamOptions != nil && req.StreamOptions.IncludeUsage)
+		s.streamChat(c, g, resp, len(tools) > 0, req.StreamOptions != nil && req.StreamOptions.IncludeUsage, echo)
 		return
 	}
-	ctx := c.Request.Context()
+	ctx, stop := s.requestContext(c)
+	defer stop()
 	results, err := s.fanOut(ctx, g, func(int, delta) error { return nil }, nil)
 	if err != nil {
-		if ctx.Err() == nil {
+		if err := failure(ctx, err); err != nil {
 			writeError(c, err)
 		}
 		return
 	}
 	completion := 0
 	for i, res := range results {
+		res.text = echo + res.text
 		resp.Choices = append(resp.Choices, s.chatChoice(i, res, len(tools) > 0, thinking, g.params.Logprobs))
 		completion += res.completion
 	}
 	resp.Usage = mkUsage(len(g.prompt), completion)
+	writeDeadline(c, s.cfg.WriteIdleTimeout)
 	c.JSON(http.StatusOK, resp)
 }
 
@@ -258,12 +294,19 @@ type chatStream struct {
 // chunk carries the logprobs of the tokens whose text it adds; tokens whose
 // text is held back (a possible tool-call marker) or dropped (</think>) ride
 // with the choice's next chunk, at the latest its finish chunk.
-func (s *Server) streamChat(c *gin.Context, g *genSpec, head chatResponse, tools, includeUsage bool) {
-	ctx := c.Request.Context()
+func (s *Server) streamChat(c *gin.Context, g *genSpec, head chatResponse, tools, includeUsage bool, echo string) {
+	ctx, stop := s.requestContext(c)
+	defer stop()
 	head.Object = "chat.completion.chunk"
-	chunk := func(i int, d *chatOutMsg, finish *string, lp any) chatResponse {
+	chunk := func(i int, d *chatOutMsg, finish *string, lp any) any {
 		ch := head
 		ch.Choices = []chatChoice{{Index: i, Delta: d, FinishReason: finish, Logprobs: lp}}
+		if includeUsage { // "usage": null until the usage chunk, as OpenAI sends it
+			return struct {
+				chatResponse
+				Usage *usage `json:"usage"`
+			}{chatResponse: ch}
+		}
 		return ch
 	}
 	states := make([]chatStream, g.n)
@@ -290,15 +333,33 @@ func (s *Server) streamChat(c *gin.Context, g *genSpec, head chatResponse, tools
 			return nil
 		}
 		started = true
-		w = startSSE(c)
+		w = startSSE(c, s.cfg.WriteIdleTimeout)
 		for i := range g.n {
 			if err := w.send(chunk(i, &chatOutMsg{Role: "assistant", Content: strp("")}, nil, nil)); err != nil {
 				return err
 			}
+			if echo != "" {
+				if err := w.send(chunk(i, &chatOutMsg{Content: strp(echo)}, nil, nil)); err != nil {
+					return err
+				}
+			}
 		}
 		return nil
 	}
+	accepted := 0
 	emit := func(i int, d delta) error {
+		switch {
+		case d.accepted: // the status goes out once every choice is queued (a 429 is still possible before)
+			if accepted++; accepted < g.n {
+				return nil
+			}
+			return start()
+		case d.keepAlive:
+			if !started {
+				return nil
+			}
+			return w.comment("keep-alive")
+		}
 		if err := start(); err != nil {
 			return err
 		}
@@ -341,8 +402,8 @@ func (s *Server) streamChat(c *gin.Context, g *genSpec, head chatResponse, tools
 	}
 	results, err := s.fanOut(ctx, g, emit, done)
 	if err != nil {
-		switch {
-		case ctx.Err() != nil: // client went away; the sequences are cancelled
+		switch err = failure(ctx, err); {
+		case err == nil: // client went away; the sequences are cancelled
 		case !started:
 			writeError(c, err)
 		default:
@@ -366,6 +427,61 @@ func sumCompletion(results []*result) int {
 	return n
 }
 
+// ending applies add_generation_prompt and continue_final_message to the
+// rendered prompt text, and returns the text echo puts before the answer
+// (the continued final message's).
+func (r *chatRequest) ending(text string, thinking bool) (string, string, error) {
+	addGen := r.AddGenerationPrompt == nil || *r.AddGenerationPrompt
+	last := r.Messages[len(r.Messages)-1]
+	echo := ""
+	switch {
+	case r.ContinueFinalMessage && addGen:
+		return "", "", errorf(http.StatusBadRequest, "continue_final_message", "", "continue_final_message needs add_generation_prompt false")
+	case r.ContinueFinalMessage:
+		if last.Role != "assistant" {
+			return "", "", errorf(http.StatusBadRequest, "continue_final_message", "", "continue_final_message needs an assistant message last")
+		}
+		// The final assistant turn stays open: no end-of-sentence after it.
+		text = strings.TrimSuffix(text, tokenizer.EOS)
+		if r.Echo {
+			echo, _ = messageText(len(r.Messages)-1, last.Content)
+		}
+	case !addGen:
+		text = strings.TrimSuffix(text, tokenizer.AssistantTag+thinkToken(thinking))
+	}
+	return text, echo, nil
+}
+
+func thinkToken(thinking bool) string {
+	if thinking {
+		return tokenizer.ThinkOpen
+	}
+	return tokenizer.ThinkClose
+}
+
+// thinkingOptions is the thinking mode and V4 effort level of a request:
+// reasoning_effort (or chat_template_kwargs.reasoning_effort) turns thinking
+// on at its level, except none and minimal, which turn it off;
+// chat_template_kwargs.thinking, when sent, decides on or off. Without any of
+// them the model answers without thinking, the chat template's default.
+func thinkingOptions(effort *string, kw *templateKwargs) (bool, string, error) {
+	if effort == nil && kw != nil {
+		effort = kw.ReasoningEffort
+	}
+	thinking := effort != nil
+	if effort != nil && (*effort == "none" || *effort == "minimal") {
+		thinking, effort = false, nil
+	}
+	if kw != nil && kw.Thinking != nil {
+		thinking = *kw.Thinking
+	}
+	level, err := reasoningEffort(effort)
+	if err != nil || !thinking {
+		return false, "", err
+	}
+	return true, level, nil
+}
+
 // reasoningEffort maps the OpenAI reasoning_effort values onto the two levels
 // DeepSeek-V4 has, as DeepSeek's API does: low, medium and high think at
 // "high" (no prefix); xhigh and max use the max-effort prefix.
@@ -379,5 +495,5 @@ func reasoningEffort(v *string) (string, error) {
 	case "max", "xhigh":
 		return "max", nil
 	}
-	return "", errorf(http.StatusBadRequest, "reasoning_effort", "", "reasoning_effort %q: want low, medium, high, xhigh or max", *v)
+	return "", errorf(http.StatusBadRequest, "reasoning_effort", "", "reasoning_effort %q: want none, minimal, low, medium, high, xhigh or max", *v)
 }

@@ -1,7 +1,11 @@
 package api
 
 import (
+	"fmt"
 	"net/http"
+	"strconv"
+	"strings"
+	"unicode/utf8"
 
 	"github.com/megamoe/megamoe/engine"
 	"github.com/megamoe/megamoe/tokenizer"
@@ -59,8 +63,48 @@ func makeChatLogprobs(tok *tokenizer.Tokenizer, toks []engine.Token) *chatLogpro
 	return out
 }
 
-// makeCompletionLogprobs also returns the offset after the last token.
-func makeCompletionLogprobs(tok *tokenizer.Tokenizer, toks []engine.Token, offset int) (*completionLogprobs, int) {
+// charOffset counts the characters of streamed token text as clients see it:
+// a character split over tokens counts once it is complete, and each byte
+// that can never form one counts as one U+FFFD.
+type charOffset struct {
+	n    int    // characters so far
+	tail []byte // an incomplete character's bytes
+}
+
+func (c *charOffset) add(s string) {
+	b := append(c.tail, s...)
+	for len(b) > 0 && utf8.FullRune(b) {
+		_, size := utf8.DecodeRune(b)
+		c.n++
+		b = b[size:]
+	}
+	c.tail = append(c.tail[:0:0], b...)
+}
+
+// topKey is the top_logprobs key of token id: its text, or where that text is
+// not valid UTF-8 (all such tokens would read alike as U+FFFD) or already
+// taken by another token, vLLM's "bytes:" form, then "token_id:".
+func topKey(tok *tokenizer.Tokenizer, id int32, taken map[string]float32) string {
+	s, _ := tokenBytes(tok, id)
+	if _, dup := taken[s]; utf8.ValidString(s) && !dup {
+		return s
+	}
+	if !utf8.ValidString(s) {
+		var b strings.Builder
+		b.WriteString("bytes:")
+		for i := range len(s) {
+			fmt.Fprintf(&b, "\\x%02x", s[i])
+		}
+		if _, dup := taken[b.String()]; !dup {
+			return b.String()
+		}
+	}
+	return "token_id:" + strconv.Itoa(int(id))
+}
+
+// makeCompletionLogprobs fills the legacy logprobs of toks, their text
+// offsets (in characters, as OpenAI counts) running on from off.
+func makeCompletionLogprobs(tok *tokenizer.Tokenizer, toks []engine.Token, off *charOffset) *completionLogprobs {
 	out := &completionLogprobs{Tokens: []string{}, TokenLogprobs: []float32{}, TopLogprobs: []map[string]float32{}, TextOffset: []int{}}
 	for _, t := range toks {
 		s, _ := tokenBytes(tok, t.ID)
@@ -68,12 +112,11 @@ func makeCompletionLogprobs(tok *tokenizer.Tokenizer, toks []engine.Token, offse
 		out.TokenLogprobs = append(out.TokenLogprobs, t.Logprob)
 		top := map[string]float32{}
 		for _, alt := range t.Top {
-			as, _ := tokenBytes(tok, alt.ID)
-			top[as] = alt.Logprob
+			top[topKey(tok, alt.ID, top)] = alt.Logprob
 		}
 		out.TopLogprobs = append(out.TopLogprobs, top)
-		out.TextOffset = append(out.TextOffset, offset)
-		offset += len(s)
+		out.TextOffset = append(out.TextOffset, off.n)
+		off.add(s)
 	}
-	return out, offset
+	return out
 }

@@ -17,9 +17,18 @@ type metrics struct {
 	prompt     prometheus.Counter
 	generated  prometheus.Counter
 	ttft, tpot prometheus.Histogram
+	vllm       vllmMetrics
 }
 
-func newMetrics(eng *engine.Engine) *metrics {
+// vllmMetrics are the series under the names vLLM documents, so that its
+// dashboards work unchanged.
+type vllmMetrics struct {
+	prompt, generated    prometheus.Counter
+	ttft, tpot, itl, e2e prometheus.Histogram
+	success              *prometheus.CounterVec
+}
+
+func newMetrics(eng *engine.Engine, model string) *metrics {
 	m := &metrics{
 		reg: prometheus.NewRegistry(),
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -39,9 +48,48 @@ func newMetrics(eng *engine.Engine) *metrics {
 		gauge("megamoe_running_sequences", "Sequences being computed.", func(s engine.Stats) float64 { return float64(s.Running) }),
 		gauge("megamoe_kv_cache_used_bytes", "KV cache bytes in use.", func(s engine.Stats) float64 { return float64(s.CacheUsed) }),
 		gauge("megamoe_kv_cache_capacity_bytes", "KV cache capacity.", func(s engine.Stats) float64 { return float64(s.CacheCapacity) }),
-		gauge("megamoe_preemptions", "Preemptions so far.", func(s engine.Stats) float64 { return float64(s.Preemptions) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "megamoe_preemptions_total", Help: "Sequences preempted (KV cache full) so far."},
+			func() float64 { return float64(eng.Stats().Preemptions) }),
 	)
+	m.registerVLLM(eng, model)
 	return m
+}
+
+func (m *metrics) registerVLLM(eng *engine.Engine, model string) {
+	labels := prometheus.Labels{"model_name": model}
+	counter := func(name, help string) prometheus.Counter {
+		return prometheus.NewCounter(prometheus.CounterOpts{Name: name, Help: help, ConstLabels: labels})
+	}
+	hist := func(name, help string, buckets []float64) prometheus.Histogram {
+		return prometheus.NewHistogram(prometheus.HistogramOpts{Name: name, Help: help, ConstLabels: labels, Buckets: buckets})
+	}
+	gauge := func(name, help string, f func(engine.Stats) float64) prometheus.Collector {
+		return prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: name, Help: help, ConstLabels: labels}, func() float64 { return f(eng.Stats()) })
+	}
+	lat := []float64{0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1, 2.5, 5, 7.5, 10, 20, 40, 80, 160, 640, 2560}
+	tok := []float64{0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1, 2.5, 5, 7.5, 10, 20, 40, 80}
+	e2e := []float64{0.3, 0.5, 0.8, 1, 1.5, 2, 2.5, 5, 10, 15, 20, 30, 40, 50, 60, 120, 240, 480, 960, 1920, 7680}
+	v := &m.vllm
+	v.prompt = counter("vllm:prompt_tokens_total", "Number of prefill tokens processed.")
+	v.generated = counter("vllm:generation_tokens_total", "Number of generation tokens processed.")
+	v.ttft = hist("vllm:time_to_first_token_seconds", "Histogram of time to first token in seconds.", lat)
+	v.tpot = hist("vllm:time_per_output_token_seconds", "Histogram of time per output token in seconds.", tok)
+	v.itl = hist("vllm:inter_token_latency_seconds", "Histogram of inter-token latency in seconds.", tok)
+	v.e2e = hist("vllm:e2e_request_latency_seconds", "Histogram of end to end request latency in seconds.", e2e)
+	v.success = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "vllm:request_success_total",
+		Help: "Count of successfully processed requests.", ConstLabels: labels}, []string{"finished_reason"})
+	m.reg.MustRegister(v.prompt, v.generated, v.ttft, v.tpot, v.itl, v.e2e, v.success,
+		gauge("vllm:num_requests_running", "Number of requests in model execution batches.", func(s engine.Stats) float64 { return float64(s.Running) }),
+		gauge("vllm:num_requests_waiting", "Number of requests waiting to be processed.", func(s engine.Stats) float64 { return float64(s.Waiting) }),
+		gauge("vllm:kv_cache_usage_perc", "KV-cache usage. 1 means 100 percent usage.", func(s engine.Stats) float64 {
+			if s.CacheCapacity == 0 {
+				return 0
+			}
+			return float64(s.CacheUsed) / float64(s.CacheCapacity)
+		}),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "vllm:num_preemptions_total", Help: "Cumulative number of preemption from the engine.", ConstLabels: labels},
+			func() float64 { return float64(eng.Stats().Preemptions) }),
+	)
 }
 
 // count is middleware counting every answered request.
@@ -56,14 +104,25 @@ func (m *metrics) count(c *gin.Context) {
 
 // finish records the token counts and latencies of one generation.
 func (m *metrics) finish(start time.Time, prompt int, r *result) {
+	v := &m.vllm
 	m.prompt.Add(float64(prompt))
 	m.generated.Add(float64(r.completion))
+	v.prompt.Add(float64(prompt))
+	v.generated.Add(float64(r.completion))
+	if r.finish != "" {
+		v.success.WithLabelValues(r.finish).Inc()
+		v.e2e.Observe(time.Since(start).Seconds())
+	}
 	if r.completion == 0 {
 		return
 	}
 	m.ttft.Observe(r.first.Sub(start).Seconds())
+	v.ttft.Observe(r.first.Sub(start).Seconds())
 	if r.completion > 1 {
-		m.tpot.Observe(time.Since(r.first).Seconds() / float64(r.completion-1))
+		per := time.Since(r.first).Seconds() / float64(r.completion-1)
+		m.tpot.Observe(per)
+		v.tpot.Observe(per)
+		v.itl.Observe(per) // the mean gap: gaps are not timed one by one
 	}
 }
 

@@ -5,12 +5,12 @@ import (
 
 	"github.com/megamoe/megamoe/backend"
 	"github.com/megamoe/megamoe/backend/cpu"
-	"github.com/megamoe/megamoe/model/synth"
+	"github.com/megamoe/megamoe/checkpoint"
 )
 
 func TestPrepare(t *testing.T) {
-	c := synth.Config()
-	w := synth.Weights(c, 1, synth.Options{})
+	c := checkpoint.SmallConfig()
+	w := genWeights(t, c, 1)
 	be := cpu.New(cpu.Options{Threads: 1})
 	for i, want := range []struct{ comp, idx bool }{{false, false}, {true, true}, {true, false}, {true, true}} {
 		l, err := Prepare(be, c, &w.Layers[i])
@@ -39,8 +39,8 @@ func TestPrepare(t *testing.T) {
 // TestForwardShapes runs one CSA attention layer for two sequences and checks
 // the output shape and that the layer wrote its window.
 func TestForwardShapes(t *testing.T) {
-	c := synth.Config()
-	w := synth.Weights(c, 1, synth.Options{})
+	c := checkpoint.SmallConfig()
+	w := genWeights(t, c, 1)
 	be := cpu.New(cpu.Options{Threads: 2})
 	l, err := Prepare(be, c, &w.Layers[1])
 	if err != nil {
@@ -79,4 +79,15 @@ func TestForwardShapes(t *testing.T) {
 	if s := be.Stats(out); s.FirstBad >= 0 || s.AbsMax == 0 {
 		t.Fatalf("output stats %+v", s)
 	}
+}
+
+// genWeights draws the weights of c as the small-checkpoint generator does
+// (checkpoint.GenWeights, official formats).
+func genWeights(t testing.TB, c *checkpoint.Config, seed uint64) *checkpoint.Weights {
+	t.Helper()
+	w, err := checkpoint.GenWeights(c, checkpoint.GenOfficial, seed)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return w
 }

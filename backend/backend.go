@@ -79,7 +79,11 @@ type Mat interface {
 }
 
 // HC is one prepared hyper-connection site (hc_{attn,ffn,head}_{fn,base,scale}).
-type HC interface{ Mix() int }
+type HC interface {
+	Mix() int
+	Width() int  // of the input rows (streams × d)
+	Scales() int // 3 (pre sites) or 1 (head)
+}
 
 // Embedding is a prepared token-embedding table.
 type Embedding interface {

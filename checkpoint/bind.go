@@ -292,9 +292,12 @@ func scalarF32(t safetensors.Tensor) float32 {
 	return math.Float32frombits(binary.LittleEndian.Uint32(t.Data))
 }
 
-// bindVisitor hands out the (already validated) tensors of a checkpoint.
+// bindVisitor hands out the (already validated) tensors of a checkpoint, or
+// of GenWeights' in-memory set.
 type bindVisitor struct {
-	st      *safetensors.Checkpoint
+	st interface {
+		Get(name string) (safetensors.Tensor, bool)
+	}
 	formats map[string]Format
 }
 

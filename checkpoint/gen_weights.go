@@ -118,19 +118,58 @@ func tokenizerIDs(tokJSON []byte, tokens ...string) (int, []int, error) {
 // writeModel writes the checkpoint of architecture c (already carrying the
 // tokenizer's vocab/BOS/EOS) in format with weights drawn from seed.
 func writeModel(dir string, c *Config, format string, seed uint64, maxShard int64, tokJSON []byte) error {
-	formats, err := genFormats(format)
+	entries, _, err := genEntries(c, format, seed)
 	if err != nil {
 		return err
 	}
+	return writeFiles(dir, c, format, entries, maxShard, tokJSON)
+}
+
+// genEntries draws every tensor of architecture c in table order and returns
+// them with the format of each linear.
+func genEntries(c *Config, format string, seed uint64) ([]genEntry, FormatFunc, error) {
+	formats, err := genFormats(format)
+	if err != nil {
+		return nil, nil, err
+	}
 	if err := c.Validate(); err != nil {
-		return fmt.Errorf("config: %w", err)
+		return nil, nil, fmt.Errorf("config: %w", err)
 	}
 	g := &genVisitor{c: c, formats: formats, rng: newRNG(seed)}
 	walk(c, g)
 	if err := g.finishNVFP4(); err != nil {
-		return err
+		return nil, nil, err
 	}
-	return writeFiles(dir, c, format, g.entries, maxShard, tokJSON)
+	return g.entries, formats, nil
+}
+
+// GenWeights builds in memory the weights Generate writes for architecture c
+// (taken as is: Vocab, BOS and EOS are not replaced by a tokenizer's) in
+// format (GenOfficial or GenNVFP4) from seed: every tensor drawn on its own,
+// so the same bytes as the files. For small models; RandomWeights reuses a
+// few matrices so that full-size stacks fit in host memory.
+func GenWeights(c *Config, format string, seed uint64) (*Weights, error) {
+	entries, formats, err := genEntries(c, format, seed)
+	if err != nil {
+		return nil, fmt.Errorf("generate weights: %w", err)
+	}
+	ts := make(tensorMap, len(entries))
+	for _, e := range entries {
+		ts[e.name] = safetensors.Tensor{Name: e.name, DType: e.dtype, Shape: e.shape, Data: e.data}
+	}
+	fs := map[string]Format{}
+	for _, l := range Linears(c) {
+		fs[l.Name] = formats(l)
+	}
+	return walk(c, &bindVisitor{st: ts, formats: fs}), nil
+}
+
+// tensorMap is a set of in-memory tensors by name.
+type tensorMap map[string]safetensors.Tensor
+
+func (m tensorMap) Get(name string) (safetensors.Tensor, bool) {
+	t, ok := m[name]
+	return t, ok
 }
 
 // writeFiles writes the tensors (in order) and the JSON side files.

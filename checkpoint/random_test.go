@@ -54,22 +54,22 @@ func TestRandomWeights(t *testing.T) {
 		name   string
 		cfg    func(t *testing.T) *Config
 		format string
-		limit  time.Duration
+		long   bool // skipped in -short mode
 	}{
-		{"small official", func(*testing.T) *Config { return SmallConfig() }, GenOfficial, 2 * time.Second},
-		{"small nvfp4", func(*testing.T) *Config { return SmallConfig() }, GenNVFP4, 2 * time.Second},
+		{"small official", func(*testing.T) *Config { return SmallConfig() }, GenOfficial, false},
+		{"small nvfp4", func(*testing.T) *Config { return SmallConfig() }, GenNVFP4, false},
 		// Layers 0..3 of Flash are SWA, SWA, CSA, HCA (plus the MTP block).
-		{"flash 4 layers official", func(t *testing.T) *Config { return flashLayers(t, 4) }, GenOfficial, 60 * time.Second},
+		{"flash 4 layers official", func(t *testing.T) *Config { return flashLayers(t, 4) }, GenOfficial, true},
 		// Full-size layers, a cut vocabulary (the full one is tested above).
 		{"flash 4 layers nvfp4 vocab 8k", func(t *testing.T) *Config {
 			c := flashLayers(t, 4)
 			c.Vocab = 8192
 			return c
-		}, GenNVFP4, 10 * time.Second},
+		}, GenNVFP4, true},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			if testing.Short() && tc.limit > 10*time.Second {
+			if testing.Short() && tc.long {
 				t.Skip("full-size layers in -short mode")
 			}
 			c := tc.cfg(t)
@@ -78,9 +78,6 @@ func TestRandomWeights(t *testing.T) {
 			w, err := RandomWeights(c, tc.format, 1)
 			if err != nil {
 				t.Fatal(err)
-			}
-			if d := time.Since(t0); d > tc.limit {
-				t.Errorf("RandomWeights took %v, want < %v", d, tc.limit)
 			}
 			t.Logf("RandomWeights in %v", time.Since(t0))
 

@@ -26,6 +26,18 @@ func (p DevicePtr) Add(off int) DevicePtr { return p + DevicePtr(off) }
 // Dim3 is a grid or block shape.
 type Dim3 struct{ X, Y, Z uint32 }
 
+// EmulatorEnv selects the emulated driver when set (MEGAMOE_EMU=1): kernels
+// compile to PTX for compute_80 and run on the CPU through ptxemu.
+// MEGAMOE_EMU=sm_90a reports a 9.0 device without TMA instead: compute_90a
+// PTX, so the Hopper builds of the non-TMA kernels run. It lets the GPU
+// tests run without a GPU; it says nothing about speed, and wgmma, TMA and
+// mbarrier are not emulated. The emulator is only in builds with the
+// megamoe_emu tag (EmulatorTag); elsewhere Load fails while it is set.
+const EmulatorEnv = "MEGAMOE_EMU"
+
+// EmulatorTag is the build tag that compiles the emulated driver in.
+const EmulatorTag = "megamoe_emu"
+
 // ErrNoCGO is returned by every loader in builds without cgo.
 var ErrNoCGO = errors.New("cuda: built without cgo (CGO_ENABLED=0); the CUDA backend needs cgo")
 
@@ -139,13 +151,14 @@ type Driver struct {
 // It fails cleanly on machines without an NVIDIA driver.
 func Load() (*Driver, error) {
 	var api driverAPI
+	var err error
 	if os.Getenv(EmulatorEnv) != "" {
-		api = newEmuDriver()
+		api, err = openEmuDriver()
 	} else {
-		var err error
-		if api, err = openDriver(); err != nil {
-			return nil, err
-		}
+		api, err = openDriver()
+	}
+	if err != nil {
+		return nil, err
 	}
 	d := &Driver{api: api}
 	if err := d.check("cuInit", "", api.init()); err != nil {
@@ -229,10 +242,7 @@ func (dev *Device) Arch() string {
 }
 
 // Emulated reports whether the device is ptxemu (MEGAMOE_EMU), not a GPU.
-func (dev *Device) Emulated() bool {
-	_, ok := dev.drv.api.(*emuDriver)
-	return ok
-}
+func (dev *Device) Emulated() bool { return isEmuDriver(dev.drv.api) }
 
 // ArchFor returns the NVRTC target for a compute capability.
 func ArchFor(major, minor int) string {

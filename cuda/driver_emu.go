@@ -1,3 +1,5 @@
+//go:build megamoe_emu
+
 package cuda
 
 import (
@@ -13,13 +15,13 @@ import (
 	"github.com/megamoe/megamoe/cuda/ptxemu"
 )
 
-// EmulatorEnv selects the emulated driver when set (MEGAMOE_EMU=1): kernels
-// compile to PTX for compute_80 and run on the CPU through ptxemu.
-// MEGAMOE_EMU=sm_90a reports a 9.0 device without TMA instead: compute_90a
-// PTX, so the Hopper builds of the non-TMA kernels run. It lets the GPU
-// tests run without a GPU; it says nothing about speed, and wgmma, TMA and
-// mbarrier are not emulated.
-const EmulatorEnv = "MEGAMOE_EMU"
+// openEmuDriver returns the emulated driver (MEGAMOE_EMU, see EmulatorEnv).
+func openEmuDriver() (driverAPI, error) { return newEmuDriver(), nil }
+
+func isEmuDriver(api driverAPI) bool {
+	_, ok := api.(*emuDriver)
+	return ok
+}
 
 // emuDriver implements driverAPI over ptxemu. Every operation completes
 // before it returns, so streams and events are trivially ordered; a stream

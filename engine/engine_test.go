@@ -3,8 +3,8 @@ package engine
 import (
 	"context"
 	"testing"
-	"time"
 
+	"github.com/megamoe/megamoe/internal/testctx"
 	"github.com/megamoe/megamoe/kvcache"
 )
 
@@ -68,13 +68,14 @@ func newToy(t *testing.T, capacityTokens int) *toyModel {
 }
 
 func collect(t *testing.T, st *Stream) ([]int32, FinishReason) {
+	t.Helper()
+	ctx := testctx.New(t)
 	var toks []int32
-	deadline := time.After(10 * time.Second)
 	for {
 		select {
 		case <-st.Ready():
-		case <-deadline:
-			t.Fatal("stream timed out")
+		case <-ctx.Done():
+			t.Fatalf("stream unfinished after %d tokens: %v", len(toks), context.Cause(ctx))
 		}
 		for {
 			ev, ok := st.Next()

@@ -76,13 +76,17 @@ func TestCandidatesMatchFullSort(t *testing.T) {
 		{Temperature: 1, TopP: 1e-9}, {Temperature: 1, TopK: 40, TopP: 0.9, MinP: 0.05},
 		{Temperature: 1.3, TopP: 0.8, MinP: 0.2}, {Temperature: 1, TopK: 200000},
 	}
+	draws := 10
+	if testing.Short() {
+		draws = 2 // every row and parameter set still; fewer draws of each
+	}
 	for name, x := range rows {
 		for pi, p := range params {
 			seedA, seedB := uint64(pi+1), uint64(pi+1)
 			pa, pb := p, p
 			pa.Seed, pb.Seed = &seedA, &seedB
 			a, b := NewSampler(pa, nil), NewSampler(pb, nil)
-			for draw := range 10 {
+			for draw := range draws {
 				got, want := a.Sample(x).ID, chooseFullSort(b, b.processed(x))
 				if got != want {
 					t.Fatalf("%s, params %+v, draw %d: candidates %d, full sort %d", name, p, draw, got, want)

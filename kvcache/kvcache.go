@@ -1,8 +1,3 @@
-// Package kvcache keeps the per-sequence cache bookkeeping of spec §5.9: which
-// state slot (window rings + compressor pending state) and which blocks
-// (compressed entries and indexer keys, growing with the sequence) a sequence
-// owns, and how many bytes that is. The storage itself lives in the backend,
-// addressed by these slot and block ids.
 package kvcache
 
 import (

@@ -3,12 +3,12 @@ package model
 import (
 	"testing"
 
-	"github.com/megamoe/megamoe/model/synth"
+	"github.com/megamoe/megamoe/checkpoint"
 )
 
 // BenchmarkPrefill reports prefill tokens/s of a 256-token prompt on the small synthetic model.
 func BenchmarkPrefill(b *testing.B) {
-	m := newSynth(b, synth.Config(), "faithful")
+	m := newSynth(b, checkpoint.SmallConfig(), "faithful")
 	toks := prompt(256, 512, 1)
 	b.ResetTimer()
 	for range b.N {
@@ -23,7 +23,7 @@ func BenchmarkPrefill(b *testing.B) {
 
 // BenchmarkDecode reports single-sequence decode tokens/s after a 128-token prompt.
 func BenchmarkDecode(b *testing.B) {
-	m := newSynth(b, synth.Config(), "faithful")
+	m := newSynth(b, checkpoint.SmallConfig(), "faithful")
 	s := m.Cache().NewSequence()
 	if _, err := m.Forward(&Batch{Items: []BatchItem{{Seq: s, Tokens: prompt(128, 512, 1)}}}); err != nil {
 		b.Fatal(err)
@@ -39,7 +39,7 @@ func BenchmarkDecode(b *testing.B) {
 
 // BenchmarkDecodeBatch8 reports aggregate decode tokens/s of 8 sequences per step.
 func BenchmarkDecodeBatch8(b *testing.B) {
-	m := newSynth(b, synth.Config(), "faithful")
+	m := newSynth(b, checkpoint.SmallConfig(), "faithful")
 	var items []BatchItem
 	for k := range 8 {
 		s := m.Cache().NewSequence()

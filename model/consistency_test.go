@@ -5,7 +5,6 @@ import (
 	"testing"
 
 	"github.com/megamoe/megamoe/checkpoint"
-	"github.com/megamoe/megamoe/model/synth"
 )
 
 // Tolerances (max |Δlogit| / max |logit| per position):
@@ -21,7 +20,7 @@ var tol = map[string]float64{"exact": 1e-4, "faithful": 6e-2}
 
 func checkChunking(t *testing.T, c *checkpoint.Config, n int, chunkings [][]int) {
 	for _, mode := range []string{"exact", "faithful"} {
-		m, err := New(synth.Weights(c, 3, synth.Options{}), nil, Options{Numerics: mode})
+		m, err := New(genWeights(t, c, 3), nil, Options{Numerics: mode})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -42,13 +41,13 @@ func checkChunking(t *testing.T, c *checkpoint.Config, n int, chunkings [][]int)
 // a prefix + token-by-token decode, across the window wrap (W=16: positions
 // 15/16/17), CSA entry boundaries (every 4) and the first HCA entry (127).
 func TestChunkedPrefill(t *testing.T) {
-	checkChunking(t, synth.Config(), 140, [][]int{{1}, {3}, {7}, {20, 1}, {130, 1}})
+	checkChunking(t, checkpoint.SmallConfig(), 140, [][]int{{1}, {3}, {7}, {20, 1}, {130, 1}})
 }
 
 // TestChunkedPrefillWindow128 repeats the check on a tiny config with window
 // 128 across positions 127/128/129.
 func TestChunkedPrefillWindow128(t *testing.T) {
-	c := synth.Config()
+	c := checkpoint.SmallConfig()
 	c.Window = 128
 	c.Layers = 2
 	c.CompressRatios = []int{0, 4, 0}
@@ -59,7 +58,7 @@ func TestChunkedPrefillWindow128(t *testing.T) {
 // TestBatchIndependence: two sequences in one batch give the logits of each alone.
 func TestBatchIndependence(t *testing.T) {
 	for _, mode := range []string{"faithful", "exact"} {
-		m := newSynth(t, synth.Config(), mode)
+		m := newSynth(t, checkpoint.SmallConfig(), mode)
 		a, b := prompt(37, 512, 1), prompt(23, 512, 2)
 		la, lb := run(t, m, a, nil), run(t, m, b, nil)
 		sa, sb := m.Cache().NewSequence(), m.Cache().NewSequence()
@@ -90,7 +89,7 @@ func TestPrefillVsDecodeFaithfulReport(t *testing.T) {
 	if testing.Short() {
 		t.Skip()
 	}
-	m := newSynth(t, synth.Config(), "faithful")
+	m := newSynth(t, checkpoint.SmallConfig(), "faithful")
 	toks := prompt(48, 512, 5)
 	whole := run(t, m, toks, nil)
 	for _, ch := range [][]int{{1}, {16, 1}} {

@@ -6,9 +6,9 @@ import (
 
 	"github.com/megamoe/megamoe/backend"
 	"github.com/megamoe/megamoe/backend/cpu"
+	"github.com/megamoe/megamoe/checkpoint"
 	"github.com/megamoe/megamoe/cuda/cpuref"
 	"github.com/megamoe/megamoe/kvcache"
-	"github.com/megamoe/megamoe/model/synth"
 )
 
 // drawingBackend adds DeviceSampler to a CPU backend with the kernel's CPU
@@ -45,8 +45,8 @@ func drawRef(x []float32, vocab int, d []backend.Draw) []int32 {
 // (unless AllLogits); the others get their logits; a step where every item
 // draws downloads no logits; nothing leaks.
 func TestForwardDraws(t *testing.T) {
-	c := synth.Config()
-	w := synth.Weights(c, 1, synth.Options{})
+	c := checkpoint.SmallConfig()
+	w := genWeights(t, c, 1)
 	be := &drawingBackend{countingBackend: &countingBackend{Backend: cpu.New(cpu.Options{}), live: map[backend.Tensor]string{}}}
 	m, err := New(w, be, Options{})
 	if err != nil {

@@ -9,7 +9,7 @@ import (
 
 	"github.com/megamoe/megamoe/backend"
 	"github.com/megamoe/megamoe/backend/cpu"
-	"github.com/megamoe/megamoe/model/synth"
+	"github.com/megamoe/megamoe/checkpoint"
 )
 
 // countingBackend records where every tensor it hands out was allocated and
@@ -59,9 +59,9 @@ func (b *countingBackend) sites() string {
 // and top-k once leaked about 18 MB (Flash) per compressed-sparse layer per
 // 512-token chunk that way.
 func TestForwardFreesTemporaries(t *testing.T) {
-	c := synth.Config()
+	c := checkpoint.SmallConfig()
 	be := &countingBackend{Backend: cpu.New(cpu.Options{}), live: map[backend.Tensor]string{}}
-	m, err := New(synth.Weights(c, 1, synth.Options{}), be, Options{})
+	m, err := New(genWeights(t, c, 1), be, Options{})
 	if err != nil {
 		t.Fatal(err)
 	}

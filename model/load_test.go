@@ -4,15 +4,14 @@ import (
 	"testing"
 
 	"github.com/megamoe/megamoe/checkpoint"
-	"github.com/megamoe/megamoe/model/synth"
 )
 
 // TestLoadedEqualsInMemory writes the synthetic checkpoint to disk, loads it
 // with checkpoint.Load and checks that the forward pass is bit-identical.
 func TestLoadedEqualsInMemory(t *testing.T) {
 	dir := t.TempDir()
-	w := synth.Weights(synth.Config(), 1, synth.Options{})
-	if err := synth.Save(dir, w); err != nil {
+	w := genWeights(t, checkpoint.SmallConfig(), 1)
+	if err := checkpoint.Save(dir, w); err != nil {
 		t.Fatal(err)
 	}
 	lw, st, err := checkpoint.Load(dir)

@@ -8,14 +8,14 @@ import (
 	"time"
 
 	"github.com/megamoe/megamoe/backend"
+	"github.com/megamoe/megamoe/checkpoint"
 	"github.com/megamoe/megamoe/kvcache"
-	"github.com/megamoe/megamoe/model/synth"
 )
 
 // TestHashLayersUseTid2Eid: the router of hash layers returns tid2eid[token].
 func TestHashLayersUseTid2Eid(t *testing.T) {
-	c := synth.Config()
-	w := synth.Weights(c, 1, synth.Options{})
+	c := checkpoint.SmallConfig()
+	w := genWeights(t, c, 1)
 	m, err := New(w, nil, Options{})
 	if err != nil {
 		t.Fatal(err)
@@ -51,8 +51,8 @@ func TestHashLayersUseTid2Eid(t *testing.T) {
 }
 
 func TestForwardErrors(t *testing.T) {
-	c := synth.Config()
-	m, err := New(synth.Weights(c, 1, synth.Options{}), nil, Options{CacheBytes: 1})
+	c := checkpoint.SmallConfig()
+	m, err := New(genWeights(t, c, 1), nil, Options{CacheBytes: 1})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -60,7 +60,7 @@ func TestForwardErrors(t *testing.T) {
 	if _, err := m.Forward(&Batch{Items: []BatchItem{{Seq: s, Tokens: []int32{1}}}}); !errors.Is(err, kvcache.ErrCacheFull) {
 		t.Errorf("tiny cache: %v", err)
 	}
-	m2, _ := New(synth.Weights(c, 1, synth.Options{}), nil, Options{})
+	m2, _ := New(genWeights(t, c, 1), nil, Options{})
 	s2 := m2.Cache().NewSequence()
 	for _, b := range []*Batch{nil, {}, {Items: []BatchItem{{Seq: s2, Tokens: []int32{int32(c.Vocab)}}}},
 		{Items: []BatchItem{{Seq: s2, Tokens: []int32{-1}}}}, {Items: []BatchItem{{Seq: nil, Tokens: []int32{1}}}},
@@ -72,7 +72,7 @@ func TestForwardErrors(t *testing.T) {
 	if s2.Len() != 0 || m2.Cache().UsedBytes() != 0 {
 		t.Error("rejected batches changed the cache")
 	}
-	if _, err := New(synth.Weights(c, 1, synth.Options{}), nil, Options{Numerics: "bogus"}); err == nil {
+	if _, err := New(genWeights(t, c, 1), nil, Options{Numerics: "bogus"}); err == nil {
 		t.Error("bogus numerics accepted")
 	}
 }
@@ -81,8 +81,12 @@ func TestForwardErrors(t *testing.T) {
 // entries, 500 CSA entries with top-4 selection) stay finite in both modes.
 func TestLongPromptFinite(t *testing.T) {
 	start := time.Now()
-	for _, mode := range []string{"faithful", "exact"} {
-		m := newSynth(t, synth.Config(), mode)
+	modes := []string{"faithful", "exact"}
+	if testing.Short() {
+		modes = modes[:1]
+	}
+	for _, mode := range modes {
+		m := newSynth(t, checkpoint.SmallConfig(), mode)
 		s := m.Cache().NewSequence()
 		toks := prompt(2000, 512, 9)
 		var all [][]float32
@@ -101,14 +105,14 @@ func TestLongPromptFinite(t *testing.T) {
 			}
 		}
 	}
-	t.Logf("2×2000 tokens in %v", time.Since(start))
+	t.Logf("%d×2000 tokens in %v", len(modes), time.Since(start))
 }
 
 // TestMTP: shapes, finiteness, chunking consistency (whole vs token by token)
 // and that the MTP input token matters.
 func TestMTP(t *testing.T) {
 	for _, mode := range []string{"exact", "faithful"} {
-		m := newSynth(t, synth.Config(), mode)
+		m := newSynth(t, checkpoint.SmallConfig(), mode)
 		c := m.Config()
 		toks := prompt(30, c.Vocab, 4)
 		s := m.Cache().NewSequence()

@@ -6,12 +6,11 @@ import (
 	"testing"
 
 	"github.com/megamoe/megamoe/checkpoint"
-	"github.com/megamoe/megamoe/model/synth"
 )
 
 func newSynth(t testing.TB, c *checkpoint.Config, numerics string) *Model {
 	t.Helper()
-	m, err := New(synth.Weights(c, 1, synth.Options{}), nil, Options{Numerics: numerics})
+	m, err := New(genWeights(t, c, 1), nil, Options{Numerics: numerics})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -68,7 +67,7 @@ func maxRelDiff(a, b [][]float32) (float64, int) {
 
 func TestSmokeFinite(t *testing.T) {
 	for _, mode := range []string{"faithful", "exact"} {
-		m := newSynth(t, synth.Config(), mode)
+		m := newSynth(t, checkpoint.SmallConfig(), mode)
 		lg := run(t, m, prompt(40, 512, 1), nil)
 		for i, row := range lg {
 			for _, v := range row {
@@ -79,4 +78,15 @@ func TestSmokeFinite(t *testing.T) {
 		}
 		t.Logf("%s: logits[0][:4] = %v, last[:4] = %v", mode, lg[0][:4], lg[len(lg)-1][:4])
 	}
+}
+
+// genWeights draws the weights of c as the small-checkpoint generator does
+// (checkpoint.GenWeights, official formats).
+func genWeights(t testing.TB, c *checkpoint.Config, seed uint64) *checkpoint.Weights {
+	t.Helper()
+	w, err := checkpoint.GenWeights(c, checkpoint.GenOfficial, seed)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return w
 }

@@ -90,6 +90,9 @@ func TestParallelMatchesSingle(t *testing.T) {
 	for _, format := range []string{checkpoint.GenOfficial, checkpoint.GenNVFP4} {
 		w := tpCheckpoint(t, format)
 		for _, numerics := range []string{"exact", "faithful"} {
+			if numerics == "faithful" && testing.Short() {
+				continue // its check is only finiteness
+			}
 			opts := Options{Numerics: numerics, CacheBytes: 16 << 20, Threads: 2}
 			single, err := New(w, nil, opts)
 			if err != nil {

@@ -6,14 +6,14 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/megamoe/megamoe/model/synth"
+	"github.com/megamoe/megamoe/checkpoint"
 )
 
 // TestTraceNonFinite plants a NaN scale (e8m0 0xFF) in layer 0's expert 5 w2
 // and checks that the tracer names that expert stage and the position.
 func TestTraceNonFinite(t *testing.T) {
-	c := synth.Config()
-	w := synth.Weights(c, 1, synth.Options{})
+	c := checkpoint.SmallConfig()
+	w := genWeights(t, c, 1)
 	ex := &w.Layers[0].FFN.Experts[5].W2
 	sc := append([]byte(nil), ex.Scale.Data...)
 	sc[0] = 0xff

@@ -8,7 +8,7 @@ import (
 
 	"github.com/megamoe/megamoe/backend"
 	"github.com/megamoe/megamoe/backend/cpu"
-	"github.com/megamoe/megamoe/model/synth"
+	"github.com/megamoe/megamoe/checkpoint"
 )
 
 // dense recovers W [out, in] exactly by applying the linear to the identity.
@@ -50,8 +50,8 @@ func mv(w [][]float64, x []float64) []float64 {
 // TestMoEVsFloat64: exact-mode MoE (bias-routed layer and hash layer) equals a
 // float64 composition of router, clamped SwiGLU experts and shared expert.
 func TestMoEVsFloat64(t *testing.T) {
-	c := synth.Config()
-	w := synth.Weights(c, 2, synth.Options{})
+	c := checkpoint.SmallConfig()
+	w := genWeights(t, c, 2)
 	be := cpu.New(cpu.Options{Threads: 2})
 	be.SetNumerics(backend.Exact)
 	for _, li := range []int{0, 2} { // hash layer, score layer
@@ -139,4 +139,15 @@ func TestMoEVsFloat64(t *testing.T) {
 			}
 		}
 	}
+}
+
+// genWeights draws the weights of c as the small-checkpoint generator does
+// (checkpoint.GenWeights, official formats).
+func genWeights(t testing.TB, c *checkpoint.Config, seed uint64) *checkpoint.Weights {
+	t.Helper()
+	w, err := checkpoint.GenWeights(c, checkpoint.GenOfficial, seed)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return w
 }

@@ -3,12 +3,13 @@ package parallel
 import (
 	"errors"
 	"fmt"
+	"runtime"
 	"sync"
 	"testing"
-	"time"
 
 	"github.com/megamoe/megamoe/backend"
 	"github.com/megamoe/megamoe/backend/cpu"
+	"github.com/megamoe/megamoe/internal/testctx"
 )
 
 // onRanks runs f on every rank concurrently and returns their errors.
@@ -104,14 +105,25 @@ func TestAbort(t *testing.T) {
 	x := be.Alloc(1, 4, backend.F32)
 	done := make(chan error, 1)
 	go func() { done <- comms[0].AllReduceSum(be, x) }()
-	time.Sleep(20 * time.Millisecond)
+	ctx := testctx.New(t)
+	// Abort only once rank 0 waits in the barrier (it holds mu from arriving
+	// to waiting), so that the abort must wake it.
+	for waiting := false; !waiting; {
+		g.mu.Lock()
+		waiting = g.arrived == 1
+		g.mu.Unlock()
+		if ctx.Err() != nil {
+			t.Fatal("rank 0 never reached the barrier")
+		}
+		runtime.Gosched()
+	}
 	comms[1].Abort(errors.New("rank 1 ran out of memory"))
 	select {
 	case err := <-done:
 		if !errors.Is(err, ErrAborted) {
 			t.Fatalf("waiting rank: %v, want ErrAborted", err)
 		}
-	case <-time.After(5 * time.Second):
+	case <-ctx.Done():
 		t.Fatal("abort did not release the waiting rank")
 	}
 	if err := comms[0].AllReduceSum(be, x); !errors.Is(err, ErrAborted) {

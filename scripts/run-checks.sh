@@ -2,9 +2,9 @@
 # Correctness on the GPU after a kernel change, then the decode-step numbers,
 # from a checkout on a machine with an NVIDIA GPU:
 #   scripts/run-checks.sh OUTDIR [test-regex]
-# It builds bin/cuda.test, bin/gpu.test and bin/bench unless BIN names a
-# directory that holds them. OUTDIR gets cuda.txt and gpu.txt (go test -v
-# output), stack-*.txt (also without PDL) and ncu-b1.csv (per-kernel time of
+# It builds bin/cuda.test, bin/gpu.test, bin/opcheck.test and bin/bench unless
+# BIN names a directory that holds them. OUTDIR gets cuda.txt, gpu.txt and
+# opcheck.txt (go test -v output), stack-*.txt (also without PDL) and ncu-b1.csv (per-kernel time of
 # eager batch-1 decode steps, cold caches; scripts/ncu_steps.py sums it; NCU
 # names ncu if it is not /usr/local/cuda/bin/ncu).
 set -u
@@ -19,14 +19,15 @@ fi
 cd "$here/.." || exit 1
 if [ -z "$bin" ]; then
 	go test -c -o bin/cuda.test ./cuda && go test -c -o bin/gpu.test ./backend/gpu &&
-		go build -o bin/bench ./cmd/bench || exit 1
+		go test -c -o bin/opcheck.test ./backend/gpu/opcheck && go build -o bin/bench ./cmd/bench || exit 1
 	bin=$PWD/bin
 fi
 export LD_LIBRARY_PATH=/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
 nvidia-smi --query-gpu=name,driver_version,clocks.max.sm,memory.total --format=csv,noheader | tee "$out/gpu.txt"
 (cd "$bin" && timeout 200 ./cuda.test -test.v -test.run "$run" > "$out/cuda.txt" 2>&1; echo "cuda.test rc=$?")
 (cd "$bin" && timeout 300 ./gpu.test -test.v -test.run "$run" > "$out/gpu.txt" 2>&1; echo "gpu.test rc=$?")
-grep -E "^(--- FAIL|FAIL|ok|PASS)" "$out/cuda.txt" "$out/gpu.txt" | head -40
+(cd "$bin" && timeout 300 ./opcheck.test -test.v -test.run "$run" > "$out/opcheck.txt" 2>&1; echo "opcheck.test rc=$?")
+grep -E "^(--- FAIL|FAIL|ok|PASS)" "$out/cuda.txt" "$out/gpu.txt" "$out/opcheck.txt" | head -40
 for b in 1 8 64; do
 	timeout 60 "$bin/bench" stack --preset flash --layers 4 --prefill 64 --decode 48 --batch "$b" > "$out/stack-b$b.txt" 2>&1
 	grep -E "^(decode|cuda graphs)" "$out/stack-b$b.txt"

@@ -56,3 +56,92 @@ func TestStreamDecoder(t *testing.T) {
 		})
 	}
 }
+
+// TestStreamDecoderBytes checks bytes that never form UTF-8: they become one
+// U+FFFD each (as encoding/json writes them), stop strings match that text,
+// and every piece is the text of whole tokens.
+func TestStreamDecoderBytes(t *testing.T) {
+	tok, err := LoadFile("testdata/deepseek_v3_tokenizer.json.gz")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b2u := bytesToUnicode()
+	byteID := func(c byte) int {
+		id, ok := tok.TokenID(string(b2u[c]))
+		if !ok {
+			t.Fatalf("no token for byte %#x", c)
+		}
+		return id
+	}
+	cases := []struct {
+		name    string
+		bytes   []byte
+		stops   []string
+		want    string
+		stopped bool
+	}{
+		{"truncated character at the end", []byte{'a', 0xE4, 0xB8}, nil, "a\uFFFD\uFFFD", false},
+		{"invalid byte mid-stream", []byte{0xE4, 'b', 'c'}, nil, "\uFFFDbc", false},
+		{"split character", []byte{0xE4, 0xB8, 0x96, '!'}, nil, "世!", false},
+		{"stop on U+FFFD mid-stream", []byte{'x', 0xFF, 'y'}, []string{"\uFFFD"}, "x", true},
+		{"stop on U+FFFD at the end", []byte{'x', 0xE4}, []string{"x\uFFFD"}, "", true},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			d := NewStreamDecoder(tok, c.stops)
+			var got strings.Builder
+			stopped := false
+			for i, b := range c.bytes {
+				s, st := d.Push(byteID(b))
+				got.WriteString(s)
+				if st {
+					stopped = true
+					break
+				}
+				if n := d.Emitted(); n > i+1 {
+					t.Fatalf("emitted %d tokens after pushing %d", n, i+1)
+				}
+			}
+			rest, st := d.Finish()
+			got.WriteString(rest)
+			stopped = stopped || st
+			if got.String() != c.want || stopped != c.stopped {
+				t.Errorf("got %q stopped=%v, want %q stopped=%v", got.String(), stopped, c.want, c.stopped)
+			}
+			if d.Emitted() != len(c.bytes) && !stopped {
+				t.Errorf("Emitted %d after Finish, want %d", d.Emitted(), len(c.bytes))
+			}
+		})
+	}
+}
+
+// TestStreamDecoderTokenAligned checks each piece is exactly the text of the
+// tokens Emitted reports, with a held marker never split.
+func TestStreamDecoderTokenAligned(t *testing.T) {
+	tok, err := LoadFile("testdata/deepseek_v3_tokenizer.json.gz")
+	if err != nil {
+		t.Fatal(err)
+	}
+	text := "thinking about 深度 and </think> the answer 🦀 is here"
+	ids := tok.Encode(text)
+	d := NewStreamDecoder(tok, []string{"zzz"})
+	d.Hold("</think>")
+	var got strings.Builder
+	done := 0
+	for _, id := range ids {
+		s, _ := d.Push(id)
+		if n := d.Emitted(); s != tok.Decode(ids[done:n]) {
+			t.Fatalf("piece %q is not the text of tokens [%d, %d): %q", s, done, n, tok.Decode(ids[done:n]))
+		} else {
+			done = n
+		}
+		if strings.HasSuffix(s, "</") || strings.HasSuffix(s, "</think") {
+			t.Errorf("piece %q ends inside the held marker", s)
+		}
+		got.WriteString(s)
+	}
+	got.WriteString(d.Flush())
+	if got.String() != text {
+		t.Errorf("got %q, want %q", got.String(), text)
+	}
+}

@@ -25,6 +25,7 @@ type Tokenizer struct {
 	vocab    map[string]int // BPE vocabulary and added tokens, content -> id
 	idToTok  []string       // id -> token string ("" for holes)
 	isAdded  []bool         // id -> token is an added token (decoded raw)
+	special  []bool         // id -> an added token marked special (skip_special_tokens drops it)
 	byteTok  [256]int       // byte -> id of its single-byte BPE token, -1 if absent
 	merges   map[uint64]mergeInfo
 	added    *trie
@@ -176,6 +177,7 @@ func Load(data []byte) (*Tokenizer, error) {
 	}
 	t.idToTok = make([]string, maxID+1)
 	t.isAdded = make([]bool, maxID+1)
+	t.special = make([]bool, maxID+1)
 	for s, id := range m.Vocab {
 		t.idToTok[id] = s
 	}
@@ -183,6 +185,7 @@ func Load(data []byte) (*Tokenizer, error) {
 	for _, a := range f.AddedTokens {
 		t.idToTok[a.ID] = a.Content
 		t.isAdded[a.ID] = true
+		t.special[a.ID] = a.Special
 		t.vocab[a.Content] = a.ID
 		t.added.insert(a.Content, a.ID)
 	}
@@ -409,6 +412,9 @@ func (t *Tokenizer) TokenString(id int) (string, bool) {
 
 // IsAdded reports whether id is an added (special) token.
 func (t *Tokenizer) IsAdded(id int) bool { return id >= 0 && id < len(t.isAdded) && t.isAdded[id] }
+
+// IsSpecial reports whether id is an added token that tokenizer.json marks special.
+func (t *Tokenizer) IsSpecial(id int) bool { return id >= 0 && id < len(t.special) && t.special[id] }
 
 // Encode tokenizes text; added tokens appearing literally in text are matched (no BOS is added).
 func (t *Tokenizer) Encode(text string) []int {

@@ -34,22 +34,12 @@ type kvStore struct {
 
 func (s *kvStore) Spec() backend.KVSpec { return s.spec }
 
-func coff(ratio int) int {
-	if ratio == 4 {
-		return 2
-	}
-	return 1
-}
+func coff(ratio int) int { return backend.CompressCoff(ratio) }
 
 // NewKVStore implements backend.Backend. Storage is allocated lazily per slot and block id.
 func (b *Backend) NewKVStore(spec backend.KVSpec) (backend.KVStore, error) {
-	for i, l := range spec.Layers {
-		if l.Ratio != 0 && (spec.BlockTokens <= 0 || spec.BlockTokens%l.Ratio != 0) {
-			return nil, fmt.Errorf("kv store: layer %d ratio %d does not divide block tokens %d", i, l.Ratio, spec.BlockTokens)
-		}
-		if l.Window <= 0 || l.HeadDim <= 0 {
-			return nil, fmt.Errorf("kv store: layer %d window %d head dim %d", i, l.Window, l.HeadDim)
-		}
+	if err := backend.CheckKVSpec(spec); err != nil {
+		return nil, err
 	}
 	return &kvStore{spec: spec, slots: make([]*slotState, spec.MaxSlots), blocks: make([]*blockData, spec.MaxBlocks)}, nil
 }
@@ -78,15 +68,15 @@ func (c *compState) reset() {
 
 // ResetSlot implements backend.Backend.
 func (b *Backend) ResetSlot(s backend.KVStore, slot int) error {
+	if err := backend.CheckResetSlot(s, slot); err != nil {
+		return err
+	}
 	k, err := store(s)
 	if err != nil {
 		return err
 	}
 	k.mu.Lock()
 	defer k.mu.Unlock()
-	if slot < 0 || slot >= len(k.slots) {
-		return fmt.Errorf("kv store: slot %d of %d", slot, len(k.slots))
-	}
 	st := k.slots[slot]
 	if st == nil {
 		st = &slotState{layers: make([]layerState, len(k.spec.Layers))}
@@ -161,46 +151,26 @@ func (k *kvStore) entry(sq *backend.SeqInfo, layer, j int, idx bool) ([]float32,
 	return bd.layers[layer].kv[o*l.HeadDim : (o+1)*l.HeadDim], nil
 }
 
-func checkLayer(k *kvStore, layer int) error {
-	if layer < 0 || layer >= len(k.spec.Layers) {
-		return fmt.Errorf("kv store: layer %d of %d", layer, len(k.spec.Layers))
-	}
-	return nil
-}
-
 // Compress implements backend.Backend (spec §5.4): per token, A and Z+ape enter
 // the pending state; when a window completes, the entry is pooled (per-channel
 // softmax over the slots), rounded to bf16, RMS-normed, roped at the window's
 // first position and FP8- or Hadamard+FP4-simulated, then stored.
 func (b *Backend) Compress(s backend.KVStore, A, Z backend.Tensor, a backend.CompressArgs, bt *backend.Batch) error {
+	t, err := backend.Tensors[*Tensor](backend.CheckCompress(s, A, Z, a, bt), "compress", A, Z)
+	if err != nil {
+		return err
+	}
 	k, err := store(s)
 	if err != nil {
 		return err
 	}
-	if err := checkLayer(k, a.Layer); err != nil {
-		return err
-	}
+	at, zt := t[0], t[1]
 	r, dc, c := a.Ratio, a.Dim, coff(a.Ratio)
-	lk := k.spec.Layers[a.Layer]
-	if r != lk.Ratio || (a.Kind == backend.CompressKV && dc != lk.HeadDim) || (a.Kind == backend.CompressIndex && dc != lk.IndexDim) {
-		return fmt.Errorf("compress layer %d: ratio %d dim %d do not match the store", a.Layer, r, dc)
-	}
 	w := c * dc
-	at, err := f32(A, bt.Rows(), w, "compress kv")
-	if err != nil {
-		return err
-	}
-	zt, err := f32(Z, bt.Rows(), w, "compress gate")
-	if err != nil {
-		return err
-	}
-	ape, ok := a.APE.(*mat)
-	if !ok || ape.rows != r || ape.cols != w {
-		return fmt.Errorf("compress layer %d: ape %T", a.Layer, a.APE)
-	}
-	nw, ok := a.Norm.(*vec)
-	if !ok || len(nw.v) != dc {
-		return fmt.Errorf("compress layer %d: norm %T", a.Layer, a.Norm)
+	ape, okA := a.APE.(*mat)
+	nw, okN := a.Norm.(*vec)
+	if !okA || !okN {
+		return fmt.Errorf("compress layer %d: ape %T, norm %T", a.Layer, a.APE, a.Norm)
 	}
 	// Allocate blocks up front (the lazy allocation takes the store lock).
 	for si := range bt.Seqs {
@@ -304,26 +274,15 @@ func pool(st *compState, r, dc, c int, u []float32) {
 
 // IndexerTopK implements backend.Backend (spec §5.5).
 func (b *Backend) IndexerTopK(s backend.KVStore, q, w backend.Tensor, a backend.IndexerArgs, bt *backend.Batch, out backend.Tensor) error {
+	t, err := backend.Tensors[*Tensor](backend.CheckIndexerTopK(s, q, w, a, bt, out), "indexer", q, w, out)
+	if err != nil {
+		return err
+	}
 	k, err := store(s)
 	if err != nil {
 		return err
 	}
-	if err := checkLayer(k, a.Layer); err != nil {
-		return err
-	}
-	n := bt.Rows()
-	qt, err := f32(q, n, a.Heads*a.HeadDim, "indexer q")
-	if err != nil {
-		return err
-	}
-	wt, err := f32(w, n, a.Heads, "indexer weights")
-	if err != nil {
-		return err
-	}
-	ot, err := i32(out, n, a.TopK, "indexer top-k")
-	if err != nil {
-		return err
-	}
+	qt, wt, ot, n := t[0], t[1], t[2], bt.Rows()
 	faithful := b.faithful()
 	return b.parallelErr(n, func(lo, hi int) error {
 		var scores []float32
@@ -392,34 +351,24 @@ func (b *Backend) IndexerTopK(s backend.KVStore, q, w backend.Tensor, a backend.
 // blocks of 64 slots; faithful mode rounds P to bf16 before P·V; the sink adds
 // exp(sink − m) to the denominator only.
 func (b *Backend) SparseAttention(s backend.KVStore, q, kv, sel backend.Tensor, a backend.AttnArgs, bt *backend.Batch, out backend.Tensor) error {
+	t, err := backend.Tensors[*Tensor](backend.CheckSparseAttention(s, q, kv, sel, a, bt, out), "attention", q, kv, out)
+	if err != nil {
+		return err
+	}
 	k, err := store(s)
 	if err != nil {
 		return err
 	}
-	if err := checkLayer(k, a.Layer); err != nil {
-		return err
-	}
+	qt, kt, ot := t[0], t[1], t[2]
 	n, D, H := bt.Rows(), a.HeadDim, a.Heads
-	qt, err := f32(q, n, H*D, "attention q")
-	if err != nil {
-		return err
-	}
-	kt, err := f32(kv, n, D, "attention kv")
-	if err != nil {
-		return err
-	}
-	ot, err := f32(out, n, H*D, "attention output")
-	if err != nil {
-		return err
-	}
 	var st *Tensor
 	if a.Ratio == 4 {
-		if st, err = i32(sel, n, -1, "attention selection"); err != nil {
-			return err
+		if st, err = ct(sel); err != nil {
+			return fmt.Errorf("attention selection: %w", err)
 		}
 	}
 	sink, ok := a.Sink.(*vec)
-	if !ok || len(sink.v) != H {
+	if !ok {
 		return fmt.Errorf("attention layer %d: sink %T", a.Layer, a.Sink)
 	}
 	faithful := b.faithful()
@@ -529,18 +478,15 @@ func (b *Backend) SparseAttention(s backend.KVStore, q, kv, sel backend.Tensor, 
 
 // WriteWindow implements backend.Backend.
 func (b *Backend) WriteWindow(s backend.KVStore, layer int, kv backend.Tensor, bt *backend.Batch) error {
+	kt, err := backend.As[*Tensor](backend.CheckWriteWindow(s, layer, kv, bt), "write window", kv)
+	if err != nil {
+		return err
+	}
 	k, err := store(s)
 	if err != nil {
 		return err
 	}
-	if err := checkLayer(k, layer); err != nil {
-		return err
-	}
 	l := k.spec.Layers[layer]
-	kt, err := f32(kv, bt.Rows(), l.HeadDim, "write window")
-	if err != nil {
-		return err
-	}
 	for si := range bt.Seqs {
 		sq := &bt.Seqs[si]
 		slot, err := k.slot(sq.Slot)

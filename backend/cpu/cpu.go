@@ -6,7 +6,6 @@
 package cpu
 
 import (
-	"errors"
 	"fmt"
 	"math"
 	"runtime"
@@ -167,12 +166,9 @@ func NewTensor(rows, cols int, data []float32) *Tensor {
 
 // View implements backend.Backend.
 func (b *Backend) View(t backend.Tensor, rows, cols int) (backend.Tensor, error) {
-	c, err := ct(t)
+	c, err := backend.As[*Tensor](backend.CheckView(t, rows, cols), "view", t)
 	if err != nil {
 		return nil, err
-	}
-	if rows*cols != c.rows*c.cols {
-		return nil, fmt.Errorf("view %dx%d as %dx%d", c.rows, c.cols, rows, cols)
 	}
 	return &Tensor{rows: rows, cols: cols, dt: c.dt, F: c.F, I: c.I}, nil
 }
@@ -188,42 +184,11 @@ func ct(t backend.Tensor) (*Tensor, error) {
 	return c, nil
 }
 
-func f32(t backend.Tensor, rows, cols int, what string) (*Tensor, error) {
-	c, err := ct(t)
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w", what, err)
-	}
-	if c.dt != backend.F32 {
-		return nil, fmt.Errorf("%s: want F32 tensor", what)
-	}
-	if (rows >= 0 && c.rows != rows) || (cols >= 0 && c.cols != cols) {
-		return nil, fmt.Errorf("%s: tensor is %dx%d, want %dx%d", what, c.rows, c.cols, rows, cols)
-	}
-	return c, nil
-}
-
-func i32(t backend.Tensor, rows, cols int, what string) (*Tensor, error) {
-	c, err := ct(t)
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w", what, err)
-	}
-	if c.dt != backend.I32 {
-		return nil, fmt.Errorf("%s: want I32 tensor", what)
-	}
-	if (rows >= 0 && c.rows != rows) || (cols >= 0 && c.cols != cols) {
-		return nil, fmt.Errorf("%s: tensor is %dx%d, want %dx%d", what, c.rows, c.cols, rows, cols)
-	}
-	return c, nil
-}
-
 // Upload implements backend.Backend.
 func (b *Backend) Upload(t backend.Tensor, data []float32) error {
-	c, err := f32(t, -1, -1, "upload")
+	c, err := backend.As[*Tensor](backend.CheckCopy("upload", t, backend.F32, len(data)), "upload", t)
 	if err != nil {
 		return err
-	}
-	if len(data) != len(c.F) {
-		return fmt.Errorf("upload: %d values for %dx%d", len(data), c.rows, c.cols)
 	}
 	copy(c.F, data)
 	return nil
@@ -231,12 +196,9 @@ func (b *Backend) Upload(t backend.Tensor, data []float32) error {
 
 // Download implements backend.Backend.
 func (b *Backend) Download(t backend.Tensor, dst []float32) error {
-	c, err := f32(t, -1, -1, "download")
+	c, err := backend.As[*Tensor](backend.CheckCopy("download", t, backend.F32, len(dst)), "download", t)
 	if err != nil {
 		return err
-	}
-	if len(dst) != len(c.F) {
-		return fmt.Errorf("download: %d values for %dx%d", len(dst), c.rows, c.cols)
 	}
 	copy(dst, c.F)
 	return nil
@@ -244,12 +206,9 @@ func (b *Backend) Download(t backend.Tensor, dst []float32) error {
 
 // DownloadI32 implements backend.Backend.
 func (b *Backend) DownloadI32(t backend.Tensor, dst []int32) error {
-	c, err := i32(t, -1, -1, "download")
+	c, err := backend.As[*Tensor](backend.CheckCopy("download", t, backend.I32, len(dst)), "download", t)
 	if err != nil {
 		return err
-	}
-	if len(dst) != len(c.I) {
-		return fmt.Errorf("download: %d values for %dx%d", len(dst), c.rows, c.cols)
 	}
 	copy(dst, c.I)
 	return nil
@@ -266,5 +225,3 @@ func (b *Backend) Stats(t backend.Tensor) backend.Stats {
 
 // SliceStats summarises x (see backend.SliceStats).
 func SliceStats(x []float32) backend.Stats { return backend.SliceStats(x) }
-
-var errNilWeight = errors.New("nil weight handle")

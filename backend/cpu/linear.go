@@ -1,8 +1,6 @@
 package cpu
 
 import (
-	"fmt"
-
 	"github.com/megamoe/megamoe/backend"
 	"github.com/megamoe/megamoe/num"
 )
@@ -130,28 +128,13 @@ func (b *Backend) quantRows(x []float32, n, in int) []float32 {
 	return q
 }
 
-func (b *Backend) linArgs(x backend.Tensor, w backend.Linear, out backend.Tensor, what string) (*Tensor, *linear, *Tensor, error) {
-	l, ok := w.(*linear)
-	if !ok || l == nil {
-		return nil, nil, nil, fmt.Errorf("%s: weight %T is not a cpu linear", what, w)
-	}
-	xt, err := f32(x, -1, l.in, what+" "+l.name+" input")
-	if err != nil {
-		return nil, nil, nil, err
-	}
-	ot, err := f32(out, xt.rows, l.out, what+" "+l.name+" output")
-	if err != nil {
-		return nil, nil, nil, err
-	}
-	return xt, l, ot, nil
-}
-
 // Linear implements backend.Backend.
 func (b *Backend) Linear(x backend.Tensor, w backend.Linear, out backend.Tensor) error {
-	xt, l, ot, err := b.linArgs(x, w, out, "linear")
+	l, t, err := backend.Args[*linear, *Tensor](backend.CheckLinear(x, w, out), "linear", w, x, out)
 	if err != nil {
 		return err
 	}
+	xt, ot := t[0], t[1]
 	xs := xt.F
 	if l.quant {
 		xs = b.quantRows(xs, xt.rows, l.in)
@@ -162,31 +145,22 @@ func (b *Backend) Linear(x backend.Tensor, w backend.Linear, out backend.Tensor)
 
 // LinearF32 implements backend.Backend.
 func (b *Backend) LinearF32(x backend.Tensor, w backend.Linear, out backend.Tensor) error {
-	xt, l, ot, err := b.linArgs(x, w, out, "linear-f32")
+	l, t, err := backend.Args[*linear, *Tensor](backend.CheckLinearF32(x, w, out), "linear-f32", w, x, out)
 	if err != nil {
 		return err
 	}
+	xt, ot := t[0], t[1]
 	b.matmul(xt.F, xt.rows, l, ot.F, l.out, 0, false)
 	return nil
 }
 
 // GroupedOutProj implements backend.Backend.
 func (b *Backend) GroupedOutProj(x backend.Tensor, w backend.Linear, groups int, out backend.Tensor) error {
-	l, ok := w.(*linear)
-	if !ok || l == nil {
-		return fmt.Errorf("grouped out proj: weight %T", w)
-	}
-	if groups <= 0 || l.out%groups != 0 {
-		return fmt.Errorf("grouped out proj %s: %d rows not divisible into %d groups", l.name, l.out, groups)
-	}
-	xt, err := f32(x, -1, groups*l.in, "grouped out proj input")
+	l, t, err := backend.Args[*linear, *Tensor](backend.CheckGroupedOutProj(x, w, groups, out), "grouped out proj", w, x, out)
 	if err != nil {
 		return err
 	}
-	ot, err := f32(out, xt.rows, l.out, "grouped out proj output")
-	if err != nil {
-		return err
-	}
+	xt, ot := t[0], t[1]
 	R, K, n := l.out/groups, l.in, xt.rows
 	round := b.faithful()
 	b.parallel(l.out, func(lo, hi int) {
@@ -211,7 +185,7 @@ func (b *Backend) GroupedOutProj(x backend.Tensor, w backend.Linear, groups int,
 
 // Scale implements backend.Backend.
 func (b *Backend) Scale(x backend.Tensor, s float32) error {
-	xt, err := f32(x, -1, -1, "scale")
+	xt, err := backend.As[*Tensor](backend.CheckScale(x), "scale", x)
 	if err != nil {
 		return err
 	}
@@ -223,19 +197,12 @@ func (b *Backend) Scale(x backend.Tensor, s float32) error {
 
 // GatherRows implements backend.Backend.
 func (b *Backend) GatherRows(x backend.Tensor, rows []int, out backend.Tensor) error {
-	xt, err := f32(x, -1, -1, "gather")
-	if err != nil {
-		return err
-	}
-	ot, err := f32(out, len(rows), xt.cols, "gather output")
+	t, err := backend.Tensors[*Tensor](backend.CheckGatherRows(x, rows, out), "gather", x, out)
 	if err != nil {
 		return err
 	}
 	for i, r := range rows {
-		if r < 0 || r >= xt.rows {
-			return fmt.Errorf("gather: row %d of %d", r, xt.rows)
-		}
-		copy(ot.Row(i), xt.Row(r))
+		copy(t[1].Row(i), t[0].Row(r))
 	}
 	return nil
 }

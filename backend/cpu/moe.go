@@ -18,42 +18,25 @@ func softplus(z float32) float32 {
 
 // Router implements backend.Backend (spec §6.1).
 func (b *Backend) Router(f backend.Tensor, gate backend.Linear, a backend.RouterArgs, weights, ids backend.Tensor) error {
-	g, ok := gate.(*linear)
-	if !ok || g == nil {
-		return fmt.Errorf("router: gate %T", gate)
-	}
-	ft, err := f32(f, -1, g.in, "router input")
+	g, t, err := backend.Args[*linear, *Tensor](backend.CheckRouter(f, gate, a, weights, ids), "router", gate, f, weights, ids)
 	if err != nil {
 		return err
 	}
-	n, E, K := ft.rows, g.out, a.TopK
-	wt, err := f32(weights, n, K, "router weights")
-	if err != nil {
-		return err
-	}
-	it, err := i32(ids, n, K, "router ids")
-	if err != nil {
-		return err
-	}
+	ft, wt, it, n, E, K := t[0], t[1], t[2], f.Rows(), g.out, a.TopK
 	var bias []float32
 	if a.Bias != nil {
 		bv, ok := a.Bias.(*vec)
-		if !ok || len(bv.v) != E {
-			return fmt.Errorf("router: bias %T for %d experts", a.Bias, E)
+		if !ok {
+			return fmt.Errorf("router: bias %T", a.Bias)
 		}
 		bias = bv.v
 	}
 	var table *idTable
 	if a.Tid2Eid != nil {
-		table, ok = a.Tid2Eid.(*idTable)
-		if !ok || table.cols != K {
-			return fmt.Errorf("router: tid2eid %T for top-%d", a.Tid2Eid, K)
+		var ok bool
+		if table, ok = a.Tid2Eid.(*idTable); !ok {
+			return fmt.Errorf("router: tid2eid %T", a.Tid2Eid)
 		}
-		if len(a.IDs) != n {
-			return fmt.Errorf("router: %d token ids for %d rows", len(a.IDs), n)
-		}
-	} else if bias == nil {
-		return fmt.Errorf("router: neither bias nor tid2eid")
 	}
 	logits := make([]float32, n*E)
 	b.matmul(ft.F, n, g, logits, E, 0, false)
@@ -67,9 +50,6 @@ func (b *Backend) Router(f backend.Tensor, gate backend.Linear, a backend.Router
 			idx := it.I[r*K : (r+1)*K]
 			if table != nil {
 				id := a.IDs[r]
-				if id < 0 || int(id) >= table.rows {
-					return fmt.Errorf("router: token id %d outside tid2eid (%d rows)", id, table.rows)
-				}
 				copy(idx, table.v[int(id)*K:(int(id)+1)*K])
 				for _, e := range idx {
 					if e < 0 || int(e) >= E {
@@ -125,28 +105,12 @@ func topK(v []float32, idx []int32) {
 // over their rows in ascending id; each row's fp32 accumulator receives the
 // bf16 expert outputs in ascending expert id.
 func (b *Backend) Experts(f backend.Tensor, e backend.Experts, weights, ids backend.Tensor, a backend.ExpertsArgs, acc backend.Tensor) error {
-	ex, ok := e.(*experts)
-	if !ok || ex == nil {
-		return fmt.Errorf("experts: %T", e)
-	}
-	ft, err := f32(f, -1, ex.dim, "experts input")
+	ex, t, err := backend.Args[*experts, *Tensor](backend.CheckExperts(f, e, weights, ids, a, acc), "experts", e, f, weights, ids, acc)
 	if err != nil {
 		return err
 	}
-	n := ft.rows
-	it, err := i32(ids, n, -1, "experts ids")
-	if err != nil {
-		return err
-	}
-	K := it.cols
-	wt, err := f32(weights, n, K, "experts weights")
-	if err != nil {
-		return err
-	}
-	at, err := f32(acc, n, ex.dim, "experts accumulator")
-	if err != nil {
-		return err
-	}
+	ft, wt, it, at := t[0], t[1], t[2], t[3]
+	n, K := ft.rows, it.cols
 	E := len(ex.w1)
 	rows := make([][]int, E) // (row·K + slot) per expert
 	for i, id := range it.I {

@@ -1,7 +1,6 @@
 package cpu
 
 import (
-	"fmt"
 	"math"
 
 	"github.com/megamoe/megamoe/backend"
@@ -16,18 +15,12 @@ func exp32(x float32) float32 { return float32(math.Exp(float64(x))) }
 
 // Embed implements backend.Backend.
 func (b *Backend) Embed(e backend.Embedding, ids []int32, streams int, out backend.Tensor) error {
-	em, ok := e.(*embedding)
-	if !ok || em == nil {
-		return fmt.Errorf("embed: table %T", e)
-	}
-	ot, err := f32(out, len(ids), streams*em.dim, "embed output")
+	em, t, err := backend.Args[*embedding, *Tensor](backend.CheckEmbed(e, ids, streams, out), "embed", e, out)
 	if err != nil {
 		return err
 	}
+	ot := t[0]
 	for r, id := range ids {
-		if id < 0 || int(id) >= em.vocab {
-			return fmt.Errorf("embed: token id %d outside vocab %d", id, em.vocab)
-		}
 		row := ot.Row(r)
 		em.row(int(id), row[:em.dim])
 		for s := 1; s < streams; s++ {
@@ -56,22 +49,11 @@ func rmsnorm(x, w, y []float32, eps float32, round bool) {
 
 // RMSNorm implements backend.Backend.
 func (b *Backend) RMSNorm(x backend.Tensor, w backend.Vec, eps float32, out backend.Tensor) error {
-	wv, ok := w.(*vec)
-	if !ok || wv == nil {
-		return fmt.Errorf("rmsnorm: weight %T", w)
-	}
-	d := len(wv.v)
-	xt, err := f32(x, -1, -1, "rmsnorm input")
+	wv, t, err := backend.Args[*vec, *Tensor](backend.CheckRMSNorm(x, w, out), "rmsnorm", w, x, out)
 	if err != nil {
 		return err
 	}
-	if d == 0 || xt.cols%d != 0 {
-		return fmt.Errorf("rmsnorm: width %d not a multiple of weight %d", xt.cols, d)
-	}
-	ot, err := f32(out, xt.rows, xt.cols, "rmsnorm output")
-	if err != nil {
-		return err
-	}
+	xt, ot, d := t[0], t[1], len(wv.v)
 	segs := xt.rows * xt.cols / d
 	round := b.faithful()
 	b.parallel(segs, func(lo, hi int) {
@@ -85,12 +67,9 @@ func (b *Backend) RMSNorm(x backend.Tensor, w backend.Vec, eps float32, out back
 // HeadNorm implements backend.Backend: q_h / sqrt(mean(q_h²)+eps), in faithful
 // mode with every step rounded to bf16 (spec §5.3).
 func (b *Backend) HeadNorm(x backend.Tensor, headDim int, eps float32) error {
-	xt, err := f32(x, -1, -1, "head norm")
+	xt, err := backend.As[*Tensor](backend.CheckHeadNorm(x, headDim), "head norm", x)
 	if err != nil {
 		return err
-	}
-	if headDim <= 0 || xt.cols%headDim != 0 {
-		return fmt.Errorf("head norm: width %d not a multiple of %d", xt.cols, headDim)
 	}
 	segs := len(xt.F) / headDim
 	f := b.faithful()
@@ -181,39 +160,13 @@ func sinkhorn(c []float32, n, iters int, eps float32) {
 	}
 }
 
-func hcCheck(x backend.Tensor, h backend.HC, a backend.HcArgs, what string) (*Tensor, *hc, int, error) {
-	hh, ok := h.(*hc)
-	if !ok || hh == nil {
-		return nil, nil, 0, fmt.Errorf("%s: params %T", what, h)
-	}
-	xt, err := f32(x, -1, hh.width, what+" input")
-	if err != nil {
-		return nil, nil, 0, err
-	}
-	if a.Streams <= 0 || hh.width%a.Streams != 0 {
-		return nil, nil, 0, fmt.Errorf("%s: width %d vs %d streams", what, hh.width, a.Streams)
-	}
-	return xt, hh, hh.width / a.Streams, nil
-}
-
 // HcPre implements backend.Backend (spec §4.2).
 func (b *Backend) HcPre(x backend.Tensor, h backend.HC, a backend.HcArgs, out, mix backend.Tensor) error {
-	xt, hh, d, err := hcCheck(x, h, a, "hc pre")
+	hh, t, err := backend.Args[*hc, *Tensor](backend.CheckHcPre(x, h, a, out, mix), "hc pre", h, x, out, mix)
 	if err != nil {
 		return err
 	}
-	n := a.Streams
-	if hh.mix != (2+n)*n || len(hh.scale) != 3 {
-		return fmt.Errorf("hc pre: mix %d / %d scales for %d streams", hh.mix, len(hh.scale), n)
-	}
-	ot, err := f32(out, xt.rows, d, "hc pre output")
-	if err != nil {
-		return err
-	}
-	mt, err := f32(mix, xt.rows, n+n*n, "hc pre mix")
-	if err != nil {
-		return err
-	}
+	xt, ot, mt, n, d := t[0], t[1], t[2], a.Streams, x.Cols()/a.Streams
 	round := b.faithful()
 	b.parallel(xt.rows, func(lo, hi int) {
 		m := make([]float32, hh.mix)
@@ -249,27 +202,11 @@ func (b *Backend) HcPre(x backend.Tensor, h backend.HC, a backend.HcArgs, out, m
 
 // HcPost implements backend.Backend: X'[k] = post[k]·o + Σ_j C[j][k]·X[j].
 func (b *Backend) HcPost(o, x, mix backend.Tensor, a backend.HcArgs, out backend.Tensor) error {
-	n := a.Streams
-	xt, err := f32(x, -1, -1, "hc post residual")
+	t, err := backend.Tensors[*Tensor](backend.CheckHcPost(o, x, mix, a, out), "hc post", o, x, mix, out)
 	if err != nil {
 		return err
 	}
-	if n <= 0 || xt.cols%n != 0 {
-		return fmt.Errorf("hc post: width %d vs %d streams", xt.cols, n)
-	}
-	d := xt.cols / n
-	ot, err := f32(o, xt.rows, d, "hc post sub-layer output")
-	if err != nil {
-		return err
-	}
-	mt, err := f32(mix, xt.rows, n+n*n, "hc post mix")
-	if err != nil {
-		return err
-	}
-	yt, err := f32(out, xt.rows, xt.cols, "hc post output")
-	if err != nil {
-		return err
-	}
+	ot, xt, mt, yt, n, d := t[0], t[1], t[2], t[3], a.Streams, x.Cols()/a.Streams
 	round := b.faithful()
 	b.parallel(xt.rows, func(lo, hi int) {
 		res := make([]float32, xt.cols)
@@ -298,18 +235,11 @@ func (b *Backend) HcPost(o, x, mix backend.Tensor, a backend.HcArgs, out backend
 
 // HcHead implements backend.Backend (spec §4.3).
 func (b *Backend) HcHead(x backend.Tensor, h backend.HC, a backend.HcArgs, out backend.Tensor) error {
-	xt, hh, d, err := hcCheck(x, h, a, "hc head")
+	hh, t, err := backend.Args[*hc, *Tensor](backend.CheckHcHead(x, h, a, out), "hc head", h, x, out)
 	if err != nil {
 		return err
 	}
-	n := a.Streams
-	if hh.mix != n || len(hh.scale) != 1 {
-		return fmt.Errorf("hc head: mix %d / %d scales for %d streams", hh.mix, len(hh.scale), n)
-	}
-	ot, err := f32(out, xt.rows, d, "hc head output")
-	if err != nil {
-		return err
-	}
+	xt, ot, n, d := t[0], t[1], a.Streams, x.Cols()/a.Streams
 	round := b.faithful()
 	b.parallel(xt.rows, func(lo, hi int) {
 		m := make([]float32, n)
@@ -338,18 +268,12 @@ func (b *Backend) HcHead(x backend.Tensor, h backend.HC, a backend.HcArgs, out b
 
 // AddStreams implements backend.Backend.
 func (b *Backend) AddStreams(x, e backend.Tensor) error {
-	et, err := f32(e, -1, -1, "add streams term")
+	t, err := backend.Tensors[*Tensor](backend.CheckAddStreams(x, e), "add streams", x, e)
 	if err != nil {
 		return err
 	}
-	xt, err := f32(x, et.rows, -1, "add streams")
-	if err != nil {
-		return err
-	}
+	xt, et := t[0], t[1]
 	d := et.cols
-	if d == 0 || xt.cols%d != 0 {
-		return fmt.Errorf("add streams: width %d vs %d", xt.cols, d)
-	}
 	for r := range xt.rows {
 		xr, er := xt.Row(r), et.Row(r)
 		for i := range xr {
@@ -362,12 +286,9 @@ func (b *Backend) AddStreams(x, e backend.Tensor) error {
 // Rope implements backend.Backend: interleaved pairs on the last rope dims of
 // every head (spec §5.2), fp32 recipe in faithful mode, float64 in exact mode.
 func (b *Backend) Rope(x backend.Tensor, a backend.RopeArgs, bt *backend.Batch) error {
-	xt, err := f32(x, bt.Rows(), -1, "rope")
+	xt, err := backend.As[*Tensor](backend.CheckRope(x, a, bt), "rope", x)
 	if err != nil {
 		return err
-	}
-	if a.Freqs == nil || a.HeadDim <= 0 || xt.cols%a.HeadDim != 0 || a.Freqs.Dim() > a.HeadDim {
-		return fmt.Errorf("rope: width %d, head dim %d", xt.cols, a.HeadDim)
 	}
 	heads := xt.cols / a.HeadDim
 	b.parallel(xt.rows, func(lo, hi int) {
@@ -414,12 +335,9 @@ func ropeRow(row []float32, heads, headDim, pos int, f interface {
 
 // KVQuant implements backend.Backend (FP8 simulation, faithful mode only).
 func (b *Backend) KVQuant(x backend.Tensor, nope, block int) error {
-	xt, err := f32(x, -1, -1, "kv quant")
+	xt, err := backend.As[*Tensor](backend.CheckKVQuant(x, nope, block), "kv quant", x)
 	if err != nil {
 		return err
-	}
-	if nope > xt.cols || block <= 0 {
-		return fmt.Errorf("kv quant: nope %d of %d, block %d", nope, xt.cols, block)
 	}
 	if !b.faithful() {
 		return nil
@@ -443,12 +361,9 @@ func hadamardFP4(h []float32, faithful bool) {
 
 // HadamardFP4 implements backend.Backend.
 func (b *Backend) HadamardFP4(x backend.Tensor, headDim int) error {
-	xt, err := f32(x, -1, -1, "hadamard")
+	xt, err := backend.As[*Tensor](backend.CheckHadamardFP4(x, headDim), "hadamard", x)
 	if err != nil {
 		return err
-	}
-	if headDim <= 0 || headDim&(headDim-1) != 0 || xt.cols%headDim != 0 {
-		return fmt.Errorf("hadamard: width %d, head dim %d", xt.cols, headDim)
 	}
 	segs := len(xt.F) / headDim
 	b.parallel(segs, func(lo, hi int) {
@@ -470,18 +385,11 @@ func swiglu(g, u, w float32, limit float32) float32 {
 
 // SwiGLU implements backend.Backend.
 func (b *Backend) SwiGLU(g, u backend.Tensor, limit float32, out backend.Tensor) error {
-	gt, err := f32(g, -1, -1, "swiglu gate")
+	t, err := backend.Tensors[*Tensor](backend.CheckSwiGLU(g, u, out), "swiglu", g, u, out)
 	if err != nil {
 		return err
 	}
-	ut, err := f32(u, gt.rows, gt.cols, "swiglu up")
-	if err != nil {
-		return err
-	}
-	ot, err := f32(out, gt.rows, gt.cols, "swiglu output")
-	if err != nil {
-		return err
-	}
+	gt, ut, ot := t[0], t[1], t[2]
 	for i := range gt.F {
 		ot.F[i] = b.rb(swiglu(gt.F[i], ut.F[i], 1, limit))
 	}
@@ -490,18 +398,11 @@ func (b *Backend) SwiGLU(g, u backend.Tensor, limit float32, out backend.Tensor)
 
 // Combine implements backend.Backend.
 func (b *Backend) Combine(acc, shared, out backend.Tensor) error {
-	at, err := f32(acc, -1, -1, "combine acc")
+	t, err := backend.Tensors[*Tensor](backend.CheckCombine(acc, shared, out), "combine", acc, shared, out)
 	if err != nil {
 		return err
 	}
-	st, err := f32(shared, at.rows, at.cols, "combine shared")
-	if err != nil {
-		return err
-	}
-	ot, err := f32(out, at.rows, at.cols, "combine output")
-	if err != nil {
-		return err
-	}
+	at, st, ot := t[0], t[1], t[2]
 	for i := range at.F {
 		ot.F[i] = b.rb(at.F[i] + st.F[i])
 	}

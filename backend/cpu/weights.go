@@ -74,54 +74,15 @@ func (l *linear) row(r int, dst []float32) []float32 {
 	return dst
 }
 
-func wantLen(name string, t safetensors.Tensor, n int) error {
-	if len(t.Data) != n {
-		return fmt.Errorf("%s: %d bytes, want %d (%s %v)", name, len(t.Data), n, t.DType, t.Shape)
-	}
-	return nil
-}
-
 // PrepareLinear implements backend.Backend.
 func (b *Backend) PrepareLinear(cl *checkpoint.Linear) (backend.Linear, error) {
-	if cl == nil {
-		return nil, errNilWeight
-	}
-	l := &linear{name: cl.Name, out: cl.Out, in: cl.In, format: cl.Format, w: cl.Weight.Data, scale: cl.Scale.Data, scale2: cl.Scale2}
-	if l.out <= 0 || l.in <= 0 {
-		return nil, fmt.Errorf("linear %s: shape %dx%d", cl.Name, cl.Out, cl.In)
-	}
-	n := l.out * l.in
-	var err error
-	switch cl.Format {
-	case checkpoint.FormatBF16:
-		err = wantLen(cl.Name, cl.Weight, 2*n)
-	case checkpoint.FormatF32:
-		err = wantLen(cl.Name, cl.Weight, 4*n)
-	case checkpoint.FormatFP8Block:
-		l.quant = true
-		l.sCols = (l.in + 127) / 128
-		if err = wantLen(cl.Name, cl.Weight, n); err == nil {
-			err = wantLen(cl.Name+".scale", cl.Scale, (l.out+127)/128*l.sCols)
-		}
-	case checkpoint.FormatMXFP4, checkpoint.FormatNVFP4:
-		l.quant = true
-		blk := 32
-		if cl.Format == checkpoint.FormatNVFP4 {
-			blk = 16
-		}
-		if l.in%blk != 0 {
-			return nil, fmt.Errorf("linear %s: in %d not a multiple of %d", cl.Name, l.in, blk)
-		}
-		l.sCols = l.in / blk
-		if err = wantLen(cl.Name, cl.Weight, n/2); err == nil {
-			err = wantLen(cl.Name+".scale", cl.Scale, l.out*l.sCols)
-		}
-	default:
-		return nil, fmt.Errorf("linear %s: unsupported format %v", cl.Name, cl.Format)
-	}
+	sCols, quant, err := backend.CheckPrepareLinear(cl)
 	if err != nil {
 		return nil, fmt.Errorf("prepare linear: %w", err)
 	}
+	l := &linear{name: cl.Name, out: cl.Out, in: cl.In, format: cl.Format, quant: quant, w: cl.Weight.Data, scale: cl.Scale.Data,
+		scale2: cl.Scale2, sCols: sCols}
+	n := l.out * l.in
 	bytes := int64(n) * 4
 	b.mu.Lock()
 	dense := b.budget >= bytes && int64(n) <= b.maxElems
@@ -145,23 +106,9 @@ type vec struct{ v []float32 }
 
 func (v *vec) Len() int { return len(v.v) }
 
-func floats(name string, t safetensors.Tensor, n int) ([]float32, error) {
-	if !t.Valid() {
-		return nil, fmt.Errorf("%s: missing tensor", name)
-	}
-	if t.Numel() != n {
-		return nil, fmt.Errorf("%s: %d elements (%v), want %d", name, t.Numel(), t.Shape, n)
-	}
-	v, err := t.Float32s()
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w", name, err)
-	}
-	return v, nil
-}
-
 // PrepareVec implements backend.Backend.
 func (b *Backend) PrepareVec(name string, t safetensors.Tensor, n int) (backend.Vec, error) {
-	v, err := floats(name, t, n)
+	v, err := backend.Floats(name, t, n)
 	if err != nil {
 		return nil, err
 	}
@@ -181,7 +128,7 @@ func (m *mat) Cols() int { return m.cols }
 
 // PrepareMat implements backend.Backend.
 func (b *Backend) PrepareMat(name string, t safetensors.Tensor, rows, cols int) (backend.Mat, error) {
-	v, err := floats(name, t, rows*cols)
+	v, err := backend.Floats(name, t, rows*cols)
 	if err != nil {
 		return nil, err
 	}
@@ -198,23 +145,13 @@ type hc struct {
 	scale      []float32
 }
 
-func (h *hc) Mix() int { return h.mix }
+func (h *hc) Mix() int    { return h.mix }
+func (h *hc) Width() int  { return h.width }
+func (h *hc) Scales() int { return len(h.scale) }
 
 // PrepareHC implements backend.Backend.
 func (b *Backend) PrepareHC(name string, p checkpoint.HC, mix, width int) (backend.HC, error) {
-	fn, err := floats(name+"_fn", p.Fn, mix*width)
-	if err != nil {
-		return nil, err
-	}
-	base, err := floats(name+"_base", p.Base, mix)
-	if err != nil {
-		return nil, err
-	}
-	ns := 3
-	if p.Scale.Numel() == 1 {
-		ns = 1
-	}
-	scale, err := floats(name+"_scale", p.Scale, ns)
+	fn, base, scale, err := backend.HCParams(name, p, mix, width)
 	if err != nil {
 		return nil, err
 	}
@@ -245,21 +182,11 @@ func (e *embedding) row(id int, dst []float32) {
 
 // PrepareEmbedding implements backend.Backend.
 func (b *Backend) PrepareEmbedding(t safetensors.Tensor, vocab, dim int) (backend.Embedding, error) {
-	e := &embedding{vocab: vocab, dim: dim}
-	switch t.DType {
-	case safetensors.BF16:
-		if err := wantLen("embed.weight", t, 2*vocab*dim); err != nil {
-			return nil, err
-		}
-		e.data = t.Data
-	default:
-		v, err := floats("embed.weight", t, vocab*dim)
-		if err != nil {
-			return nil, err
-		}
-		e.f = v
+	data, f, err := backend.EmbeddingData(t, vocab, dim)
+	if err != nil {
+		return nil, err
 	}
-	return e, nil
+	return &embedding{vocab: vocab, dim: dim, data: data, f: f}, nil
 }
 
 type idTable struct {
@@ -272,12 +199,9 @@ func (t *idTable) Cols() int { return t.cols }
 
 // PrepareIDTable implements backend.Backend.
 func (b *Backend) PrepareIDTable(name string, t safetensors.Tensor, rows, cols int) (backend.IDTable, error) {
-	if t.Numel() != rows*cols {
-		return nil, fmt.Errorf("%s: %d elements (%v), want %dx%d", name, t.Numel(), t.Shape, rows, cols)
-	}
-	v, err := t.Int64s()
+	v, err := backend.IDs(name, t, rows, cols)
 	if err != nil {
-		return nil, fmt.Errorf("%s: %w", name, err)
+		return nil, err
 	}
 	out := make([]int32, len(v))
 	for i, x := range v {
@@ -302,6 +226,9 @@ func (e *experts) Dim() int   { return e.dim }
 func (b *Backend) PrepareExperts(name string, ex []checkpoint.Expert, dim, inter int) (backend.Experts, error) {
 	e := &experts{dim: dim, inter: inter}
 	for i := range ex {
+		if err := backend.CheckPrepareExpert(name, i, &ex[i], dim, inter); err != nil {
+			return nil, err
+		}
 		var ls [3]*linear
 		for k, cl := range []*checkpoint.Linear{&ex[i].W1, &ex[i].W2, &ex[i].W3} {
 			l, err := b.PrepareLinear(cl)
@@ -309,10 +236,6 @@ func (b *Backend) PrepareExperts(name string, ex []checkpoint.Expert, dim, inter
 				return nil, fmt.Errorf("%s expert %d: %w", name, i, err)
 			}
 			ls[k] = l.(*linear)
-		}
-		if ls[0].out != inter || ls[0].in != dim || ls[2].out != inter || ls[2].in != dim || ls[1].out != dim || ls[1].in != inter {
-			return nil, fmt.Errorf("%s expert %d: shapes w1 %dx%d w2 %dx%d w3 %dx%d, want inter %d dim %d",
-				name, i, ls[0].out, ls[0].in, ls[1].out, ls[1].in, ls[2].out, ls[2].in, inter, dim)
 		}
 		e.w1, e.w2, e.w3 = append(e.w1, ls[0]), append(e.w2, ls[1]), append(e.w3, ls[2])
 	}

@@ -9,6 +9,10 @@ import (
 
 // WriteWindow implements backend.Backend.
 func (b *Backend) WriteWindow(s backend.KVStore, layer int, kv backend.Tensor, bt *backend.Batch) error {
+	kt, err := backend.As[*Tensor](backend.CheckWriteWindow(s, layer, kv, bt), "write window", kv)
+	if err != nil {
+		return err
+	}
 	k, err := b.store(s)
 	if err != nil {
 		return err
@@ -17,10 +21,6 @@ func (b *Backend) WriteWindow(s backend.KVStore, layer int, kv backend.Tensor, b
 		return err
 	}
 	l := k.layers[layer].spec
-	kt, err := f32(kv, bt.Rows(), l.HeadDim, "write window")
-	if err != nil {
-		return err
-	}
 	db, err := b.deviceBatch(bt)
 	if err != nil {
 		return err
@@ -32,6 +32,10 @@ func (b *Backend) WriteWindow(s backend.KVStore, layer int, kv backend.Tensor, b
 // an entry pool it (reading the pre-step state), then the post-step state per
 // sequence.
 func (b *Backend) Compress(s backend.KVStore, A, Z backend.Tensor, a backend.CompressArgs, bt *backend.Batch) error {
+	t, err := backend.Tensors[*Tensor](backend.CheckCompress(s, A, Z, a, bt), "compress", A, Z)
+	if err != nil {
+		return err
+	}
 	k, err := b.store(s)
 	if err != nil {
 		return err
@@ -39,28 +43,12 @@ func (b *Backend) Compress(s backend.KVStore, A, Z backend.Tensor, a backend.Com
 	if err := k.checkSeqs(bt, a.Layer, true); err != nil {
 		return err
 	}
-	kl := &k.layers[a.Layer]
+	at, zt, kl := t[0], t[1], &k.layers[a.Layer]
 	r, dc, c := a.Ratio, a.Dim, coff(a.Ratio)
-	lk := kl.spec
-	if r != lk.Ratio || r == 0 || (a.Kind == backend.CompressKV && dc != lk.HeadDim) || (a.Kind == backend.CompressIndex && dc != lk.IndexDim) {
-		return fmt.Errorf("compress layer %d: ratio %d dim %d do not match the store", a.Layer, r, dc)
-	}
-	w := c * dc
-	at, err := f32(A, bt.Rows(), w, "compress kv")
-	if err != nil {
-		return err
-	}
-	zt, err := f32(Z, bt.Rows(), w, "compress gate")
-	if err != nil {
-		return err
-	}
-	ape, ok := a.APE.(*mat)
-	if !ok || ape.rows != r || ape.cols != w {
-		return fmt.Errorf("compress layer %d: ape %T", a.Layer, a.APE)
-	}
-	nw, ok := a.Norm.(*vec)
-	if !ok || nw.Len() != dc {
-		return fmt.Errorf("compress layer %d: norm %T", a.Layer, a.Norm)
+	ape, okA := a.APE.(*mat)
+	nw, okN := a.Norm.(*vec)
+	if !okA || !okN {
+		return fmt.Errorf("compress layer %d: ape %T, norm %T", a.Layer, a.APE, a.Norm)
 	}
 	rt, err := b.ropeFreqs(a.Rope)
 	if err != nil {
@@ -84,6 +72,10 @@ func (b *Backend) Compress(s backend.KVStore, A, Z backend.Tensor, a backend.Com
 
 // IndexerTopK implements backend.Backend.
 func (b *Backend) IndexerTopK(s backend.KVStore, q, w backend.Tensor, a backend.IndexerArgs, bt *backend.Batch, out backend.Tensor) error {
+	t, err := backend.Tensors[*Tensor](backend.CheckIndexerTopK(s, q, w, a, bt, out), "indexer", q, w, out)
+	if err != nil {
+		return err
+	}
 	k, err := b.store(s)
 	if err != nil {
 		return err
@@ -91,23 +83,7 @@ func (b *Backend) IndexerTopK(s backend.KVStore, q, w backend.Tensor, a backend.
 	if err := k.checkSeqs(bt, a.Layer, true); err != nil {
 		return err
 	}
-	kl := &k.layers[a.Layer]
-	if kl.ik == nil || a.Ratio != kl.spec.Ratio || a.HeadDim != kl.spec.IndexDim {
-		return fmt.Errorf("indexer layer %d: ratio %d dim %d do not match the store", a.Layer, a.Ratio, a.HeadDim)
-	}
-	n := bt.Rows()
-	qt, err := f32(q, n, a.Heads*a.HeadDim, "indexer q")
-	if err != nil {
-		return err
-	}
-	wt, err := f32(w, n, a.Heads, "indexer weights")
-	if err != nil {
-		return err
-	}
-	ot, err := i32(out, n, a.TopK, "indexer top-k")
-	if err != nil {
-		return err
-	}
+	qt, wt, ot, kl, n := t[0], t[1], t[2], &k.layers[a.Layer], bt.Rows()
 	db, err := b.deviceBatch(bt)
 	if err != nil {
 		return err
@@ -159,6 +135,10 @@ func (b *Backend) traceScores(sc *cuda.Buffer, qt *Tensor, bt *backend.Batch, ld
 
 // SparseAttention implements backend.Backend.
 func (b *Backend) SparseAttention(s backend.KVStore, q, kv, sel backend.Tensor, a backend.AttnArgs, bt *backend.Batch, out backend.Tensor) error {
+	t, err := backend.Tensors[*Tensor](backend.CheckSparseAttention(s, q, kv, sel, a, bt, out), "attention", q, kv, out)
+	if err != nil {
+		return err
+	}
 	k, err := b.store(s)
 	if err != nil {
 		return err
@@ -166,33 +146,18 @@ func (b *Backend) SparseAttention(s backend.KVStore, q, kv, sel backend.Tensor, 
 	if err := k.checkSeqs(bt, a.Layer, true); err != nil {
 		return err
 	}
-	kl := &k.layers[a.Layer]
+	qt, kt, ot, kl := t[0], t[1], t[2], &k.layers[a.Layer]
 	n, D, H := bt.Rows(), a.HeadDim, a.Heads
-	if D != kl.spec.HeadDim || a.Window != kl.spec.Window || a.Ratio != kl.spec.Ratio {
-		return fmt.Errorf("attention layer %d: head dim %d window %d ratio %d do not match the store", a.Layer, D, a.Window, a.Ratio)
-	}
-	qt, err := f32(q, n, H*D, "attention q")
-	if err != nil {
-		return err
-	}
-	kt, err := f32(kv, n, D, "attention kv")
-	if err != nil {
-		return err
-	}
-	ot, err := f32(out, n, H*D, "attention output")
-	if err != nil {
-		return err
-	}
 	selPtr, selCols := kt.ptr, 0
 	if a.Ratio == 4 {
-		st, err := i32(sel, n, -1, "attention selection")
+		st, err := gt(sel)
 		if err != nil {
-			return err
+			return fmt.Errorf("attention selection: %w", err)
 		}
 		selPtr, selCols = st.ptr, st.cols
 	}
 	sink, ok := a.Sink.(*vec)
-	if !ok || sink.Len() != H {
+	if !ok {
 		return fmt.Errorf("attention layer %d: sink %T", a.Layer, a.Sink)
 	}
 	db, err := b.deviceBatch(bt)

@@ -6,6 +6,7 @@ import (
 
 	"github.com/megamoe/megamoe/backend"
 	"github.com/megamoe/megamoe/backend/cpu"
+	"github.com/megamoe/megamoe/backend/gpu/opcheck"
 	"github.com/megamoe/megamoe/rope"
 )
 
@@ -33,16 +34,16 @@ func TestKVStoreSteps(t *testing.T) {
 				cn, gn backend.Vec
 			}
 			mk := func(r, w, dc int) (pr params) {
-				a := p.rand(r, w, 0.5)
-				pr.cm = cpu.NewMat(r, w, a.host)
-				pr.gm, err = p.g.NewMat(r, w, a.host)
+				a := p.Rand(r, w, 0.5)
+				pr.cm = cpu.NewMat(r, w, a.Host)
+				pr.gm, err = p.G.NewMat(r, w, a.Host)
 				must(t, err)
-				nv := p.rand(1, dc, 0.1)
-				for i := range nv.host {
-					nv.host[i] += 1
+				nv := p.Rand(1, dc, 0.1)
+				for i := range nv.Host {
+					nv.Host[i] += 1
 				}
-				pr.cn = cpu.NewVec(nv.host)
-				pr.gn, err = p.g.NewVec(nv.host)
+				pr.cn = cpu.NewVec(nv.Host)
+				pr.gn, err = p.G.NewVec(nv.Host)
 				must(t, err)
 				return
 			}
@@ -56,46 +57,46 @@ func TestKVStoreSteps(t *testing.T) {
 					}
 				}
 			}
-			sinkH := p.rand(1, H, 1).host
+			sinkH := p.Rand(1, H, 1).Host
 			cs := cpu.NewVec(sinkH)
-			gs, err := p.g.NewVec(sinkH)
+			gs, err := p.G.NewVec(sinkH)
 			must(t, err)
 			starts := []int{0, 0}
 			for si, st := range steps {
-				bt := stepBatch(starts, st[:])
+				bt := opcheck.StepBatch(starts, st[:])
 				n := bt.Rows()
 				for layer, l := range spec.Layers {
 					tag := fmt.Sprintf("step %d layer %d (ratio %d)", si, layer, l.Ratio)
-					kvr := p.rand(n, D, 1)
-					q := p.rand(n, H*D, 1)
-					var sel twin
+					kvr := p.Rand(n, D, 1)
+					q := p.Rand(n, H*D, 1)
+					var sel opcheck.Twin
 					if l.Ratio > 0 {
 						c := coff(l.Ratio)
 						cm, gm, cn, gn := prm[layer][0].cm, prm[layer][0].gm, prm[layer][0].cn, prm[layer][0].gn
-						A, Z := p.rand(n, c*D, 1), p.rand(n, c*D, 1)
+						A, Z := p.Rand(n, c*D, 1), p.Rand(n, c*D, 1)
 						ca := backend.CompressArgs{Layer: layer, Kind: backend.CompressKV, Ratio: l.Ratio, Dim: D, APE: cm, Norm: cn, NormEps: 1e-6, Rope: fr}
 						ga := ca
 						ga.APE, ga.Norm = gm, gn
-						must(t, p.c.Compress(kv.c, A.c, Z.c, ca, bt))
-						must(t, p.g.Compress(kv.g, A.g, Z.g, ga, bt))
+						must(t, p.C.Compress(kv.C, A.C, Z.C, ca, bt))
+						must(t, p.G.Compress(kv.G, A.G, Z.G, ga, bt))
 						if l.IndexDim > 0 {
 							cm, gm, cn, gn := prm[layer][1].cm, prm[layer][1].gm, prm[layer][1].cn, prm[layer][1].gn
-							A, Z := p.rand(n, c*ID, 1), p.rand(n, c*ID, 1)
+							A, Z := p.Rand(n, c*ID, 1), p.Rand(n, c*ID, 1)
 							ca := backend.CompressArgs{Layer: layer, Kind: backend.CompressIndex, Ratio: l.Ratio, Dim: ID, APE: cm, Norm: cn, NormEps: 1e-6, Rope: fr}
 							ga := ca
 							ga.APE, ga.Norm = gm, gn
-							must(t, p.c.Compress(kv.c, A.c, Z.c, ca, bt))
-							must(t, p.g.Compress(kv.g, A.g, Z.g, ga, bt))
-							iq, iw := p.rand(n, IH*ID, 1), p.rand(n, IH, 0.5)
+							must(t, p.C.Compress(kv.C, A.C, Z.C, ca, bt))
+							must(t, p.G.Compress(kv.G, A.G, Z.G, ga, bt))
+							iq, iw := p.Rand(n, IH*ID, 1), p.Rand(n, IH, 0.5)
 							ia := backend.IndexerArgs{Layer: layer, Heads: IH, HeadDim: ID, TopK: topK, Ratio: l.Ratio, Trace: true}
-							co := p.c.Alloc(n, topK, backend.I32)
-							goT := p.g.Alloc(n, topK, backend.I32)
-							must(t, p.g.Poison(goT))
-							must(t, p.c.IndexerTopK(kv.c, iq.c, iw.c, ia, bt, co))
-							must(t, p.g.IndexerTopK(kv.g, iq.g, iw.g, ia, bt, goT))
+							co := p.C.Alloc(n, topK, backend.I32)
+							goT := p.G.Alloc(n, topK, backend.I32)
+							must(t, p.G.Poison(goT))
+							must(t, p.C.IndexerTopK(kv.C, iq.C, iw.C, ia, bt, co))
+							must(t, p.G.IndexerTopK(kv.G, iq.G, iw.G, ia, bt, goT))
 							want := co.(*cpu.Tensor).I
 							got := make([]int32, len(want))
-							must(t, p.g.DownloadI32(goT, got))
+							must(t, p.G.DownloadI32(goT, got))
 							diff := 0
 							for i := range want {
 								if want[i] != got[i] {
@@ -110,21 +111,21 @@ func TestKVStoreSteps(t *testing.T) {
 							// Attention uses the CPU's selection on both sides (plus a -1 and an out-of-range entry).
 							ws := append([]int32(nil), want...)
 							ws[0], ws[len(ws)-1] = -1, 1<<20
-							sel.c = p.c.Alloc(n, topK, backend.I32)
-							copy(sel.c.(*cpu.Tensor).I, ws)
-							sel.g = p.g.Alloc(n, topK, backend.I32)
-							must(t, p.g.UploadI32(sel.g.(*Tensor), ws))
+							sel.C = p.C.Alloc(n, topK, backend.I32)
+							copy(sel.C.(*cpu.Tensor).I, ws)
+							sel.G = p.G.Alloc(n, topK, backend.I32)
+							must(t, p.G.UploadI32(sel.G.(*Tensor), ws))
 						}
 					}
 					aa := backend.AttnArgs{Layer: layer, Heads: H, HeadDim: D, Window: W, Ratio: l.Ratio, Scale: 0.088, Sink: cs}
 					ga := aa
 					ga.Sink = gs
-					o := p.out(n, H*D)
-					must(t, p.c.SparseAttention(kv.c, q.c, kvr.c, sel.c, aa, bt, o.c))
-					must(t, p.g.SparseAttention(kv.g, q.g, kvr.g, sel.g, ga, bt, o.g))
-					p.check("attention "+tag, o, 2e-3)
-					must(t, p.c.WriteWindow(kv.c, layer, kvr.c, bt))
-					must(t, p.g.WriteWindow(kv.g, layer, kvr.g, bt))
+					o := p.Out(n, H*D)
+					must(t, p.C.SparseAttention(kv.C, q.C, kvr.C, sel.C, aa, bt, o.C))
+					must(t, p.G.SparseAttention(kv.G, q.G, kvr.G, sel.G, ga, bt, o.G))
+					p.Check("attention "+tag, o, 2e-3)
+					must(t, p.C.WriteWindow(kv.C, layer, kvr.C, bt))
+					must(t, p.G.WriteWindow(kv.G, layer, kvr.G, bt))
 				}
 				for i := range starts {
 					starts[i] += st[i]
@@ -144,27 +145,27 @@ func TestAttnSmallWindows(t *testing.T) {
 			p := newPair(t, backend.Faithful)
 			spec := backend.KVSpec{BlockTokens: 256, MaxBlocks: 4, MaxSlots: 2, Layers: []backend.LayerKV{{Window: W, HeadDim: D}}}
 			kv := newKVTwin(t, p, spec)
-			sinkH := p.rand(1, H, 1).host
+			sinkH := p.Rand(1, H, 1).Host
 			cs := cpu.NewVec(sinkH)
-			gs, err := p.g.NewVec(sinkH)
+			gs, err := p.G.NewVec(sinkH)
 			must(t, err)
 			// Two sequences: one past the window, one still filling it.
 			starts := []int{0, 0}
 			for si, rows := range [][]int{{W + 40, 9}, {1, 1}, {1, 1}, {1, 1}} {
-				bt := stepBatch(starts, rows)
+				bt := opcheck.StepBatch(starts, rows)
 				n := bt.Rows()
-				kvr, q := p.rand(n, D, 1), p.rand(n, H*D, 1)
+				kvr, q := p.Rand(n, D, 1), p.Rand(n, H*D, 1)
 				if rows[0] == 1 {
 					a := backend.AttnArgs{Heads: H, HeadDim: D, Window: W, Scale: 0.088, Sink: cs}
 					ga := a
 					ga.Sink = gs
-					o := p.out(n, H*D)
-					must(t, p.c.SparseAttention(kv.c, q.c, kvr.c, nil, a, bt, o.c))
-					must(t, p.g.SparseAttention(kv.g, q.g, kvr.g, nil, ga, bt, o.g))
-					p.check(fmt.Sprintf("attention step %d", si), o, 2e-3)
+					o := p.Out(n, H*D)
+					must(t, p.C.SparseAttention(kv.C, q.C, kvr.C, nil, a, bt, o.C))
+					must(t, p.G.SparseAttention(kv.G, q.G, kvr.G, nil, ga, bt, o.G))
+					p.Check(fmt.Sprintf("attention step %d", si), o, 2e-3)
 				}
-				must(t, p.c.WriteWindow(kv.c, 0, kvr.c, bt))
-				must(t, p.g.WriteWindow(kv.g, 0, kvr.g, bt))
+				must(t, p.C.WriteWindow(kv.C, 0, kvr.C, bt))
+				must(t, p.G.WriteWindow(kv.G, 0, kvr.G, bt))
 				for i := range starts {
 					starts[i] += rows[i]
 				}
@@ -174,17 +175,17 @@ func TestAttnSmallWindows(t *testing.T) {
 }
 
 // newKVTwin makes the CPU's and the GPU's store of spec, every slot reset.
-func newKVTwin(t *testing.T, p *pair, spec backend.KVSpec) kvTwin {
+func newKVTwin(t *testing.T, p *opcheck.Pair, spec backend.KVSpec) opcheck.KVTwin {
 	t.Helper()
-	var kv kvTwin
+	var kv opcheck.KVTwin
 	var err error
-	kv.c, err = p.c.NewKVStore(spec)
+	kv.C, err = p.C.NewKVStore(spec)
 	must(t, err)
-	kv.g, err = p.g.NewKVStore(spec)
+	kv.G, err = p.G.NewKVStore(spec)
 	must(t, err)
 	for s := range spec.MaxSlots {
-		must(t, p.c.ResetSlot(kv.c, s))
-		must(t, p.g.ResetSlot(kv.g, s))
+		must(t, p.C.ResetSlot(kv.C, s))
+		must(t, p.G.ResetSlot(kv.G, s))
 	}
 	return kv
 }

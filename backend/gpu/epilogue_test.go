@@ -7,6 +7,8 @@ import (
 
 	"github.com/megamoe/megamoe/backend"
 	"github.com/megamoe/megamoe/backend/cpu"
+	"github.com/megamoe/megamoe/backend/gpu/opcheck"
+	"github.com/megamoe/megamoe/checkpoint"
 	"github.com/megamoe/megamoe/num"
 	"github.com/megamoe/megamoe/rope"
 )
@@ -22,7 +24,7 @@ type epilogueDim struct {
 }
 
 func epilogueDims() []epilogueDim {
-	f, s := FlashDims(), presetDims("small")
+	f, s := opcheck.FlashDims(), checkpoint.SmallConfig()
 	return []epilogueDim{
 		{"flash", f.Heads, f.HeadDim, f.RopeDim, f.CompressTheta, f.YaRN},
 		{"small", s.Heads, s.HeadDim, s.RopeDim, s.RopeTheta, nil},
@@ -54,16 +56,16 @@ func epilogueBatches() []epilogueBatch {
 	}
 	fwd := []bool{false}
 	return []epilogueBatch{
-		{"decode 1", stepBatch([]int{70001}, ones(1)), fwd},
-		{"decode 3", stepBatch([]int{5, 131071, 999}, ones(3)), []bool{false, true}},
-		{"decode 17", stepBatch(far, ones(17)), fwd},
-		{"prefill 19+2", stepBatch([]int{300, 12, 65536}, []int{19, 1, 1}), fwd},
+		{"decode 1", opcheck.StepBatch([]int{70001}, ones(1)), fwd},
+		{"decode 3", opcheck.StepBatch([]int{5, 131071, 999}, ones(3)), []bool{false, true}},
+		{"decode 17", opcheck.StepBatch(far, ones(17)), fwd},
+		{"prefill 19+2", opcheck.StepBatch([]int{300, 12, 65536}, []int{19, 1, 1}), fwd},
 	}
 }
 
 // equalBits requires two F32 GPU tensors to hold the same bits (NaN
 // payloads included) and returns got's values.
-func equalBits(t *testing.T, g device, name string, got, want backend.Tensor) []float32 {
+func equalBits(t *testing.T, g opcheck.Device, name string, got, want backend.Tensor) []float32 {
 	t.Helper()
 	a, b := make([]float32, got.Rows()*got.Cols()), make([]float32, want.Rows()*want.Cols())
 	must(t, g.Download(got, a))
@@ -78,7 +80,7 @@ func equalBits(t *testing.T, g device, name string, got, want backend.Tensor) []
 }
 
 // fusedSameBits requires got and want to hold the same finite fp32 bits.
-func fusedSameBits(t *testing.T, g device, name string, got, want backend.Tensor) {
+func fusedSameBits(t *testing.T, g opcheck.Device, name string, got, want backend.Tensor) {
 	t.Helper()
 	for i, v := range equalBits(t, g, name, got, want) {
 		if math.IsNaN(float64(v)) || math.IsInf(float64(v), 0) {
@@ -93,7 +95,7 @@ func TestHeadNormRope(t *testing.T) {
 	for _, mode := range []backend.Numerics{backend.Faithful, backend.Exact} {
 		t.Run(mode.String(), func(t *testing.T) {
 			p := newPair(t, mode)
-			fused := p.g
+			fused := p.G
 			for _, d := range epilogueDims() {
 				fr, err := rope.New(d.rd, d.theta, d.yarn)
 				must(t, err)
@@ -108,23 +110,23 @@ func TestHeadNormRope(t *testing.T) {
 						v := make([]float32, n*heads*d.hd)
 						for i := range v { // per-head magnitudes 1e-3…1e2: the bf16 steps round differently
 							s := math.Pow(10, float64((i/d.hd)%6)-3)
-							v[i] = num.RoundBF16(float32(p.rng.NormFloat64() * s))
+							v[i] = num.RoundBF16(float32(p.Rng.NormFloat64() * s))
 						}
 						a := backend.RopeArgs{Freqs: fr, HeadDim: d.hd, Inverse: inv}
-						x, sep := p.from(n, heads*d.hd, v), p.from(n, heads*d.hd, v)
-						must(t, fused.HeadNormRope(x.g, 1e-6, a, bc.bt))
-						must(t, p.g.HeadNorm(sep.g, d.hd, 1e-6))
-						must(t, p.g.Rope(sep.g, a, bc.bt))
-						fusedSameBits(t, p.g, "head norm rope "+tag, x.g, sep.g)
-						must(t, p.c.HeadNormRope(x.c, 1e-6, a, bc.bt))
-						p.check("head norm rope "+tag, x, 2e-3)
+						x, sep := p.From(n, heads*d.hd, v), p.From(n, heads*d.hd, v)
+						must(t, fused.HeadNormRope(x.G, 1e-6, a, bc.bt))
+						must(t, p.G.HeadNorm(sep.G, d.hd, 1e-6))
+						must(t, p.G.Rope(sep.G, a, bc.bt))
+						fusedSameBits(t, p.G, "head norm rope "+tag, x.G, sep.G)
+						must(t, p.C.HeadNormRope(x.C, 1e-6, a, bc.bt))
+						p.Check("head norm rope "+tag, x, 2e-3)
 					}
 				}
 			}
-			bt := stepBatch([]int{0}, []int{1})
+			bt := opcheck.StepBatch([]int{0}, []int{1})
 			fr, err := rope.New(64, 10000, nil)
 			must(t, err)
-			if err := fused.HeadNormRope(p.rand(1, 96, 1).g, 1e-6, backend.RopeArgs{Freqs: fr, HeadDim: 48}, bt); err == nil {
+			if err := fused.HeadNormRope(p.Rand(1, 96, 1).G, 1e-6, backend.RopeArgs{Freqs: fr, HeadDim: 48}, bt); err == nil {
 				t.Error("head norm rope accepted rope dims 64 > head dim 48")
 			}
 		})
@@ -139,7 +141,7 @@ func TestNormRopeKVQuant(t *testing.T) {
 	for _, mode := range []backend.Numerics{backend.Faithful, backend.Exact} {
 		t.Run(mode.String(), func(t *testing.T) {
 			p := newPair(t, mode)
-			fused := p.g
+			fused := p.G
 			lim := 2e-3
 			if mode == backend.Faithful {
 				lim = 2e-2
@@ -150,9 +152,9 @@ func TestNormRopeKVQuant(t *testing.T) {
 				nope := (d.hd - d.rd) / 64 * 64
 				wv := make([]float32, d.hd)
 				for i := range wv {
-					wv[i] = num.RoundBF16(float32(1 + 0.1*p.rng.NormFloat64()))
+					wv[i] = num.RoundBF16(float32(1 + 0.1*p.Rng.NormFloat64()))
 				}
-				w, err := p.g.NewVec(wv)
+				w, err := p.G.NewVec(wv)
 				must(t, err)
 				cw := cpu.NewVec(wv)
 				for _, bc := range epilogueBatches() {
@@ -162,30 +164,30 @@ func TestNormRopeKVQuant(t *testing.T) {
 						v := make([]float32, n*d.hd)
 						for i := range v { // per-row magnitudes 1e-2…1e2
 							s := math.Pow(10, float64((i/d.hd)%5)-2)
-							v[i] = num.RoundBF16(float32(p.rng.NormFloat64() * s))
+							v[i] = num.RoundBF16(float32(p.Rng.NormFloat64() * s))
 						}
-						x := p.from(n, d.hd, v)
+						x := p.From(n, d.hd, v)
 						a := backend.RopeArgs{Freqs: fr, HeadDim: d.hd, Inverse: inv}
-						o, sep := p.out(n, d.hd), p.out(n, d.hd)
-						must(t, fused.NormRopeKVQuant(x.g, w, 1e-6, a, nope, 64, bc.bt, o.g))
-						must(t, p.g.RMSNorm(x.g, w, 1e-6, sep.g))
-						must(t, p.g.Rope(sep.g, a, bc.bt))
-						must(t, p.g.KVQuant(sep.g, nope, 64))
-						fusedSameBits(t, p.g, "norm rope kv quant "+tag, o.g, sep.g)
-						must(t, p.c.NormRopeKVQuant(x.c, cw, 1e-6, a, nope, 64, bc.bt, o.c))
-						p.check("norm rope kv quant "+tag, o, lim)
+						o, sep := p.Out(n, d.hd), p.Out(n, d.hd)
+						must(t, fused.NormRopeKVQuant(x.G, w, 1e-6, a, nope, 64, bc.bt, o.G))
+						must(t, p.G.RMSNorm(x.G, w, 1e-6, sep.G))
+						must(t, p.G.Rope(sep.G, a, bc.bt))
+						must(t, p.G.KVQuant(sep.G, nope, 64))
+						fusedSameBits(t, p.G, "norm rope kv quant "+tag, o.G, sep.G)
+						must(t, p.C.NormRopeKVQuant(x.C, cw, 1e-6, a, nope, 64, bc.bt, o.C))
+						p.Check("norm rope kv quant "+tag, o, lim)
 					}
 				}
 			}
 			// The fused kernel needs the FP8 blocks clear of the rope dims.
 			fr, err := rope.New(64, 10000, nil)
 			must(t, err)
-			w, err := p.g.NewVec(make([]float32, 128))
+			w, err := p.G.NewVec(make([]float32, 128))
 			must(t, err)
-			bt := stepBatch([]int{0}, []int{1})
-			x, o := p.rand(1, 128, 1), p.out(1, 128)
+			bt := opcheck.StepBatch([]int{0}, []int{1})
+			x, o := p.Rand(1, 128, 1), p.Out(1, 128)
 			for _, nope := range []int{128, 32} {
-				if err := fused.NormRopeKVQuant(x.g, w, 1e-6, backend.RopeArgs{Freqs: fr, HeadDim: 128}, nope, 64, bt, o.g); err == nil {
+				if err := fused.NormRopeKVQuant(x.G, w, 1e-6, backend.RopeArgs{Freqs: fr, HeadDim: 128}, nope, 64, bt, o.G); err == nil {
 					t.Errorf("norm rope kv quant accepted nope %d of 128 with 64 rope dims, blocks of 64", nope)
 				}
 			}

@@ -262,12 +262,9 @@ func (b *Backend) Poison(t backend.Tensor) error {
 
 // View implements backend.Backend.
 func (b *Backend) View(t backend.Tensor, rows, cols int) (backend.Tensor, error) {
-	g, err := gt(t)
+	g, err := backend.As[*Tensor](backend.CheckView(t, rows, cols), "view", t)
 	if err != nil {
 		return nil, err
-	}
-	if rows*cols != g.rows*g.cols || rows < 0 || cols < 0 {
-		return nil, fmt.Errorf("view %dx%d as %dx%d", g.rows, g.cols, rows, cols)
 	}
 	return &Tensor{rows: rows, cols: cols, dt: g.dt, ptr: g.ptr}, nil
 }
@@ -300,10 +297,6 @@ func f32(t backend.Tensor, rows, cols int, what string) (*Tensor, error) {
 	return typed(t, rows, cols, backend.F32, what)
 }
 
-func i32(t backend.Tensor, rows, cols int, what string) (*Tensor, error) {
-	return typed(t, rows, cols, backend.I32, what)
-}
-
 func typed(t backend.Tensor, rows, cols int, dt backend.DType, what string) (*Tensor, error) {
 	g, err := gt(t)
 	if err != nil {
@@ -320,12 +313,9 @@ func typed(t backend.Tensor, rows, cols int, dt backend.DType, what string) (*Te
 
 // Upload implements backend.Backend.
 func (b *Backend) Upload(t backend.Tensor, data []float32) error {
-	g, err := f32(t, -1, -1, "upload")
+	g, err := backend.As[*Tensor](backend.CheckCopy("upload", t, backend.F32, len(data)), "upload", t)
 	if err != nil {
 		return err
-	}
-	if len(data) != g.rows*g.cols {
-		return fmt.Errorf("upload: %d values for %dx%d", len(data), g.rows, g.cols)
 	}
 	if b.rec != nil {
 		return errHostInRecording
@@ -335,12 +325,9 @@ func (b *Backend) Upload(t backend.Tensor, data []float32) error {
 
 // UploadI32 fills an I32 tensor (tests, tools).
 func (b *Backend) UploadI32(t backend.Tensor, data []int32) error {
-	g, err := i32(t, -1, -1, "upload")
+	g, err := backend.As[*Tensor](backend.CheckCopy("upload", t, backend.I32, len(data)), "upload", t)
 	if err != nil {
 		return err
-	}
-	if len(data) != g.rows*g.cols {
-		return fmt.Errorf("upload: %d values for %dx%d", len(data), g.rows, g.cols)
 	}
 	if b.rec != nil {
 		return errHostInRecording
@@ -350,15 +337,12 @@ func (b *Backend) UploadI32(t backend.Tensor, data []int32) error {
 
 // Download implements backend.Backend.
 func (b *Backend) Download(t backend.Tensor, dst []float32) error {
-	g, err := f32(t, -1, -1, "download")
+	g, err := backend.As[*Tensor](backend.CheckCopy("download", t, backend.F32, len(dst)), "download", t)
 	if err != nil {
 		return err
 	}
 	if err := b.Join(); err != nil { // t may come from the open fork
 		return fmt.Errorf("download: %w", err)
-	}
-	if len(dst) != g.rows*g.cols {
-		return fmt.Errorf("download: %d values for %dx%d", len(dst), g.rows, g.cols)
 	}
 	if err := b.s.CopyDtoH(cuda.Bytes(dst), g.ptr); err != nil {
 		return fmt.Errorf("download: %w", err)
@@ -368,15 +352,12 @@ func (b *Backend) Download(t backend.Tensor, dst []float32) error {
 
 // DownloadI32 implements backend.Backend.
 func (b *Backend) DownloadI32(t backend.Tensor, dst []int32) error {
-	g, err := i32(t, -1, -1, "download")
+	g, err := backend.As[*Tensor](backend.CheckCopy("download", t, backend.I32, len(dst)), "download", t)
 	if err != nil {
 		return err
 	}
 	if err := b.Join(); err != nil { // t may come from the open fork
 		return fmt.Errorf("download: %w", err)
-	}
-	if len(dst) != g.rows*g.cols {
-		return fmt.Errorf("download: %d values for %dx%d", len(dst), g.rows, g.cols)
 	}
 	if err := b.s.CopyDtoH(cuda.Bytes(dst), g.ptr); err != nil {
 		return fmt.Errorf("download: %w", err)

@@ -26,22 +26,11 @@ func checkHC(x backend.Tensor, h backend.HC, a backend.HcArgs, what string) (*Te
 
 // HcPre implements backend.Backend (spec §4.2): one block per row.
 func (b *Backend) HcPre(x backend.Tensor, h backend.HC, a backend.HcArgs, out, mix backend.Tensor) error {
-	xt, hh, d, err := checkHC(x, h, a, "hc pre")
+	hh, t, err := backend.Args[*hc, *Tensor](backend.CheckHcPre(x, h, a, out, mix), "hc pre", h, x, out, mix)
 	if err != nil {
 		return err
 	}
-	n := a.Streams
-	if hh.mix != (2+n)*n || len(hh.scale) != 3 {
-		return fmt.Errorf("hc pre: mix %d / %d scales for %d streams", hh.mix, len(hh.scale), n)
-	}
-	ot, err := f32(out, xt.rows, d, "hc pre output")
-	if err != nil {
-		return err
-	}
-	mt, err := f32(mix, xt.rows, n+n*n, "hc pre mix")
-	if err != nil {
-		return err
-	}
+	xt, ot, mt, n, d := t[0], t[1], t[2], a.Streams, x.Cols()/a.Streams
 	sc := [3]float32{hh.scale[0], hh.scale[1], hh.scale[2]}
 	if err := cuda.HcPreF32(b.s, ot.ptr, mt.ptr, xt.ptr, hh.fn.Ptr, hh.base.Ptr, xt.rows, n, d, sc, a.Sinkhorn, a.Eps, a.NormEps, b.faithful()); err != nil {
 		return fmt.Errorf("hc pre: %w", err)
@@ -123,18 +112,11 @@ func (b *Backend) hcPreThenNorm(x backend.Tensor, h backend.HC, a backend.HcArgs
 
 // HcHead implements backend.Backend (spec §4.3).
 func (b *Backend) HcHead(x backend.Tensor, h backend.HC, a backend.HcArgs, out backend.Tensor) error {
-	xt, hh, d, err := checkHC(x, h, a, "hc head")
+	hh, t, err := backend.Args[*hc, *Tensor](backend.CheckHcHead(x, h, a, out), "hc head", h, x, out)
 	if err != nil {
 		return err
 	}
-	n := a.Streams
-	if hh.mix != n || len(hh.scale) != 1 {
-		return fmt.Errorf("hc head: mix %d / %d scales for %d streams", hh.mix, len(hh.scale), n)
-	}
-	ot, err := f32(out, xt.rows, d, "hc head output")
-	if err != nil {
-		return err
-	}
+	xt, ot, n, d := t[0], t[1], a.Streams, x.Cols()/a.Streams
 	if err := cuda.HcHeadF32(b.s, ot.ptr, xt.ptr, hh.fn.Ptr, hh.base.Ptr, xt.rows, n, d, hh.scale[0], a.Eps, a.NormEps, b.faithful()); err != nil {
 		return fmt.Errorf("hc head: %w", err)
 	}
@@ -144,12 +126,9 @@ func (b *Backend) HcHead(x backend.Tensor, h backend.HC, a backend.HcArgs, out b
 // HeadNorm implements backend.Backend: weightless per-head RMS norm in place
 // (bf16 at every step in faithful mode, spec §5.3).
 func (b *Backend) HeadNorm(x backend.Tensor, headDim int, eps float32) error {
-	xt, err := f32(x, -1, -1, "head norm")
+	xt, err := backend.As[*Tensor](backend.CheckHeadNorm(x, headDim), "head norm", x)
 	if err != nil {
 		return err
-	}
-	if headDim <= 0 || xt.cols%headDim != 0 {
-		return fmt.Errorf("head norm: width %d not a multiple of %d", xt.cols, headDim)
 	}
 	return cuda.HeadNormF32(b.s, xt.ptr, xt.rows*xt.cols/headDim, headDim, eps, b.faithful())
 }
@@ -157,12 +136,9 @@ func (b *Backend) HeadNorm(x backend.Tensor, headDim int, eps float32) error {
 // HadamardFP4 implements backend.Backend: Walsh–Hadamard per head, then bf16 +
 // FP4 (blocks of 32) simulation in faithful mode, in place.
 func (b *Backend) HadamardFP4(x backend.Tensor, headDim int) error {
-	xt, err := f32(x, -1, -1, "hadamard")
+	xt, err := backend.As[*Tensor](backend.CheckHadamardFP4(x, headDim), "hadamard", x)
 	if err != nil {
 		return err
-	}
-	if headDim <= 0 || headDim&(headDim-1) != 0 || xt.cols%headDim != 0 {
-		return fmt.Errorf("hadamard: width %d, head dim %d", xt.cols, headDim)
 	}
 	sc := float32(1 / math.Sqrt(float64(headDim))) // the CPU's scale, bit for bit
 	return cuda.HadamardFP4F32(b.s, xt.ptr, xt.rows*xt.cols/headDim, headDim, sc, b.faithful())

@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/megamoe/megamoe/backend"
+	"github.com/megamoe/megamoe/backend/gpu/opcheck"
 	"github.com/megamoe/megamoe/checkpoint"
 	"github.com/megamoe/megamoe/model"
 	"github.com/megamoe/megamoe/num"
@@ -23,16 +24,16 @@ func TestHeadNorm(t *testing.T) {
 					v := make([]float32, rows*sh.heads*sh.hd)
 					for i := range v {
 						s := math.Pow(10, float64((i/sh.hd)%6)-3)
-						v[i] = num.RoundBF16(float32(p.rng.NormFloat64() * s))
+						v[i] = num.RoundBF16(float32(p.Rng.NormFloat64() * s))
 					}
-					x := p.from(rows, sh.heads*sh.hd, v)
-					must(t, p.c.HeadNorm(x.c, sh.hd, 1e-6))
-					must(t, p.g.HeadNorm(x.g, sh.hd, 1e-6))
-					p.check(fmt.Sprintf("head norm %dx%dx%d", rows, sh.heads, sh.hd), x, 1e-6)
+					x := p.From(rows, sh.heads*sh.hd, v)
+					must(t, p.C.HeadNorm(x.C, sh.hd, 1e-6))
+					must(t, p.G.HeadNorm(x.G, sh.hd, 1e-6))
+					p.Check(fmt.Sprintf("head norm %dx%dx%d", rows, sh.heads, sh.hd), x, 1e-6)
 				}
 			}
-			x := p.rand(2, 100, 1)
-			if err := p.g.HeadNorm(x.g, 64, 1e-6); err == nil {
+			x := p.Rand(2, 100, 1)
+			if err := p.G.HeadNorm(x.G, 64, 1e-6); err == nil {
 				t.Error("head norm accepted width 100 with head dim 64")
 			}
 		})
@@ -51,19 +52,19 @@ func TestHadamardFP4(t *testing.T) {
 						switch head % 4 {
 						case 3: // all-zero head: the amax floor
 						case 2: // tiny values near the fp32 normal limit
-							v[i] = num.RoundBF16(float32(p.rng.NormFloat64() * 1e-36))
+							v[i] = num.RoundBF16(float32(p.Rng.NormFloat64() * 1e-36))
 						default:
-							v[i] = num.RoundBF16(float32(p.rng.NormFloat64() * math.Pow(10, float64(head%3))))
+							v[i] = num.RoundBF16(float32(p.Rng.NormFloat64() * math.Pow(10, float64(head%3))))
 						}
 					}
-					x := p.from(rows, sh.heads*sh.hd, v)
-					must(t, p.c.HadamardFP4(x.c, sh.hd))
-					must(t, p.g.HadamardFP4(x.g, sh.hd))
-					p.check(fmt.Sprintf("hadamard fp4 %dx%dx%d", rows, sh.heads, sh.hd), x, 1e-6)
+					x := p.From(rows, sh.heads*sh.hd, v)
+					must(t, p.C.HadamardFP4(x.C, sh.hd))
+					must(t, p.G.HadamardFP4(x.G, sh.hd))
+					p.Check(fmt.Sprintf("hadamard fp4 %dx%dx%d", rows, sh.heads, sh.hd), x, 1e-6)
 				}
 			}
-			x := p.rand(1, 96, 1)
-			if err := p.g.HadamardFP4(x.g, 96); err == nil {
+			x := p.Rand(1, 96, 1)
+			if err := p.G.HadamardFP4(x.G, 96); err == nil {
 				t.Error("hadamard accepted head dim 96")
 			}
 		})
@@ -78,31 +79,31 @@ func TestHcPreHead(t *testing.T) {
 			for _, sh := range []struct{ n, d, iters int }{{4, 4096, 20}, {4, 256, 20}, {2, 256, 3}, {8, 128, 1}, {1, 64, 0}} {
 				n, d := sh.n, sh.d
 				a := backend.HcArgs{Streams: n, Sinkhorn: sh.iters, Eps: 1e-6, NormEps: 1e-6}
-				cPre, gPre := p.hcParams((2+n)*n, n, d, []float32{0.7, 1.3, 0.9})
-				cHead, gHead := p.hcParams(n, n, d, []float32{1.1})
+				cPre, gPre := p.HCParams((2+n)*n, n, d, []float32{0.7, 1.3, 0.9})
+				cHead, gHead := p.HCParams(n, n, d, []float32{1.1})
 				for _, rows := range []int{1, 5, 67} {
 					tag := fmt.Sprintf("n=%d d=%d iters=%d rows=%d", n, d, sh.iters, rows)
-					x := p.rand(rows, n*d, 1)
-					o, mix := p.out(rows, d), p.out(rows, n+n*n)
-					must(t, p.c.HcPre(x.c, cPre, a, o.c, mix.c))
-					must(t, p.g.HcPre(x.g, gPre, a, o.g, mix.g))
-					p.check("hc pre out "+tag, o, lims[mode])
-					p.check("hc pre mix "+tag, mix, 1e-4)
+					x := p.Rand(rows, n*d, 1)
+					o, mix := p.Out(rows, d), p.Out(rows, n+n*n)
+					must(t, p.C.HcPre(x.C, cPre, a, o.C, mix.C))
+					must(t, p.G.HcPre(x.G, gPre, a, o.G, mix.G))
+					p.Check("hc pre out "+tag, o, lims[mode])
+					p.Check("hc pre mix "+tag, mix, 1e-4)
 
-					oh := p.out(rows, d)
-					must(t, p.c.HcHead(x.c, cHead, a, oh.c))
-					must(t, p.g.HcHead(x.g, gHead, a, oh.g))
-					p.check("hc head "+tag, oh, lims[mode])
+					oh := p.Out(rows, d)
+					must(t, p.C.HcHead(x.C, cHead, a, oh.C))
+					must(t, p.G.HcHead(x.G, gHead, a, oh.G))
+					p.Check("hc head "+tag, oh, lims[mode])
 				}
 			}
 			// Mismatched shapes are rejected.
-			_, gPre := p.hcParams(24, 4, 64, []float32{1, 1, 1})
-			x := p.rand(2, 256, 1)
+			_, gPre := p.HCParams(24, 4, 64, []float32{1, 1, 1})
+			x := p.Rand(2, 256, 1)
 			a := backend.HcArgs{Streams: 4, Sinkhorn: 20, Eps: 1e-6, NormEps: 1e-6}
-			if err := p.g.HcPre(x.g, gPre, a, p.out(2, 64).g, p.out(2, 19).g); err == nil {
+			if err := p.G.HcPre(x.G, gPre, a, p.Out(2, 64).G, p.Out(2, 19).G); err == nil {
 				t.Error("hc pre accepted a 19-wide mix")
 			}
-			if err := p.g.HcHead(x.g, gPre, a, p.out(2, 64).g); err == nil {
+			if err := p.G.HcHead(x.G, gPre, a, p.Out(2, 64).G); err == nil {
 				t.Error("hc head accepted hc pre parameters")
 			}
 		})
@@ -130,23 +131,23 @@ func TestHcPreNorm(t *testing.T) {
 	for _, mode := range hcModes {
 		t.Run(mode.String(), func(t *testing.T) {
 			p := newPair(t, mode)
-			g := p.g.(*Backend)
+			g := p.G.(*Backend)
 			for _, sh := range shapes {
 				n, d := sh.n, sh.d
 				a := backend.HcArgs{Streams: n, Sinkhorn: sh.iters, Eps: 1e-6, NormEps: 1e-6}
-				_, hc := p.hcParams((2+n)*n, n, d, []float32{0.7, 1.3, 0.9})
-				_, w := p.normWeights(d)
+				_, hc := p.HCParams((2+n)*n, n, d, []float32{0.7, 1.3, 0.9})
+				_, w := p.NormWeights(d)
 				for _, rows := range sh.rows {
 					tag := fmt.Sprintf("%s n=%d d=%d rows=%d", sh.name, n, d, rows)
-					x := p.rand(rows, n*d, 1)
-					o, y, mix := p.out(rows, d), p.out(rows, d), p.out(rows, n+n*n)
-					must(t, p.g.HcPre(x.g, hc, a, o.g, mix.g))
-					must(t, p.g.RMSNorm(o.g, w, 1e-6, y.g))
-					fo, fy, fmix := p.out(rows, d), p.out(rows, d), p.out(rows, n+n*n)
-					must(t, g.HcPreNorm(x.g, hc, a, w, 1e-6, fo.g, fy.g, fmix.g))
-					sameBits(t, p, tag+" normed", y.g, fy.g, true)
-					sameBits(t, p, tag+" mix", mix.g, fmix.g, true)
-					if same := sameBits(t, p, tag+" out", o.g, fo.g, false); same == sh.fused {
+					x := p.Rand(rows, n*d, 1)
+					o, y, mix := p.Out(rows, d), p.Out(rows, d), p.Out(rows, n+n*n)
+					must(t, p.G.HcPre(x.G, hc, a, o.G, mix.G))
+					must(t, p.G.RMSNorm(o.G, w, 1e-6, y.G))
+					fo, fy, fmix := p.Out(rows, d), p.Out(rows, d), p.Out(rows, n+n*n)
+					must(t, g.HcPreNorm(x.G, hc, a, w, 1e-6, fo.G, fy.G, fmix.G))
+					sameBits(t, p, tag+" normed", y.G, fy.G, true)
+					sameBits(t, p, tag+" mix", mix.G, fmix.G, true)
+					if same := sameBits(t, p, tag+" out", o.G, fo.G, false); same == sh.fused {
 						t.Errorf("%s: want fused %v, but out holds the hc output: %v", tag, sh.fused, same)
 					}
 				}
@@ -157,11 +158,11 @@ func TestHcPreNorm(t *testing.T) {
 
 // sameBits reports whether GPU tensors a and b hold the same bits; must:
 // fail the test where they differ or a is not finite.
-func sameBits(t *testing.T, p *pair, name string, a, b backend.Tensor, must bool) bool {
+func sameBits(t *testing.T, p *opcheck.Pair, name string, a, b backend.Tensor, must bool) bool {
 	t.Helper()
 	av, bv := make([]float32, a.Rows()*a.Cols()), make([]float32, b.Rows()*b.Cols())
-	p.must(p.g.Download(a, av))
-	p.must(p.g.Download(b, bv))
+	p.Must(p.G.Download(a, av))
+	p.Must(p.G.Download(b, bv))
 	for i := range av {
 		if must && (math.IsNaN(float64(av[i])) || math.IsInf(float64(av[i]), 0)) {
 			t.Fatalf("%s: separate ops give %g at %d", name, av[i], i)

@@ -32,17 +32,12 @@ type kvStore struct {
 
 func (s *kvStore) Spec() backend.KVSpec { return s.spec }
 
-func coff(ratio int) int {
-	if ratio == 4 {
-		return 2
-	}
-	return 1
-}
+func coff(ratio int) int { return backend.CompressCoff(ratio) }
 
 // NewKVStore implements backend.Backend.
 func (b *Backend) NewKVStore(spec backend.KVSpec) (backend.KVStore, error) {
-	if spec.MaxSlots < 0 || spec.MaxBlocks < 0 {
-		return nil, fmt.Errorf("kv store: %d slots %d blocks", spec.MaxSlots, spec.MaxBlocks)
+	if err := backend.CheckKVSpec(spec); err != nil {
+		return nil, err
 	}
 	k := &kvStore{spec: spec, layers: make([]kvLayer, len(spec.Layers)), ready: make([]bool, spec.MaxSlots)}
 	b.blockTok = spec.BlockTokens
@@ -60,12 +55,6 @@ func (b *Backend) NewKVStore(spec backend.KVSpec) (backend.KVStore, error) {
 	}
 	var err error
 	for i, l := range spec.Layers {
-		if l.Ratio != 0 && (spec.BlockTokens <= 0 || spec.BlockTokens%l.Ratio != 0) {
-			return nil, fmt.Errorf("kv store: layer %d ratio %d does not divide block tokens %d", i, l.Ratio, spec.BlockTokens)
-		}
-		if l.Window <= 0 || l.HeadDim <= 0 {
-			return nil, fmt.Errorf("kv store: layer %d window %d head dim %d", i, l.Window, l.HeadDim)
-		}
 		kl := &k.layers[i]
 		kl.spec = l
 		if kl.win, err = alloc(spec.MaxSlots * l.Window * l.HeadDim); err != nil {
@@ -112,12 +101,12 @@ func (b *Backend) store(s backend.KVStore) (*kvStore, error) {
 
 // ResetSlot implements backend.Backend: A = 0, Z = -inf, ring cleared.
 func (b *Backend) ResetSlot(s backend.KVStore, slot int) error {
+	if err := backend.CheckResetSlot(s, slot); err != nil {
+		return err
+	}
 	k, err := b.store(s)
 	if err != nil {
 		return err
-	}
-	if slot < 0 || slot >= len(k.ready) {
-		return fmt.Errorf("kv store: slot %d of %d", slot, len(k.ready))
 	}
 	ninf := math.Float32bits(float32(math.Inf(-1)))
 	for i := range k.layers {

@@ -3,8 +3,8 @@ package gpu
 import (
 	"testing"
 
+	"github.com/megamoe/megamoe/checkpoint"
 	"github.com/megamoe/megamoe/model"
-	"github.com/megamoe/megamoe/model/synth"
 )
 
 // TestStepsReturnPoolMemory: a sequence's prefill chunks and decode steps
@@ -23,8 +23,8 @@ func TestStepsReturnPoolMemory(t *testing.T) {
 // stepsReturnPoolMemory: with the side stream, forks hold the blocks freed
 // meanwhile until their join, which must release them all.
 func stepsReturnPoolMemory(t *testing.T, g *Backend) {
-	c := synth.Config()
-	m, err := model.New(synth.Weights(c, 1, synth.Options{}), g, model.Options{CacheBytes: 64 << 20})
+	c := checkpoint.SmallConfig()
+	m, err := model.New(genWeights(t, c, 1), g, model.Options{CacheBytes: 64 << 20})
 	if err != nil {
 		t.Fatal(err)
 	}

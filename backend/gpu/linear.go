@@ -14,20 +14,18 @@ var weightFormat = map[checkpoint.Format]cuda.WeightFormat{
 	checkpoint.FormatNVFP4: cuda.WeightNVFP4,
 }
 
+// linArgs checks the arguments of a linear op (what: "linear" or
+// "linear-f32") and returns their gpu handles.
 func (b *Backend) linArgs(x backend.Tensor, w backend.Linear, out backend.Tensor, what string) (*Tensor, *linear, *Tensor, error) {
-	l, ok := w.(*linear)
-	if !ok || l == nil {
-		return nil, nil, nil, fmt.Errorf("%s: weight %T is not a gpu linear", what, w)
+	check := backend.CheckLinear
+	if what == "linear-f32" {
+		check = backend.CheckLinearF32
 	}
-	xt, err := f32(x, -1, l.in, what+" "+l.name+" input")
+	l, t, err := backend.Args[*linear, *Tensor](check(x, w, out), what, w, x, out)
 	if err != nil {
 		return nil, nil, nil, err
 	}
-	ot, err := f32(out, xt.rows, l.out, what+" "+l.name+" output")
-	if err != nil {
-		return nil, nil, nil, err
-	}
-	return xt, l, ot, nil
+	return t[0], l, t[1], nil
 }
 
 // shape is l applied to m rows of stride ldx in `groups` groups, and its
@@ -234,21 +232,11 @@ func (b *Backend) linearF32(y, x cuda.DevicePtr, l *linear, m int) error {
 
 // GroupedOutProj implements backend.Backend.
 func (b *Backend) GroupedOutProj(x backend.Tensor, w backend.Linear, groups int, out backend.Tensor) error {
-	l, ok := w.(*linear)
-	if !ok || l == nil {
-		return fmt.Errorf("grouped out proj: weight %T", w)
-	}
-	if groups <= 0 || l.out%groups != 0 {
-		return fmt.Errorf("grouped out proj %s: %d rows not divisible into %d groups", l.name, l.out, groups)
-	}
-	xt, err := f32(x, -1, groups*l.in, "grouped out proj input")
+	l, t, err := backend.Args[*linear, *Tensor](backend.CheckGroupedOutProj(x, w, groups, out), "grouped out proj", w, x, out)
 	if err != nil {
 		return err
 	}
-	ot, err := f32(out, xt.rows, l.out, "grouped out proj output")
-	if err != nil {
-		return err
-	}
+	xt, ot := t[0], t[1]
 	if b.faithful() {
 		// Faithful inputs are bf16 values: the tensor-core kernels form the same
 		// products (docs/numerics.md); decode-sized steps stream the weights.

@@ -36,17 +36,10 @@ func (b *Backend) PrepareExperts(name string, ex []checkpoint.Expert, dim, inter
 		return nil, fmt.Errorf("%s: no experts", name)
 	}
 	for i := range ex {
-		ls := []*checkpoint.Linear{&ex[i].W1, &ex[i].W2, &ex[i].W3}
-		for _, cl := range ls {
-			if _, _, err := checkLinear(cl); err != nil {
-				return nil, fmt.Errorf("%s expert %d: prepare linear: %w", name, i, err)
-			}
+		if err := backend.CheckPrepareExpert(name, i, &ex[i], dim, inter); err != nil {
+			return nil, err
 		}
-		if ls[0].Out != inter || ls[0].In != dim || ls[2].Out != inter || ls[2].In != dim || ls[1].Out != dim || ls[1].In != inter {
-			return nil, fmt.Errorf("%s expert %d: shapes w1 %dx%d w2 %dx%d w3 %dx%d, want inter %d dim %d",
-				name, i, ls[0].Out, ls[0].In, ls[1].Out, ls[1].In, ls[2].Out, ls[2].In, inter, dim)
-		}
-		for _, cl := range ls {
+		for _, cl := range []*checkpoint.Linear{&ex[i].W1, &ex[i].W2, &ex[i].W3} {
 			if cl.Format != ex[0].W1.Format {
 				return nil, fmt.Errorf("%s expert %d: %s is %v, expert 0 w1 %v (one format per layer)", name, i, cl.Name, cl.Format, ex[0].W1.Format)
 			}
@@ -147,53 +140,28 @@ func (b *Backend) stack(ex []checkpoint.Expert, which []int, f cuda.FP4Format) (
 // Router implements backend.Backend (spec §6.1): fp32 gate logits, then one
 // thread per row for scores, top-k (or the hash table) and weights.
 func (b *Backend) Router(f backend.Tensor, gate backend.Linear, a backend.RouterArgs, weights, ids backend.Tensor) error {
-	g, ok := gate.(*linear)
-	if !ok || g == nil {
-		return fmt.Errorf("router: gate %T", gate)
-	}
-	ft, err := f32(f, -1, g.in, "router input")
+	g, t, err := backend.Args[*linear, *Tensor](backend.CheckRouter(f, gate, a, weights, ids), "router", gate, f, weights, ids)
 	if err != nil {
 		return err
 	}
-	n, E, K := ft.rows, g.out, a.TopK
-	wt, err := f32(weights, n, K, "router weights")
-	if err != nil {
-		return err
-	}
-	it, err := i32(ids, n, K, "router ids")
-	if err != nil {
-		return err
-	}
-	if K <= 0 || K > E {
-		return fmt.Errorf("router: top-%d of %d experts", K, E)
-	}
+	ft, wt, it, n, E, K := t[0], t[1], t[2], f.Rows(), g.out, a.TopK
 	var bias, table, tok cuda.DevicePtr
 	if a.Bias != nil {
 		bv, ok := a.Bias.(*vec)
-		if !ok || bv.Len() != E {
-			return fmt.Errorf("router: bias %T for %d experts", a.Bias, E)
+		if !ok {
+			return fmt.Errorf("router: bias %T", a.Bias)
 		}
 		bias = bv.buf.Ptr
 	}
 	if a.Tid2Eid != nil {
 		tb, ok := a.Tid2Eid.(*idTable)
-		if !ok || tb.cols != K {
-			return fmt.Errorf("router: tid2eid %T for top-%d", a.Tid2Eid, K)
-		}
-		if len(a.IDs) != n {
-			return fmt.Errorf("router: %d token ids for %d rows", len(a.IDs), n)
-		}
-		for _, id := range a.IDs {
-			if id < 0 || int(id) >= tb.rows {
-				return fmt.Errorf("router: token id %d outside tid2eid (%d rows)", id, tb.rows)
-			}
+		if !ok {
+			return fmt.Errorf("router: tid2eid %T", a.Tid2Eid)
 		}
 		if int(tb.maxV) >= E {
 			return fmt.Errorf("router: tid2eid holds expert %d of %d", tb.maxV, E)
 		}
 		bias, table = 0, tb.buf.Ptr // the table wins over a bias, as on the CPU
-	} else if bias == 0 {
-		return fmt.Errorf("router: neither bias nor tid2eid")
 	}
 	if n == 0 {
 		return nil
@@ -246,28 +214,12 @@ func (b *Backend) ExpertsCombine(f backend.Tensor, e backend.Experts, weights, i
 // experts runs the routed experts into acc, or with shared into acc =
 // rbf(Σ + shared).
 func (b *Backend) experts(f backend.Tensor, e backend.Experts, weights, ids backend.Tensor, a backend.ExpertsArgs, acc, shared backend.Tensor) error {
-	ex, ok := e.(*experts)
-	if !ok || ex == nil {
-		return fmt.Errorf("experts: %T", e)
-	}
-	ft, err := f32(f, -1, ex.dim, "experts input")
+	ex, t, err := backend.Args[*experts, *Tensor](backend.CheckExperts(f, e, weights, ids, a, acc), "experts", e, f, weights, ids, acc)
 	if err != nil {
 		return err
 	}
-	n := ft.rows
-	it, err := i32(ids, n, -1, "experts ids")
-	if err != nil {
-		return err
-	}
-	K := it.cols
-	wt, err := f32(weights, n, K, "experts weights")
-	if err != nil {
-		return err
-	}
-	at, err := f32(acc, n, ex.dim, "experts accumulator")
-	if err != nil {
-		return err
-	}
+	ft, wt, it, at := t[0], t[1], t[2], t[3]
+	n, K := ft.rows, it.cols
 	var sp cuda.DevicePtr
 	if shared != nil {
 		st, err := f32(shared, n, ex.dim, "experts shared expert")

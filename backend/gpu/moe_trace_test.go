@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/megamoe/megamoe/backend"
+	"github.com/megamoe/megamoe/backend/gpu/opcheck"
 	"github.com/megamoe/megamoe/checkpoint"
 	"github.com/megamoe/megamoe/num"
 )
@@ -163,20 +164,20 @@ func loudInput(ex *checkpoint.Expert, x []float32, rows []int, wr []float64, d, 
 }
 
 // testExpertsTrace runs every trace case on format f with E experts, top-K.
-func testExpertsTrace(t *testing.T, p *pair, f checkpoint.Format, E, K int) {
+func testExpertsTrace(t *testing.T, p *opcheck.Pair, f checkpoint.Format, E, K int) {
 	const n, dim, inter = 8, 256, 128
 	for k, edit := range traceCases {
 		tag := fmt.Sprintf("trace %v E=%d K=%d %s", f, E, K, traceStages[k])
-		idv, wv := routing(p, n, E, K)
+		idv, wv := opcheck.Routing(p, n, E, K)
 		e := int32(E) // the loud row's first expert: the tracer reports it first
 		for _, id := range idv[traceRow*K : (traceRow+1)*K] {
 			e = min(e, id)
 		}
-		ex := randExperts(p, f, E, dim, inter)
-		edit(&ex[e], p.rng.IntN(inter), p.rng.IntN(dim))
+		ex := opcheck.RandExperts(p, f, E, dim, inter)
+		edit(&ex[e], p.Rng.IntN(inter), p.Rng.IntN(dim))
 		xv := make([]float32, n*dim)
 		for i := range xv {
-			xv[i] = num.RoundBF16(float32(p.rng.NormFloat64()))
+			xv[i] = num.RoundBF16(float32(p.Rng.NormFloat64()))
 		}
 		var rows []int
 		var wr []float64
@@ -192,15 +193,15 @@ func testExpertsTrace(t *testing.T, p *pair, f checkpoint.Format, E, K int) {
 		for i := traceRow * dim; i < (traceRow+1)*dim; i++ {
 			xv[i] = float32(a)
 		}
-		ce, err := p.c.PrepareExperts("moe", ex, dim, inter)
+		ce, err := p.C.PrepareExperts("moe", ex, dim, inter)
 		must(t, err)
-		ge, err := p.g.PrepareExperts("moe", ex, dim, inter)
+		ge, err := p.G.PrepareExperts("moe", ex, dim, inter)
 		must(t, err)
-		x, ids, w := p.from(n, dim, xv), p.ids(n, K, idv), p.from(n, K, wv)
-		acc := p.out(n, dim)
+		x, ids, w := p.From(n, dim, xv), p.IDs(n, K, idv), p.From(n, K, wv)
+		acc := p.Out(n, dim)
 		args := backend.ExpertsArgs{Trace: true}
-		cerr := p.c.Experts(x.c, ce, w.c, ids.c, args, acc.c)
-		gerr := p.g.Experts(x.g, ge, w.g, ids.g, args, acc.g)
+		cerr := p.C.Experts(x.C, ce, w.C, ids.C, args, acc.C)
+		gerr := p.G.Experts(x.G, ge, w.G, ids.G, args, acc.G)
 		var cn, gn *backend.OpNonFinite
 		if !errors.As(cerr, &cn) || !errors.As(gerr, &gn) {
 			t.Fatalf("%s (loud row %g): cpu %v, gpu %v; want *OpNonFinite from both", tag, a, cerr, gerr)

@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/megamoe/megamoe/backend"
+	"github.com/megamoe/megamoe/backend/gpu/opcheck"
 	"github.com/megamoe/megamoe/checkpoint"
 	"github.com/megamoe/megamoe/cuda"
 	"github.com/megamoe/megamoe/cuda/kcheck"
@@ -25,7 +26,7 @@ func TestFusedLinearInputs(t *testing.T) {
 	for _, mode := range []backend.Numerics{backend.Faithful, backend.Exact} {
 		t.Run(mode.String(), func(t *testing.T) {
 			p := newPair(t, mode)
-			g := p.g.(*Backend)
+			g := p.G.(*Backend)
 			fused := mode == backend.Faithful
 			for _, c := range []struct {
 				name    string
@@ -45,61 +46,61 @@ func TestFusedLinearInputs(t *testing.T) {
 				ws := make([]backend.Linear, len(c.outs))
 				for i, n := range c.outs {
 					var err error
-					ws[i], err = g.PrepareLinear(randLinear(p.rng, checkpoint.FormatFP8Block, n, c.d))
+					ws[i], err = g.PrepareLinear(opcheck.RandLinear(p.Rng, checkpoint.FormatFP8Block, n, c.d))
 					must(t, err)
 				}
 				tag := fmt.Sprintf("%s %dx%d", c.name, c.rows, c.d)
-				x := p.rand(c.rows, c.d, 1)
+				x := p.Rand(c.rows, c.d, 1)
 				if c.nan {
-					x.host[c.rows/2*c.d+5] = float32(math.NaN()) // its row, or its 128-block
-					x = p.from(c.rows, c.d, x.host)
+					x.Host[c.rows/2*c.d+5] = float32(math.NaN()) // its row, or its 128-block
+					x = p.From(c.rows, c.d, x.Host)
 				}
 				wv := make([]float32, c.d)
 				for i := range wv {
-					wv[i] = num.RoundBF16(float32(1 + 0.1*p.rng.NormFloat64()))
+					wv[i] = num.RoundBF16(float32(1 + 0.1*p.Rng.NormFloat64()))
 				}
 				w, err := g.NewVec(wv)
 				must(t, err)
 				checkFused(t, p, g, "rmsnorm "+tag, fused, ws, c.rows, c.d,
-					func(out backend.Tensor) (backend.Tensor, error) { return g.RMSNormQuant(x.g, w, 1e-6, out, ws) },
-					func(out backend.Tensor) error { return g.RMSNorm(x.g, w, 1e-6, out) },
+					func(out backend.Tensor) (backend.Tensor, error) { return g.RMSNormQuant(x.G, w, 1e-6, out, ws) },
+					func(out backend.Tensor) error { return g.RMSNorm(x.G, w, 1e-6, out) },
 					func(y, q, qs cuda.DevicePtr) error {
-						return cuda.RMSNormQuantF32(g.s, y, q, qs, x.g.(*Tensor).ptr, w.(*vec).buf.Ptr, c.rows, c.d, 1e-6, true)
+						return cuda.RMSNormQuantF32(g.s, y, q, qs, x.G.(*Tensor).ptr, w.(*vec).buf.Ptr, c.rows, c.d, 1e-6, true)
 					})
-				gate, up := p.rand(c.rows, c.d, 3), p.rand(c.rows, c.d, 3)
+				gate, up := p.Rand(c.rows, c.d, 3), p.Rand(c.rows, c.d, 3)
 				if c.nan {
-					gate.host[c.rows/2*c.d+5] = float32(math.NaN())
-					gate = p.from(c.rows, c.d, gate.host)
+					gate.Host[c.rows/2*c.d+5] = float32(math.NaN())
+					gate = p.From(c.rows, c.d, gate.Host)
 				}
 				checkFused(t, p, g, fmt.Sprintf("swiglu limit %g %s", c.limit, tag), fused, ws, c.rows, c.d,
-					func(out backend.Tensor) (backend.Tensor, error) { return g.SwiGLUQuant(gate.g, up.g, c.limit, out, ws) },
-					func(out backend.Tensor) error { return g.SwiGLU(gate.g, up.g, c.limit, out) },
+					func(out backend.Tensor) (backend.Tensor, error) { return g.SwiGLUQuant(gate.G, up.G, c.limit, out, ws) },
+					func(out backend.Tensor) error { return g.SwiGLU(gate.G, up.G, c.limit, out) },
 					func(y, q, qs cuda.DevicePtr) error {
-						return cuda.SwiGLUQuantF32(g.s, y, q, qs, gate.g.(*Tensor).ptr, up.g.(*Tensor).ptr, c.rows, c.d, c.limit, true)
+						return cuda.SwiGLUQuantF32(g.s, y, q, qs, gate.G.(*Tensor).ptr, up.G.(*Tensor).ptr, c.rows, c.d, c.limit, true)
 					})
 				// hc pre + norm over 4 streams of d (x's rows as the streams' values).
 				const ns = 4
 				a := backend.HcArgs{Streams: ns, Sinkhorn: 20, Eps: 1e-6, NormEps: 1e-6}
-				_, hcp := p.hcParams((2+ns)*ns, ns, c.d, []float32{0.7, 1.3, 0.9})
-				hx := p.rand(c.rows, ns*c.d, 1)
+				_, hcp := p.HCParams((2+ns)*ns, ns, c.d, []float32{0.7, 1.3, 0.9})
+				hx := p.Rand(c.rows, ns*c.d, 1)
 				if c.nan {
-					hx.host[c.rows/2*ns*c.d+5] = float32(math.NaN())
-					hx = p.from(c.rows, ns*c.d, hx.host)
+					hx.Host[c.rows/2*ns*c.d+5] = float32(math.NaN())
+					hx = p.From(c.rows, ns*c.d, hx.Host)
 				}
-				scratch := func() (backend.Tensor, backend.Tensor) { return p.out(c.rows, c.d).g, p.out(c.rows, ns+ns*ns).g }
+				scratch := func() (backend.Tensor, backend.Tensor) { return p.Out(c.rows, c.d).G, p.Out(c.rows, ns+ns*ns).G }
 				checkFused(t, p, g, "hc pre norm "+tag, fused, ws, c.rows, c.d,
 					func(out backend.Tensor) (backend.Tensor, error) {
 						o, mix := scratch()
-						return g.HcPreNormQuant(hx.g, hcp, a, w, 1e-6, o, out, mix, ws)
+						return g.HcPreNormQuant(hx.G, hcp, a, w, 1e-6, o, out, mix, ws)
 					},
 					func(out backend.Tensor) error {
 						o, mix := scratch()
-						return g.HcPreNorm(hx.g, hcp, a, w, 1e-6, o, out, mix)
+						return g.HcPreNorm(hx.G, hcp, a, w, 1e-6, o, out, mix)
 					},
 					func(y, q, qs cuda.DevicePtr) error {
 						o, mix := scratch()
 						hh := hcp.(*hc)
-						ok, err := cuda.HcPreNormF32(g.s, y, o.(*Tensor).ptr, mix.(*Tensor).ptr, hx.g.(*Tensor).ptr, hh.fn.Ptr, hh.base.Ptr,
+						ok, err := cuda.HcPreNormF32(g.s, y, o.(*Tensor).ptr, mix.(*Tensor).ptr, hx.G.(*Tensor).ptr, hh.fn.Ptr, hh.base.Ptr,
 							w.(*vec).buf.Ptr, q, qs, c.rows, ns, c.d, [3]float32{hh.scale[0], hh.scale[1], hh.scale[2]}, a.Sinkhorn, a.Eps, a.NormEps, 1e-6, true)
 						if err == nil && !ok {
 							err = fmt.Errorf("hc_pre_fin_norm_quant not launched")
@@ -107,16 +108,16 @@ func TestFusedLinearInputs(t *testing.T) {
 						return err
 					})
 				// No FP8 tensor-core linear after it: the plain op.
-				bl, err := g.PrepareLinear(randLinear(p.rng, checkpoint.FormatBF16, 64, c.d))
+				bl, err := g.PrepareLinear(opcheck.RandLinear(p.Rng, checkpoint.FormatBF16, 64, c.d))
 				must(t, err)
 				bf := []backend.Linear{bl}
-				o := p.out(c.rows, c.d)
-				h, err := g.RMSNormQuant(x.g, w, 1e-6, o.g, bf)
+				o := p.Out(c.rows, c.d)
+				h, err := g.RMSNormQuant(x.G, w, 1e-6, o.G, bf)
 				must(t, err)
-				if h != o.g {
+				if h != o.G {
 					t.Errorf("%s: RMSNormQuant quantised for a bf16 linear", tag)
 				}
-				p.release()
+				p.Release()
 			}
 		})
 	}
@@ -126,26 +127,26 @@ func TestFusedLinearInputs(t *testing.T) {
 // and separately (plainOp, then one Linear each) on poisoned outputs and
 // requires the same bits; with fused it also checks the kernel's quantised
 // copy (launched by kernel into poisoned buffers) against QuantFP8F32.
-func checkFused(t *testing.T, p *pair, g *Backend, tag string, fused bool, ws []backend.Linear, rows, d int,
+func checkFused(t *testing.T, p *opcheck.Pair, g *Backend, tag string, fused bool, ws []backend.Linear, rows, d int,
 	fusedOp func(out backend.Tensor) (backend.Tensor, error), plainOp func(out backend.Tensor) error,
 	kernel func(y, q, qs cuda.DevicePtr) error) {
 	t.Helper()
-	fo, so := p.out(rows, d), p.out(rows, d)
-	h, err := fusedOp(fo.g)
+	fo, so := p.Out(rows, d), p.Out(rows, d)
+	h, err := fusedOp(fo.G)
 	must(t, err)
-	if (h != fo.g) != fused {
-		t.Fatalf("%s: fused %v, want %v", tag, h != fo.g, fused)
+	if (h != fo.G) != fused {
+		t.Fatalf("%s: fused %v, want %v", tag, h != fo.G, fused)
 	}
 	var fouts, souts []backend.Tensor
 	for _, w := range ws {
-		fouts, souts = append(fouts, p.out(rows, w.Out()).g), append(souts, p.out(rows, w.Out()).g)
+		fouts, souts = append(fouts, p.Out(rows, w.Out()).G), append(souts, p.Out(rows, w.Out()).G)
 	}
 	must(t, g.Linears(h, ws, fouts))
-	must(t, plainOp(so.g))
+	must(t, plainOp(so.G))
 	for i, w := range ws {
-		must(t, g.Linear(so.g, w, souts[i]))
+		must(t, g.Linear(so.G, w, souts[i]))
 	}
-	equalBits(t, g, tag+" output", fo.g, so.g)
+	equalBits(t, g, tag+" output", fo.G, so.G)
 	for i := range ws {
 		equalBits(t, g, fmt.Sprintf("%s linear #%d", tag, i), fouts[i], souts[i])
 	}
@@ -158,15 +159,15 @@ func checkFused(t *testing.T, p *pair, g *Backend, tag string, fused bool, ws []
 	ref := poisoned(t, g, n)
 	defer ref.Free()
 	q, qs := fp8Layout(ref.Ptr, rows, d)
-	must(t, cuda.QuantFP8F32(g.s, q, qs, 0, so.g.(*Tensor).ptr, rows, d, d, 128))
+	must(t, cuda.QuantFP8F32(g.s, q, qs, 0, so.G.(*Tensor).ptr, rows, d, d, 128))
 	want := download8(t, g, ref.Ptr, n)
 	sameBytes(t, tag+" handle's codes", got, want, rows*d)
 	kq := poisoned(t, g, n)
 	defer kq.Free()
-	ko := p.out(rows, d)
+	ko := p.Out(rows, d)
 	q, qs = fp8Layout(kq.Ptr, rows, d)
-	must(t, kernel(ko.g.(*Tensor).ptr, q, qs))
-	equalBits(t, g, tag+" kernel output", ko.g, so.g)
+	must(t, kernel(ko.G.(*Tensor).ptr, q, qs))
+	equalBits(t, g, tag+" kernel output", ko.G, so.G)
 	sameBytes(t, tag+" kernel's codes", download8(t, g, kq.Ptr, n), want, rows*d)
 }
 

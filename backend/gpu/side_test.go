@@ -5,19 +5,19 @@ import (
 	"math"
 	"testing"
 
+	"github.com/megamoe/megamoe/checkpoint"
 	"github.com/megamoe/megamoe/cuda"
 	"github.com/megamoe/megamoe/engine"
 	"github.com/megamoe/megamoe/kvcache"
 	"github.com/megamoe/megamoe/model"
-	"github.com/megamoe/megamoe/model/synth"
 )
 
 // TestSideStreamSameBits: with the side stream on, eager and recorded steps
 // (prefill chunks and decode steps of every layer kind, forks at both) give
 // the logits of the main stream alone bit for bit, and forks did run.
 func TestSideStreamSameBits(t *testing.T) {
-	c := synth.Config()
-	w := synth.Weights(c, 3, synth.Options{})
+	c := checkpoint.SmallConfig()
+	w := genWeights(t, c, 3)
 	type run struct {
 		name string
 		g    *Backend

@@ -27,56 +27,9 @@ func (l *linear) Out() int     { return l.out }
 func (l *linear) In() int      { return l.in }
 func (l *linear) Name() string { return l.name }
 
-func wantLen(name string, t safetensors.Tensor, n int) error {
-	if len(t.Data) != n {
-		return fmt.Errorf("%s: %d bytes, want %d (%s %v)", name, len(t.Data), n, t.DType, t.Shape)
-	}
-	return nil
-}
-
-// checkLinear validates a checkpoint linear like the CPU backend and returns
-// its scale-grid width and whether it is a quantised format.
-func checkLinear(cl *checkpoint.Linear) (sCols int, quant bool, err error) {
-	if cl.Out <= 0 || cl.In <= 0 {
-		return 0, false, fmt.Errorf("linear %s: shape %dx%d", cl.Name, cl.Out, cl.In)
-	}
-	n := cl.Out * cl.In
-	switch cl.Format {
-	case checkpoint.FormatBF16:
-		err = wantLen(cl.Name, cl.Weight, 2*n)
-	case checkpoint.FormatF32:
-		err = wantLen(cl.Name, cl.Weight, 4*n)
-	case checkpoint.FormatFP8Block:
-		quant = true
-		sCols = (cl.In + 127) / 128
-		if err = wantLen(cl.Name, cl.Weight, n); err == nil {
-			err = wantLen(cl.Name+".scale", cl.Scale, (cl.Out+127)/128*sCols)
-		}
-	case checkpoint.FormatMXFP4, checkpoint.FormatNVFP4:
-		quant = true
-		blk := 32
-		if cl.Format == checkpoint.FormatNVFP4 {
-			blk = 16
-		}
-		if cl.In%blk != 0 {
-			return 0, false, fmt.Errorf("linear %s: in %d not a multiple of %d", cl.Name, cl.In, blk)
-		}
-		sCols = cl.In / blk
-		if err = wantLen(cl.Name, cl.Weight, n/2); err == nil {
-			err = wantLen(cl.Name+".scale", cl.Scale, cl.Out*sCols)
-		}
-	default:
-		return 0, false, fmt.Errorf("linear %s: unsupported format %v", cl.Name, cl.Format)
-	}
-	return sCols, quant, err
-}
-
 // PrepareLinear implements backend.Backend.
 func (b *Backend) PrepareLinear(cl *checkpoint.Linear) (backend.Linear, error) {
-	if cl == nil {
-		return nil, fmt.Errorf("prepare linear: nil weight")
-	}
-	sCols, quant, err := checkLinear(cl)
+	sCols, quant, err := backend.CheckPrepareLinear(cl)
 	if err != nil {
 		return nil, fmt.Errorf("prepare linear: %w", err)
 	}
@@ -91,20 +44,6 @@ func (b *Backend) PrepareLinear(cl *checkpoint.Linear) (backend.Linear, error) {
 		}
 	}
 	return l, nil
-}
-
-func floats(name string, t safetensors.Tensor, n int) ([]float32, error) {
-	if !t.Valid() {
-		return nil, fmt.Errorf("%s: missing tensor", name)
-	}
-	if t.Numel() != n {
-		return nil, fmt.Errorf("%s: %d elements (%v), want %d", name, t.Numel(), t.Shape, n)
-	}
-	v, err := t.Float32s()
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w", name, err)
-	}
-	return v, nil
 }
 
 // vec is an fp32 parameter vector on the device; host keeps a copy for the
@@ -126,7 +65,7 @@ func (b *Backend) newVec(name string, v []float32) (*vec, error) {
 
 // PrepareVec implements backend.Backend.
 func (b *Backend) PrepareVec(name string, t safetensors.Tensor, n int) (backend.Vec, error) {
-	v, err := floats(name, t, n)
+	v, err := backend.Floats(name, t, n)
 	if err != nil {
 		return nil, err
 	}
@@ -146,7 +85,7 @@ func (m *mat) Cols() int { return m.cols }
 
 // PrepareMat implements backend.Backend.
 func (b *Backend) PrepareMat(name string, t safetensors.Tensor, rows, cols int) (backend.Mat, error) {
-	v, err := floats(name, t, rows*cols)
+	v, err := backend.Floats(name, t, rows*cols)
 	if err != nil {
 		return nil, err
 	}
@@ -173,23 +112,13 @@ type hc struct {
 	scale      []float32
 }
 
-func (h *hc) Mix() int { return h.mix }
+func (h *hc) Mix() int    { return h.mix }
+func (h *hc) Width() int  { return h.width }
+func (h *hc) Scales() int { return len(h.scale) }
 
 // PrepareHC implements backend.Backend.
 func (b *Backend) PrepareHC(name string, p checkpoint.HC, mix, width int) (backend.HC, error) {
-	fn, err := floats(name+"_fn", p.Fn, mix*width)
-	if err != nil {
-		return nil, err
-	}
-	base, err := floats(name+"_base", p.Base, mix)
-	if err != nil {
-		return nil, err
-	}
-	ns := 3
-	if p.Scale.Numel() == 1 {
-		ns = 1
-	}
-	scale, err := floats(name+"_scale", p.Scale, ns)
+	fn, base, scale, err := backend.HCParams(name, p, mix, width)
 	if err != nil {
 		return nil, err
 	}
@@ -225,20 +154,13 @@ func (e *embedding) Dim() int   { return e.dim }
 
 // PrepareEmbedding implements backend.Backend.
 func (b *Backend) PrepareEmbedding(t safetensors.Tensor, vocab, dim int) (backend.Embedding, error) {
-	e := &embedding{vocab: vocab, dim: dim}
-	var data []byte
-	switch t.DType {
-	case safetensors.BF16:
-		if err := wantLen("embed.weight", t, 2*vocab*dim); err != nil {
-			return nil, err
-		}
-		e.bf16, data = true, t.Data
-	default:
-		v, err := floats("embed.weight", t, vocab*dim)
-		if err != nil {
-			return nil, err
-		}
-		data = cuda.Bytes(v)
+	data, f, err := backend.EmbeddingData(t, vocab, dim)
+	if err != nil {
+		return nil, err
+	}
+	e := &embedding{vocab: vocab, dim: dim, bf16: data != nil}
+	if f != nil {
+		data = cuda.Bytes(f)
 	}
 	buf, err := b.upload(data)
 	if err != nil {
@@ -261,12 +183,9 @@ func (t *idTable) Cols() int { return t.cols }
 
 // PrepareIDTable implements backend.Backend.
 func (b *Backend) PrepareIDTable(name string, t safetensors.Tensor, rows, cols int) (backend.IDTable, error) {
-	if t.Numel() != rows*cols {
-		return nil, fmt.Errorf("%s: %d elements (%v), want %dx%d", name, t.Numel(), t.Shape, rows, cols)
-	}
-	v, err := t.Int64s()
+	v, err := backend.IDs(name, t, rows, cols)
 	if err != nil {
-		return nil, fmt.Errorf("%s: %w", name, err)
+		return nil, err
 	}
 	return b.NewIDTable(name, rows, cols, v)
 }

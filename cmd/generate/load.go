@@ -7,17 +7,21 @@ import (
 	"path/filepath"
 
 	"github.com/megamoe/megamoe/checkpoint"
-	"github.com/megamoe/megamoe/model/synth"
 	"github.com/megamoe/megamoe/models"
 	"github.com/megamoe/megamoe/tokenizer"
 )
 
 // loadModel returns the weights and, when the directory has tokenizer.json, a
-// text encoder. "" and "synth" select the in-memory synthetic small model
-// (model/synth). The checkpoint's memory maps stay open for the process.
+// text encoder. "synth" selects the in-memory synthetic small model
+// (checkpoint.GenWeights of the small preset, seed 1), "" the embedded one.
+// The checkpoint's memory maps stay open for the process.
 func loadModel(dir string) (*checkpoint.Weights, func(string) ([]int32, error), error) {
 	if dir == "synth" {
-		return synth.Weights(synth.Config(), 1, synth.Options{}), nil, nil
+		w, err := checkpoint.GenWeights(checkpoint.SmallConfig(), checkpoint.GenOfficial, 1)
+		if err != nil {
+			return nil, nil, fmt.Errorf("--model synth: %w", err)
+		}
+		return w, nil, nil
 	}
 	if dir == "" {
 		small, err := models.ExtractSmall()

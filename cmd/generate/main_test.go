@@ -7,7 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/megamoe/megamoe/model/synth"
+	"github.com/megamoe/megamoe/checkpoint"
 	"github.com/megamoe/megamoe/num"
 	"github.com/megamoe/megamoe/safetensors"
 )
@@ -15,7 +15,9 @@ import (
 func TestGenerateDump(t *testing.T) {
 	dir := t.TempDir()
 	mdir := filepath.Join(dir, "model")
-	if err := synth.Save(mdir, synth.Weights(synth.Config(), 1, synth.Options{})); err != nil {
+	c := checkpoint.SmallConfig() // what --model synth runs
+	vocab := c.Vocab
+	if err := checkpoint.Save(mdir, genWeights(t, c, 1)); err != nil {
 		t.Fatal(err)
 	}
 	var outs []string
@@ -39,13 +41,13 @@ func TestGenerateDump(t *testing.T) {
 		if !ok1 || !ok2 || lg.DType != safetensors.F32 || tk.DType != safetensors.I64 {
 			t.Fatalf("dump tensors: %v %v", lg, tk)
 		}
-		if lg.Shape[0] != 9 || lg.Shape[1] != 512 || tk.Shape[0] != 9 {
-			t.Fatalf("shapes %v %v, want [9 512] [9]", lg.Shape, tk.Shape)
+		if lg.Shape[0] != 9 || lg.Shape[1] != vocab || tk.Shape[0] != 9 {
+			t.Fatalf("shapes %v %v, want [9 %d] [9]", lg.Shape, tk.Shape, vocab)
 		}
 		if got := int64(binary.LittleEndian.Uint64(tk.Data[8:])); got != 17 {
 			t.Errorf("tokens[1] = %d", got)
 		}
-		v := make([]float32, 9*512)
+		v := make([]float32, 9*vocab)
 		num.DecodeF32(lg.Data, v)
 		dumps = append(dumps, v)
 		// The generated ids are the argmax of the previous rows.
@@ -76,4 +78,15 @@ func TestGenerateDump(t *testing.T) {
 	if got := strings.Split(strings.TrimSpace(so.String()), ","); len(got) != 3 {
 		t.Errorf("--prompt output %q, want 3 ids", so.String())
 	}
+}
+
+// genWeights draws the weights of c as the small-checkpoint generator does
+// (checkpoint.GenWeights, official formats).
+func genWeights(t testing.TB, c *checkpoint.Config, seed uint64) *checkpoint.Weights {
+	t.Helper()
+	w, err := checkpoint.GenWeights(c, checkpoint.GenOfficial, seed)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return w
 }

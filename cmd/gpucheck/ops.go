@@ -8,10 +8,11 @@ import (
 
 	"github.com/megamoe/megamoe/backend"
 	"github.com/megamoe/megamoe/backend/gpu"
+	"github.com/megamoe/megamoe/backend/gpu/opcheck"
 )
 
-// opReporter implements gpu.Reporter for the command: Fatalf aborts the
-// current op group (CheckOps recovers gpu.Abort and records a failed row),
+// opReporter implements opcheck.Reporter for the command: Fatalf aborts the
+// current op group (CheckOps recovers opcheck.Abort and records a failed row),
 // Errorf is printed (the row itself carries the failure), Logf only with -v.
 type opReporter struct {
 	verbose bool
@@ -31,15 +32,15 @@ func (r *opReporter) Errorf(format string, args ...any) {
 }
 
 func (r *opReporter) Fatalf(format string, args ...any) {
-	panic(gpu.Abort{Msg: fmt.Sprintf(format, args...)})
+	panic(opcheck.Abort{Msg: fmt.Sprintf(format, args...)})
 }
 
-// Row prints each row as its op group finishes (gpu.RowSink).
-func (r *opReporter) Row(row gpu.Row) {
-	fmt.Printf("%s  [%.1fs]\n", gpu.FormatRow(row), time.Since(r.t0).Seconds())
+// Row prints each row as its op group finishes (opcheck.RowSink).
+func (r *opReporter) Row(row opcheck.Row) {
+	fmt.Printf("%s  [%.1fs]\n", opcheck.FormatRow(row), time.Since(r.t0).Seconds())
 }
 
-// checkOps runs gpu.CheckOps for every model (faithful, and exact if asked).
+// checkOps runs opcheck.CheckOps for every model (faithful, and exact if asked).
 func checkOps(ordinal int, models []string, exact bool, filter string, seed uint64, verbose bool) error {
 	b, err := gpu.New(gpu.Options{Device: ordinal})
 	if err != nil {
@@ -51,26 +52,26 @@ func checkOps(ordinal int, models []string, exact bool, filter string, seed uint
 		modes = append(modes, backend.Exact)
 	}
 	fmt.Printf("\nbackend ops GPU vs CPU on %s, seed %d\n", b.Name(), seed)
-	var rows []gpu.Row
+	var rows []opcheck.Row
 	for _, name := range models {
-		var d gpu.OpDims
+		var d opcheck.OpDims
 		switch strings.TrimSpace(name) {
 		case "flash":
-			d = gpu.FlashDims()
+			d = opcheck.FlashDims()
 		case "pro":
-			d = gpu.ProDims()
+			d = opcheck.ProDims()
 		default:
 			return fmt.Errorf("unknown model %q (flash, pro)", name)
 		}
 		for _, m := range modes {
 			rep := &opReporter{verbose: verbose, t0: time.Now()}
-			rows = append(rows, gpu.CheckOps(b, d, m, seed, filter, rep)...)
+			rows = append(rows, opcheck.CheckOps(b, d, m, seed, filter, rep)...)
 		}
 	}
 	failed := 0
 	fmt.Println("\nops summary")
 	for _, r := range rows {
-		fmt.Println(gpu.FormatRow(r))
+		fmt.Println(opcheck.FormatRow(r))
 		if !r.Pass {
 			failed++
 		}

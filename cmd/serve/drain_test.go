@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -16,6 +17,7 @@ import (
 	"time"
 
 	"github.com/megamoe/megamoe/checkpoint"
+	"github.com/megamoe/megamoe/internal/testctx"
 	"github.com/megamoe/megamoe/models"
 )
 
@@ -77,10 +79,10 @@ func testDrain(t *testing.T, sig syscall.Signal, eos int) {
 		close(lines)
 		exited <- cmd.Wait()
 	}()
+	ctx := testctx.New(t)
 	var log []string // the server's stderr so far
 	waitLog := func(what string, match func(string) bool) string {
 		t.Helper()
-		timeout := time.After(60 * time.Second)
 		for {
 			select {
 			case l, ok := <-lines:
@@ -91,8 +93,8 @@ func testDrain(t *testing.T, sig syscall.Signal, eos int) {
 				if match(l) {
 					return l
 				}
-			case <-timeout:
-				t.Fatalf("no %s in 60 s:\n%s", what, strings.Join(log, "\n"))
+			case <-ctx.Done():
+				t.Fatalf("no %s: %v:\n%s", what, context.Cause(ctx), strings.Join(log, "\n"))
 			}
 		}
 	}
@@ -101,7 +103,12 @@ func testDrain(t *testing.T, sig syscall.Signal, eos int) {
 	// EOS is biased away so that the stream runs its full length.
 	const maxTokens = 200
 	body := fmt.Sprintf(`{"prompt":[0,5,9,12],"max_tokens":%d,"temperature":0,"stream":true,"stream_options":{"include_usage":true},"logit_bias":{"%d":-100}}`, maxTokens, eos)
-	resp, err := http.Post("http://"+addr+"/v1/completions", "application/json", strings.NewReader(body))
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://"+addr+"/v1/completions", strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -151,13 +158,12 @@ func testDrain(t *testing.T, sig syscall.Signal, eos int) {
 		t.Errorf("usage event %s (%v), want %d completion tokens", events[len(events)-2], err, maxTokens)
 	}
 
-	deadline := time.After(30 * time.Second)
 	for open := true; open; { // the rest of stderr, until the process ends
 		select {
 		case l, ok := <-lines:
 			log, open = append(log, l), ok
-		case <-deadline:
-			t.Fatalf("server did not exit after draining:\n%s", strings.Join(log, "\n"))
+		case <-ctx.Done():
+			t.Fatalf("server did not exit after draining: %v:\n%s", context.Cause(ctx), strings.Join(log, "\n"))
 		}
 	}
 	err = <-exited

@@ -3,6 +3,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -15,6 +16,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
@@ -31,6 +33,14 @@ import (
 	"github.com/megamoe/megamoe/tokenizer"
 )
 
+// keepAlive is how often a stream waiting for its first token gets an SSE
+// comment, well inside common proxies' idle timeouts (60 s for nginx).
+const keepAlive = 15 * time.Second
+
+// abortGrace is how long requests ended by an expired drain have to write
+// their error before the connections are closed.
+const abortGrace = 5 * time.Second
+
 // maxBatchTokens bounds --max-num-batched-tokens: a step's activations grow
 // with its tokens (and the MoE tile grid with tokens × top-k).
 const maxBatchTokens = 32768
@@ -41,6 +51,9 @@ type options struct {
 	maxBatchTokens                                    int
 	kvCacheMemory                                     int64
 	shutdownTimeout                                   time.Duration
+	readTimeout, writeIdleTimeout, idleTimeout        time.Duration
+	maxHeaderBytes                                    int
+	aliases, allowedOrigins                           []string // further served names; CORS origins
 	cudaGraphs, deviceSampling, sideStream            bool
 }
 
@@ -59,7 +72,29 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.StringVar(&o.model, "model", "", "checkpoint directory with config.json and tokenizer.json (default: the embedded small model)")
-	fs.StringVar(&o.servedName, "served-model-name", "", `model id in the API (default "megamoe-small" for the embedded model, else the directory name)`)
+	fs.Func("served-model-name", `model ids in the API, comma-separated or repeated; the first names responses (default "megamoe-small" for the embedded model, else the directory name)`, func(v string) error {
+		for _, n := range strings.Split(v, ",") {
+			if n = strings.TrimSpace(n); n == "" {
+				return errors.New("empty model name")
+			} else if o.servedName == "" {
+				o.servedName = n
+			} else {
+				o.aliases = append(o.aliases, n)
+			}
+		}
+		return nil
+	})
+	fs.Func("allowed-origins", `CORS origins allowed to call the API, comma-separated or a JSON list ("*": any; default none, no CORS)`, func(v string) error {
+		if strings.HasPrefix(strings.TrimSpace(v), "[") {
+			return json.Unmarshal([]byte(v), &o.allowedOrigins)
+		}
+		for _, n := range strings.Split(v, ",") {
+			if n = strings.TrimSpace(n); n != "" {
+				o.allowedOrigins = append(o.allowedOrigins, n)
+			}
+		}
+		return nil
+	})
 	fs.StringVar(&o.host, "host", "0.0.0.0", "listen address")
 	fs.IntVar(&o.port, "port", 8000, "listen port")
 	fs.IntVar(&o.maxNumSeqs, "max-num-seqs", 64, "running sequences at most")
@@ -75,6 +110,10 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	fs.BoolVar(&o.sideStream, "side-stream", true, "on a CUDA device, run independent ops of small steps on a second stream (the shared expert beside the routed ones)")
 	fs.IntVar(&o.tp, "tensor-parallel", 1, "ranks to split the model over (attention heads, head vocabulary, experts): GPUs 0..N-1 with --device cuda, else CPU workers")
 	fs.DurationVar(&o.shutdownTimeout, "shutdown-timeout", time.Minute, "on SIGTERM/SIGINT, how long in-flight requests may take to finish")
+	fs.DurationVar(&o.readTimeout, "read-timeout", time.Minute, "time a client has to send a request's headers and body")
+	fs.DurationVar(&o.writeIdleTimeout, "write-idle-timeout", time.Minute, "time each write of a response may take: a client that stops reading is dropped (a stream may last longer, event by event)")
+	fs.DurationVar(&o.idleTimeout, "idle-timeout", 2*time.Minute, "how long an idle keep-alive connection stays open")
+	fs.IntVar(&o.maxHeaderBytes, "max-header-bytes", 64<<10, "largest request header block (431 beyond)")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
 	}
@@ -98,6 +137,10 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 		return nil, errors.New("--tensor-parallel must be in [1, 64]")
 	case o.shutdownTimeout <= 0:
 		return nil, errors.New("--shutdown-timeout must be > 0")
+	case o.readTimeout <= 0 || o.writeIdleTimeout <= 0 || o.idleTimeout <= 0:
+		return nil, errors.New("--read-timeout, --write-idle-timeout and --idle-timeout must be > 0")
+	case o.maxHeaderBytes < 4<<10:
+		return nil, errors.New("--max-header-bytes must be >= 4096")
 	}
 	switch o.device {
 	case "cpu", "auto":
@@ -142,11 +185,17 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 	engDone := make(chan error, 1)
 	go func() { engDone <- eng.Run(engCtx) }()
 
+	// abort ends the requests still in flight when the drain runs out of time,
+	// so streams end with an error event rather than a cut connection.
+	abortCtx, abort := context.WithCancel(context.Background())
+	defer abort()
 	gin.SetMode(gin.ReleaseMode)
 	stopTokens := []int32{int32(w.Config.EOS)}
-	h := api.New(eng, tok, api.Config{ModelName: name, APIKey: o.apiKey, Version: "megamoe-dev", StopTokens: stopTokens, Logger: log})
+	h := api.New(eng, tok, api.Config{ModelName: name, APIKey: o.apiKey, Version: "megamoe-dev", StopTokens: stopTokens,
+		Logger: log, WriteIdleTimeout: o.writeIdleTimeout, KeepAlive: keepAlive, Shutdown: abortCtx,
+		Aliases: o.aliases, AllowedOrigins: o.allowedOrigins})
 	addr := net.JoinHostPort(o.host, strconv.Itoa(o.port))
-	srv := &http.Server{Addr: addr, Handler: h, ReadHeaderTimeout: 10 * time.Second}
+	srv := newHTTPServer(addr, h, o)
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		stopEngine()
@@ -172,8 +221,13 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 	shCtx, cancel := context.WithTimeout(context.Background(), o.shutdownTimeout)
 	defer cancel()
 	if serr := srv.Shutdown(shCtx); serr != nil {
-		log.Warn("drain cut short; closing the remaining connections", "err", serr)
-		_ = srv.Close()
+		log.Warn("drain cut short; ending the remaining requests", "err", serr)
+		abort()
+		endCtx, cancelEnd := context.WithTimeout(context.Background(), abortGrace)
+		if srv.Shutdown(endCtx) != nil {
+			_ = srv.Close()
+		}
+		cancelEnd()
 		if err == nil {
 			err = fmt.Errorf("drain: %w", serr)
 		}
@@ -186,6 +240,21 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 		err = nil
 	}
 	return err
+}
+
+// newHTTPServer applies the connection limits of o. The write timeout is the
+// handlers' (per write, so streams may last); here only reads and idle
+// connections are bounded. An HTTP/1.1 connection serves one request at a
+// time: a pipelined request waits, unread, until the one before is answered.
+func newHTTPServer(addr string, h http.Handler, o *options) *http.Server {
+	return &http.Server{
+		Addr:              addr,
+		Handler:           h,
+		ReadHeaderTimeout: min(10*time.Second, o.readTimeout),
+		ReadTimeout:       o.readTimeout,
+		IdleTimeout:       o.idleTimeout,
+		MaxHeaderBytes:    o.maxHeaderBytes,
+	}
 }
 
 // load reads the checkpoint and the tokenizer, prepares the weights and

@@ -1,13 +1,15 @@
 package ptxemu
 
 import (
+	"context"
 	"encoding/binary"
 	"errors"
 	"math"
 	"math/big"
 	"math/rand/v2"
 	"testing"
-	"time"
+
+	"github.com/megamoe/megamoe/internal/testctx"
 )
 
 // These tests run hand-written PTX (in the style NVRTC emits) on the
@@ -67,20 +69,21 @@ func params(vals ...any) []byte {
 }
 
 // launch runs entry name and returns its error; it fails the test if the
-// launch does not return within 30 seconds.
+// launch has not returned before the test's deadline.
 func launch(t *testing.T, d *Device, m *Module, name string, grid, block Dim, dyn int, p []byte) error {
 	t.Helper()
 	f, err := m.Function(name)
 	if err != nil {
 		t.Fatal(err)
 	}
+	ctx := testctx.New(t)
 	done := make(chan error, 1)
 	go func() { done <- d.Launch(f, grid, block, dyn, p) }()
 	select {
 	case err := <-done:
 		return err
-	case <-time.After(30 * time.Second):
-		t.Fatalf("%s: launch did not return within 30s", name)
+	case <-ctx.Done():
+		t.Fatalf("%s: launch did not return: %v", name, context.Cause(ctx))
 		return nil
 	}
 }

@@ -1,4 +1,4 @@
-package gpu
+package opcheck
 
 import (
 	"fmt"
@@ -10,20 +10,29 @@ import (
 	"github.com/megamoe/megamoe/rope"
 )
 
+// coff is the compressor's width factor c (spec: 2 for the overlapping
+// ratio-4 compressor, else 1): A, Z and the APE are c·dim wide.
+func coff(ratio int) int {
+	if ratio == 4 {
+		return 2
+	}
+	return 1
+}
+
 // kvParams are one compressor's parameters on both backends.
 type kvParams struct {
 	cm, gm backend.Mat
 	cn, gn backend.Vec
 }
 
-func (p *pair) kvParams(ratio, dc int) kvParams {
+func (p *Pair) kvParams(ratio, dc int) kvParams {
 	var k kvParams
-	a := p.rand(ratio, coff(ratio)*dc, 0.5)
-	k.cm = cpu.NewMat(ratio, coff(ratio)*dc, a.host)
+	a := p.Rand(ratio, coff(ratio)*dc, 0.5)
+	k.cm = cpu.NewMat(ratio, coff(ratio)*dc, a.Host)
 	var err error
-	k.gm, err = p.g.NewMat(ratio, coff(ratio)*dc, a.host)
-	p.must(err)
-	nv := hcRand(p, dc, 0.1)
+	k.gm, err = p.G.NewMat(ratio, coff(ratio)*dc, a.Host)
+	p.Must(err)
+	nv := HCRand(p, dc, 0.1)
 	for i := range nv {
 		nv[i] += 1
 	}
@@ -32,14 +41,14 @@ func (p *pair) kvParams(ratio, dc int) kvParams {
 }
 
 // compress runs one compressor on both backends with fresh A and Z.
-func (p *pair) compress(kv kvTwin, k kvParams, a backend.CompressArgs, bt *backend.Batch) {
+func (p *Pair) compress(kv KVTwin, k kvParams, a backend.CompressArgs, bt *backend.Batch) {
 	n, w := bt.Rows(), coff(a.Ratio)*a.Dim
-	A, Z := p.rand(n, w, 1), p.rand(n, w, 1)
+	A, Z := p.Rand(n, w, 1), p.Rand(n, w, 1)
 	ca, ga := a, a
 	ca.APE, ca.Norm = k.cm, k.cn
 	ga.APE, ga.Norm = k.gm, k.gn
-	p.cpu("compress", p.c.Compress(kv.c, A.c, Z.c, ca, bt))
-	if err := p.g.Compress(kv.g, A.g, Z.g, ga, bt); err != nil {
+	p.cpu("compress", p.C.Compress(kv.C, A.C, Z.C, ca, bt))
+	if err := p.G.Compress(kv.G, A.G, Z.G, ga, bt); err != nil {
 		p.t.Fatalf("compress gpu: %v", err)
 	}
 }
@@ -47,22 +56,22 @@ func (p *pair) compress(kv kvTwin, k kvParams, a backend.CompressArgs, bt *backe
 // checkKVPath runs compressor (main and indexer), indexer top-k, sparse
 // attention and window writes on layers of ratio 0, 4 and 128 over one
 // prefill chunk (two sequences) and a few decode steps, as TestKVStoreSteps.
-func checkKVPath(p *pair, d OpDims, _ *embedTable) {
+func checkKVPath(p *Pair, d OpDims, _ *embedTable) {
 	const blockTokens = 256
 	D, H, ID, IH := d.HeadDim, d.Heads, d.IndexHeadDim, d.IndexHeads
 	nb := (max(d.Prefill, d.Prefill2)+d.DecodeSteps)/blockTokens + 1
 	spec := backend.KVSpec{BlockTokens: blockTokens, MaxBlocks: 2 * nb, MaxSlots: 2, Layers: []backend.LayerKV{
 		{Window: d.Window, HeadDim: D}, {Window: d.Window, HeadDim: D, Ratio: 4, IndexDim: ID}, {Window: d.Window, HeadDim: D, Ratio: 128}}}
 	fr, err := rope.New(d.RopeDim, d.CompressTheta, d.YaRN)
-	p.must(err)
-	var kv kvTwin
-	kv.c, err = p.c.NewKVStore(spec)
-	p.must(err)
-	kv.g, err = p.g.NewKVStore(spec)
-	p.must(err)
+	p.Must(err)
+	var kv KVTwin
+	kv.C, err = p.C.NewKVStore(spec)
+	p.Must(err)
+	kv.G, err = p.G.NewKVStore(spec)
+	p.Must(err)
 	for s := range spec.MaxSlots {
-		p.must(p.c.ResetSlot(kv.c, s))
-		p.must(p.g.ResetSlot(kv.g, s))
+		p.Must(p.C.ResetSlot(kv.C, s))
+		p.Must(p.G.ResetSlot(kv.G, s))
 	}
 	prm := make([][2]kvParams, len(spec.Layers))
 	for i, l := range spec.Layers {
@@ -73,7 +82,7 @@ func checkKVPath(p *pair, d OpDims, _ *embedTable) {
 			}
 		}
 	}
-	cs, gs := p.vec(hcRand(p, H, 1))
+	cs, gs := p.vec(HCRand(p, H, 1))
 	steps := [][2]int{{d.Prefill, d.Prefill2}}
 	for range d.DecodeSteps {
 		steps = append(steps, [2]int{1, 1})
@@ -81,42 +90,42 @@ func checkKVPath(p *pair, d OpDims, _ *embedTable) {
 	keep := len(p.allocs) // parameters stay; per-step tensors are freed
 	starts := []int{0, 0}
 	for si, st := range steps {
-		bt := stepBatchBlocks(starts, st[:], nb)
+		bt := StepBatchBlocks(starts, st[:], nb)
 		n := bt.Rows()
 		for layer, l := range spec.Layers {
 			tag := fmt.Sprintf("step %d (%d+%d rows) ratio %d", si, st[0], st[1], l.Ratio)
-			kvr := p.rand(n, D, 1)
-			q := p.rand(n, H*D, 1)
-			var sel twin
+			kvr := p.Rand(n, D, 1)
+			q := p.Rand(n, H*D, 1)
+			var sel Twin
 			if l.Ratio > 0 {
 				p.compress(kv, prm[layer][0], backend.CompressArgs{Layer: layer, Kind: backend.CompressKV, Ratio: l.Ratio, Dim: D, NormEps: d.NormEps, Rope: fr}, bt)
 			}
 			if l.IndexDim > 0 {
 				p.compress(kv, prm[layer][1], backend.CompressArgs{Layer: layer, Kind: backend.CompressIndex, Ratio: l.Ratio, Dim: ID, NormEps: d.NormEps, Rope: fr}, bt)
-				iq, iw := p.rand(n, IH*ID, 1), p.rand(n, IH, 0.5)
+				iq, iw := p.Rand(n, IH*ID, 1), p.Rand(n, IH, 0.5)
 				ia := backend.IndexerArgs{Layer: layer, Heads: IH, HeadDim: ID, TopK: d.IndexTopK, Ratio: l.Ratio}
-				o := p.outI32(n, d.IndexTopK)
-				p.cpu("indexer", p.c.IndexerTopK(kv.c, iq.c, iw.c, ia, bt, o.c))
-				p.gpu("indexer", func() error { return p.g.IndexerTopK(kv.g, iq.g, iw.g, ia, bt, o.g) })
+				o := p.OutI32(n, d.IndexTopK)
+				p.cpu("indexer", p.C.IndexerTopK(kv.C, iq.C, iw.C, ia, bt, o.C))
+				p.gpu("indexer", func() error { return p.G.IndexerTopK(kv.G, iq.G, iw.G, ia, bt, o.G) })
 				// Summation order may flip near-ties; a wrong algorithm differs wholesale.
-				p.checkIDsTol(fmt.Sprintf("indexer_topk %s %dx%dx%d k=%d", tag, n, IH, ID, d.IndexTopK), o, 0.05)
+				p.CheckIDsTol(fmt.Sprintf("indexer_topk %s %dx%dx%d k=%d", tag, n, IH, ID, d.IndexTopK), o, 0.05)
 				// Attention uses the CPU's selection on both sides (plus a -1 and an out-of-range entry).
-				ws := append([]int32(nil), o.c.(*cpu.Tensor).I...)
+				ws := append([]int32(nil), o.C.(*cpu.Tensor).I...)
 				ws[0], ws[len(ws)-1] = -1, 1<<20
-				sel = p.ids(n, d.IndexTopK, ws)
+				sel = p.IDs(n, d.IndexTopK, ws)
 			}
 			aa := backend.AttnArgs{Layer: layer, Heads: H, HeadDim: D, Window: d.Window, Ratio: l.Ratio, Scale: float32(1 / math.Sqrt(float64(D))), Sink: cs}
 			ga := aa
 			ga.Sink = gs
-			o := p.out(n, H*D)
-			p.cpu("attention", p.c.SparseAttention(kv.c, q.c, kvr.c, sel.c, aa, bt, o.c))
-			p.gpu("attention", func() error { return p.g.SparseAttention(kv.g, q.g, kvr.g, sel.g, ga, bt, o.g) })
-			p.check(fmt.Sprintf("sparse_attention %s %dx%dx%d", tag, n, H, D), o, 2e-3)
-			p.cpu("write window", p.c.WriteWindow(kv.c, layer, kvr.c, bt))
-			p.gpu("write window", func() error { return p.g.WriteWindow(kv.g, layer, kvr.g, bt) })
+			o := p.Out(n, H*D)
+			p.cpu("attention", p.C.SparseAttention(kv.C, q.C, kvr.C, sel.C, aa, bt, o.C))
+			p.gpu("attention", func() error { return p.G.SparseAttention(kv.G, q.G, kvr.G, sel.G, ga, bt, o.G) })
+			p.Check(fmt.Sprintf("sparse_attention %s %dx%dx%d", tag, n, H, D), o, 2e-3)
+			p.cpu("write window", p.C.WriteWindow(kv.C, layer, kvr.C, bt))
+			p.gpu("write window", func() error { return p.G.WriteWindow(kv.G, layer, kvr.G, bt) })
 			p.takeDur() // no row of its own: the next step's attention reads the window
 			for _, t := range p.allocs[keep:] {
-				p.g.Free(t)
+				p.G.Free(t)
 			}
 			p.allocs = p.allocs[:keep]
 		}
@@ -126,34 +135,34 @@ func checkKVPath(p *pair, d OpDims, _ *embedTable) {
 	}
 }
 
-func checkRouter(p *pair, d OpDims, _ *embedTable) {
+func checkRouter(p *Pair, d OpDims, _ *embedTable) {
 	E, K := d.Experts, d.TopK
-	cg, gg := p.prep(randLinear(p.rng, checkpoint.FormatBF16, E, d.Dim))
+	cg, gg := p.prep(RandLinear(p.Rng, checkpoint.FormatBF16, E, d.Dim))
 	// Bias from few values: zero input rows give equal scores, so ties must
 	// break to the lower index.
 	bias := make([]float32, E)
 	for i := range bias {
-		bias[i] = float32(p.rng.IntN(3)) * 0.25
+		bias[i] = float32(p.Rng.IntN(3)) * 0.25
 	}
 	cb, gb := p.vec(bias)
 	vocab := d.HashRows
 	tab := make([]int64, vocab*K)
 	for i := range tab {
-		tab[i] = int64(p.rng.IntN(E))
+		tab[i] = int64(p.Rng.IntN(E))
 	}
-	ct, err := p.c.PrepareIDTable("tid2eid", i64Table(tab, vocab, K), vocab, K)
-	p.must(err)
-	gt, err := p.g.PrepareIDTable("tid2eid", i64Table(tab, vocab, K), vocab, K)
-	p.must(err)
+	ct, err := p.C.PrepareIDTable("tid2eid", I64Table(tab, vocab, K), vocab, K)
+	p.Must(err)
+	gt, err := p.G.PrepareIDTable("tid2eid", I64Table(tab, vocab, K), vocab, K)
+	p.Must(err)
 	for _, n := range d.Tokens {
-		x := p.rand(n, d.Dim, 1)
+		x := p.Rand(n, d.Dim, 1)
 		for r := 1; r < n; r += 3 {
-			clear(x.host[r*d.Dim : (r+1)*d.Dim])
+			clear(x.Host[r*d.Dim : (r+1)*d.Dim])
 		}
-		x = p.from(n, d.Dim, x.host)
+		x = p.From(n, d.Dim, x.Host)
 		tok := make([]int32, n)
 		for i := range tok {
-			tok[i] = int32(p.rng.IntN(vocab))
+			tok[i] = int32(p.Rng.IntN(vocab))
 		}
 		for _, hash := range []bool{false, true} {
 			kind := "score+bias"
@@ -167,26 +176,26 @@ func checkRouter(p *pair, d OpDims, _ *embedTable) {
 				allow = 0
 			}
 			tag := fmt.Sprintf("%s E=%d K=%d n=%d dim=%d", kind, E, K, n, d.Dim)
-			w, id := p.out(n, K), p.outI32(n, K)
-			p.cpu("router", p.c.Router(x.c, cg, ca, w.c, id.c))
-			p.gpu("router", func() error { return p.g.Router(x.g, gg, ga, w.g, id.g) })
-			if diff := p.checkIDsTol("router ids "+tag, id, allow); diff > 0 {
+			w, id := p.Out(n, K), p.OutI32(n, K)
+			p.cpu("router", p.C.Router(x.C, cg, ca, w.C, id.C))
+			p.gpu("router", func() error { return p.G.Router(x.G, gg, ga, w.G, id.G) })
+			if diff := p.CheckIDsTol("router ids "+tag, id, allow); diff > 0 {
 				p.excludeFlips(id, w, K)
 			}
-			p.check("router weights "+tag, w, 1e-5)
+			p.Check("router weights "+tag, w, 1e-5)
 		}
 	}
 }
 
 // excludeFlips copies the GPU's weights into the CPU's for rows whose ids
 // differ, so the weight check covers the rows that routed alike.
-func (p *pair) excludeFlips(id, w twin, K int) {
-	want := id.c.(*cpu.Tensor).I
+func (p *Pair) excludeFlips(id, w Twin, K int) {
+	want := id.C.(*cpu.Tensor).I
 	got := make([]int32, len(want))
-	p.must(p.g.DownloadI32(id.g, got))
+	p.Must(p.G.DownloadI32(id.G, got))
 	gw := make([]float32, len(want))
-	p.must(p.g.Download(w.g, gw))
-	cw := w.c.(*cpu.Tensor).F
+	p.Must(p.G.Download(w.G, gw))
+	cw := w.C.(*cpu.Tensor).F
 	for r := range len(want) / K {
 		for k := range K {
 			if got[r*K+k] != want[r*K+k] {
@@ -200,57 +209,61 @@ func (p *pair) excludeFlips(id, w twin, K int) {
 
 // checkExperts runs the routed experts at full dim and inter but only
 // ExpertSample distinct experts (host memory and CPU time).
-func checkExperts(p *pair, d OpDims, _ *embedTable) {
+func checkExperts(p *Pair, d OpDims, _ *embedTable) {
 	E := min(d.ExpertSample, d.Experts)
 	if E < d.TopK+2 {
 		p.t.Fatalf("experts: %d sampled experts for top-%d", E, d.TopK)
 	}
 	lim := 2e-2 // FP8 activations, bf16 outputs
-	if p.c.Numerics() == backend.Exact {
+	if p.C.Numerics() == backend.Exact {
 		lim = 1e-4 // fp32 throughout; only the summation order differs
 	}
 	for _, f := range []checkpoint.Format{checkpoint.FormatMXFP4, checkpoint.FormatNVFP4} {
-		ex := randExperts(p, f, E, d.Dim, d.Inter)
-		ce, err := p.c.PrepareExperts("moe", ex, d.Dim, d.Inter)
-		p.must(err)
-		ge, err := p.g.PrepareExperts("moe", ex, d.Dim, d.Inter)
-		p.must(err)
+		ex := RandExperts(p, f, E, d.Dim, d.Inter)
+		ce, err := p.C.PrepareExperts("moe", ex, d.Dim, d.Inter)
+		p.Must(err)
+		ge, err := p.G.PrepareExperts("moe", ex, d.Dim, d.Inter)
+		p.Must(err)
 		for _, n := range d.BigTokens {
-			idv, wv := routing(p, n, E, d.TopK)
-			ids, w := p.ids(n, d.TopK, idv), p.from(n, d.TopK, wv)
-			x := p.rand(n, d.Dim, 1)
+			idv, wv := Routing(p, n, E, d.TopK)
+			ids, w := p.IDs(n, d.TopK, idv), p.From(n, d.TopK, wv)
+			x := p.Rand(n, d.Dim, 1)
 			a := backend.ExpertsArgs{Limit: d.SwigluLimit}
-			acc := p.out(n, d.Dim)
-			p.cpu("experts", p.c.Experts(x.c, ce, w.c, ids.c, a, acc.c))
-			p.gpu("experts", func() error { return p.g.Experts(x.g, ge, w.g, ids.g, a, acc.g) })
-			p.check(fmt.Sprintf("experts %v %d(of %d) experts K=%d n=%d %dx%d", f, E, d.Experts, d.TopK, n, d.Dim, d.Inter), acc, lim)
+			acc := p.Out(n, d.Dim)
+			p.cpu("experts", p.C.Experts(x.C, ce, w.C, ids.C, a, acc.C))
+			p.gpu("experts", func() error { return p.G.Experts(x.G, ge, w.G, ids.G, a, acc.G) })
+			p.Check(fmt.Sprintf("experts %v %d(of %d) experts K=%d n=%d %dx%d", f, E, d.Experts, d.TopK, n, d.Dim, d.Inter), acc, lim)
+			sh, o := p.Rand(n, d.Dim, 1), p.Out(n, d.Dim)
+			p.cpu("experts combine", p.C.ExpertsCombine(x.C, ce, w.C, ids.C, a, sh.C, o.C))
+			p.gpu("experts combine", func() error { return p.G.ExpertsCombine(x.G, ge, w.G, ids.G, a, sh.G, o.G) })
+			p.Check(fmt.Sprintf("experts_combine %v K=%d n=%d %dx%d", f, d.TopK, n, d.Dim, d.Inter), o, lim)
 		}
-		p.release()
+		p.Release()
 	}
 }
 
 // checkEpilogues runs the attention's q and kv epilogues as the model does
 // (fused where the backend offers them) against the CPU's separate ops.
-func checkEpilogues(p *pair, d OpDims, _ *embedTable) {
+func checkEpilogues(p *Pair, d OpDims, _ *embedTable) {
 	fr, err := rope.New(d.RopeDim, d.CompressTheta, d.YaRN)
-	p.must(err)
+	p.Must(err)
 	a := backend.RopeArgs{Freqs: fr, HeadDim: d.HeadDim}
-	cw, gw := p.normWeights(d.HeadDim)
+	cw, gw := p.NormWeights(d.HeadDim)
 	nope := d.HeadDim - d.RopeDim
 	kvLim := 2e-3
-	if p.c.Numerics() == backend.Faithful {
+	if p.C.Numerics() == backend.Faithful {
 		kvLim = 2e-2 // a bf16 step of the norm can move an FP8 value a whole e4m3 step
 	}
 	for _, rows := range d.Tokens {
 		bt := ropeBatch(max(rows, 2))
 		n := bt.Rows()
-		q := p.rand(n, d.Heads*d.HeadDim, 1)
-		p.cpu("q epilogue", p.c.HeadNormRope(q.c, d.NormEps, a, bt))
-		p.gpu("q epilogue", func() error { return p.g.HeadNormRope(q.g, d.NormEps, a, bt) })
-		p.check(fmt.Sprintf("head_norm_rope q %dx%dx%d", n, d.Heads, d.HeadDim), q, 2e-3)
-		x, o := p.rand(n, d.HeadDim, 1), p.out(n, d.HeadDim)
-		p.cpu("kv epilogue", p.c.NormRopeKVQuant(x.c, cw, d.NormEps, a, nope, 64, bt, o.c))
-		p.gpu("kv epilogue", func() error { return p.g.NormRopeKVQuant(x.g, gw, d.NormEps, a, nope, 64, bt, o.g) })
-		p.check(fmt.Sprintf("rmsnorm_rope_kvq kv %dx%d nope=%d", n, d.HeadDim, nope), o, kvLim)
+		q := p.Rand(n, d.Heads*d.HeadDim, 1)
+		p.cpu("q epilogue", p.C.HeadNormRope(q.C, d.NormEps, a, bt))
+		p.gpu("q epilogue", func() error { return p.G.HeadNormRope(q.G, d.NormEps, a, bt) })
+		p.Check(fmt.Sprintf("head_norm_rope q %dx%dx%d", n, d.Heads, d.HeadDim), q, 2e-3)
+		x, o := p.Rand(n, d.HeadDim, 1), p.Out(n, d.HeadDim)
+		p.cpu("kv epilogue", p.C.NormRopeKVQuant(x.C, cw, d.NormEps, a, nope, 64, bt, o.C))
+		p.gpu("kv epilogue", func() error { return p.G.NormRopeKVQuant(x.G, gw, d.NormEps, a, nope, 64, bt, o.G) })
+		p.Check(fmt.Sprintf("rmsnorm_rope_kvq kv %dx%d nope=%d", n, d.HeadDim, nope), o, kvLim)
 	}
 }

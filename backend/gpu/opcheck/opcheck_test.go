@@ -1,4 +1,4 @@
-package gpu
+package opcheck
 
 import (
 	"math"
@@ -8,8 +8,28 @@ import (
 
 	"github.com/megamoe/megamoe/backend"
 	"github.com/megamoe/megamoe/backend/cpu"
+	"github.com/megamoe/megamoe/backend/gpu"
 	"github.com/megamoe/megamoe/rope"
 )
+
+// The CUDA backend is what CheckOps is for.
+var _ Device = (*gpu.Backend)(nil)
+
+// openGPU opens a GPU backend, skipping t on machines without one; it is
+// closed when t ends.
+func openGPU(t *testing.T) *gpu.Backend {
+	t.Helper()
+	g, err := gpu.New(gpu.Options{})
+	if err != nil {
+		t.Skipf("no GPU: %v", err)
+	}
+	t.Cleanup(func() {
+		if err := g.Close(); err != nil {
+			t.Error(err)
+		}
+	})
+	return g
+}
 
 // tinyDims keep every CheckOps group to milliseconds on the CPU side.
 func tinyDims() OpDims {
@@ -25,10 +45,10 @@ func tinyDims() OpDims {
 func TestCheckOpsTiny(t *testing.T) {
 	for _, mode := range []backend.Numerics{backend.Faithful, backend.Exact} {
 		t.Run(mode.String(), func(t *testing.T) {
-			p := newPair(t, mode) // skips without a GPU
+			g := openGPU(t)
 			seed := rand.Uint64()
 			t.Logf("seed %d", seed)
-			rows := CheckOps(p.g.(*Backend), tinyDims(), mode, seed, "", t)
+			rows := CheckOps(g, tinyDims(), mode, seed, "", t)
 			if len(rows) < 50 {
 				t.Errorf("only %d rows", len(rows))
 			}
@@ -77,7 +97,7 @@ func (d cpuDevice) Sync() error { return nil }
 // row must match exactly and no group may abort.
 func TestCheckOpsCPU(t *testing.T) {
 	for _, mode := range []backend.Numerics{backend.Faithful, backend.Exact} {
-		rows := checkOps(cpuDevice{cpu.New(cpu.Options{})}, tinyDims(), mode, 1, "", t)
+		rows := CheckOps(cpuDevice{cpu.New(cpu.Options{})}, tinyDims(), mode, 1, "", t)
 		for _, r := range rows {
 			t.Log(FormatRow(r))
 		}

@@ -1,4 +1,8 @@
-package gpu
+// Package opcheck compares every op of a backend (the CUDA one, in
+// practice) with the CPU reference on random inputs: CheckOps for
+// cmd/gpucheck, and the Pair helpers for the GPU backend's tests. It is kept
+// out of backend/gpu so the serving binaries do not link it.
+package opcheck
 
 import (
 	"encoding/binary"
@@ -16,7 +20,7 @@ import (
 )
 
 // Reporter is the part of *testing.T the comparison helpers use, so the same
-// helpers serve the package tests and cmd/gpucheck.
+// helpers serve the tests and cmd/gpucheck.
 type Reporter interface {
 	Helper()
 	Logf(format string, args ...any)
@@ -56,9 +60,9 @@ func FormatRow(r Row) string {
 		status, r.Name, r.N, r.Cos, r.Rel, r.MaxAbs, r.NonFinite, r.Limit, t)
 }
 
-// device is what the helpers need of the GPU side: *Backend, or a CPU
+// Device is what the helpers need of the GPU side: *gpu.Backend, or a CPU
 // stand-in in the tests that exercise the comparison code without a GPU.
-type device interface {
+type Device interface {
 	backend.Backend
 	Poison(t backend.Tensor) error
 	UploadI32(t backend.Tensor, data []int32) error
@@ -68,12 +72,13 @@ type device interface {
 	Sync() error
 }
 
-// pair runs an op on the CPU reference and on the GPU with the same inputs.
-type pair struct {
-	t   Reporter
-	c   *cpu.Backend
-	g   device
-	rng *rand.Rand
+// Pair runs an op on the CPU reference and on the GPU with the same inputs.
+type Pair struct {
+	C   *cpu.Backend // the reference
+	G   Device       // the backend under test
+	Rng *rand.Rand   // the source of every random input
+
+	t Reporter
 
 	rows   []Row
 	prefix string           // prepended to row names (model, numerics)
@@ -81,14 +86,17 @@ type pair struct {
 	allocs []backend.Tensor // GPU tensors made by the helpers (release frees them)
 }
 
-func newPairOn(r Reporter, c *cpu.Backend, g device, seed uint64) *pair {
-	return &pair{t: r, c: c, g: g, rng: rand.New(rand.NewPCG(seed, 1))}
+// NewPair pairs the reference c with the device g; r receives the log lines
+// and failures, seed fixes the inputs.
+func NewPair(r Reporter, c *cpu.Backend, g Device, seed uint64) *Pair {
+	return &Pair{t: r, C: c, G: g, Rng: rand.New(rand.NewPCG(seed, 1))}
 }
 
 // Rows returns the rows recorded so far.
-func (p *pair) Rows() []Row { return p.rows }
+func (p *Pair) Rows() []Row { return p.rows }
 
-func (p *pair) must(err error) {
+// Must fails the test (or aborts the op group) on an error.
+func (p *Pair) Must(err error) {
 	p.t.Helper()
 	if err != nil {
 		p.t.Fatalf("%v", err)
@@ -96,78 +104,81 @@ func (p *pair) must(err error) {
 }
 
 // timeGPU runs f between two stream syncs and keeps its duration for the next row.
-func (p *pair) timeGPU(f func() error) error {
-	if err := p.g.Sync(); err != nil {
+func (p *Pair) timeGPU(f func() error) error {
+	if err := p.G.Sync(); err != nil {
 		return fmt.Errorf("sync before: %w", err)
 	}
 	t0 := time.Now()
 	err := f()
-	if serr := p.g.Sync(); err == nil && serr != nil {
+	if serr := p.G.Sync(); err == nil && serr != nil {
 		err = fmt.Errorf("sync after: %w", serr)
 	}
 	p.gpuDur = time.Since(t0)
 	return err
 }
 
-func (p *pair) takeDur() float64 {
+func (p *Pair) takeDur() float64 {
 	d := p.gpuDur
 	p.gpuDur = 0
 	return float64(d.Nanoseconds()) / 1e3
 }
 
-// release frees the GPU tensors the helpers allocated.
-func (p *pair) release() {
+// Release frees the GPU tensors the helpers allocated.
+func (p *Pair) Release() {
 	for _, t := range p.allocs {
-		p.g.Free(t)
+		p.G.Free(t)
 	}
 	p.allocs = p.allocs[:0]
 }
 
-func (p *pair) galloc(rows, cols int, dt backend.DType) backend.Tensor {
-	t := p.g.Alloc(rows, cols, dt)
+func (p *Pair) galloc(rows, cols int, dt backend.DType) backend.Tensor {
+	t := p.G.Alloc(rows, cols, dt)
 	p.allocs = append(p.allocs, t)
 	return t
 }
 
-type twin struct {
-	c, g backend.Tensor
-	host []float32
+// Twin is one tensor on both backends, with the host values it was made
+// from (Rand, From).
+type Twin struct {
+	C, G backend.Tensor
+	Host []float32
 }
 
-// rand makes bf16-representable normal values times scale on both backends.
-func (p *pair) rand(rows, cols int, scale float64) twin {
+// Rand makes bf16-representable normal values times scale on both backends.
+func (p *Pair) Rand(rows, cols int, scale float64) Twin {
 	v := make([]float32, rows*cols)
 	for i := range v {
-		v[i] = num.RoundBF16(float32(p.rng.NormFloat64() * scale))
+		v[i] = num.RoundBF16(float32(p.Rng.NormFloat64() * scale))
 	}
-	return p.from(rows, cols, v)
+	return p.From(rows, cols, v)
 }
 
-func (p *pair) from(rows, cols int, v []float32) twin {
+// From uploads the values v to both backends.
+func (p *Pair) From(rows, cols int, v []float32) Twin {
 	ct := cpu.NewTensor(rows, cols, append([]float32(nil), v...))
 	gt := p.galloc(rows, cols, backend.F32)
-	if err := p.g.Upload(gt, v); err != nil {
+	if err := p.G.Upload(gt, v); err != nil {
 		p.t.Fatalf("upload: %v", err)
 	}
-	return twin{c: ct, g: gt, host: v}
+	return Twin{C: ct, G: gt, Host: v}
 }
 
-// out allocates an output pair; the GPU side is poisoned (NaN).
-func (p *pair) out(rows, cols int) twin {
+// Out allocates an output pair; the GPU side is poisoned (NaN).
+func (p *Pair) Out(rows, cols int) Twin {
 	gt := p.galloc(rows, cols, backend.F32)
-	if err := p.g.Poison(gt); err != nil {
+	if err := p.G.Poison(gt); err != nil {
 		p.t.Fatalf("poison: %v", err)
 	}
-	return twin{c: cpu.NewTensor(rows, cols, make([]float32, rows*cols)), g: gt}
+	return Twin{C: cpu.NewTensor(rows, cols, make([]float32, rows*cols)), G: gt}
 }
 
-// check compares the GPU result with the CPU's: relative L2 error ≤ lim and
+// Check compares the GPU result with the CPU's: relative L2 error ≤ lim and
 // no non-finite value where the CPU has none. It records a Row.
-func (p *pair) check(name string, o twin, lim float64) {
+func (p *Pair) Check(name string, o Twin, lim float64) {
 	p.t.Helper()
-	want := o.c.(*cpu.Tensor).F
+	want := o.C.(*cpu.Tensor).F
 	got := make([]float32, len(want))
-	if err := p.g.Download(o.g, got); err != nil {
+	if err := p.G.Download(o.G, got); err != nil {
 		p.t.Fatalf("%s: %v", name, err)
 	}
 	var st kcheck.ErrStats
@@ -196,37 +207,38 @@ func (p *pair) check(name string, o twin, lim float64) {
 	}
 }
 
-// kvTwin is a KV store on both backends.
-type kvTwin struct{ c, g backend.KVStore }
+// KVTwin is a KV store on both backends.
+type KVTwin struct{ C, G backend.KVStore }
 
-// ids makes an I32 pair from host values.
-func (p *pair) ids(rows, cols int, v []int32) twin {
-	ct := p.c.Alloc(rows, cols, backend.I32).(*cpu.Tensor)
+// IDs makes an I32 pair from host values.
+func (p *Pair) IDs(rows, cols int, v []int32) Twin {
+	ct := p.C.Alloc(rows, cols, backend.I32).(*cpu.Tensor)
 	copy(ct.I, v)
 	gt := p.galloc(rows, cols, backend.I32)
-	p.must(p.g.UploadI32(gt, v))
-	return twin{c: ct, g: gt}
+	p.Must(p.G.UploadI32(gt, v))
+	return Twin{C: ct, G: gt}
 }
 
-func (p *pair) outI32(rows, cols int) twin {
+// OutI32 allocates an I32 output pair; the GPU side is poisoned.
+func (p *Pair) OutI32(rows, cols int) Twin {
 	gt := p.galloc(rows, cols, backend.I32)
-	p.must(p.g.Poison(gt))
-	return twin{c: p.c.Alloc(rows, cols, backend.I32), g: gt}
+	p.Must(p.G.Poison(gt))
+	return Twin{C: p.C.Alloc(rows, cols, backend.I32), G: gt}
 }
 
-// checkIDs requires identical ids.
-func (p *pair) checkIDs(name string, o twin) {
+// CheckIDs requires identical ids.
+func (p *Pair) CheckIDs(name string, o Twin) {
 	p.t.Helper()
-	p.checkIDsTol(name, o, 0)
+	p.CheckIDsTol(name, o, 0)
 }
 
-// checkIDsTol allows up to frac of the ids to differ (near-tie flips from
+// CheckIDsTol allows up to frac of the ids to differ (near-tie flips from
 // summation order), records a row and returns the number that differ.
-func (p *pair) checkIDsTol(name string, o twin, frac float64) int {
+func (p *Pair) CheckIDsTol(name string, o Twin, frac float64) int {
 	p.t.Helper()
-	want := o.c.(*cpu.Tensor).I
+	want := o.C.(*cpu.Tensor).I
 	got := make([]int32, len(want))
-	p.must(p.g.DownloadI32(o.g, got))
+	p.Must(p.G.DownloadI32(o.G, got))
 	diff, first := 0, -1
 	for i := range want {
 		if got[i] != want[i] {
@@ -247,7 +259,8 @@ func (p *pair) checkIDsTol(name string, o twin, frac float64) int {
 	return diff
 }
 
-func i64Table(v []int64, rows, cols int) safetensors.Tensor {
+// I64Table makes the int64 tid2eid tensor [rows, cols] of v.
+func I64Table(v []int64, rows, cols int) safetensors.Tensor {
 	d := make([]byte, 8*len(v))
 	for i, x := range v {
 		binary.LittleEndian.PutUint64(d[8*i:], uint64(x))
@@ -255,32 +268,32 @@ func i64Table(v []int64, rows, cols int) safetensors.Tensor {
 	return safetensors.Tensor{Name: "tid2eid", DType: safetensors.I64, Shape: []int{rows, cols}, Data: d}
 }
 
-// hcRand returns n normal values times scale (not bf16-rounded: parameters are fp32).
-func hcRand(p *pair, n int, scale float64) []float32 {
+// HCRand returns n normal values times scale (not bf16-rounded: parameters are fp32).
+func HCRand(p *Pair, n int, scale float64) []float32 {
 	v := make([]float32, n)
 	for i := range v {
-		v[i] = float32(p.rng.NormFloat64() * scale)
+		v[i] = float32(p.Rng.NormFloat64() * scale)
 	}
 	return v
 }
 
-// hcParams makes random hc parameters for both backends: fn scaled so the
+// HCParams makes random hc parameters for both backends: fn scaled so the
 // projections are O(1), and a strongly asymmetric comb base (catches Cᵀ vs C).
-func (p *pair) hcParams(mix, n, d int, scale []float32) (backend.HC, backend.HC) {
-	fn := hcRand(p, mix*n*d, 1/math.Sqrt(float64(n*d)))
-	base := hcRand(p, mix, 0.5)
+func (p *Pair) HCParams(mix, n, d int, scale []float32) (backend.HC, backend.HC) {
+	fn := HCRand(p, mix*n*d, 1/math.Sqrt(float64(n*d)))
+	base := HCRand(p, mix, 0.5)
 	if mix > n {
 		for j := range n {
 			base[2*n+j*n+(j+1)%n] += 3
 		}
 	}
-	g, err := p.g.NewHC(mix, n*d, fn, base, scale)
-	p.must(err)
+	g, err := p.G.NewHC(mix, n*d, fn, base, scale)
+	p.Must(err)
 	return cpu.NewHC(mix, n*d, fn, base, scale), g
 }
 
-// randLinear makes a random weight of the given format (codes chosen finite).
-func randLinear(rng *rand.Rand, f checkpoint.Format, out, in int) *checkpoint.Linear {
+// RandLinear makes a random weight of the given format (codes chosen finite).
+func RandLinear(rng *rand.Rand, f checkpoint.Format, out, in int) *checkpoint.Linear {
 	l := &checkpoint.Linear{Name: fmt.Sprintf("w_%v_%dx%d", f, out, in), Format: f, Out: out, In: in}
 	n := out * in
 	bytes := func(k int, gen func() byte) []byte {
@@ -326,10 +339,11 @@ func randLinear(rng *rand.Rand, f checkpoint.Format, out, in int) *checkpoint.Li
 	return l
 }
 
-func randExperts(p *pair, f checkpoint.Format, E, dim, inter int) []checkpoint.Expert {
+// RandExperts makes E experts of format f (w1, w3: inter×dim; w2: dim×inter).
+func RandExperts(p *Pair, f checkpoint.Format, E, dim, inter int) []checkpoint.Expert {
 	ex := make([]checkpoint.Expert, E)
 	for i := range ex {
-		ex[i] = checkpoint.Expert{W1: *randLinear(p.rng, f, inter, dim), W2: *randLinear(p.rng, f, dim, inter), W3: *randLinear(p.rng, f, inter, dim)}
+		ex[i] = checkpoint.Expert{W1: *RandLinear(p.Rng, f, inter, dim), W2: *RandLinear(p.Rng, f, dim, inter), W3: *RandLinear(p.Rng, f, inter, dim)}
 		if f == checkpoint.FormatNVFP4 {
 			ex[i].W1.Scale2, ex[i].W2.Scale2, ex[i].W3.Scale2 = 0.01*float32(1+i%3), 0.02, 0.005*float32(1+i%5)
 		}
@@ -337,9 +351,9 @@ func randExperts(p *pair, f checkpoint.Format, E, dim, inter int) []checkpoint.E
 	return ex
 }
 
-// routing picks K distinct experts per row: expert 0 never, expert 1 only in
+// Routing picks K distinct experts per row: expert 0 never, expert 1 only in
 // row 0 slot 0 (a single-pair expert), the rest at random.
-func routing(p *pair, n, E, K int) ([]int32, []float32) {
+func Routing(p *Pair, n, E, K int) ([]int32, []float32) {
 	ids := make([]int32, n*K)
 	w := make([]float32, n*K)
 	for r := range n {
@@ -347,23 +361,23 @@ func routing(p *pair, n, E, K int) ([]int32, []float32) {
 		for k := range K {
 			e := int32(1)
 			if r != 0 || k != 0 {
-				for e = int32(2 + p.rng.IntN(E-2)); used[e]; e = int32(2 + p.rng.IntN(E-2)) {
+				for e = int32(2 + p.Rng.IntN(E-2)); used[e]; e = int32(2 + p.Rng.IntN(E-2)) {
 				}
 			}
 			used[e] = true
 			ids[r*K+k] = e
-			w[r*K+k] = float32(0.1 + p.rng.Float64())
+			w[r*K+k] = float32(0.1 + p.Rng.Float64())
 		}
 	}
 	return ids, w
 }
 
-// stepBatch builds a batch of sequences (slot i, blocks 4i..4i+3) with the
+// StepBatch builds a batch of sequences (slot i, blocks 4i..4i+3) with the
 // given starts and row counts.
-func stepBatch(starts, rows []int) *backend.Batch { return stepBatchBlocks(starts, rows, 4) }
+func StepBatch(starts, rows []int) *backend.Batch { return StepBatchBlocks(starts, rows, 4) }
 
-// stepBatchBlocks is stepBatch with nb blocks per sequence (blocks nb·i…).
-func stepBatchBlocks(starts, rows []int, nb int) *backend.Batch {
+// StepBatchBlocks is StepBatch with nb blocks per sequence (blocks nb·i…).
+func StepBatchBlocks(starts, rows []int, nb int) *backend.Batch {
 	bt := &backend.Batch{}
 	r0 := 0
 	for i := range starts {
