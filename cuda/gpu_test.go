@@ -152,7 +152,7 @@ func TestErrorsNameCallAndCode(t *testing.T) {
 // LDL per 128-K block, seen in the SASS): allowed, nothing more. linear_fp8
 // sits at 255 registers under NVRTC 13.0 and, with its scale bytes loaded a
 // block ahead, spills 24 bytes (none under NVRTC 12.4); measured with the
-// spill it is 8-25 % faster than before (H200, 2026-12-04f run 4).
+// spill it is faster than without the early scale loads.
 func TestKernelResources(t *testing.T) {
 	ctx, _ := gpu(t)
 	for _, k := range []struct {

@@ -344,9 +344,8 @@ type moePlan struct {
 
 // moeDecode reports whether a tile list is decode-shaped: at most 16 rows
 // per expert on average. moe_fp4_dec re-reads an expert's weights per tile,
-// yet up to 16 it beats moe_fp4_wg (H200, 2026-12-04: Flash w13 at 512
-// tokens, 12 rows per expert, 2.07 ms against 2.75 ms; again 2026-12-04h with
-// 16-row decode tiles: prefill of 512-token steps 11 % slower from 9 rows).
+// yet up to 16 it beats moe_fp4_wg, whose 64-row tiles are mostly empty at
+// so few rows (docs/performance.md).
 func moeDecode(sh MoEShape) bool { return sh.Rows <= 16*min(sh.Experts, sh.Rows) }
 
 // decTileRows is moe_fp4_dec's token tile: 8 rows, or 16 where experts

@@ -4,23 +4,20 @@ import "fmt"
 
 // The sm_90a FP8 linear (kernels/linear_fp8_wg.cu): TMA loads, wgmma,
 // 128x128 tiles (384 threads, one persistent CTA per SM), for more rows than the
-// decode kernel takes (H200, 2026-12-04, at 64 rows: 12.4 against 16.0 µs
-// for Flash wq_a, 30.9 against 43.5 µs for wo_b, ahead on every shape).
+// decode kernel takes (ahead of the mma.sync kernels on every shape there).
 
 // wgMinRow: the wgmma path accumulates inside each 128-K block at the tensor
-// cores' reduced precision (docs/numerics.md). From 17 rows it was faster,
-// but on prefills of 17-64 rows the flipped bf16 roundings pushed the GPU's
-// end-to-end logits error past the CPU's own sensitivity baseline (H200,
-// 2026-12-04: median 16.9 % against 6.5 %; 7.7 % with the mma.sync path), so
-// short prefills keep the exact-accumulating kernels.
+// cores' reduced precision (docs/numerics.md). From 17 rows it is faster,
+// but on prefills of 17-64 rows the flipped bf16 roundings push the GPU's
+// end-to-end logits error past the CPU's own sensitivity baseline, so short
+// prefills keep the exact-accumulating kernels.
 const (
 	wgStages = 6
 	wgSmem   = wgStages*2*128*128 + 2*wgStages*8 + 1024 // ring, barriers, alignment slack
 	wgMinRow = 65
-	// wgGroup is linear_fp8_wg's default tile order: groups of 8 tile rows
-	// (H200, 2026-12-05, 4096 tokens, against n fastest: Pro wq_b 1131 ->
-	// 985 us, Pro wo_b 912 -> 850, Pro shared w13 342 -> 326, Flash wq_b
-	// 404 -> 388; the shapes of one wave within 1 %).
+	// wgGroup is linear_fp8_wg's tile order: groups of 8 tile rows, so that
+	// a wave shares a few activation tiles and fewer weight panels in L2
+	// (up to 13 % faster than n fastest on the multi-wave shapes).
 	wgGroup = 8
 )
 
@@ -208,19 +205,11 @@ func linearFP8TDec3(s *Stream, y, yf, xq, xs, w, ws DevicePtr, m, n, k int, p td
 }
 
 // tdecWins reports the decode shapes where linear_fp8_tdec beats
-// linear_fp8_dec (H200, 2026-12-04e, 1 token, µs tdec/dec): Flash wo_b
-// 4096x8192 17.2/22.2, shared w13 4096x4096 11.5/12.4, Pro shared w13
-// 6144x7168 20.1/30.9, Pro wq_b 65536x1536 46.5/54.8; slower where n/16 CTAs
-// or its four K slices are too few (wq_a, wkv, shared w2, Flash wq_b
-// 32768x1024: 23.2/21.9). Pro wo_b 7168x16384 was even (59.2/58.2) until
-// linear_fp8_dec's scale loads moved ahead of its MMAs (2026-12-04f run 4:
-// 59.0/54.3 at 1 token, 58.5/55.5 at 8), so K = 16384 stays on dec.
-//
-// 2026-12-04g (run 2/3, 1 token, % of copy): linear_fp8_tdec3 beats both on
-// Pro wq_b (61.7 against 51.0 for tdec, 48.0 for dec), Pro wo_b (59.7
-// against 47.9 / 50.7) and Flash wq_b (42.1 against 34.7 / 39.4), and loses
-// to linear_fp8_tdec where the grid is ~2 CTAs an SM (Flash wo_b 31.9-36.7
-// against 46.9 in every geometry tried).
+// linear_fp8_dec: large n and k (Flash wo_b and shared w13, Pro shared w13
+// and wq_b); where n/16 CTAs or its four K slices are too few (wq_a, wkv,
+// shared w2) dec is faster, and K = 16384 stays on dec, whose scale loads run
+// ahead of its MMAs. linear_fp8_tdec3 (rank-3 TMA boxes) takes the largest
+// shapes (tdec3Wins) and loses where the grid is about 2 CTAs an SM.
 func tdecWins(n, k int) bool { return n >= 4096 && k >= 4096 || tdec3Wins(n, k) }
 
 // tdec3Wins reports the TMA decode shapes linear_fp8_tdec3 takes.

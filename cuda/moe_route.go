@@ -17,8 +17,8 @@ type MoERouteArgs struct {
 // MoERoute sorts the pairs into expert order (MoEPermute), gathers and
 // quantises their rows (MoEGatherQuant, X set) and writes the tile list of
 // the GEMMs (MoETiles, Tiles set): a step's routing bookkeeping before the
-// grouped expert GEMMs. (All of it in one CTA, moe_route_small, measured
-// slower on the H200 and was dropped: docs/performance.md, 2026-12-05.)
+// grouped expert GEMMs. (One CTA doing all of it is slower: the separate
+// kernels spread the sort and the gather over the SMs.)
 func MoERoute(s *Stream, a MoERouteArgs) (MoETileList, error) {
 	if err := a.check(); err != nil {
 		return MoETileList{}, err

@@ -55,8 +55,8 @@ func moeFP4WG(s *Stream, y, xq, xs, w, wscale, gscale DevicePtr, nv int, sh MoES
 	}
 	b := new(Args).Ptr(y).Map(&mx).Ptr(scratch).Ptr(w).Ptr(wscale).Ptr(gscale).I32(nv).I32(sh.N).I32(sh.K)
 	// Persistent CTAs (one an SM: the stage ring takes most of its shared
-	// memory) walking the tile x 128-column items: 4-9 % faster than a CTA per
-	// item at 4096 tokens (H100, 2026-12-05f; docs/performance.md).
+	// memory) walking the tile x 128-column items: the stage ring carries on
+	// across items instead of refilling per CTA, a few percent faster.
 	grid := Dim3{uint32(min(ceilDiv(sh.N, 128)*p.maxTiles, s.ctx.dev.SMs)), 1, 1}
 	return launch(s, "moe_fp4_wg", fmt.Sprintf("moe_fp4_wg%d", p.bm), grid, Dim3{moeWGThreads, 1, 1}, moeWGSmem(p.bm), b)
 }

@@ -37,8 +37,8 @@ type Options struct {
 	TimeReplays bool
 	// NoSideStream runs every op on the main stream. Otherwise independent
 	// ops of steps up to 64 rows run on a second stream beside it
-	// (Backend.Fork: the shared expert beside the routed ones; H200,
-	// 2026-12-05e: 2-4 % shorter decode steps at batch 1-32).
+	// (Backend.Fork: the shared expert beside the routed ones), which
+	// shortens decode steps by a few percent (docs/performance.md).
 	NoSideStream bool
 }
 
@@ -102,8 +102,8 @@ func New(o Options) (*Backend, error) {
 }
 
 // pdlMaxRows is the largest step (rows) launched with programmatic dependent
-// launch: it measured faster at 1 and 8 rows and slower at 64 rows of the
-// Flash stack (docs/performance.md, 2026-12-04c).
+// launch: it is faster at 1 and 8 rows and slower at 64 rows of the Flash
+// stack.
 const pdlMaxRows = 16
 
 // pdlFor sets the backend stream's launch mode for the step of bt.

@@ -204,8 +204,7 @@ func (b *Backend) LinearF32(x backend.Tensor, w backend.Linear, out backend.Tens
 // linearF32 is the fp32 linear y[m, :] = x[m, :] · Wᵀ (no rounding): with
 // bf16 weights on tensor cores, x split exactly into three bf16 parts
 // (every product exact), from 2 rows on (one row streams as fast on the SIMT
-// GEMV; at 2-32 rows the SIMT kernels were slower, 2026-12-05f); otherwise
-// the SIMT kernels.
+// GEMV, which is slower from 2 rows on); otherwise the SIMT kernels.
 func (b *Backend) linearF32(y, x cuda.DevicePtr, l *linear, m int) error {
 	sh, _ := l.shape(m, 1, l.in)
 	if m >= 2 && sh.Format == cuda.WeightBF16 && cuda.BF16x3DecFits(sh, x, l.w.Ptr) {

@@ -215,7 +215,7 @@ func TestParseVariants(t *testing.T) {
 	}
 	for _, args := range [][]string{
 		{"--variants", "nope"},
-		{"--variants", "no-side;f32-simt"}, // the default since 2026-12-05f
+		{"--variants", "no-side;f32-simt"}, // a removed experiment
 		{"--kernel-opts", "f32-simt"},
 		{"--variants", "no-side", "--side-stream=false"},
 		{"--variants", "no-side", "--device", "cpu"},

@@ -356,7 +356,7 @@ DEV void hc_head_fin_body(float* __restrict__ out, const float* __restrict__ x, 
 // hc_pre_fin_f32 / hc_pre_fin_norm_f32 (one CTA a row; the norm variant also
 // runs rmsnorm_f32 on the output row, bit for bit the two launches). At
 // decode each memory round trip and each dependent step is on the critical
-// path (H200, 2026-12-05e: 11.4 -> 6.1 us a call against a warp Sinkhorn):
+// path (about half the time of a warp Sinkhorn a call):
 // - base and the norm weight (weights) are loaded before the PDL wait, x's
 //   first XC float4 sets and all S partials of a thread right after it: one
 //   round trip for the partials, base and x together;

@@ -235,8 +235,8 @@ extern "C" __global__ void __launch_bounds__(256) linear_bf16x3_w1(float* __rest
 // of two) multiplies into acc: the products are those of linear_f32, only
 // the order of the fp32 sums differs. bf16 weights likewise sum a chunk in
 // tmp, added to acc in fp32: the tensor cores' accumulation is not IEEE, and
-// 2048 K of MMAs into one accumulator drifted past 2^-20·Σ|products| (H200,
-// 2026-12-05e; docs/numerics.md). SPLIT 3 (bf16 weights): fp32 x in the
+// 2048 K of MMAs into one accumulator drifted past 2^-20·Σ|products|
+// (docs/numerics.md). SPLIT 3 (bf16 weights): fp32 x in the
 // three exact bf16 planes of linear_bf16x3, three MMAs per product, for the
 // fp32 linears (head, compressor); rnd 0 keeps their fp32 outputs. Split K
 // (gridDim.y > 1): partials to part[split][M][N]; the tile's last CTA sums

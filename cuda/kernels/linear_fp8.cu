@@ -63,7 +63,7 @@ extern "C" __global__ void __launch_bounds__(128) linear_fp8(
 
 	// Scale bytes, loaded one block ahead and decoded by selects: loaded at the
 	// promotion behind bounds and decode branches they put dependent global
-	// loads between two blocks' MMAs (SASS, 2026-12-04). Two bytes a thread
+	// loads between two blocks' MMAs (seen in the SASS). Two bytes a thread
 	// (fewer live registers; four held across the MMAs cost a stack): the
 	// weight scale and the act scale of row rA + 8c; thread (g, c) needs rows
 	// rA + 8q, q = 0..3, and gets those factors by shuffle from lane 4g + q.

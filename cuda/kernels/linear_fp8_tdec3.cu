@@ -1,8 +1,8 @@
 // Decode-shaped FP8 linear (M <= 16) on Hopper (sm_90a): linear_fp8_tdec
 // (the function of linear_fp8_dec, kernels/linear_fp8.cu, fed by TMA) with
 // several K blocks per request and a planned ring, for the large grids where
-// that pays (H200, 2026-12-04g: Pro wq_b 51 -> 62 %, Pro wo_b 48 -> 60 % of
-// copy at 1 token; slower than linear_fp8_tdec on grids of ~2 CTAs an SM). A CTA is 4 warps on the same
+// that pays (about 10 points of copy bandwidth on Pro wq_b and wo_b at 1
+// token; slower than linear_fp8_tdec on grids of ~2 CTAs an SM). A CTA is 4 warps on the same
 // 16 output rows, warp w taking K blocks [w*per, (w+1)*per); each warp owns
 // a ring of ts stages, filled by its lane 0 and guarded by its own
 // mbarriers, so warps never wait for each other inside the K loop.
@@ -147,7 +147,7 @@ DEV void tdec3_body(
 
 // 7 CTAs an SM in the register bound (72 registers). A bound of 3, as
 // linear_fp8_tdec's, gained 1-2.5 points of copy on the small grids that
-// linear_fp8_tdec keeps, far from closing the gap (H200, 2026-12-04h).
+// linear_fp8_tdec keeps, far from closing the gap.
 extern "C" __global__ void __launch_bounds__(128, 7) linear_fp8_tdec3(u16* __restrict__ y, const u8* __restrict__ xs,
 	const u8* __restrict__ ws, int M, int N, int K, float* __restrict__ yf,
 	const __grid_constant__ TmaMap wmap, const __grid_constant__ TmaMap wmap1,

@@ -164,7 +164,7 @@ DEV void dec_fixup(u8* ring, u16* __restrict__ y, const float* part, int* counte
 // (prefill chunks put 9-16 rows on an expert). The K loop is unrolled by the
 // ring depth so that stage offsets are constants and the copy sources are
 // running pointers: the loop's bookkeeping was about as many instructions as
-// the FP4 decoding (SASS, 2026-12-04).
+// the FP4 decoding (seen in the SASS).
 template <bool NV, int MT>
 DEV void dec_cta(u8* ring, u16* __restrict__ y, const u8* __restrict__ xq, const u8* __restrict__ xs,
 	int e, int mBeg, int mEnd, const u8* __restrict__ w, const u8* __restrict__ wscale,
