@@ -14,15 +14,9 @@ models=${2:-flash,pro}
 layers=${3:-4}
 mkdir -p "$out/perf" && out=$(cd "$out" && pwd)
 here=$(cd "$(dirname "$0")" && pwd)
-bin=
-if [ -n "${BIN:-}" ]; then
-	bin=$(cd "$BIN" && pwd) || { echo "$0: no directory $BIN" >&2; exit 1; }
-fi
-cd "$here/.." || exit 1
-if [ -z "$bin" ]; then
-	go build -o bin/bench ./cmd/bench || exit 1
-	bin=$PWD/bin
-fi
+# shellcheck source=scripts/lib.sh
+. "$here/lib.sh"
+use_bins bench
 export LD_LIBRARY_PATH=/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
 nvidia-smi --query-gpu=name,driver_version,clocks.max.sm,memory.total --format=csv,noheader | tee "$out/gpu.txt"
 "$bin/bench" kernels --model "$models" --tokens "${TOKENS:-1,8,64,512,4096}" --reps 10 --json "$out/ours.jsonl" | tee "$out/kernels.txt"

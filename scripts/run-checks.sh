@@ -11,17 +11,9 @@ set -u
 out=${1:?usage: run-checks.sh OUTDIR [test-regex]}
 run=${2:-.}
 mkdir -p "$out" && out=$(cd "$out" && pwd)
-here=$(cd "$(dirname "$0")" && pwd)
-bin=
-if [ -n "${BIN:-}" ]; then
-	bin=$(cd "$BIN" && pwd) || { echo "$0: no directory $BIN" >&2; exit 1; }
-fi
-cd "$here/.." || exit 1
-if [ -z "$bin" ]; then
-	go test -c -o bin/cuda.test ./cuda && go test -c -o bin/gpu.test ./backend/gpu &&
-		go test -c -o bin/opcheck.test ./backend/gpu/opcheck && go build -o bin/bench ./cmd/bench || exit 1
-	bin=$PWD/bin
-fi
+# shellcheck source=scripts/lib.sh
+. "$(dirname "$0")/lib.sh"
+use_bins ./cuda ./backend/gpu ./backend/gpu/opcheck bench
 export LD_LIBRARY_PATH=/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
 nvidia-smi --query-gpu=name,driver_version,clocks.max.sm,memory.total --format=csv,noheader | tee "$out/gpu.txt"
 (cd "$bin" && timeout 200 ./cuda.test -test.v -test.run "$run" > "$out/cuda.txt" 2>&1; echo "cuda.test rc=$?")
