@@ -294,6 +294,67 @@ func TestChatPageBrowser(t *testing.T) {
 	}
 }
 
+// TestChatPageStop stops a long answer with the stop button, then sends a
+// second prompt through the form: the stopped turn stays in the
+// conversation and the second request carries it.
+func TestChatPageStop(t *testing.T) {
+	if testing.Short() {
+		t.Skip("browser test: not in -short")
+	}
+	chromiumBinary(t)
+	srv, _ := startServer(t, Config{}, 0)
+	b := openPage(t, srv.URL+"/?prompt=Tell%20me%20a%20story&autosend=1&max_tokens=900")
+	var stopped pageResult
+	b.eval(`new Promise((resolve) => {
+  const poll = () => {
+    const m = document.querySelector(".msg.assistant");
+    if (m && m.dataset.state === "streaming" && m.querySelector(".answer").textContent.length > 0) {
+      document.getElementById("stop").click();
+    }
+    if (m && m.dataset.state !== "waiting" && m.dataset.state !== "streaming") {
+      resolve({state: m.dataset.state, answer: m.querySelector(".answer").textContent, text: m.textContent});
+    } else {
+      setTimeout(poll, 20);
+    }
+  };
+  poll();
+})`, &stopped)
+	if stopped.State != "stopped" || stopped.Answer == "" {
+		t.Fatalf("after stop: state %q, text %q", stopped.State, stopped.Text)
+	}
+	var sendEnabled bool
+	b.eval(`!document.getElementById("send").disabled && document.getElementById("stop").disabled`, &sendEnabled)
+	if !sendEnabled {
+		t.Error("after stop, send is disabled or stop enabled")
+	}
+	var second pageResult
+	b.eval(`const send = window.fetch;
+window.fetch = (url, opts) => {
+  if (url === "/v1/chat/completions") window.sentMessages = JSON.parse(opts.body).messages;
+  return send(url, opts);
+};
+document.getElementById("prompt").value = "And then?";
+document.getElementById("max-tokens").value = "4";
+document.getElementById("form").requestSubmit();
+`+waitPageJS, &second)
+	if second.State != "done" {
+		t.Fatalf("second turn: state %q, text %q", second.State, second.Text)
+	}
+	var turns []string
+	b.eval(`[...document.querySelectorAll(".msg")].map((m) => m.classList[1] + ":" + m.dataset.state)`, &turns)
+	if want := []string{"user:undefined", "assistant:stopped", "user:undefined", "assistant:done"}; strings.Join(turns, " ") != strings.Join(want, " ") {
+		t.Errorf("messages %v, want %v", turns, want)
+	}
+	var sent []struct{ Role, Content string }
+	b.eval(`window.sentMessages`, &sent)
+	if len(sent) != 3 || sent[0] != (struct{ Role, Content string }{"user", "Tell me a story"}) ||
+		sent[1].Role != "assistant" || sent[2] != (struct{ Role, Content string }{"user", "And then?"}) {
+		t.Fatalf("second request sent %+v, want the first prompt, the stopped answer and the second prompt", sent)
+	}
+	// The page shows the stopped answer rendered as Markdown: compare words.
+	checkWords(t, "stopped answer", stopped.Answer, sent[1].Content)
+}
+
 func checkWords(t *testing.T, what, got, want string) {
 	t.Helper()
 	words := wordRE.FindAllString(want, -1)
