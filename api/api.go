@@ -94,6 +94,12 @@ func New(eng *engine.Engine, tok *tokenizer.Tokenizer, cfg Config) http.Handler 
 		writeError(c, errorf(http.StatusMethodNotAllowed, "", "method_not_allowed", "%s is not allowed on %s", c.Request.Method, c.Request.URL.Path))
 	})
 	r.Use(requestID, clearWriteDeadline, gin.Recovery(), s.cors, s.accessLog, s.met.count)
+	page, err := chatPage()
+	if err != nil {
+		panic(err) // the embedded page is fixed at build time; TestChatPage covers it
+	}
+	r.GET("/", page)
+	r.HEAD("/", page)
 	r.GET("/health", s.health)
 	r.GET("/metrics", s.met.handler())
 	r.GET("/version", s.version)
