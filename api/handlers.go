@@ -217,6 +217,15 @@ func (s *Server) chat(c *gin.Context) {
 		return
 	}
 	g.thinking = thinking
+	srcs, err := req.grammarSources()
+	if err != nil {
+		writeError(c, err)
+		return
+	}
+	if g.constraint, err = s.constraint(append(req.ResponseFormat.grammarSource(), srcs...), thinking); err != nil {
+		writeError(c, err)
+		return
+	}
 	if thinking {
 		g.keep = append(g.keep, tokenizer.ThinkClose)
 	}
