@@ -10,6 +10,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/megamoe/megamoe/grammar"
 	"github.com/megamoe/megamoe/tokenizer"
 )
 
@@ -202,5 +203,47 @@ func TestStructuredOutputErrors(t *testing.T) {
 				t.Errorf("param %q message %q, want param %q and a message containing %q", e.Error.Param, e.Error.Message, c.param, c.msg)
 			}
 		})
+	}
+}
+
+// The grammar cache returns the compiled grammar of a source again, and
+// keeps at most grammarCacheSize of them, dropping the least recently used.
+func TestGrammarCache(t *testing.T) {
+	gs := newGrammars(nil, 0, nil)
+	compiles := 0
+	get := func(i int) *grammar.Grammar {
+		t.Helper()
+		src := "a{" + strconv.Itoa(i) + "}"
+		g, err := gs.compile("regex", src, func() (*grammar.Grammar, error) { compiles++; return grammar.CompileRegex(src) })
+		if err != nil {
+			t.Fatal(err)
+		}
+		return g
+	}
+	first := get(1)
+	for i := 2; i <= grammarCacheSize; i++ {
+		get(i)
+	}
+	steps := []struct {
+		name     string
+		i        int
+		compiles int // after the step
+	}{
+		{"hit", 1, grammarCacheSize},
+		{"one more evicts the oldest unused (2)", grammarCacheSize + 1, grammarCacheSize + 1},
+		{"1 was used recently: still cached", 1, grammarCacheSize + 1},
+		{"2 was evicted", 2, grammarCacheSize + 2},
+	}
+	for _, s := range steps {
+		g := get(s.i)
+		if compiles != s.compiles {
+			t.Errorf("%s: %d compiles, want %d", s.name, compiles, s.compiles)
+		}
+		if s.i == 1 && g != first {
+			t.Errorf("%s: a new grammar for a cached source", s.name)
+		}
+		if gs.lru.Len() > grammarCacheSize || len(gs.byKey) != gs.lru.Len() {
+			t.Errorf("%s: %d entries, %d keys, bound %d", s.name, gs.lru.Len(), len(gs.byKey), grammarCacheSize)
+		}
 	}
 }
