@@ -35,6 +35,12 @@ type grammars struct {
 	once     sync.Once
 	table    *grammar.TokenTable
 	tableErr error
+	// toolTable is table with the DSML marker token's text, which tool-call
+	// grammars spell out; other grammars must not reach it (the decoder
+	// drops a special token's text from their output).
+	toolOnce     sync.Once
+	toolTable    *grammar.TokenTable
+	toolTableErr error
 
 	mu    sync.Mutex
 	lru   *list.List // of *grammarEntry, most recent first
@@ -53,16 +59,31 @@ func newGrammars(tok *tokenizer.Tokenizer, vocab int, eos []int32) *grammars {
 // tokenTable is the model vocabulary's token bytes (ids past the tokenizer's,
 // and added tokens, are never allowed).
 func (gs *grammars) tokenTable() (*grammar.TokenTable, error) {
-	gs.once.Do(func() {
-		vocab := make([][]byte, gs.vocab)
-		for id := range min(gs.vocab, gs.tok.VocabSize()) {
-			if !gs.tok.IsAdded(id) {
-				vocab[id] = []byte(gs.tok.Decode([]int{id}))
-			}
-		}
-		gs.table, gs.tableErr = grammar.NewTokenTable(vocab, gs.eos)
-	})
+	gs.once.Do(func() { gs.table, gs.tableErr = grammar.NewTokenTable(gs.vocabBytes(), gs.eos) })
 	return gs.table, gs.tableErr
+}
+
+// toolCallTable is tokenTable for tool-call grammars: the DSML marker token
+// has its text.
+func (gs *grammars) toolCallTable() (*grammar.TokenTable, error) {
+	gs.toolOnce.Do(func() {
+		vocab := gs.vocabBytes()
+		if id, ok := gs.tok.TokenID(tokenizer.DSML); ok && id < len(vocab) {
+			vocab[id] = []byte(tokenizer.DSML)
+		}
+		gs.toolTable, gs.toolTableErr = grammar.NewTokenTable(vocab, gs.eos)
+	})
+	return gs.toolTable, gs.toolTableErr
+}
+
+func (gs *grammars) vocabBytes() [][]byte {
+	vocab := make([][]byte, gs.vocab)
+	for id := range min(gs.vocab, gs.tok.VocabSize()) {
+		if !gs.tok.IsAdded(id) {
+			vocab[id] = []byte(gs.tok.Decode([]int{id}))
+		}
+	}
+	return vocab
 }
 
 // compile returns the cached grammar of (kind, src), compiling it on a miss.
@@ -98,6 +119,7 @@ func (gs *grammars) compile(kind, src string, build func() (*grammar.Grammar, er
 type grammarSource struct {
 	param, kind, src string
 	build            func() (*grammar.Grammar, error)
+	toolCalls        bool // matched with toolCallTable
 }
 
 // grammarSources lists the constraints p asks for (guided_* and structured_outputs).
@@ -169,6 +191,9 @@ func (s *Server) constraint(srcs []grammarSource, thinking bool) (*engine.Constr
 		return nil, errorf(http.StatusBadRequest, src.param, "invalid_"+src.kind, "invalid %s: %v", src.param, err)
 	}
 	table, err := s.grammars.tokenTable()
+	if src.toolCalls {
+		table, err = s.grammars.toolCallTable()
+	}
 	if err != nil {
 		return nil, errorf(http.StatusInternalServerError, "", "", "token table: %v", err)
 	}
@@ -197,4 +222,37 @@ func (f *responseFormat) grammarSource() []grammarSource {
 			build: func() (*grammar.Grammar, error) { return grammar.CompileJSONSchema(schema) }}}
 	}
 	return nil
+}
+
+// toolCallSource is the constraint of tool_choice "required" or a named
+// function: the DSML tool-call block over the rendered tools, each call's
+// parameters constrained by its schema.
+func (r *chatRequest) toolCallSource(tools []json.RawMessage) ([]grammarSource, error) {
+	choice, err := parseToolChoice(r.ToolChoice)
+	if err != nil || (choice.mode != "required" && choice.mode != "function") || len(tools) == 0 {
+		return nil, err
+	}
+	fns := make([]grammar.Tool, len(tools))
+	for i, t := range tools {
+		var fn struct {
+			Function struct {
+				Name       string          `json:"name"`
+				Parameters json.RawMessage `json:"parameters"`
+			} `json:"function"`
+		}
+		if err := json.Unmarshal(t, &fn); err != nil {
+			return nil, errorf(http.StatusBadRequest, "tools", "", "tool: %v", err)
+		}
+		fns[i] = grammar.Tool{Name: fn.Function.Name}
+		if set(fn.Function.Parameters) {
+			fns[i].Parameters = fn.Function.Parameters
+		}
+	}
+	parallel := r.ParallelToolCalls == nil || *r.ParallelToolCalls
+	key, _ := json.Marshal(struct {
+		Tools    []grammar.Tool
+		Parallel bool
+	}{fns, parallel})
+	return []grammarSource{{param: "tool_choice", kind: "tools", src: string(key), toolCalls: true,
+		build: func() (*grammar.Grammar, error) { return grammar.CompileToolCalls(fns, parallel) }}}, nil
 }

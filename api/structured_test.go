@@ -185,6 +185,7 @@ func TestStructuredOutputErrors(t *testing.T) {
 		{"empty choice", `{` + msgs + `,"guided_choice":[]}`, "guided_choice", "invalid guided_choice"},
 		{"two constraints", `{` + msgs + `,"guided_regex":"a","guided_choice":["b"]}`, "guided_choice", "both"},
 		{"response_format and guided", `{` + msgs + `,"response_format":{"type":"json_object"},"guided_regex":"a"}`, "guided_regex", "both"},
+		{"response_format and a forced tool call", `{` + msgs + `,"tools":[` + flagTool + `],"tool_choice":"required","response_format":{"type":"json_object"}}`, "tool_choice", "both"},
 		{"structured_outputs bad regex", `{` + msgs + `,"structured_outputs":{"regex":"[z-a]"}}`, "structured_outputs.regex", "invalid"},
 	}
 	for _, c := range cases {
@@ -246,4 +247,136 @@ func TestGrammarCache(t *testing.T) {
 			t.Errorf("%s: %d entries, %d keys, bound %d", s.name, gs.lru.Len(), len(gs.byKey), grammarCacheSize)
 		}
 	}
+}
+
+// Tools whose parameters the random embedded model can finish (no free strings).
+const (
+	levelTool = `{"type":"function","function":{"name":"set_level","parameters":{"type":"object","properties":{"level":{"type":"integer","minimum":0,"maximum":9},"unit":{"enum":["db","%"]}},"required":["level","unit"]}}}`
+	flagTool  = `{"type":"function","function":{"name":"set_flag","parameters":{"type":"object","properties":{"on":{"type":"boolean"}},"required":["on"]}}}`
+)
+
+// tool_choice "required" and a named function always produce parsed tool
+// calls of the offered functions with valid arguments, streamed or not.
+func TestForcedToolCalls(t *testing.T) {
+	srv, _ := startServer(t, Config{ModelName: "m"}, 0)
+	slash := goldenTokenizer(t).Encode("/")
+	if len(slash) != 1 {
+		t.Fatalf("/ is %d tokens", len(slash))
+	}
+	// The random model would add invokes without end: after "\n<" the bias
+	// makes the block's closing "/" likely.
+	closing := fmt.Sprintf(`,"logit_bias":{"%d":8}`, slash[0])
+	validate := map[string]func(string) error{
+		"set_level": func(args string) error {
+			var v struct {
+				Level *float64
+				Unit  *string
+			}
+			if err := json.Unmarshal([]byte(args), &v); err != nil {
+				return err
+			}
+			if v.Level == nil || *v.Level != float64(int(*v.Level)) || *v.Level < 0 || *v.Level > 9 || v.Unit == nil || (*v.Unit != "db" && *v.Unit != "%") {
+				return fmt.Errorf("arguments %s", args)
+			}
+			return nil
+		},
+		"set_flag": func(args string) error {
+			var v struct{ On *bool }
+			if err := json.Unmarshal([]byte(args), &v); err != nil || v.On == nil {
+				return fmt.Errorf("arguments %s: %v", args, err)
+			}
+			return nil
+		},
+	}
+	cases := []struct {
+		name, choice string
+		want         []string // allowed function names
+		parallel     bool
+		extra        string
+	}{
+		{"required", `"required"`, []string{"set_level", "set_flag"}, false, ""},
+		{"required, parallel", `"required"`, []string{"set_level", "set_flag"}, true, closing},
+		{"named", `{"type":"function","function":{"name":"set_flag"}}`, []string{"set_flag"}, false, ""},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			for _, stream := range []bool{false, true} {
+				for seed := range 3 {
+					body := fmt.Sprintf(`{"model":"m","messages":[{"role":"user","content":"Set it."}],"tools":[%s,%s],"tool_choice":%s,"parallel_tool_calls":%v,"max_tokens":300,"n":2,"temperature":1,"seed":%d,"stream":%v%s}`,
+						levelTool, flagTool, c.choice, c.parallel, seed, stream, c.extra)
+					resp, data := post(t, srv, "/v1/chat/completions", body, nil)
+					if resp.StatusCode != http.StatusOK {
+						t.Fatalf("status %d: %s", resp.StatusCode, data)
+					}
+					calls, finishes := choiceToolCalls(t, data, stream)
+					for i := range calls {
+						if finishes[i] != "tool_calls" || len(calls[i]) == 0 || (!c.parallel && len(calls[i]) != 1) {
+							t.Errorf("stream %v seed %d choice %d: finish %q, calls %v", stream, seed, i, finishes[i], calls[i])
+							continue
+						}
+						for _, call := range calls[i] {
+							if !slices.Contains(c.want, call[0]) {
+								t.Errorf("stream %v seed %d choice %d: call of %q, want one of %v", stream, seed, i, call[0], c.want)
+							} else if err := validate[call[0]](call[1]); err != nil {
+								t.Errorf("stream %v seed %d choice %d: %s: %v", stream, seed, i, call[0], err)
+							}
+						}
+					}
+				}
+			}
+		})
+	}
+}
+
+// choiceToolCalls collects each choice's tool calls ([name, arguments]) and
+// finish reason, from a response or from the chunks of a stream.
+func choiceToolCalls(t *testing.T, data []byte, stream bool) ([][][2]string, []string) {
+	t.Helper()
+	type call struct {
+		Function struct{ Name, Arguments string }
+	}
+	type choice struct {
+		Index        int
+		FinishReason *string `json:"finish_reason"`
+		Message      *struct {
+			ToolCalls []call `json:"tool_calls"`
+		}
+		Delta *struct {
+			ToolCalls []call `json:"tool_calls"`
+		}
+	}
+	events := []string{string(data)}
+	if stream {
+		events = sseEvents(t, data)
+	}
+	var calls [][][2]string
+	var finishes []string
+	for _, ev := range events {
+		var r struct{ Choices []choice }
+		if err := json.Unmarshal([]byte(ev), &r); err != nil {
+			t.Fatalf("%v: %s", err, ev)
+		}
+		for _, ch := range r.Choices {
+			for len(calls) <= ch.Index {
+				calls, finishes = append(calls, nil), append(finishes, "")
+			}
+			var cs []call
+			if ch.Message != nil {
+				cs = ch.Message.ToolCalls
+			}
+			if ch.Delta != nil {
+				cs = ch.Delta.ToolCalls
+			}
+			for _, c := range cs {
+				calls[ch.Index] = append(calls[ch.Index], [2]string{c.Function.Name, c.Function.Arguments})
+			}
+			if ch.FinishReason != nil {
+				finishes[ch.Index] = *ch.FinishReason
+			}
+		}
+	}
+	if len(calls) != 2 {
+		t.Fatalf("%d choices, want 2", len(calls))
+	}
+	return calls, finishes
 }
