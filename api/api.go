@@ -65,6 +65,8 @@ type Server struct {
 	log     *slog.Logger
 	met     *metrics
 	quoter  *strings.Replacer // quotes special-token strings in user text
+	// grammars compiles structured-output constraints (cached) and holds the token table.
+	grammars *grammars
 }
 
 // New returns the HTTP handler serving eng with tok.
@@ -85,6 +87,7 @@ func New(eng *engine.Engine, tok *tokenizer.Tokenizer, cfg Config) http.Handler 
 	}
 	s := &Server{eng: eng, tok: tok, cfg: cfg, maxLen: eng.Config().MaxModelLen, created: time.Now().Unix(), log: cfg.Logger, met: newMetrics(eng, cfg.ModelName)}
 	s.quoter = newQuoter(tok)
+	s.grammars = newGrammars(tok, eng.Vocab(), cfg.StopTokens)
 	r := gin.New()
 	r.HandleMethodNotAllowed = true
 	r.NoRoute(func(c *gin.Context) {
@@ -295,6 +298,12 @@ type commonParams struct {
 	LogitBias                  map[string]float64 `json:"logit_bias"`
 	N                          *int               `json:"n"`
 	BestOf                     *int               `json:"best_of"`
+	// Structured outputs, vLLM's spellings (at most one of them).
+	GuidedJSON        json.RawMessage    `json:"guided_json"`
+	GuidedRegex       *string            `json:"guided_regex"`
+	GuidedChoice      []string           `json:"guided_choice"`
+	GuidedGrammar     *string            `json:"guided_grammar"`
+	StructuredOutputs *structuredOutputs `json:"structured_outputs"`
 }
 
 type streamOptions struct {
@@ -316,6 +325,8 @@ type genSpec struct {
 	withStop  bool     // include a matched stop string in the text
 	keep      []string // special tokens whose text is kept anyway (parsed out later)
 	n         int      // independent choices
+	// constraint restricts the output to a grammar (structured outputs).
+	constraint *engine.Constraint
 }
 
 func (s *Server) checkModel(name string) error {

@@ -96,6 +96,15 @@ func (s *Server) completions(c *gin.Context) {
 		writeError(c, err)
 		return
 	}
+	srcs, err := req.grammarSources()
+	if err != nil {
+		writeError(c, err)
+		return
+	}
+	if g.constraint, err = s.constraint(srcs, false); err != nil {
+		writeError(c, err)
+		return
+	}
 	if req.Logprobs != nil {
 		if err := setLogprobs(&g.params, true, *req.Logprobs, "logprobs"); err != nil {
 			writeError(c, err)

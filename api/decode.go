@@ -112,7 +112,7 @@ func joinPath(path, key string) string {
 // setting one (to anything but null) gets a 400 naming it rather than an
 // answer that silently ignores it.
 func unsupported(endpoint string) []string {
-	common := []string{"guided_json", "guided_regex", "guided_choice", "guided_grammar", "structured_outputs", "use_beam_search",
+	common := []string{"use_beam_search",
 		"length_penalty", "prompt_logprobs", "truncate_prompt_tokens", "allowed_token_ids", "bad_words", "priority"}
 	switch endpoint {
 	case "chat":

@@ -92,7 +92,8 @@ func (s *Server) fanOut(ctx context.Context, g *genSpec, emit func(int, delta) e
 // partial UTF-8 held back, cut at token boundaries), and returns the whole
 // output. ctx ending cancels the sequence.
 func (s *Server) generate(ctx context.Context, g *genSpec, emit func(delta) error) (*result, error) {
-	st, err := s.eng.Submit(&engine.Request{Prompt: g.prompt, Params: g.params, MaxTokens: g.maxTokens, StopTokens: g.stopIDs})
+	st, err := s.eng.Submit(&engine.Request{Prompt: g.prompt, Params: g.params, MaxTokens: g.maxTokens, StopTokens: g.stopIDs,
+		Constraint: g.constraint})
 	switch {
 	case errors.Is(err, engine.ErrQueueFull):
 		return nil, errorf(http.StatusTooManyRequests, "", "queue_full", "the server is busy; retry later")

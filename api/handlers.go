@@ -39,6 +39,7 @@ type chatRequest struct {
 	Tools              []json.RawMessage `json:"tools"`
 	ToolChoice         json.RawMessage   `json:"tool_choice"`
 	ResponseFormat     *responseFormat   `json:"response_format"`
+	ParallelToolCalls  *bool             `json:"parallel_tool_calls"`
 	Logprobs           bool              `json:"logprobs"`
 	TopLogprobs        *int              `json:"top_logprobs"`
 	// vLLM's chat extensions.
@@ -217,6 +218,21 @@ func (s *Server) chat(c *gin.Context) {
 		return
 	}
 	g.thinking = thinking
+	srcs, err := req.grammarSources()
+	if err != nil {
+		writeError(c, err)
+		return
+	}
+	calls, err := req.toolCallSource(tools)
+	if err != nil {
+		writeError(c, err)
+		return
+	}
+	srcs = append(append(req.ResponseFormat.grammarSource(), srcs...), calls...)
+	if g.constraint, err = s.constraint(srcs, thinking); err != nil {
+		writeError(c, err)
+		return
+	}
 	if thinking {
 		g.keep = append(g.keep, tokenizer.ThinkClose)
 	}

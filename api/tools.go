@@ -41,11 +41,8 @@ func parseToolChoice(raw json.RawMessage) (toolChoice, error) {
 // activeTools validates tools and applies tool_choice, returning the tools to
 // render: none for "none", only the named one for a named function, all of
 // them otherwise.
-//
-// Limitation: decoding is not constrained yet, so "required" and a named
-// function only shape the prompt; the model may still answer without a tool
-// call, and that answer is returned as is, with its own finish_reason ("stop",
-// or "length" when cut), never "tool_calls".
+// For "required" and a named function, decoding is also constrained to the
+// DSML tool-call block (toolCallSource).
 func (r *chatRequest) activeTools() ([]json.RawMessage, error) {
 	choice, err := parseToolChoice(r.ToolChoice)
 	if err != nil {

@@ -147,6 +147,13 @@ func (e *Engine) Submit(req *Request) (*Stream, error) {
 			return nil, fmt.Errorf("engine: prompt token %d outside the vocabulary [0, %d)", t, e.model.Vocab())
 		}
 	}
+	var cs *constraintState
+	if req.Constraint != nil {
+		var err error
+		if cs, err = newConstraintState(req.Constraint, e.model.Vocab()); err != nil {
+			return nil, fmt.Errorf("engine: %w", err)
+		}
+	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if e.stopped {
@@ -158,7 +165,7 @@ func (e *Engine) Submit(req *Request) (*Stream, error) {
 	e.nextID++
 	st := newStream(e.nextID, e.cancel)
 	seq := &Sequence{ID: e.nextID, Tokens: append([]int32(nil), req.Prompt...), NumPrompt: len(req.Prompt),
-		Req: req, Sampler: NewSampler(req.Params, req.Prompt), stream: st}
+		Req: req, Sampler: NewSampler(req.Params, req.Prompt), stream: st, grammar: cs}
 	e.inbox = append(e.inbox, seq)
 	e.queued++
 	e.signal()
@@ -285,7 +292,7 @@ func (r *Runner) Run(items []Item) ([]Result, error) {
 	for i := range items {
 		it := &items[i]
 		fwd[i] = ForwardItem{Seq: it.Seq.KV, Tokens: it.Tokens(), AllLogits: it.AllLogits}
-		if r.drawer != nil && it.Sample {
+		if r.drawer != nil && it.Sample && it.Seq.grammar == nil { // the device sampler takes no mask
 			if d, ok := it.Seq.Sampler.DeviceDraw(); ok {
 				fwd[i].Draw, drawing = &d, true
 			}
@@ -345,7 +352,16 @@ func (r *Runner) Run(items []Item) ([]Result, error) {
 				res[i].Prompt = promptLogprobs(it, rows, vocab)
 			}
 			if it.Sample && fwd[i].Draw == nil {
-				res[i].Sampled = it.Seq.Sampler.Sample(rows[len(rows)-vocab:])
+				masked, err := it.Seq.grammar.fill()
+				if err != nil {
+					res[i].Err = err
+					return nil
+				}
+				var mask []uint32
+				if masked {
+					mask = it.Seq.grammar.mask
+				}
+				res[i].Sampled = it.Seq.Sampler.SampleMasked(rows[len(rows)-vocab:], mask)
 			}
 			return nil
 		})

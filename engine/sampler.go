@@ -113,7 +113,11 @@ func (s *Sampler) Accept(id int32) {
 }
 
 // Sample picks the next token from logits (len = vocab); logits is not modified.
-func (s *Sampler) Sample(logits []float32) Sampled {
+func (s *Sampler) Sample(logits []float32) Sampled { return s.SampleMasked(logits, nil) }
+
+// SampleMasked is Sample over the tokens whose bit is set in mask (nil: all);
+// logprobs stay those of the raw logits.
+func (s *Sampler) SampleMasked(logits []float32, mask []uint32) Sampled {
 	var out Sampled
 	lse := 0.0
 	if s.p.Logprobs || s.p.TopLogprobs > 0 {
@@ -122,9 +126,14 @@ func (s *Sampler) Sample(logits []float32) Sampled {
 			out.Top = topLogprobsLSE(logits, s.p.TopLogprobs, lse)
 		}
 	}
-	if s.p.Temperature == 0 && s.unbiased() {
+	switch {
+	case mask != nil:
+		x := s.processed(logits)
+		applyMask(x, mask)
+		out.ID = s.choose(x)
+	case s.p.Temperature == 0 && s.unbiased():
 		out.ID = argmaxNaNLow(logits) // choose(processed(logits)) without the copy
-	} else {
+	default:
 		out.ID = s.choose(s.processed(logits))
 	}
 	if s.p.Logprobs || s.p.TopLogprobs > 0 {

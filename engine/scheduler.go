@@ -40,6 +40,7 @@ func (it *Item) Tokens() []int32 { return it.Seq.Tokens[it.Start : it.Start+it.N
 type Result struct {
 	Sampled Sampled // valid when the item was sampled
 	Prompt  []Token // prompt logprobs covered by this chunk
+	Err     error   // the sequence cannot continue (its grammar failed)
 }
 
 // Scheduler decides, step by step, which tokens of which sequences run. It is
@@ -174,6 +175,13 @@ func (s *Scheduler) Postprocess(items []Item, results []Result, err error) {
 			ev.Prompt = r.Prompt
 			seq.promptLP += len(r.Prompt)
 		}
+		if r.Err != nil {
+			if len(ev.Prompt) > 0 {
+				seq.stream.push(ev)
+			}
+			s.finish(seq, FinishError, r.Err)
+			continue
+		}
 		if !it.Sample {
 			if len(ev.Prompt) > 0 {
 				seq.stream.push(ev)
@@ -184,8 +192,11 @@ func (s *Scheduler) Postprocess(items []Item, results []Result, err error) {
 		seq.Tokens = append(seq.Tokens, tok.ID)
 		seq.Sampler.Accept(tok.ID)
 		ev.Tokens = []Token{{ID: tok.ID, Logprob: tok.Logprob, Top: tok.Top}}
+		ended, gerr := seq.grammar.accept(tok.ID)
 		switch {
-		case slices.Contains(seq.Req.StopTokens, tok.ID):
+		case gerr != nil:
+			ev.Finish, ev.Err = FinishError, gerr
+		case ended || slices.Contains(seq.Req.StopTokens, tok.ID):
 			ev.Finish = FinishStop
 		case seq.Generated() >= seq.Req.MaxTokens || len(seq.Tokens) >= s.cfg.MaxModelLen:
 			ev.Finish = FinishLength

@@ -27,6 +27,8 @@ type Request struct {
 	// PromptLogprobs asks for the logprob (and TopLogprobs alternatives) of every
 	// prompt token after the first (OpenAI completions echo+logprobs).
 	PromptLogprobs bool
+	// Constraint, if set, restricts the output to a grammar.
+	Constraint *Constraint
 }
 
 // Token is one generated (or, for prompt logprobs, one prompt) token.
@@ -136,6 +138,7 @@ type Sequence struct {
 	stream    *Stream
 	promptLP  int // prompt positions whose logprobs were sent
 	Preempted int // times it was preempted
+	grammar   *constraintState
 }
 
 // Generated is the number of generated tokens.
