@@ -63,6 +63,15 @@ func matchRegex(pattern string) func(string) error {
 	}
 }
 
+// seeds is the number of seeds a constrained-output test draws with: one in
+// the fast tier.
+func seeds() int {
+	if testing.Short() {
+		return 1
+	}
+	return 3
+}
+
 // Every constrained output, streamed or not, n = 2, over a few seeds, parses
 // and validates, and ends with finish_reason "stop".
 func TestStructuredOutputs(t *testing.T) {
@@ -106,7 +115,7 @@ func TestStructuredOutputs(t *testing.T) {
 				prompt = `"prompt":"Answer:"`
 			}
 			for _, stream := range []bool{false, true} {
-				for seed := range 3 {
+				for seed := range seeds() {
 					body := fmt.Sprintf(`{"model":"m",%s,%s,"max_tokens":200,"n":2,"temperature":1,"seed":%d,"stream":%v}`, prompt, c.field, seed, stream)
 					resp, data := post(t, srv, c.path, body, nil)
 					if resp.StatusCode != http.StatusOK {
@@ -301,7 +310,7 @@ func TestForcedToolCalls(t *testing.T) {
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			for _, stream := range []bool{false, true} {
-				for seed := range 3 {
+				for seed := range seeds() {
 					body := fmt.Sprintf(`{"model":"m","messages":[{"role":"user","content":"Set it."}],"tools":[%s,%s],"tool_choice":%s,"parallel_tool_calls":%v,"max_tokens":300,"n":2,"temperature":1,"seed":%d,"stream":%v%s}`,
 						levelTool, flagTool, c.choice, c.parallel, seed, stream, c.extra)
 					resp, data := post(t, srv, "/v1/chat/completions", body, nil)
