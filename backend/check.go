@@ -270,6 +270,19 @@ func checkLinear(op string, x Tensor, w Linear, out Tensor) error {
 // CheckLinear checks Linear's arguments.
 func CheckLinear(x Tensor, w Linear, out Tensor) error { return checkLinear("linear", x, w, out) }
 
+// CheckLinears checks Linears' arguments: every pair as Linear's.
+func CheckLinears(x Tensor, ws []Linear, outs []Tensor) error {
+	if len(ws) != len(outs) {
+		return fmt.Errorf("linears: %d weights, %d outputs", len(ws), len(outs))
+	}
+	for i, w := range ws {
+		if err := CheckLinear(x, w, outs[i]); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // CheckLinearF32 checks LinearF32's arguments.
 func CheckLinearF32(x Tensor, w Linear, out Tensor) error {
 	return checkLinear("linear-f32", x, w, out)

@@ -10,8 +10,8 @@ import (
 
 // Linears implements backend.Backend.
 func (b *Backend) Linears(x backend.Tensor, ws []backend.Linear, outs []backend.Tensor) error {
-	if len(ws) != len(outs) {
-		return fmt.Errorf("linears: %d weights, %d outputs", len(ws), len(outs))
+	if err := backend.CheckLinears(x, ws, outs); err != nil {
+		return err
 	}
 	for i, w := range ws {
 		if err := b.Linear(x, w, outs[i]); err != nil {

@@ -164,8 +164,8 @@ func fp8Layout(base cuda.DevicePtr, m, k int) (q, qs cuda.DevicePtr) { return ba
 // Linears implements backend.Backend: in faithful mode the FP8
 // tensor-core linears of x share one quantisation; the others run as Linear.
 func (b *Backend) Linears(x backend.Tensor, ws []backend.Linear, outs []backend.Tensor) error {
-	if len(ws) != len(outs) {
-		return fmt.Errorf("linears: %d weights, %d outputs", len(ws), len(outs))
+	if err := backend.CheckLinears(x, ws, outs); err != nil {
+		return err
 	}
 	var (
 		xt  *Tensor
