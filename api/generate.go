@@ -24,6 +24,28 @@ type delta struct {
 	keepAlive          bool // the choice still waits for its first token (nothing else is set)
 }
 
+// queueWait is a stream's wait for its n choices to be queued.
+type queueWait struct{ n, accepted int }
+
+// event handles d's queue events and reports whether d was one: the
+// response starts once every choice is queued (a 429 is still possible
+// before), and keep-alive comments go out only after it started.
+func (q *queueWait) event(d delta, started bool, start func() error, w *sse) (bool, error) {
+	switch {
+	case d.accepted:
+		if q.accepted++; q.accepted < q.n {
+			return true, nil
+		}
+		return true, start()
+	case d.keepAlive:
+		if !started {
+			return true, nil
+		}
+		return true, w.comment("keep-alive")
+	}
+	return false, nil
+}
+
 // result is a finished generation.
 type result struct {
 	text, reasoning string

@@ -362,19 +362,10 @@ func (s *Server) streamChat(c *gin.Context, g *genSpec, head chatResponse, tools
 		}
 		return nil
 	}
-	accepted := 0
+	q := queueWait{n: g.n}
 	emit := func(i int, d delta) error {
-		switch {
-		case d.accepted: // the status goes out once every choice is queued (a 429 is still possible before)
-			if accepted++; accepted < g.n {
-				return nil
-			}
-			return start()
-		case d.keepAlive:
-			if !started {
-				return nil
-			}
-			return w.comment("keep-alive")
+		if ok, err := q.event(d, started, start, &w); ok {
+			return err
 		}
 		if err := start(); err != nil {
 			return err
