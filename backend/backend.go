@@ -112,6 +112,7 @@ type KVStore interface{ Spec() KVSpec }
 type LayerKV struct {
 	Window   int // window ring entries
 	HeadDim  int // width of a KV entry
+	RopeDim  int // rope dims at the end of an entry
 	Ratio    int // 0, 4 or 128
 	IndexDim int // indexer key width (ratio 4 only), 0 otherwise
 }
@@ -122,9 +123,14 @@ type LayerKV struct {
 // fixed per-sequence state slot.
 type KVSpec struct {
 	BlockTokens int
-	Layers      []LayerKV
-	MaxBlocks   int
-	MaxSlots    int
+	// Compact keeps entries (window rings and compressed) as
+	// kvcache.EntryFormat and indexer keys as kvcache.IndexKeyFormat; the
+	// compressor pending state stays fp32. Only for Faithful numerics, whose
+	// values are already rounded to those formats.
+	Compact   bool
+	Layers    []LayerKV
+	MaxBlocks int
+	MaxSlots  int
 }
 
 // SeqInfo is one sequence of a batch.

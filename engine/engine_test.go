@@ -62,7 +62,7 @@ func (m *toyModel) logits(prefix []int32) []float32 {
 }
 
 func newToy(t *testing.T, capacityTokens int) *toyModel {
-	lay := kvcache.Layout{BlockTokens: 8, ElemBytes: 4, StateBytes: 1000, BlockBytes: 16}
+	lay := kvcache.Layout{BlockTokens: 8, StateBytes: 1000, BlockBytes: 16}
 	mgr := kvcache.NewManager(lay, int64(capacityTokens))
 	return &toyModel{t: t, cache: mgr, hist: map[int64][]int32{}, vocab: 50}
 }

@@ -72,7 +72,7 @@ func TestFootprintMatchesLayout(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		l, err := LayoutFromConfig(cfg, DefaultBlockTokens, 4)
+		l, err := LayoutFromConfig(cfg, DefaultBlockTokens, StoreF32)
 		if err != nil {
 			t.Fatal(err)
 		}

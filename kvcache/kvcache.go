@@ -15,6 +15,7 @@ var ErrCacheFull = errors.New("kv cache full")
 type LayerKind struct {
 	Window   int // window ring entries
 	HeadDim  int // KV entry width
+	RopeDim  int // rope dims at the end of an entry (bf16 in the compact store)
 	Ratio    int // 0, 4, 128
 	IndexDim int // indexer key width (ratio 4), else 0
 }
@@ -22,7 +23,9 @@ type LayerKind struct {
 // Layout is the byte geometry of the cache of one model.
 type Layout struct {
 	BlockTokens int   // token positions covered by one block
-	ElemBytes   int   // bytes per stored KV value
+	Store       Store // how entries and index keys are kept
+	EntryBytes  int   // bytes of one KV entry (window slot or compressed entry)
+	IndexBytes  int   // bytes of one indexer key (0 if no layer has an indexer)
 	StateBytes  int64 // fixed bytes per sequence: window rings + compressor states
 	BlockBytes  int64 // bytes of one block over all compressed layers (0 if none)
 	Layers      []LayerKind
@@ -31,25 +34,37 @@ type Layout struct {
 // DefaultBlockTokens is a multiple of every compression ratio.
 const DefaultBlockTokens = 256
 
-// LayoutFromConfig derives the layout of a checkpoint's layers (incl. MTP).
-// elemBytes is the backend's storage width per value (4 on the CPU backend).
-func LayoutFromConfig(c *checkpoint.Config, blockTokens, elemBytes int) (Layout, error) {
+// LayoutFromConfig derives the layout of a checkpoint's layers (incl. MTP)
+// for a store kind: StoreF32 keeps 4 bytes per value, StoreCompact keeps
+// entries in EntryFormat and index keys in IndexKeyFormat. Compressor pending
+// state is fp32 in both.
+func LayoutFromConfig(c *checkpoint.Config, blockTokens int, s Store) (Layout, error) {
 	if blockTokens <= 0 || blockTokens%128 != 0 {
 		return Layout{}, fmt.Errorf("kvcache: block tokens %d must be a positive multiple of 128", blockTokens)
 	}
-	if elemBytes <= 0 {
-		return Layout{}, fmt.Errorf("kvcache: elem bytes %d", elemBytes)
+	l := Layout{BlockTokens: blockTokens, Store: s, EntryBytes: c.HeadDim * 4, IndexBytes: c.IndexHeadDim * 4}
+	if s == StoreCompact {
+		e, err := NewEntryFormat(c.HeadDim, c.RopeDim)
+		if err != nil {
+			return Layout{}, fmt.Errorf("kvcache: layout: %w", err)
+		}
+		l.EntryBytes = e.Bytes()
+		if c.IndexHeadDim > 0 {
+			k, err := NewIndexKeyFormat(c.IndexHeadDim)
+			if err != nil {
+				return Layout{}, fmt.Errorf("kvcache: layout: %w", err)
+			}
+			l.IndexBytes = k.Bytes()
+		}
 	}
-	l := Layout{BlockTokens: blockTokens, ElemBytes: elemBytes}
-	eb := int64(elemBytes)
 	for i := range c.Layers + c.MTPLayers {
 		r := c.Ratio(i)
-		k := LayerKind{Window: c.Window, HeadDim: c.HeadDim, Ratio: r}
+		k := LayerKind{Window: c.Window, HeadDim: c.HeadDim, RopeDim: c.RopeDim, Ratio: r}
 		if r == 4 {
 			k.IndexDim = c.IndexHeadDim
 		}
 		l.Layers = append(l.Layers, k)
-		l.StateBytes += int64(k.Window*k.HeadDim) * eb
+		l.StateBytes += int64(k.Window) * int64(l.EntryBytes)
 		if r > 0 {
 			cc := 1
 			if r == 4 {
@@ -57,10 +72,10 @@ func LayoutFromConfig(c *checkpoint.Config, blockTokens, elemBytes int) (Layout,
 			}
 			// pending state: (A, Z) fp32 for cc·r rows of cc·Dc values.
 			l.StateBytes += int64(2*cc*r*cc*k.HeadDim) * 4
-			l.BlockBytes += int64(blockTokens/r*k.HeadDim) * eb
+			l.BlockBytes += int64(blockTokens/r) * int64(l.EntryBytes)
 			if k.IndexDim > 0 {
 				l.StateBytes += int64(2*cc*r*cc*k.IndexDim) * 4
-				l.BlockBytes += int64(blockTokens/r*k.IndexDim) * eb
+				l.BlockBytes += int64(blockTokens/r) * int64(l.IndexBytes)
 			}
 		}
 	}

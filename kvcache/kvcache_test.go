@@ -9,7 +9,7 @@ import (
 
 func testLayout(t *testing.T) Layout {
 	c := &checkpoint.Config{Layers: 3, MTPLayers: 1, CompressRatios: []int{0, 4, 128, 0}, Window: 16, HeadDim: 128, IndexHeadDim: 64}
-	l, err := LayoutFromConfig(c, 256, 4)
+	l, err := LayoutFromConfig(c, 256, StoreF32)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -27,7 +27,7 @@ func TestLayoutBytes(t *testing.T) {
 	if l.StateBytes != want {
 		t.Errorf("state bytes %d, want %d", l.StateBytes, want)
 	}
-	if _, err := LayoutFromConfig(&checkpoint.Config{}, 100, 4); err == nil {
+	if _, err := LayoutFromConfig(&checkpoint.Config{}, 100, StoreF32); err == nil {
 		t.Error("block tokens 100 accepted")
 	}
 }

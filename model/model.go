@@ -157,7 +157,7 @@ func New(w *checkpoint.Weights, be backend.Backend, opts Options) (*Model, error
 			return nil, fmt.Errorf("model mtp: %w", err)
 		}
 	}
-	layout, err := kvcache.LayoutFromConfig(c, kvcache.DefaultBlockTokens, 4)
+	layout, err := kvcache.LayoutFromConfig(c, kvcache.DefaultBlockTokens, kvcache.StoreF32)
 	if err != nil {
 		return nil, err
 	}
@@ -166,9 +166,9 @@ func New(w *checkpoint.Weights, be backend.Backend, opts Options) (*Model, error
 		capBytes = DefaultCacheBytes
 	}
 	m.cache = kvcache.NewManager(layout, capBytes)
-	spec := backend.KVSpec{BlockTokens: layout.BlockTokens, MaxBlocks: m.cache.MaxBlocks(), MaxSlots: m.cache.MaxSlots()}
+	spec := backend.KVSpec{BlockTokens: layout.BlockTokens, Compact: layout.Store == kvcache.StoreCompact, MaxBlocks: m.cache.MaxBlocks(), MaxSlots: m.cache.MaxSlots()}
 	for _, k := range layout.Layers {
-		spec.Layers = append(spec.Layers, backend.LayerKV{Window: k.Window, HeadDim: k.HeadDim, Ratio: k.Ratio, IndexDim: k.IndexDim})
+		spec.Layers = append(spec.Layers, backend.LayerKV{Window: k.Window, HeadDim: k.HeadDim, RopeDim: k.RopeDim, Ratio: k.Ratio, IndexDim: k.IndexDim})
 	}
 	if m.store, err = be.NewKVStore(spec); err != nil {
 		return nil, fmt.Errorf("model: %w", err)

@@ -280,7 +280,7 @@ func openBackend(f *stackFlags) (backend.Backend, func(), error) {
 // cacheFor sizes the KV cache for batch sequences of prefill+decode tokens
 // plus the warm-up's --prefill-seqs scratch sequences.
 func cacheFor(c *checkpoint.Config, f *stackFlags) int64 {
-	layout, err := kvcache.LayoutFromConfig(c, kvcache.DefaultBlockTokens, 4)
+	layout, err := kvcache.LayoutFromConfig(c, kvcache.DefaultBlockTokens, kvcache.StoreF32)
 	if err != nil {
 		return 0 // model.New reports the same error
 	}
