@@ -291,6 +291,7 @@ class MoE(nn.Module):
         self.gate = Gate(c, hashed)
         self.experts = nn.ModuleList(Expert(c) for _ in range(c.experts))
         self.shared_experts = Expert(c)
+        self.load = None  # tokens per expert in the last forward (load balancing)
 
     def swiglu(self, e, f, w=None):
         L = self.c.swiglu_limit
@@ -310,6 +311,7 @@ class MoE(nn.Module):
         w = s.gather(-1, idx)
         w = w / w.sum(-1, keepdim=True) * c.route_scale
         dense = torch.zeros_like(s).scatter_(-1, idx, w)  # [B,T,E]
+        self.load = (dense != 0).flatten(0, -2).sum(0).float().detach()
         y = self.swiglu(self.shared_experts, f)
         for i, e in enumerate(self.experts):
             wi = dense[..., i: i + 1]
