@@ -119,11 +119,18 @@ def main():
     data = batches(train, doc_starts(train, a.seq), a.seq, a.batch, gen)
     opt = torch.optim.AdamW([p for p in m.parameters() if p.requires_grad], lr=a.lr, betas=(0.9, 0.95),
                             weight_decay=0.1)
-    log = open(os.path.join(a.out, "log.jsonl"), "w") if os.makedirs(a.out, exist_ok=True) is None else None
+    os.makedirs(a.out, exist_ok=True)
+    log = open(os.path.join(a.out, "log.jsonl"), "w")
     t0 = time.time()
-    warm = max(1, min(200, a.steps // 10))
-    for step in range(a.steps):
-        lr = a.lr * min(1, (step + 1) / warm) * 0.5 * (1 + math.cos(math.pi * step / a.steps))
+    steps = a.steps
+    step = 0
+    while step < steps:
+        if a.minutes and step == 20:
+            # --minutes: fix the step count from the speed of the first 20
+            # steps; the log records it, and --steps N reruns the same schedule.
+            steps = min(a.steps, int(20 + (60 * a.minutes - (time.time() - t0)) / ((time.time() - t0) / 20)))
+        warm = max(1, min(200, steps // 10))
+        lr = a.lr * min(1, (step + 1) / warm) * 0.5 * (1 + math.cos(math.pi * step / steps))
         for g in opt.param_groups:
             g["lr"] = lr
         x = next(data).to(a.device)
@@ -136,17 +143,16 @@ def main():
         torch.nn.utils.clip_grad_norm_(m.parameters(), 1.0)
         opt.step()
         balance(m, 1e-3)
-        if step % 50 == 0 or step == a.steps - 1:
-            rec = {"step": step, "loss": round(loss.item(), 4), "mtp_loss": round(lm.item(), 4),
-                   "lr": lr, "tokens": (step + 1) * a.batch * a.seq, "s": round(time.time() - t0, 1)}
+        step += 1
+        if step % 50 == 1 or step == steps:
+            rec = {"step": step - 1, "loss": round(loss.item(), 4), "mtp_loss": round(lm.item(), 4),
+                   "lr": lr, "tokens": step * a.batch * a.seq, "s": round(time.time() - t0, 1)}
             print(json.dumps(rec), flush=True)
             log.write(json.dumps(rec) + "\n")
             log.flush()
-        if a.minutes and time.time() - t0 > 60 * a.minutes:
-            break
     held_loss = evaluate(m.float(), held, a.seq, a.device, a.eval_tokens)
     rec = {"heldout_loss": round(held_loss, 4), "heldout_ppl": round(math.exp(held_loss), 3),
-           "steps": step + 1, "tokens": (step + 1) * a.batch * a.seq}
+           "steps": step, "tokens": step * a.batch * a.seq, "seconds": round(time.time() - t0)}
     print(json.dumps(rec))
     log.write(json.dumps(rec) + "\n")
     export(m, cfg, a.out)
