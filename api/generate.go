@@ -53,12 +53,16 @@ type result struct {
 	completion      int
 	first           time.Time      // arrival of the first generated token
 	tokens          []engine.Token // generated tokens (stop tokens excluded), with logprobs when asked
+	prompt          []engine.Token // prompt logprobs, when asked
 }
 
 // choice is the spec of choice i of an n > 1 request: with a seed, choice i
 // samples with seed+i (as vLLM does), so choices differ yet stay reproducible.
 func (g *genSpec) choice(i int) *genSpec {
 	c := *g
+	if i > 0 {
+		c.promptTop = nil // the prompt's logprobs are the same for every choice
+	}
 	if g.params.Seed != nil {
 		seed := *g.params.Seed + uint64(i)
 		c.params.Seed = &seed
@@ -114,8 +118,12 @@ func (s *Server) fanOut(ctx context.Context, g *genSpec, emit func(int, delta) e
 // partial UTF-8 held back, cut at token boundaries), and returns the whole
 // output. ctx ending cancels the sequence.
 func (s *Server) generate(ctx context.Context, g *genSpec, emit func(delta) error) (*result, error) {
-	st, err := s.eng.Submit(&engine.Request{Prompt: g.prompt, Params: g.params, MaxTokens: g.maxTokens, StopTokens: g.stopIDs,
-		Constraint: g.constraint})
+	req := &engine.Request{Prompt: g.prompt, Params: g.params, MaxTokens: g.maxTokens, MinTokens: g.minTokens, StopTokens: g.stopIDs,
+		Constraint: g.constraint}
+	if g.promptTop != nil {
+		req.PromptLogprobs, req.PromptTopLogprobs = true, *g.promptTop
+	}
+	st, err := s.eng.Submit(req)
 	switch {
 	case errors.Is(err, engine.ErrQueueFull):
 		return nil, errorf(http.StatusTooManyRequests, "", "queue_full", "the server is busy; retry later")
@@ -136,6 +144,7 @@ func (s *Server) generate(ctx context.Context, g *genSpec, emit func(delta) erro
 	}
 	start := time.Now()
 	dec := tokenizer.NewStreamDecoder(s.tok, g.stops)
+	dec.MinTokens(g.minTokens)
 	split := thinkSplit{thinking: g.thinking, reasoning: g.thinking}
 	if g.thinking {
 		dec.Hold(tokenizer.ThinkClose)
@@ -195,6 +204,7 @@ func (s *Server) generate(ctx context.Context, g *genSpec, emit func(delta) erro
 			if !ok {
 				break
 			}
+			res.prompt = append(res.prompt, ev.Prompt...)
 			var piece strings.Builder
 			stopped := false
 			for _, t := range ev.Tokens {
