@@ -51,7 +51,7 @@ type result struct {
 	text, reasoning string
 	finish          string
 	completion      int
-	first           time.Time      // arrival of the first generated token
+	first, last     time.Time      // when the first and the latest generated tokens were produced
 	tokens          []engine.Token // generated tokens (stop tokens excluded), with logprobs when asked
 	prompt          []engine.Token // prompt logprobs, when asked
 }
@@ -205,12 +205,10 @@ func (s *Server) generate(ctx context.Context, g *genSpec, emit func(delta) erro
 				break
 			}
 			res.prompt = append(res.prompt, ev.Prompt...)
+			s.met.steps(res, ev.Steps)
 			var piece strings.Builder
 			stopped := false
 			for _, t := range ev.Tokens {
-				if res.completion == 0 {
-					res.first = time.Now()
-				}
 				res.completion++
 				if !slices.Contains(g.stopIDs, t.ID) {
 					res.tokens = append(res.tokens, t)
