@@ -46,6 +46,11 @@ type Config struct {
 	// A stream's deadline moves on with every event, so a long stream lives
 	// on while a client that stops reading is dropped.
 	WriteIdleTimeout time.Duration
+	// MaxQueuedPerConn bounds the requests of one client connection (an
+	// HTTP/2 connection carries many) that wait for their first token, queued
+	// or in prefill; over it a 429 (0: no bound). It needs ConnContext as the
+	// http.Server's ConnContext.
+	MaxQueuedPerConn int
 	// KeepAlive is how often a stream waiting for its first token (queued or
 	// prefilling) gets an SSE comment line (0: never).
 	KeepAlive time.Duration
@@ -329,6 +334,7 @@ type genSpec struct {
 	n         int      // independent choices
 	// promptTop asks for prompt logprobs with this many alternatives (nil: none).
 	promptTop *int
+	slot      *queueSlot // the request's place in its connection's bound (nil: none)
 	// constraint restricts the output to a grammar (structured outputs).
 	constraint *engine.Constraint
 }
@@ -538,6 +544,9 @@ func startSSE(c *gin.Context, idle time.Duration) sse {
 	h.Set("Cache-Control", "no-cache")
 	h.Set("Connection", "keep-alive")
 	c.Status(http.StatusOK)
+	// The status goes out now: a stream that waits in the queue has been accepted.
+	writeDeadline(c, idle)
+	c.Writer.Flush()
 	return sse{c, idle}
 }
 

@@ -70,11 +70,24 @@ func (g *genSpec) choice(i int) *genSpec {
 	return &c
 }
 
+// withSlot is g with its choices counted in slot.
+func (g *genSpec) withSlot(slot *queueSlot) *genSpec {
+	c := *g
+	c.slot = slot
+	return &c
+}
+
 // fanOut runs the g.n choices of g concurrently, each as its own engine
 // sequence. Calls of emit and done (a choice finished) are serialized, since
 // all choices share one response writer. The first failure cancels the other
 // choices and is returned.
 func (s *Server) fanOut(ctx context.Context, g *genSpec, emit func(int, delta) error, done func(int, *result) error) ([]*result, error) {
+	slot, err := s.takeSlot(ctx, g.n)
+	if err != nil {
+		return nil, err
+	}
+	defer slot.release()
+	g = g.withSlot(slot)
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	var (
@@ -162,7 +175,8 @@ func (s *Server) generate(ctx context.Context, g *genSpec, emit func(delta) erro
 		dec.SkipSpecial(keep...)
 	}
 	var text, reasoning strings.Builder
-	sentT := 0 // tokens already emitted
+	sentT := 0     // tokens already emitted
+	began := false // an event came: the choice no longer waits
 	res := &result{}
 	defer s.met.finish(start, len(g.prompt), res)
 	// send emits piece, the decoder's newly released text (all tokens ride
@@ -203,6 +217,10 @@ func (s *Server) generate(ctx context.Context, g *genSpec, emit func(delta) erro
 			ev, ok := st.Next()
 			if !ok {
 				break
+			}
+			if !began {
+				began = true
+				g.slot.started()
 			}
 			res.prompt = append(res.prompt, ev.Prompt...)
 			s.met.steps(res, ev.Steps)
