@@ -176,7 +176,7 @@ func (s *Server) generate(ctx context.Context, g *genSpec, emit func(delta) erro
 	}
 	var text, reasoning strings.Builder
 	sentT := 0     // tokens already emitted
-	began := false // an event came: the choice no longer waits
+	began := false // a token (or the end) came: the choice no longer waits
 	res := &result{}
 	defer s.met.finish(start, len(g.prompt), res)
 	// send emits piece, the decoder's newly released text (all tokens ride
@@ -218,7 +218,7 @@ func (s *Server) generate(ctx context.Context, g *genSpec, emit func(delta) erro
 			if !ok {
 				break
 			}
-			if !began {
+			if !began && (len(ev.Tokens) > 0 || ev.Finish != engine.FinishNone) {
 				began = true
 				g.slot.started()
 			}
