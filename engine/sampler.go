@@ -77,6 +77,10 @@ type Sampler struct {
 	rng    *rand.Rand
 	counts map[int32]int  // generated tokens
 	seen   map[int32]bool // prompt + generated (repetition penalty)
+	n      int            // generated tokens accepted
+	// stops are masked while n < minTokens (holdStops).
+	stops     []int32
+	minTokens int
 	// scratch reused across steps
 	work []float32
 	prob []float64
@@ -106,6 +110,7 @@ func (s *Sampler) Params() SamplingParams { return s.p }
 
 // Accept records a generated token for the penalties.
 func (s *Sampler) Accept(id int32) {
+	s.n++
 	s.counts[id]++
 	if s.seen != nil {
 		s.seen[id] = true
@@ -127,9 +132,12 @@ func (s *Sampler) SampleMasked(logits []float32, mask []uint32) Sampled {
 		}
 	}
 	switch {
-	case mask != nil:
+	case mask != nil || s.holding():
 		x := s.processed(logits)
-		applyMask(x, mask)
+		if mask != nil {
+			applyMask(x, mask)
+		}
+		s.suppressStops(x)
 		out.ID = s.choose(x)
 	case s.p.Temperature == 0 && s.unbiased():
 		out.ID = argmaxNaNLow(logits) // choose(processed(logits)) without the copy
@@ -161,7 +169,7 @@ func (s *Sampler) DeviceDraw() (backend.Draw, bool) {
 
 // unbiased reports that processed would only turn NaN into −inf.
 func (s *Sampler) unbiased() bool {
-	return len(s.p.LogitBias) == 0 && s.seen == nil && s.p.PresencePenalty == 0 && s.p.FrequencyPenalty == 0
+	return !s.holding() && len(s.p.LogitBias) == 0 && s.seen == nil && s.p.PresencePenalty == 0 && s.p.FrequencyPenalty == 0
 }
 
 // argmaxNaNLow is Argmax with NaN read as −inf: the first largest value, 0
