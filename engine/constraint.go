@@ -4,14 +4,15 @@ import (
 	"fmt"
 	"math"
 
+	"github.com/megamoe/megamoe/backend"
 	"github.com/megamoe/megamoe/grammar"
 )
 
 // Constraint restricts a request's output to a grammar (structured outputs):
 // before each draw the tokens the grammar rejects are masked out, EOS is
 // allowed only where the grammar can end, and the sequence finishes ("stop")
-// once the grammar has accepted EOS. Constrained requests are sampled on the
-// host (the device sampler takes no mask).
+// once the grammar has accepted EOS. The mask goes with the draw where the
+// model draws on its device (backend.Draw.Mask), else the host applies it.
 type Constraint struct {
 	Grammar *grammar.Grammar
 	Table   *grammar.TokenTable // the tokenizer's table; its size must be the model's vocabulary
@@ -53,6 +54,24 @@ func (cs *constraintState) fill() (bool, error) {
 		return false, fmt.Errorf("grammar mask: %w", err)
 	}
 	return true, nil
+}
+
+// deviceDraw is seq's Sampler.DeviceDraw with its grammar's mask of the next
+// token when the constraint is active; false where the host samples, also
+// when the mask fails (the host's fill then reports the error).
+func deviceDraw(seq *Sequence) (backend.Draw, bool) {
+	d, ok := seq.Sampler.DeviceDraw()
+	if !ok {
+		return d, false
+	}
+	masked, err := seq.grammar.fill()
+	if err != nil {
+		return backend.Draw{}, false
+	}
+	if masked {
+		d.Mask = seq.grammar.mask
+	}
+	return d, true
 }
 
 // accept advances over a generated token; terminated reports that the
