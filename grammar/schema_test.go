@@ -21,7 +21,8 @@ type vocabulary struct {
 	table  *TokenTable
 	tokens [][]byte
 	eos    int32
-	byByte [256]int32 // the single-byte token of each byte
+	byByte [256]int32           // the single-byte token of each byte
+	tok    *tokenizer.Tokenizer // deepseekVocab's tokenizer (jump-forward's EncodeHead)
 }
 
 func newVocabulary(t testing.TB, tokens [][]byte, eos int32) *vocabulary {
@@ -111,6 +112,7 @@ func deepseekVocab(t testing.TB) *vocabulary {
 			return
 		}
 		realVocab = newVocabulary(t, toks, eos)
+		realVocab.tok = tok
 	})
 	if realVocabErr != nil {
 		t.Fatal(realVocabErr)
