@@ -60,7 +60,7 @@ func TestConstrainedOnGPU(t *testing.T) {
 			vocab[id] = []byte(tok.Decode([]int{id}))
 		}
 	}
-	eos, ok := tok.TokenID("<｜end▁of▁sentence｜>")
+	eos, ok := tok.TokenID(tokenizer.EOS)
 	if !ok {
 		t.Fatal("no EOS token")
 	}
