@@ -299,8 +299,8 @@ func (r *Runner) Run(items []Item) ([]Result, error) {
 	for i := range items {
 		it := &items[i]
 		fwd[i] = ForwardItem{Seq: it.Seq.KV, Tokens: it.Tokens(), AllLogits: it.AllLogits}
-		if r.drawer != nil && it.Sample && it.Seq.grammar == nil { // the device sampler takes no mask
-			if d, ok := it.Seq.Sampler.DeviceDraw(); ok {
+		if r.drawer != nil && it.Sample {
+			if d, ok := deviceDraw(it.Seq); ok {
 				fwd[i].Draw, drawing = &d, true
 			}
 		}
