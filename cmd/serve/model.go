@@ -1,0 +1,45 @@
+package main
+
+import (
+	"fmt"
+	"path/filepath"
+
+	"github.com/megamoe/megamoe/checkpoint"
+	"github.com/megamoe/megamoe/models"
+	"github.com/megamoe/megamoe/tokenizer"
+)
+
+// synthSeed is the weight seed of synthetic models (models.Synth): that of the
+// embedded checkpoint, so synth:small serves it from memory.
+const synthSeed = models.SmallSeed
+
+// openModel reads the checkpoint directory dir and its tokenizer, or builds
+// the in-memory model a "synth:…" name gives (models.ParseSynth), and returns
+// the bytes its weights take on the device.
+func openModel(dir string) (*checkpoint.Weights, *tokenizer.Tokenizer, int64, error) {
+	if models.IsSynth(dir) {
+		spec, err := models.ParseSynth(dir)
+		if err != nil {
+			return nil, nil, 0, fmt.Errorf("--model: %w", err)
+		}
+		w, tok, err := models.Synth(spec, synthSeed)
+		if err != nil {
+			return nil, nil, 0, fmt.Errorf("--model: %w", err)
+		}
+		return w, tok, checkpoint.TotalBytes(checkpoint.Tensors(w.Config, checkpoint.OfficialFormats)), nil
+	}
+	w, st, err := checkpoint.Load(dir)
+	if err != nil {
+		return nil, nil, 0, fmt.Errorf("--model %s: %w", dir, err)
+	}
+	tok, err := tokenizer.LoadFile(filepath.Join(dir, "tokenizer.json"))
+	if err != nil {
+		return nil, nil, 0, fmt.Errorf("--model %s: %w", dir, err)
+	}
+	var size int64
+	for _, name := range st.Names() {
+		t, _ := st.Get(name)
+		size += int64(len(t.Data))
+	}
+	return w, tok, size, nil
+}
