@@ -262,7 +262,7 @@ func newHTTPServer(addr string, h http.Handler, o *options) *http.Server {
 func load(dir string, o *options, log *slog.Logger, bar *progress) (_ *checkpoint.Weights, _ *tokenizer.Tokenizer, _ *engine.Engine, err error) {
 	defer func() { bar.finish(err == nil) }()
 	bar.stage("reading checkpoint and tokenizer")
-	w, tok, size, err := openModel(dir)
+	w, tok, size, err := models.Open(dir)
 	if err != nil {
 		return nil, nil, nil, err
 	}

@@ -1,28 +1,24 @@
-package main
+package models
 
 import (
 	"fmt"
 	"path/filepath"
 
 	"github.com/megamoe/megamoe/checkpoint"
-	"github.com/megamoe/megamoe/models"
 	"github.com/megamoe/megamoe/tokenizer"
 )
 
-// synthSeed is the weight seed of synthetic models (models.Synth): that of the
-// embedded checkpoint, so synth:small serves it from memory.
-const synthSeed = models.SmallSeed
-
-// openModel reads the checkpoint directory dir and its tokenizer, or builds
-// the in-memory model a "synth:…" name gives (models.ParseSynth), and returns
-// the bytes its weights take on the device.
-func openModel(dir string) (*checkpoint.Weights, *tokenizer.Tokenizer, int64, error) {
-	if models.IsSynth(dir) {
-		spec, err := models.ParseSynth(dir)
+// Open reads the checkpoint directory dir and its tokenizer, or builds the
+// in-memory model a "synth:…" name gives (ParseSynth; seed SmallSeed, so
+// synth:small is the embedded checkpoint), and returns the bytes its weights
+// take on a device.
+func Open(dir string) (*checkpoint.Weights, *tokenizer.Tokenizer, int64, error) {
+	if IsSynth(dir) {
+		spec, err := ParseSynth(dir)
 		if err != nil {
 			return nil, nil, 0, fmt.Errorf("--model: %w", err)
 		}
-		w, tok, err := models.Synth(spec, synthSeed)
+		w, tok, err := Synth(spec, SmallSeed)
 		if err != nil {
 			return nil, nil, 0, fmt.Errorf("--model: %w", err)
 		}

@@ -1,13 +1,13 @@
-package main
+package models
 
 import (
 	"strings"
 	"testing"
 )
 
-// TestOpenModel: synthetic names build the model in memory (synth:small is
+// TestOpen: synthetic names build the model in memory (synth:small is
 // the embedded checkpoint), bad names fail early with the flag named.
-func TestOpenModel(t *testing.T) {
+func TestOpen(t *testing.T) {
 	for _, tc := range []struct {
 		model, err string
 		vocab      int
@@ -18,7 +18,7 @@ func TestOpenModel(t *testing.T) {
 		{model: "synth:tiny", err: "--model"},
 		{model: t.TempDir(), err: "--model"},
 	} {
-		w, tok, size, err := openModel(tc.model)
+		w, tok, size, err := Open(tc.model)
 		if tc.err != "" {
 			if err == nil || !strings.Contains(err.Error(), tc.err) {
 				t.Errorf("%s: error %v, want %q", tc.model, err, tc.err)
