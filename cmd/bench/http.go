@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"runtime/pprof"
 	"slices"
 	"strconv"
 	"strings"
@@ -17,6 +18,7 @@ import (
 // httpFlags are the options of `bench http`.
 type httpFlags struct {
 	url, model, jsonl        string
+	cpuProfile               string
 	prompts, concurrency     []int
 	maxTokens, requests      int
 	warmup                   int
@@ -54,6 +56,7 @@ func parseHTTP(args []string, stderr io.Writer) (*httpFlags, error) {
 	fs.IntVar(&f.requests, "requests", 8, "requests per level at least; a level sends max(this, concurrency)")
 	fs.IntVar(&f.warmup, "warmup", -1, "untimed requests sent at once before the levels, with the first prompt length (-1: the largest concurrency)")
 	fs.StringVar(&f.jsonl, "jsonl", "", "also write one JSON object per level to this file")
+	fs.StringVar(&f.cpuProfile, "cpuprofile", "", "write a Go CPU profile of the timed levels to this file (with --serve it holds the server's work too)")
 	fs.DurationVar(&f.timeout, "timeout", 30*time.Minute, "bound on the whole run")
 	fs.Uint64Var(&f.seed, "seed", 1, "prompt seed")
 	fs.BoolVar(&f.serve, "serve", false, "serve --model in this process (the engine and API of serve) instead of using --url, and time bench stack's decode step at each concurrency on the same model first")
@@ -77,6 +80,8 @@ func parseHTTP(args []string, stderr io.Writer) (*httpFlags, error) {
 		return nil, errors.New("--stack-prefill must be >= 1, --stack-decode >= 0")
 	case f.serve && urlSet:
 		return nil, errors.New("--url and --serve exclude each other")
+	case f.srv.hostOnly && (!f.serve || f.model != ""):
+		return nil, errors.New("--host-only needs --serve and serves no --model")
 	case slices.Max(f.concurrency) > 4096:
 		return nil, errors.New("--concurrency must be <= 4096")
 	}
@@ -188,6 +193,17 @@ func benchHTTP(ctx context.Context, f *httpFlags, stdout, stderr io.Writer) erro
 		if c := summarise(ss, 0); c.firstErr != nil {
 			return fmt.Errorf("warm-up: %d of %d requests failed, first: %w", c.Failed, c.Requests, c.firstErr)
 		}
+	}
+	if f.cpuProfile != "" {
+		fh, err := os.Create(f.cpuProfile)
+		if err != nil {
+			return fmt.Errorf("--cpuprofile: %w", err)
+		}
+		defer fh.Close()
+		if err := pprof.StartCPUProfile(fh); err != nil {
+			return fmt.Errorf("--cpuprofile: %w", err)
+		}
+		defer pprof.StopCPUProfile()
 	}
 	fmt.Fprintf(stdout, "model %s  output %d tokens a request (ignore_eos)\n", cl.model, f.maxTokens)
 	fmt.Fprintf(stdout, "%7s %5s %5s %10s %10s %9s %9s %10s %7s %9s %9s\n",
