@@ -8,10 +8,12 @@
 # tokens and 64 output tokens each (ignore_eos): TTFT, TPOT, output tokens/s,
 # requests/s and TPOT over the step time. It runs twice: tokens drawn on the
 # GPU (serve --device-sampling) and sampled on the host (serve's default).
+# Last, --host-only serves a model that computes nothing, so its TPOT is the
+# host's own cost per token (scheduler, sampling, API, SSE), in both modes.
 # It builds bin/bench unless BIN names a directory that holds it. OUTDIR gets
 # gpu.txt and, per sampling mode (device, host), http-MODE.txt (the table),
 # http-MODE.jsonl (a JSON object per level) and http-MODE.log (start-up times,
-# stack steps). About 6 minutes on an H100.
+# stack steps), and hostonly-MODE.txt/.jsonl. About 6 minutes on an H100.
 set -u
 out=${1:?usage: bench-http.sh OUTDIR [MODEL]}
 model=${2:-synth:flash:4}
@@ -30,4 +32,12 @@ for mode in device host; do
 	echo "bench http, tokens sampled on the $mode: rc=$?"
 	cat "$out/http-$mode.txt"
 	grep -E "made in|stack decode step" "$out/http-$mode.log"
+done
+for mode in device host; do
+	sampling=true
+	[ "$mode" = host ] && sampling=false
+	timeout 60 "$bin/bench" http --serve --host-only --device-sampling="$sampling" --prompt-tokens 512 \
+		--concurrency 1,8,64,256 --max-tokens 64 --jsonl "$out/hostonly-$mode.jsonl" > "$out/hostonly-$mode.txt" 2>&1
+	echo "bench http --host-only, tokens sampled on the $mode: rc=$?"
+	cat "$out/hostonly-$mode.txt"
 done

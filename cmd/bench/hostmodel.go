@@ -31,24 +31,52 @@ func (m *hostModel) Cache() *kvcache.Manager          { return m.cache }
 func (m *hostModel) FreeSequence(s *kvcache.Sequence) { m.cache.Free(s) }
 
 func (m *hostModel) Forward(items []engine.ForwardItem) ([][]float32, error) {
+	logits, _, err := m.ForwardDraw(items)
+	return logits, err
+}
+
+// CanDraw implements engine.DrawingModel: with serve's --device-sampling the
+// engine asks for ids instead of logits rows, as from a GPU model.
+func (m *hostModel) CanDraw() bool { return true }
+
+// ForwardDraw implements engine.DrawingModel: the drawn id of an item is its
+// row's spike, and a drawn item without AllLogits gets no row.
+func (m *hostModel) ForwardDraw(items []engine.ForwardItem) ([][]float32, []int32, error) {
 	out := make([][]float32, len(items))
+	var ids []int32
 	for i, it := range items {
 		if err := m.cache.Reserve(it.Seq, it.Seq.Len()+len(it.Tokens)); err != nil {
-			return nil, err
+			return nil, nil, err
 		}
-		n := 1
-		if it.AllLogits {
-			n = len(it.Tokens)
+		end := it.Seq.Len() + len(it.Tokens)
+		if it.Draw != nil {
+			if ids == nil {
+				ids = make([]int32, len(items))
+				for j := range ids {
+					ids[j] = -1
+				}
+			}
+			ids[i] = m.spike(it.Seq.ID, end-1)
 		}
-		rows := make([]float32, 0, n*len(m.row))
-		for k := range n {
-			rows = append(rows, m.row...)
-			pos := uint64(it.Seq.Len() + len(it.Tokens) - n + k)
-			h := (uint64(it.Seq.ID)*0x9e3779b97f4a7c15 ^ pos*0xbf58476d1ce4e5b9) >> 17
-			rows[k*len(m.row)+int(h%uint64(len(m.row)))] += 100
+		if it.Draw == nil || it.AllLogits {
+			n := 1
+			if it.AllLogits {
+				n = len(it.Tokens)
+			}
+			rows := make([]float32, 0, n*len(m.row))
+			for k := range n {
+				rows = append(rows, m.row...)
+				rows[k*len(m.row)+int(m.spike(it.Seq.ID, end-n+k))] += 100
+			}
+			out[i] = rows
 		}
 		m.cache.Advance(it.Seq, len(it.Tokens))
-		out[i] = rows
 	}
-	return out, nil
+	return out, ids, nil
+}
+
+// spike is the token a sequence's row at pos favours.
+func (m *hostModel) spike(seq int64, pos int) int32 {
+	h := (uint64(seq)*0x9e3779b97f4a7c15 ^ uint64(pos)*0xbf58476d1ce4e5b9) >> 17
+	return int32(h % uint64(len(m.row)))
 }

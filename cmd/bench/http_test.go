@@ -116,18 +116,20 @@ func TestHTTPServeSmallCPU(t *testing.T) {
 // TestHTTPHostOnly: the host-only model serves V4's vocabulary with no stack
 // steps, and --host-only refuses a --model.
 func TestHTTPHostOnly(t *testing.T) {
-	f, err := parseHTTP([]string{"--serve", "--host-only", "--prompt-tokens", "16", "--concurrency", "1,2",
-		"--max-tokens", "8", "--requests", "2", "--warmup", "0"}, io.Discard)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var out, errb bytes.Buffer
-	if err := benchHTTP(t.Context(), f, &out, &errb); err != nil {
-		t.Fatalf("%v\n%s\n%s", err, out.String(), errb.String())
-	}
-	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
-	if len(lines) != 4 || !strings.Contains(lines[0], "model host-only") || strings.Contains(errb.String(), "stack decode step") {
-		t.Errorf("output:\n%s\n%s", out.String(), errb.String())
+	for _, sampling := range []string{"false", "true"} { // logits rows, or ids drawn by the model
+		f, err := parseHTTP([]string{"--serve", "--host-only", "--device-sampling=" + sampling, "--prompt-tokens", "16",
+			"--concurrency", "1,2", "--max-tokens", "8", "--requests", "2", "--warmup", "0"}, io.Discard)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out, errb bytes.Buffer
+		if err := benchHTTP(t.Context(), f, &out, &errb); err != nil {
+			t.Fatalf("device sampling %s: %v\n%s\n%s", sampling, err, out.String(), errb.String())
+		}
+		lines := strings.Split(strings.TrimSpace(out.String()), "\n")
+		if len(lines) != 4 || !strings.Contains(lines[0], "model host-only") || strings.Contains(errb.String(), "stack decode step") {
+			t.Errorf("device sampling %s: output:\n%s\n%s", sampling, out.String(), errb.String())
+		}
 	}
 	for _, args := range [][]string{{"--host-only"}, {"--serve", "--host-only", "--model", "synth:small"}} {
 		if _, err := parseHTTP(args, io.Discard); err == nil || !strings.Contains(err.Error(), "--host-only") {
