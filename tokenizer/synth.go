@@ -18,14 +18,6 @@ var v3TokenizerGZ []byte
 // SynthV4Vocab is the id count of DeepSeek-V4 (Flash and Pro).
 const SynthV4Vocab = 129280
 
-// v4Added are V4's added tokens beyond V3's last id (spec §10.1); the other
-// ids up to SynthV4Vocab are placeholders.
-var v4Added = map[int]string{
-	128821: ThinkOpen, 128822: ThinkClose, 128825: DSML, 128828: LatestReminder,
-	128829: "<｜action｜>", 128830: "<｜query｜>", 128831: "<｜authority｜>", 128832: "<｜domain｜>",
-	128836: "<｜title｜>", 128844: "<｜extracted_url｜>", 128845: "<｜read_url｜>",
-}
-
 // SynthV4 returns a V4-shaped tokenizer for models with random weights: the
 // DeepSeek-V3 tokenizer with V4's special tokens and placeholders added up
 // to 129,280 ids, so that every id a V4-sized head can draw decodes and the
@@ -47,6 +39,13 @@ func SynthV4() (*Tokenizer, error) {
 	var added []map[string]any
 	if err := json.Unmarshal(f["added_tokens"], &added); err != nil {
 		return nil, fmt.Errorf("synthetic V4 tokenizer: added_tokens: %w", err)
+	}
+	// V4's added tokens beyond V3's last id (spec §10.1); the other ids up
+	// to SynthV4Vocab are placeholders.
+	v4Added := map[int]string{
+		128821: ThinkOpen, 128822: ThinkClose, 128825: DSML, 128828: LatestReminder,
+		128829: "<｜action｜>", 128830: "<｜query｜>", 128831: "<｜authority｜>", 128832: "<｜domain｜>",
+		128836: "<｜title｜>", 128844: "<｜extracted_url｜>", 128845: "<｜read_url｜>",
 	}
 	next := 0
 	for _, a := range added {
