@@ -80,10 +80,8 @@ func startServer(ctx context.Context, f *httpFlags, stderr io.Writer) (*inproc, 
 	steps := map[int]float64{}
 	closeBE := func() {}
 	o := &f.srv
-	name, seqs, maxLen, cacheFor, err := sizes(f)
-	if err != nil {
-		return nil, err
-	}
+	var err error
+	name, seqs, maxLen, cacheFor := sizes(f)
 	if o.hostOnly {
 		name = "host-only"
 		if tok, err = tokenizer.SynthV4(); err != nil {
@@ -97,7 +95,10 @@ func startServer(ctx context.Context, f *httpFlags, stderr io.Writer) (*inproc, 
 		if err != nil {
 			return nil, err
 		}
-		layout, _ := kvcache.LayoutFromConfig(c, kvcache.DefaultBlockTokens, kvcache.StoreF32)
+		layout, err := kvcache.LayoutFromConfig(c, kvcache.DefaultBlockTokens, kvcache.StoreF32)
+		if err != nil {
+			return nil, err
+		}
 		m, eos = newHostModel(tok.VocabSize(), kvcache.NewManager(layout, cache)), c.EOS
 	} else {
 		var mm *model.Model
@@ -146,7 +147,7 @@ func startServer(ctx context.Context, f *httpFlags, stderr io.Writer) (*inproc, 
 // sizes gives the served name, the running sequences, the context length and
 // the KV cache size for a model of architecture c (--kv-cache-memory, or
 // enough for every level's sequences at once and for the stack plan).
-func sizes(f *httpFlags) (string, int, int, func(*checkpoint.Config) (int64, error), error) {
+func sizes(f *httpFlags) (string, int, int, func(*checkpoint.Config) (int64, error)) {
 	o := &f.srv
 	name := f.model
 	if name == "" {
@@ -176,7 +177,7 @@ func sizes(f *httpFlags) (string, int, int, func(*checkpoint.Config) (int64, err
 		}
 		return cache, nil
 	}
-	return name, seqs, maxLen, cacheFor, nil
+	return name, seqs, maxLen, cacheFor
 }
 
 // buildModel opens the model name and prepares it on --device.
