@@ -82,8 +82,10 @@ func parseHTTP(args []string, stderr io.Writer) (*httpFlags, error) {
 		return nil, errors.New("--url and --serve exclude each other")
 	case f.srv.hostOnly && (!f.serve || f.model != ""):
 		return nil, errors.New("--host-only needs --serve and serves no --model")
-	case slices.Max(f.concurrency) > 4096:
-		return nil, errors.New("--concurrency must be <= 4096")
+	case slices.Max(f.concurrency) > 4096 || f.requests > 100000:
+		return nil, errors.New("--concurrency must be <= 4096, --requests <= 100000")
+	case slices.Max(f.prompts)+f.maxTokens > 1<<20:
+		return nil, errors.New("--prompt-tokens plus --max-tokens must be <= 1048576 (V4's context)")
 	}
 	if f.warmup == -1 {
 		f.warmup = slices.Max(f.concurrency)

@@ -28,6 +28,8 @@ func TestParseHTTP(t *testing.T) {
 		{[]string{"--prompt-tokens", "-3"}, "--prompt-tokens"},
 		{[]string{"--max-tokens", "0"}, "--max-tokens"},
 		{[]string{"--requests", "0"}, "--requests"},
+		{[]string{"--requests", "100001"}, "--requests"},
+		{[]string{"--prompt-tokens", "1048576"}, "1048576"},
 		{[]string{"--warmup", "-2"}, "--warmup"},
 		{[]string{"--serve", "--url", "http://x"}, "exclude"},
 		{[]string{"--serve", "--device", "tpu"}, "--device"},
