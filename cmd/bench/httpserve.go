@@ -95,7 +95,7 @@ func startServer(ctx context.Context, f *httpFlags, stderr io.Writer) (*inproc, 
 		if err != nil {
 			return nil, err
 		}
-		layout, err := kvcache.LayoutFromConfig(c, kvcache.DefaultBlockTokens, kvcache.StoreF32)
+		layout, err := kvcache.LayoutFromConfig(c, kvcache.DefaultBlockTokens, store(o))
 		if err != nil {
 			return nil, err
 		}
@@ -166,7 +166,7 @@ func sizes(f *httpFlags) (string, int, int, func(*checkpoint.Config) (int64, err
 		if o.kvCache > 0 {
 			return o.kvCache, nil
 		}
-		layout, err := kvcache.LayoutFromConfig(c, kvcache.DefaultBlockTokens, kvcache.StoreF32)
+		layout, err := kvcache.LayoutFromConfig(c, kvcache.DefaultBlockTokens, store(o))
 		if err != nil {
 			return 0, err
 		}
@@ -178,6 +178,12 @@ func sizes(f *httpFlags) (string, int, int, func(*checkpoint.Config) (int64, err
 		return cache, nil
 	}
 	return name, seqs, maxLen, cacheFor
+}
+
+// store is the KV store the model picks for --numerics.
+func store(o *serveFlags) kvcache.Store {
+	n, _ := backend.ParseNumerics(o.numerics) // checked by parseHTTP
+	return model.StoreFor(n)
 }
 
 // buildModel opens the model name and prepares it on --device.

@@ -291,9 +291,14 @@ func openBackend(f *stackFlags) (backend.Backend, func(), error) {
 }
 
 // cacheFor sizes the KV cache for batch sequences of prefill+decode tokens
-// plus the warm-up's --prefill-seqs scratch sequences.
+// plus the warm-up's --prefill-seqs scratch sequences, in the store the model
+// picks for the numerics.
 func cacheFor(c *checkpoint.Config, f *stackFlags) int64 {
-	layout, err := kvcache.LayoutFromConfig(c, kvcache.DefaultBlockTokens, kvcache.StoreF32)
+	n, ok := backend.ParseNumerics(f.numerics)
+	if !ok {
+		return 0 // model.New reports the same error
+	}
+	layout, err := kvcache.LayoutFromConfig(c, kvcache.DefaultBlockTokens, model.StoreFor(n))
 	if err != nil {
 		return 0 // model.New reports the same error
 	}
