@@ -13,7 +13,7 @@
 # It builds bin/bench unless BIN names a directory that holds it. OUTDIR gets
 # gpu.txt and, per sampling mode (device, host), http-MODE.txt (the table),
 # http-MODE.jsonl (a JSON object per level) and http-MODE.log (start-up times,
-# stack steps), and hostonly-MODE.txt/.jsonl. About 6 minutes on an H100.
+# stack steps), and hostonly-MODE.txt/.jsonl. Timeouts bound the runs to 9 minutes in all.
 set -u
 out=${1:?usage: bench-http.sh OUTDIR [MODEL]}
 model=${2:-synth:flash:4}
@@ -26,7 +26,7 @@ nvidia-smi --query-gpu=name,driver_version,clocks.max.sm,memory.total --format=c
 for mode in device host; do
 	sampling=true
 	[ "$mode" = host ] && sampling=false
-	timeout 270 "$bin/bench" http --serve --model "$model" --device cuda --device-sampling="$sampling" \
+	timeout 240 "$bin/bench" http --serve --model "$model" --device cuda --device-sampling="$sampling" \
 		--prompt-tokens 512,4096 --concurrency 1,8,64,256 --max-tokens 64 --max-num-batched-tokens 2048 \
 		--jsonl "$out/http-$mode.jsonl" > "$out/http-$mode.txt" 2> "$out/http-$mode.log"
 	echo "bench http, tokens sampled on the $mode: rc=$?"
@@ -36,7 +36,7 @@ done
 for mode in device host; do
 	sampling=true
 	[ "$mode" = host ] && sampling=false
-	timeout 60 "$bin/bench" http --serve --host-only --device-sampling="$sampling" --prompt-tokens 512 \
+	timeout 30 "$bin/bench" http --serve --host-only --device-sampling="$sampling" --prompt-tokens 512 \
 		--concurrency 1,8,64,256 --max-tokens 64 --jsonl "$out/hostonly-$mode.jsonl" > "$out/hostonly-$mode.txt" 2>&1
 	echo "bench http --host-only, tokens sampled on the $mode: rc=$?"
 	cat "$out/hostonly-$mode.txt"
