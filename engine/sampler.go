@@ -173,15 +173,26 @@ func (s *Sampler) unbiased() bool {
 }
 
 // argmaxNaNLow is Argmax with NaN read as −inf: the first largest value, 0
-// when every entry is NaN or −inf.
+// when every entry is NaN or −inf. It is the whole host cost of a greedy
+// token, so it tests 8 entries a branch: a block is rescanned only when one
+// of them beats the best so far, which is rare after the first blocks (twice
+// as fast as one entry a branch over a 129280-entry row).
 func argmaxNaNLow(x []float32) int32 {
 	best, bv := 0, float32(math.Inf(-1))
-	if len(x) > 0 && x[0] == x[0] {
-		bv = x[0]
+	i := 0
+	for ; i+8 <= len(x); i += 8 {
+		c := x[i : i+8 : i+8]
+		if c[0] > bv || c[1] > bv || c[2] > bv || c[3] > bv || c[4] > bv || c[5] > bv || c[6] > bv || c[7] > bv {
+			for j, v := range c {
+				if v > bv {
+					best, bv = i+j, v
+				}
+			}
+		}
 	}
-	for i := 1; i < len(x); i++ {
-		if v := x[i]; v > bv {
-			best, bv = i, v
+	for ; i < len(x); i++ {
+		if x[i] > bv {
+			best, bv = i, x[i]
 		}
 	}
 	return int32(best)

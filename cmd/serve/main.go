@@ -71,7 +71,7 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	var o options
 	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	fs.StringVar(&o.model, "model", "", "checkpoint directory with config.json and tokenizer.json (default: the embedded small model)")
+	fs.StringVar(&o.model, "model", "", "checkpoint directory with config.json and tokenizer.json (default: the embedded small model), or synth:small, synth:flash:N or synth:pro:N (N layers of random weights, in memory)")
 	fs.Func("served-model-name", `model ids in the API, comma-separated or repeated; the first names responses (default "megamoe-small" for the embedded model, else the directory name)`, func(v string) error {
 		for _, n := range strings.Split(v, ",") {
 			if n = strings.TrimSpace(n); n == "" {
@@ -176,7 +176,7 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 		name = filepath.Base(filepath.Clean(dir))
 	}
 	t0 := time.Now()
-	w, tok, eng, err := load(dir, o, log, newProgress(stderr, 4))
+	w, tok, eng, err := load(dir, o, log, newProgress(stderr, 3))
 	if err != nil {
 		return err
 	}
@@ -272,24 +272,14 @@ func newHTTPServer(addr string, h http.Handler, o *options) *http.Server {
 	}
 }
 
-// load reads the checkpoint and the tokenizer, prepares the weights and
+// load reads the checkpoint and the tokenizer (or builds a synthetic model), prepares the weights and
 // builds the engine, reporting each stage on bar.
 func load(dir string, o *options, log *slog.Logger, bar *progress) (_ *checkpoint.Weights, _ *tokenizer.Tokenizer, _ *engine.Engine, err error) {
 	defer func() { bar.finish(err == nil) }()
-	bar.stage("reading checkpoint")
-	w, st, err := checkpoint.Load(dir)
+	bar.stage("reading checkpoint and tokenizer")
+	w, tok, size, err := models.Open(dir)
 	if err != nil {
-		return nil, nil, nil, fmt.Errorf("--model %s: %w", dir, err)
-	}
-	bar.stage("loading tokenizer")
-	tok, err := tokenizer.LoadFile(filepath.Join(dir, "tokenizer.json"))
-	if err != nil {
-		return nil, nil, nil, fmt.Errorf("--model %s: %w", dir, err)
-	}
-	var size int64
-	for _, name := range st.Names() {
-		t, _ := st.Get(name)
-		size += int64(len(t.Data))
+		return nil, nil, nil, err
 	}
 	bar.stage("preparing " + formatBytes(size) + " of weights")
 	m, err := buildModel(w, o, log)
