@@ -26,6 +26,10 @@ type Options struct {
 	Threads        int    // CPU backend workers when be is nil (0 = GOMAXPROCS)
 	TraceNonFinite bool   // check every sub-layer output; report *NonFiniteError
 	CacheBytes     int64  // KV cache capacity (0 = 1 GiB)
+	// SizeCache, if set, gives the cache capacity instead of CacheBytes once
+	// the weights are on the backend (serve sizes a GPU's cache from the
+	// memory they leave).
+	SizeCache func(kvcache.Layout) (int64, error)
 	// Probe, if set, sees every traced sub-layer output (full component name,
 	// e.g. "layer 2 attn q") before the step goes on: two backends probed
 	// side by side name the first component where they diverge.
@@ -162,7 +166,11 @@ func New(w *checkpoint.Weights, be backend.Backend, opts Options) (*Model, error
 		return nil, err
 	}
 	capBytes := opts.CacheBytes
-	if capBytes <= 0 {
+	if opts.SizeCache != nil {
+		if capBytes, err = opts.SizeCache(layout); err != nil {
+			return nil, fmt.Errorf("model: kv cache: %w", err)
+		}
+	} else if capBytes <= 0 {
 		capBytes = DefaultCacheBytes
 	}
 	m.cache = kvcache.NewManager(layout, capBytes)
