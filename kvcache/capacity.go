@@ -20,3 +20,13 @@ func (m *Manager) MaxTokens(seqs int) int {
 
 // maxTokens bounds MaxTokens where no block limits the length.
 const maxTokens = 1 << 40
+
+// LimitSlots caps the state slots (sequences holding cache at once) at n,
+// so that a store that preallocates every slot's state (the GPU's) does not
+// set aside one per sequence the capacity could hold. Call it before the
+// first Reserve; n <= 0 lifts the cap.
+func (m *Manager) LimitSlots(n int) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.slotLimit = max(n, 0)
+}

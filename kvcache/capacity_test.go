@@ -1,6 +1,9 @@
 package kvcache
 
-import "testing"
+import (
+	"errors"
+	"testing"
+)
 
 func TestMaxTokens(t *testing.T) {
 	l := Layout{BlockTokens: 256, StateBytes: 1000, BlockBytes: 500}
@@ -40,5 +43,31 @@ func TestMaxTokens(t *testing.T) {
 	}
 	if got := NewManager(Layout{BlockTokens: 256, StateBytes: 10}, 100).MaxTokens(1); got != maxTokens {
 		t.Fatalf("no growing part: %d, want %d", got, maxTokens)
+	}
+}
+
+// A slot limit caps MaxSlots and refuses a sequence beyond it until one is freed.
+func TestLimitSlots(t *testing.T) {
+	m := NewManager(Layout{BlockTokens: 256, StateBytes: 100, BlockBytes: 50}, 10_000)
+	m.LimitSlots(2)
+	if got := m.MaxSlots(); got != 2 {
+		t.Fatalf("MaxSlots %d, want 2", got)
+	}
+	a, b, c := m.NewSequence(), m.NewSequence(), m.NewSequence()
+	for _, s := range []*Sequence{a, b} {
+		if err := m.Reserve(s, 10); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := m.Reserve(c, 10); !errors.Is(err, ErrCacheFull) {
+		t.Fatalf("third slot: %v, want ErrCacheFull", err)
+	}
+	m.Free(a)
+	if err := m.Reserve(c, 10); err != nil {
+		t.Fatalf("after a free: %v", err)
+	}
+	m.LimitSlots(0)
+	if got := m.MaxSlots(); got != 100 {
+		t.Fatalf("MaxSlots without a limit %d, want 100", got)
 	}
 }
