@@ -50,6 +50,7 @@ type options struct {
 	port, maxNumSeqs, maxModelLen, threads, tp        int
 	maxBatchTokens                                    int
 	kvCacheMemory                                     int64
+	gpuMemUtil                                        float64
 	shutdownTimeout                                   time.Duration
 	readTimeout, writeIdleTimeout, idleTimeout        time.Duration
 	maxHeaderBytes                                    int
@@ -98,10 +99,8 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	fs.StringVar(&o.host, "host", "0.0.0.0", "listen address")
 	fs.IntVar(&o.port, "port", 8000, "listen port")
 	fs.IntVar(&o.maxNumSeqs, "max-num-seqs", 64, "running sequences at most")
-	fs.IntVar(&o.maxModelLen, "max-model-len", 4096, "context length (prompt + output tokens)")
 	fs.IntVar(&o.maxBatchTokens, "max-num-batched-tokens", 512, "tokens per engine step: prefill chunks plus decode tokens (larger steps prefill faster and delay running decodes more)")
 	fs.BoolVar(&o.deviceSampling, "device-sampling", false, "on a CUDA device, draw the tokens of requests without logprobs, penalties or logit bias there (only their ids come back) instead of sampling every logits row here")
-	fs.Int64Var(&o.kvCacheMemory, "kv-cache-memory", model.DefaultCacheBytes, "KV cache capacity in bytes")
 	fs.StringVar(&o.apiKey, "api-key", "", "require this bearer token on /v1 (also $MEGAMOE_API_KEY)")
 	fs.StringVar(&o.device, "device", "auto", "cpu | cuda | auto")
 	fs.StringVar(&o.numerics, "numerics", "faithful", "faithful | exact")
@@ -114,6 +113,7 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	fs.DurationVar(&o.writeIdleTimeout, "write-idle-timeout", time.Minute, "time each write of a response may take: a client that stops reading is dropped (a stream may last longer, event by event)")
 	fs.DurationVar(&o.idleTimeout, "idle-timeout", 2*time.Minute, "how long an idle keep-alive connection stays open")
 	fs.IntVar(&o.maxHeaderBytes, "max-header-bytes", 64<<10, "largest request header block (431 beyond)")
+	addCapacityFlags(fs, &o)
 	if err := fs.Parse(args); err != nil {
 		return nil, err
 	}
@@ -125,12 +125,8 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 		return nil, fmt.Errorf("--port %d out of range", o.port)
 	case o.maxNumSeqs < 1:
 		return nil, errors.New("--max-num-seqs must be >= 1")
-	case o.maxModelLen < 2:
-		return nil, errors.New("--max-model-len must be >= 2")
 	case o.maxBatchTokens < 1 || o.maxBatchTokens > maxBatchTokens:
 		return nil, fmt.Errorf("--max-num-batched-tokens must be in [1, %d]", maxBatchTokens)
-	case o.kvCacheMemory <= 0:
-		return nil, errors.New("--kv-cache-memory must be > 0")
 	case o.threads < 0:
 		return nil, errors.New("--threads must be >= 0")
 	case o.tp < 1 || o.tp > 64:
@@ -141,6 +137,9 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 		return nil, errors.New("--read-timeout, --write-idle-timeout and --idle-timeout must be > 0")
 	case o.maxHeaderBytes < 4<<10:
 		return nil, errors.New("--max-header-bytes must be >= 4096")
+	}
+	if err := checkCapacityFlags(fs, &o); err != nil {
+		return nil, err
 	}
 	switch o.device {
 	case "cpu", "auto":
@@ -282,9 +281,16 @@ func load(dir string, o *options, log *slog.Logger, bar *progress) (_ *checkpoin
 		return nil, nil, nil, err
 	}
 	bar.stage("starting engine")
-	maxLen := o.maxModelLen
-	if mp := w.Config.MaxPositions; mp > 0 && maxLen > mp {
-		maxLen = mp
+	cache := m.Cache()
+	if err := reportCache(log, w.Config, cache, o.maxNumSeqs); err != nil {
+		return nil, nil, nil, err
+	}
+	maxLen, lowered, err := contextLength(o.maxModelLen, w.Config.MaxPositions, cache.MaxTokens(1), cache.CapacityBytes())
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	if lowered {
+		log.Warn("context length lowered to what the KV cache holds", "max_model_len", maxLen, "max_position_embeddings", w.Config.MaxPositions)
 	}
 	eng, err := engine.New(engine.FromModel(m), engine.Config{MaxNumSeqs: o.maxNumSeqs, MaxBatchTokens: o.maxBatchTokens, MaxModelLen: maxLen, DeviceSampling: o.deviceSampling, Logger: log})
 	if err != nil {
@@ -310,14 +316,20 @@ func formatBytes(n int64) string {
 // buildModel prepares w on the chosen backend, or split over --tensor-parallel
 // ranks (one GPU each with --device cuda; CPU backends otherwise).
 func buildModel(w *checkpoint.Weights, o *options, log *slog.Logger) (engine.Stepper, error) {
-	opts := model.Options{Numerics: o.numerics, Threads: o.threads, CacheBytes: o.kvCacheMemory}
+	opts := model.Options{Numerics: o.numerics, Threads: o.threads}
 	if o.tp == 1 {
 		be, err := pickBackend(o.device, gpu.Options{Graphs: o.cudaGraphs, NoSideStream: !o.sideStream}, log)
 		if err != nil {
 			return nil, err
 		}
+		var gs []*gpu.Backend
+		if g, ok := be.(*gpu.Backend); ok {
+			gs = append(gs, g)
+		}
+		cacheOptions(&opts, o, w.Config, gs, log)
 		return model.New(w, be, opts)
 	}
+	cacheOptions(&opts, o, w.Config, nil, log)
 	bes := make([]backend.Backend, o.tp)
 	if o.device == "cuda" {
 		gs := make([]*gpu.Backend, o.tp)
@@ -328,6 +340,7 @@ func buildModel(w *checkpoint.Weights, o *options, log *slog.Logger) (engine.Ste
 			}
 			gs[r], bes[r] = g, g
 		}
+		cacheOptions(&opts, o, w.Config, gs, log)
 		comms, _, err := gpu.NewNCCLComms(gs)
 		if err == nil {
 			log.Info("serving on GPUs over NCCL", "ranks", o.tp)
