@@ -402,7 +402,7 @@ func (s *Server) build(p *commonParams, prompt []int32, promptParam string) (*ge
 	}
 	if len(prompt) >= s.maxLen {
 		return nil, errorf(http.StatusBadRequest, promptParam, "context_length_exceeded",
-			"this model's maximum context length is %d tokens; the prompt has %d", s.maxLen, len(prompt))
+			"This model's maximum context length is %d tokens. However, your request has %d input tokens, which leaves no room for output. Please reduce the length of the input.", s.maxLen, len(prompt))
 	}
 	room := s.maxLen - len(prompt)
 	g.maxTokens = room
@@ -417,7 +417,9 @@ func (s *Server) build(p *commonParams, prompt []int32, promptParam string) (*ge
 			return nil, bad(mt.name, "%s must be at least 1, got %d", mt.name, *mt.v)
 		}
 		if *mt.v > room {
-			return nil, bad(mt.name, "%s %d plus the prompt's %d tokens exceeds the context length %d", mt.name, *mt.v, len(prompt), s.maxLen)
+			return nil, errorf(http.StatusBadRequest, mt.name, "context_length_exceeded",
+				"'max_tokens' or 'max_completion_tokens' is too large: %d. This model's maximum context length is %d tokens and your request has %d input tokens (%d > %d - %d).",
+				*mt.v, s.maxLen, len(prompt), *mt.v, s.maxLen, len(prompt))
 		}
 		g.maxTokens = *mt.v
 	}
