@@ -25,6 +25,7 @@ import (
 
 	"github.com/megamoe/megamoe/engine"
 	"github.com/megamoe/megamoe/tokenizer"
+	"github.com/prometheus/client_golang/prometheus"
 )
 
 // MaxBodyBytes bounds a request body (413 beyond).
@@ -53,6 +54,8 @@ type Config struct {
 	// error event, others with a 503.
 	Shutdown context.Context
 	Logger   *slog.Logger
+	// Collectors are further series on /metrics (the GPUs' gauges).
+	Collectors []prometheus.Collector
 }
 
 // Server holds the handlers' shared state.
@@ -86,6 +89,7 @@ func New(eng *engine.Engine, tok *tokenizer.Tokenizer, cfg Config) http.Handler 
 		}
 	}
 	s := &Server{eng: eng, tok: tok, cfg: cfg, maxLen: eng.Config().MaxModelLen, created: time.Now().Unix(), log: cfg.Logger, met: newMetrics(eng, cfg.ModelName)}
+	s.met.reg.MustRegister(cfg.Collectors...)
 	s.quoter = newQuoter(tok)
 	s.grammars = newGrammars(tok, eng.Vocab(), cfg.StopTokens)
 	r := gin.New()

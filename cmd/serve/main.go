@@ -28,6 +28,7 @@ import (
 	"github.com/megamoe/megamoe/backend/gpu"
 	"github.com/megamoe/megamoe/checkpoint"
 	"github.com/megamoe/megamoe/engine"
+	"github.com/megamoe/megamoe/internal/gpumon"
 	"github.com/megamoe/megamoe/model"
 	"github.com/megamoe/megamoe/models"
 	"github.com/megamoe/megamoe/tokenizer"
@@ -190,9 +191,11 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 	defer abort()
 	gin.SetMode(gin.ReleaseMode)
 	stopTokens := []int32{int32(w.Config.EOS)}
+	gauges, closeNVML := gpuCollectors(gpumon.Open, log)
+	defer closeNVML()
 	h := api.New(eng, tok, api.Config{ModelName: name, APIKey: o.apiKey, Version: "megamoe-dev", StopTokens: stopTokens,
 		Logger: log, WriteIdleTimeout: o.writeIdleTimeout, KeepAlive: keepAlive, Shutdown: abortCtx,
-		Aliases: o.aliases, AllowedOrigins: o.allowedOrigins})
+		Aliases: o.aliases, AllowedOrigins: o.allowedOrigins, Collectors: gauges})
 	addr := net.JoinHostPort(o.host, strconv.Itoa(o.port))
 	srv := newHTTPServer(addr, h, o)
 	ln, err := net.Listen("tcp", addr)
