@@ -6,6 +6,7 @@ import (
 
 	"github.com/megamoe/megamoe/checkpoint"
 	"github.com/megamoe/megamoe/cuda"
+	"github.com/megamoe/megamoe/kvcache"
 )
 
 // StepShape bounds the steps a workspace must serve.
@@ -50,15 +51,23 @@ func stepWorkspace(c *checkpoint.Config, s StepShape, sz sizers) (int64, error) 
 	if c == nil || c.Dim <= 0 || c.HcMult <= 0 {
 		return 0, errors.New("gpu: step workspace: incomplete config")
 	}
-	w := stepBytes(c, s.Rows, s.Context, sz)
+	w := stepBytes(c, s.Rows, s.Context, sz) + metaBytes(s.Rows, s.Seqs, s.Context)
 	if s.Graphs {
 		bucket := ctxBucketMin
 		for bucket < s.Context {
 			bucket *= 2
 		}
-		w += stepBytes(c, min(s.Seqs, s.Rows), bucket, sz)
+		rows := min(s.Seqs, s.Rows)
+		// Every recording keeps its own copy of the step's inputs.
+		w += stepBytes(c, rows, bucket, sz) + maxGraphs*metaBytes(rows, rows, bucket)
 	}
 	return w, nil
+}
+
+// metaBytes bounds a step's device inputs: per-row words, token ids and
+// every sequence's block table (blocks of kvcache.DefaultBlockTokens).
+func metaBytes(rows, seqs, ctx int) int64 {
+	return classBytes(4 * int64(8*rows+seqs*(ctx/kvcache.DefaultBlockTokens+16)))
 }
 
 // stepBytes sums the buffers of one step of n rows at context ctx.
