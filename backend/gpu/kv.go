@@ -89,7 +89,7 @@ func (b *Backend) NewKVStore(spec backend.KVSpec) (backend.KVStore, error) {
 	b.blockTok = spec.BlockTokens
 	alloc := func(bytes int) (*cuda.Buffer, error) {
 		n := max(bytes, 16)
-		buf, err := b.ctx.Alloc(n)
+		buf, err := b.ctx.AllocExact(n) // sized to the cache, no size-class slack
 		if err != nil {
 			return nil, err
 		}
