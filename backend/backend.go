@@ -133,6 +133,9 @@ type KVSpec struct {
 	MaxSlots  int
 }
 
+// SlotCopy names a CopySlot: the layers [From, To) of slot Src into Dst.
+type SlotCopy struct{ Dst, Src, From, To int }
+
 // SeqInfo is one sequence of a batch.
 type SeqInfo struct {
 	Slot   int     // state slot (window rings, compressor states)
@@ -296,6 +299,10 @@ type Backend interface {
 	NewKVStore(spec KVSpec) (KVStore, error)
 	// ResetSlot clears a state slot for a new sequence (compressor A=0, Z=-inf).
 	ResetSlot(s KVStore, slot int) error
+	// CopySlot copies the state slot (window rings, compressor pending
+	// state) of layers [From, To) from slot Src to slot Dst: a snapshot
+	// that speculative steps restore. Blocks are not copied.
+	CopySlot(s KVStore, a SlotCopy) error
 
 	// Embed writes embed[ids[r]] into every one of `streams` segments of out row r.
 	Embed(e Embedding, ids []int32, streams int, out Tensor) error

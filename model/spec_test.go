@@ -1,0 +1,133 @@
+package model
+
+import (
+	"math/rand/v2"
+	"testing"
+
+	"github.com/megamoe/megamoe/checkpoint"
+)
+
+// equalRows fails unless got and want are bit-identical logits rows.
+func equalRows(t *testing.T, what string, pos int, want, got []float32) {
+	t.Helper()
+	for i := range want {
+		if want[i] != got[i] {
+			t.Fatalf("%s at position %d: logit %d = %v, want %v", what, pos, i, got[i], want[i])
+		}
+	}
+}
+
+// TestSpeculativeRollback runs the main model as a speculative decoder does
+// (snapshot, k+1 rows of which a random number are right, restore and commit
+// the accepted ones) across window wraps and CSA/HCA entry boundaries (a
+// rejected token completes entries and rolls compressor windows): every row
+// conditioned on accepted tokens equals plain decoding's bit for bit, and so
+// does decoding after the speculation.
+func TestSpeculativeRollback(t *testing.T) {
+	const n, pre, k = 150, 20, 4
+	m := newSynth(t, checkpoint.SmallConfig(), "exact")
+	toks := prompt(n, m.Config().Vocab, 9)
+	ref := run(t, m, toks, []int{pre, 1})
+	s := m.Cache().NewSequence()
+	defer m.FreeSequence(s)
+	if _, err := m.Forward(&Batch{Items: []BatchItem{{Seq: s, Tokens: toks[:pre]}}}); err != nil {
+		t.Fatal(err)
+	}
+	rng := rand.New(rand.NewPCG(3, 4))
+	L := pre
+	for L+k+1 < n-5 {
+		if err := m.Snapshot(s); err != nil {
+			t.Fatal(err)
+		}
+		a := rng.IntN(k + 1)
+		in := append([]int32(nil), toks[L:L+k+1]...)
+		for j := a + 1; j <= k; j++ {
+			in[j] = (in[j] + int32(1+rng.IntN(50))) % int32(m.Config().Vocab) // rejected drafts
+		}
+		o, err := m.Forward(&Batch{Items: []BatchItem{{Seq: s, Tokens: in, AllLogits: true}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for j := 0; j <= a; j++ {
+			equalRows(t, "verify row", L+j, ref[L+j], o.Rows(0)[j])
+		}
+		if a < k {
+			if err := m.Restore(s, L, false); err != nil {
+				t.Fatal(err)
+			}
+			o, err := m.Forward(&Batch{Items: []BatchItem{{Seq: s, Tokens: toks[L : L+a+1]}}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			equalRows(t, "commit row", L+a, ref[L+a], o.Last(0))
+		}
+		L += a + 1
+		m.Cache().Shrink(s, L+1)
+		if s.Len() != L {
+			t.Fatalf("length %d after the step, want %d", s.Len(), L)
+		}
+	}
+	for ; L < n; L++ {
+		o, err := m.Forward(&Batch{Items: []BatchItem{{Seq: s, Tokens: toks[L : L+1]}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		equalRows(t, "decode after speculation", L, ref[L], o.Last(0))
+	}
+}
+
+// TestMTPDraftRollback chains drafts through the MTP block (rows ahead of the
+// main model on its own hidden state), restores the MTP state and catches up
+// with the true hidden states: the catch-up rows equal a run without drafts.
+func TestMTPDraftRollback(t *testing.T) {
+	const n, pre, k = 60, 10, 4
+	m := newSynth(t, checkpoint.SmallConfig(), "exact")
+	c := m.Config()
+	w := c.HcDim()
+	toks := prompt(n, c.Vocab, 5)
+	mtpRun := func(spec bool) [][]float32 {
+		s := m.Cache().NewSequence()
+		defer m.FreeSequence(s)
+		o, err := m.Forward(&Batch{Items: []BatchItem{{Seq: s, Tokens: toks, Hidden: true}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		hid := o.Hidden[0]
+		var rows [][]float32
+		rng := rand.New(rand.NewPCG(1, 2))
+		for p := 0; p < n-1; {
+			cnt := pre
+			if p > 0 {
+				cnt = min(1+rng.IntN(k+1), n-1-p)
+			}
+			r, err := m.ForwardMTP([]MTPItem{{Seq: s, Start: p, Hidden: hid[p*w : (p+cnt)*w], Next: toks[p+1 : p+1+cnt], AllLogits: true, WantHidden: true}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			rows = append(rows, r.Rows(0)...)
+			p += cnt
+			if !spec {
+				continue
+			}
+			if err := m.Snapshot(s); err != nil {
+				t.Fatal(err)
+			}
+			h := r.Hidden[0]
+			for j := range k - 1 { // chained drafts at positions p, p+1, …
+				d, err := m.ForwardMTP([]MTPItem{{Seq: s, Start: p + j, Hidden: h, Next: []int32{int32(j % c.Vocab)}, WantHidden: true, Draft: true}})
+				if err != nil {
+					t.Fatal(err)
+				}
+				h = d.Hidden[0]
+			}
+			if err := m.Restore(s, 0, true); err != nil {
+				t.Fatal(err)
+			}
+		}
+		return rows
+	}
+	want, got := mtpRun(false), mtpRun(true)
+	for p := range want {
+		equalRows(t, "mtp row", p, want[p], got[p])
+	}
+}
