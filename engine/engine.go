@@ -121,7 +121,7 @@ func New(m Model, cfg Config) (*Engine, error) {
 	}
 	runner := newRunner(m, cfg.DeviceSampling)
 	if cfg.Speculative.Enabled() {
-		if runner.spec, err = newSpeculator(m, cfg.Speculative, cfg.MaxModelLen); err != nil {
+		if runner.spec, err = newSpeculator(m, cfg.Speculative, cfg); err != nil {
 			return nil, fmt.Errorf("engine: %w", err)
 		}
 	}

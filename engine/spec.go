@@ -4,8 +4,12 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"log/slog"
 	"runtime"
 	"slices"
+	"strconv"
+	"strings"
+	"time"
 
 	"github.com/megamoe/megamoe/model"
 	"golang.org/x/sync/errgroup"
@@ -99,13 +103,20 @@ type specResult struct {
 
 // speculator drafts and verifies for a Runner.
 type speculator struct {
-	m      Speculator
-	k      int
-	maxLen int
-	stats  SpecStats
+	m       Speculator
+	k       int
+	maxLen  int
+	budget  int // rows per step (drafts included)
+	stats   SpecStats
+	log     *slog.Logger
+	logged  time.Time
+	prevLog SpecStats
 }
 
-func newSpeculator(m Model, c SpecConfig, maxLen int) (*speculator, error) {
+// specLogEvery is the interval of the acceptance log line.
+const specLogEvery = 10 * time.Second
+
+func newSpeculator(m Model, c SpecConfig, cfg Config) (*speculator, error) {
 	if err := c.Validate(); err != nil {
 		return nil, err
 	}
@@ -116,7 +127,8 @@ func newSpeculator(m Model, c SpecConfig, maxLen int) (*speculator, error) {
 	if !sm.HasMTP() {
 		return nil, fmt.Errorf("speculative config: method %q: the checkpoint has no MTP block (num_nextn_predict_layers = 0)", c.Method)
 	}
-	return &speculator{m: sm, k: c.NumTokens, maxLen: maxLen, stats: SpecStats{PerPos: make([]int64, c.NumTokens)}}, nil
+	return &speculator{m: sm, k: c.NumTokens, maxLen: cfg.MaxModelLen, budget: cfg.MaxBatchTokens, log: cfg.Logger,
+		logged: time.Now(), stats: SpecStats{PerPos: make([]int64, c.NumTokens)}}, nil
 }
 
 // state returns seq's drafting state, reset when its cache was replaced.
@@ -164,7 +176,12 @@ func (sp *speculator) propose(items []Item) ([]*proposal, error) {
 	if err != nil {
 		return nil, err
 	}
-	// Chains: the decoding sequences that can hold their drafts.
+	// Chains: the decoding sequences that can hold their drafts, within the
+	// step's row budget.
+	spare := sp.budget
+	for i := range items {
+		spare -= items[i].N
+	}
 	type chain struct {
 		i, k int
 		h    []float32
@@ -175,10 +192,11 @@ func (sp *speculator) propose(items []Item) ([]*proposal, error) {
 		st := it.Seq.spec
 		st.mtpLen += len(st.hidden) / w
 		st.hidden = st.hidden[:0]
-		k := sp.drafts(it)
-		if k == 0 || sp.m.Cache().Reserve(it.Seq.KV, it.Seq.Computed+1+k) != nil || sp.m.Snapshot(it.Seq.KV) != nil {
+		k := min(sp.drafts(it), spare)
+		if k <= 0 || sp.m.Cache().Reserve(it.Seq.KV, it.Seq.Computed+1+k) != nil || sp.m.Snapshot(it.Seq.KV) != nil {
 			continue // no drafts this step (no room): plain decoding
 		}
+		spare -= k
 		props[i] = &proposal{}
 		props[i].add(it.Seq.Sampler, logits[j])
 		chains = append(chains, chain{i: i, k: k, h: hidden[j]})
@@ -367,7 +385,30 @@ func (sp *speculator) run(items []Item) ([]Result, error) {
 			sp.m.Cache().Shrink(items[i].Seq.KV, items[i].Seq.Computed+len(spec[i].tokens)+1)
 		}
 	}
+	sp.report()
 	return res, nil
+}
+
+// report logs the acceptance since the last line every specLogEvery.
+func (sp *speculator) report() {
+	if sp.log == nil || time.Since(sp.logged) < specLogEvery {
+		return
+	}
+	s, p := sp.stats, sp.prevLog
+	steps, drafted, accepted := s.Steps-p.Steps, s.Drafted-p.Drafted, s.Accepted-p.Accepted
+	if steps == 0 {
+		return
+	}
+	rates := make([]string, len(s.PerPos))
+	for j := range s.PerPos {
+		rates[j] = strconv.FormatFloat(float64(s.PerPos[j]-p.PerPos[j])/float64(steps), 'f', 2, 64)
+	}
+	sp.log.Info("speculative decoding", "verifications", steps, "drafted", drafted, "accepted", accepted,
+		"acceptance_rate", float64(accepted)/float64(max(drafted, 1)),
+		"mean_acceptance_length", float64(s.Emitted-p.Emitted)/float64(steps),
+		"per_position", strings.Join(rates, ","))
+	sp.logged, sp.prevLog = time.Now(), s
+	sp.prevLog.PerPos = slices.Clone(s.PerPos)
 }
 
 // rollbackAll restores the snapshots of a step whose forward failed.
