@@ -131,3 +131,18 @@ func TestMTPDraftRollback(t *testing.T) {
 		equalRows(t, "mtp row", p, want[p], got[p])
 	}
 }
+
+// TestDSparkCheckpointServes: a DSpark checkpoint (no MTP block, its drafter
+// under mtp.*) loads and decodes as the target model; it has no MTP to draft
+// with.
+func TestDSparkCheckpointServes(t *testing.T) {
+	w := loadGenerated(t, checkpoint.GenSpec{Seed: 1, Preset: "small-dspark"})
+	m, err := New(w, nil, Options{Numerics: "exact"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m.HasMTP() || w.DSpark == nil {
+		t.Fatalf("HasMTP %v, drafter %v", m.HasMTP(), w.DSpark != nil)
+	}
+	run(t, m, prompt(20, m.Config().Vocab, 1), []int{15, 1})
+}

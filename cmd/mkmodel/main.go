@@ -20,7 +20,7 @@ func main() {
 	out := flag.String("out", "", "output directory (created if needed)")
 	format := flag.String("format", checkpoint.GenOfficial, "checkpoint format: official (FP8 + MXFP4 experts) or nvfp4 (ModelOpt NVFP4 experts)")
 	seed := flag.Uint64("seed", 1, "random seed for the weights")
-	preset := flag.String("preset", "small", "architecture preset: small, or small-tp (splits over 2 and 4 ranks)")
+	preset := flag.String("preset", "small", "architecture preset: small, small-tp (splits over 2 and 4 ranks) or small-dspark (a DSpark drafter instead of the MTP block)")
 	flag.Parse()
 	if *out == "" || flag.NArg() != 0 {
 		fmt.Fprintln(os.Stderr, "usage: mkmodel --out DIR [--format official|nvfp4] [--seed N] [--preset small]")
