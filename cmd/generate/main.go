@@ -71,8 +71,20 @@ func run(args []string, stdout, stderr io.Writer) error {
 	fs.BoolVar(&f.graphs, "cuda-graphs", true, "record decode steps as CUDA graphs and replay them (--device cuda)")
 	fs.IntVar(&f.threads, "threads", 0, "CPU worker threads (0 = GOMAXPROCS)")
 	fs.StringVar(&f.device, "device", "cpu", "cpu | cuda")
+	var spec engine.SpecConfig
+	fs.Func("speculative-config", `decode through the engine with drafts, e.g. {"method":"mtp","num_speculative_tokens":2}`, func(v string) (err error) {
+		spec, err = engine.ParseSpecConfig(v)
+		return err
+	})
+	numSpec := fs.Int("num-speculative-tokens", 0, "draft this many tokens per step with the MTP block (--speculative-config with method mtp)")
 	if err := fs.Parse(args); err != nil {
 		return err
+	}
+	if err := specFlags(&spec, *numSpec); err != nil {
+		return err
+	}
+	if spec.Enabled() && (f.dump != "" || f.chunk != 0) {
+		return errors.New("--dump-logits and --chunk do not combine with speculative decoding")
 	}
 	if f.steps < 0 || f.chunk < 0 {
 		return errors.New("--steps and --chunk must be >= 0")
@@ -118,6 +130,9 @@ func run(args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	fmt.Fprintf(stderr, "model ready in %v (%d layers, dim %d, vocab %d)\n", time.Since(t0).Round(time.Millisecond), w.Config.Layers, w.Config.Dim, w.Config.Vocab)
+	if spec.Enabled() {
+		return generateSpec(m, prompt, f.steps, spec, stdout, stderr)
+	}
 	seq := m.Cache().NewSequence()
 	defer m.FreeSequence(seq)
 	var rows [][]float32
