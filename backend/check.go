@@ -153,6 +153,9 @@ func CheckCopySlot(s KVStore, a SlotCopy) error {
 	if a.From < 0 || a.From > a.To || a.To > len(sp.Layers) {
 		return fmt.Errorf("copy slot: layers [%d, %d) of %d", a.From, a.To, len(sp.Layers))
 	}
+	if a.Part < SlotAll || a.Part > SlotIndexComp {
+		return fmt.Errorf("copy slot: part %d", a.Part)
+	}
 	return nil
 }
 

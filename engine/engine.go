@@ -34,6 +34,9 @@ type ForwardItem struct {
 	// Draw asks a DrawingModel for the next token drawn where the logits
 	// are (see model.BatchItem.Draw).
 	Draw *backend.Draw
+	// Keep > 0: the rows after the first Keep are speculative drafts
+	// (model.BatchItem.Keep).
+	Keep int
 }
 
 // Model is what the engine needs from a model: a batched forward pass that

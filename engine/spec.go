@@ -77,8 +77,10 @@ func (s SpecStats) MeanAcceptance() float64 {
 }
 
 // specState is one sequence's drafting state: the MTP block has processed
-// positions [mtpLen, …) up to mtpLen, and hidden holds the main model's final
-// streams of positions mtpLen… that it has not yet seen.
+// positions [0, mtpLen), and hidden holds the main model's final streams of
+// positions mtpLen… that it has not seen yet. Those run ahead of the cache
+// after a rejection: the accepted drafts' rows were computed, then rolled
+// back to be fed again (replayed) in the next step.
 type specState struct {
 	kv     any // the cache handle the state belongs to (a preempted sequence gets a new one)
 	mtpLen int
@@ -99,6 +101,7 @@ type specResult struct {
 	tokens   []Sampled
 	accepted int // drafts among tokens
 	ended    bool
+	kept     int // draft rows the cache keeps (all or none)
 }
 
 // speculator drafts and verifies for a Runner.
@@ -139,10 +142,11 @@ func (sp *speculator) state(seq *Sequence) *specState {
 	return seq.spec
 }
 
-// drafts is how many drafts seq may take this step (0: none).
+// drafts is how many drafts seq may take this step (0: none): the item must
+// end at the last known token.
 func (sp *speculator) drafts(it *Item) int {
 	seq := it.Seq
-	if !it.Sample || it.N != 1 || it.AllLogits {
+	if !it.Sample || it.AllLogits {
 		return 0
 	}
 	return max(0, min(sp.k, seq.Req.MaxTokens-seq.Generated()-1, sp.maxLen-len(seq.Tokens)-1))
@@ -162,11 +166,11 @@ func (sp *speculator) propose(items []Item) ([]*proposal, error) {
 		if n == 0 {
 			continue
 		}
-		if st.mtpLen+n != it.Seq.Computed {
-			return nil, fmt.Errorf("engine: sequence %d: mtp at %d+%d, cache at %d", it.Seq.ID, st.mtpLen, n, it.Seq.Computed)
+		if st.mtpLen+n >= len(it.Seq.Tokens) {
+			return nil, fmt.Errorf("engine: sequence %d: mtp at %d+%d of %d tokens", it.Seq.ID, st.mtpLen, n, len(it.Seq.Tokens))
 		}
 		mi = append(mi, model.MTPItem{Seq: it.Seq.KV, Start: st.mtpLen, Hidden: st.hidden,
-			Next: it.Seq.Tokens[st.mtpLen+1 : st.mtpLen+n+1], WantHidden: true})
+			Next: it.Seq.Tokens[st.mtpLen+1 : st.mtpLen+n+1], WantHidden: true, Ahead: true})
 		who = append(who, i)
 	}
 	if len(mi) == 0 {
@@ -193,7 +197,8 @@ func (sp *speculator) propose(items []Item) ([]*proposal, error) {
 		st.mtpLen += len(st.hidden) / w
 		st.hidden = st.hidden[:0]
 		k := min(sp.drafts(it), spare)
-		if k <= 0 || sp.m.Cache().Reserve(it.Seq.KV, it.Seq.Computed+1+k) != nil || sp.m.Snapshot(it.Seq.KV) != nil {
+		if k <= 0 || st.mtpLen != len(it.Seq.Tokens)-1 ||
+			sp.m.Cache().Reserve(it.Seq.KV, it.Seq.Computed+it.N+k) != nil || sp.m.Snapshot(it.Seq.KV, true) != nil {
 			continue // no drafts this step (no room): plain decoding
 		}
 		spare -= k
@@ -210,7 +215,7 @@ func (sp *speculator) propose(items []Item) ([]*proposal, error) {
 			}
 			it := &items[ch.i]
 			p := props[ch.i]
-			mi = append(mi, model.MTPItem{Seq: it.Seq.KV, Start: it.Seq.Computed + d - 1, Hidden: ch.h,
+			mi = append(mi, model.MTPItem{Seq: it.Seq.KV, Start: len(it.Seq.Tokens) - 1 + d - 1, Hidden: ch.h,
 				Next: p.tokens[d-1 : d], WantHidden: true, Draft: true})
 			who = append(who, c)
 		}
@@ -301,7 +306,7 @@ func (sp *speculator) run(items []Item) ([]Result, error) {
 		fwd[i] = ForwardItem{Seq: it.Seq.KV, Tokens: it.Tokens(), AllLogits: it.AllLogits}
 		if p := props[i]; p != nil {
 			fwd[i].Tokens = append(slices.Clip(fwd[i].Tokens), p.tokens...)
-			fwd[i].AllLogits = true
+			fwd[i].AllLogits, fwd[i].Keep = true, it.N
 		}
 	}
 	logits, hidden, err := sp.m.ForwardHidden(fwd)
@@ -335,54 +340,48 @@ func (sp *speculator) run(items []Item) ([]Result, error) {
 				return nil
 			}
 			var err error
-			if spec[i], err = sp.verify(it.Seq, logits[i], vocab, props[i]); err != nil {
+			if spec[i], err = sp.verify(it.Seq, logits[i][(it.N-1)*vocab:], vocab, props[i]); err != nil {
 				res[i].Err = err
 			}
 			return nil
 		})
 	}
 	_ = g.Wait() // the workers return no errors
-	var commits []ForwardItem
 	for i := range items {
 		it := &items[i]
 		st := sp.state(it.Seq)
+		seen := st.mtpLen + len(st.hidden)/w // positions whose hidden state the MTP has or had
 		p := props[i]
-		if p == nil {
-			st.hidden = append(st.hidden, hidden[i]...)
-			continue
-		}
-		e := len(spec[i].tokens)
-		if res[i].Err == nil {
-			res[i].Sampled = spec[i].tokens[0]
-			res[i].spec = &spec[i]
-			sp.stats.Steps++
-			sp.stats.Drafted += int64(len(p.tokens))
-			sp.stats.Accepted += int64(spec[i].accepted)
-			sp.stats.Emitted += int64(e)
-			for j := range spec[i].accepted {
-				sp.stats.PerPos[j]++
+		valid := it.N // rows whose hidden state is right
+		if p != nil {
+			r := &spec[i]
+			valid += r.accepted
+			if res[i].Err == nil {
+				res[i].Sampled = r.tokens[0]
+				res[i].spec = r
+				sp.stats.Steps++
+				sp.stats.Drafted += int64(len(p.tokens))
+				sp.stats.Accepted += int64(r.accepted)
+				sp.stats.Emitted += int64(len(r.tokens))
+				for j := range r.accepted {
+					sp.stats.PerPos[j]++
+				}
 			}
+			kv := it.Seq.KV
+			var err error
+			if r.accepted == len(p.tokens) { // every draft kept: only the MTP chain is undone
+				r.kept = r.accepted
+				err = sp.m.Restore(kv, 0, true)
+			} else { // back to the kept rows; the accepted drafts are replayed next step
+				err = sp.m.Restore(kv, it.Seq.Computed+it.N, false)
+			}
+			if err != nil {
+				return nil, err
+			}
+			sp.m.Cache().Shrink(kv, it.Seq.Computed+it.N+r.kept+1)
 		}
-		kv := it.Seq.KV
-		if e == len(fwd[i].Tokens) { // every draft accepted: only the MTP chain is undone
-			err = sp.m.Restore(kv, 0, true)
-		} else {
-			err = sp.m.Restore(kv, it.Seq.Computed, false)
-			commits = append(commits, ForwardItem{Seq: kv, Tokens: fwd[i].Tokens[:max(e, 1)]})
-		}
-		if err != nil {
-			return nil, err
-		}
-		st.hidden = append(st.hidden, hidden[i][:max(e, 1)*w]...)
-	}
-	if len(commits) > 0 {
-		if _, err := sp.m.Forward(commits); err != nil {
-			return nil, fmt.Errorf("engine: committing accepted drafts: %w", err)
-		}
-	}
-	for i := range items {
-		if props[i] != nil {
-			sp.m.Cache().Shrink(items[i].Seq.KV, items[i].Seq.Computed+len(spec[i].tokens)+1)
+		if from := max(seen-it.Seq.Computed, 0); from < valid {
+			st.hidden = append(st.hidden, hidden[i][from*w:valid*w]...)
 		}
 	}
 	sp.report()
@@ -415,16 +414,16 @@ func (sp *speculator) report() {
 func (sp *speculator) rollbackAll(items []Item, props []*proposal) {
 	for i := range items {
 		if props[i] != nil {
-			_ = sp.m.Restore(items[i].Seq.KV, items[i].Seq.Computed, false) // the step fails its sequences anyway
+			_ = sp.m.Restore(items[i].Seq.KV, items[i].Seq.Computed, true) // the step fails its sequences anyway
 		}
 	}
 }
 
 // postSpec records a verification's tokens (Postprocess's share for a
 // sequence with drafts): they were accepted by the sampler and the grammar
-// during verification, and the cache already holds all but the last.
+// during verification; the cache holds the item's tokens and the kept drafts.
 func (s *Scheduler) postSpec(seq *Sequence, r *specResult, ev Event) {
-	seq.Computed += len(r.tokens) - 1
+	seq.Computed += r.kept
 	for _, tok := range r.tokens {
 		seq.Tokens = append(seq.Tokens, tok.ID)
 		ev.Tokens = append(ev.Tokens, Token{ID: tok.ID, Logprob: tok.Logprob, Top: tok.Top})

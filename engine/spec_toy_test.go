@@ -12,12 +12,13 @@ import (
 // history as the real cache rolls back.
 type toySpec struct {
 	*toyModel
-	ctx    map[int64][]int32
-	missOf uint32 // a draft misses when hash%missOf == 0 (0: never)
+	ctx    map[int64][]int32 // the tokens up to the last row the block saw
+	known  map[int64][]int32 // the tokens up to the last caught-up row
+	missOf uint32            // a draft misses when hash%missOf == 0 (0: never)
 }
 
 func newToySpec(m *toyModel, missOf uint32) *toySpec {
-	return &toySpec{toyModel: m, ctx: map[int64][]int32{}, missOf: missOf}
+	return &toySpec{toyModel: m, ctx: map[int64][]int32{}, known: map[int64][]int32{}, missOf: missOf}
 }
 
 func (m *toySpec) HasMTP() bool   { return true }
@@ -46,10 +47,17 @@ func (m *toySpec) ForwardMTP(items []model.MTPItem) ([][]float32, [][]float32, e
 			}
 			m.ctx[id] = append(m.ctx[id], it.Next...)
 		} else {
-			if it.Start+len(it.Next) > it.Seq.Len() {
-				m.t.Errorf("seq %d: mtp rows %d+%d beyond %d", id, it.Start, len(it.Next), it.Seq.Len())
+			// Catch-up rows continue the last ones; they may run ahead of
+			// the cache (rolled-back rows) but not of what was seen.
+			base := m.known[id]
+			if len(base) < it.Start+1 {
+				base = m.hist[id]
 			}
-			m.ctx[id] = append(append([]int32(nil), m.hist[id][:it.Start+1]...), it.Next...)
+			if len(base) < it.Start+1 {
+				m.t.Fatalf("seq %d: mtp rows from %d after %d known tokens", id, it.Start, len(base))
+			}
+			m.ctx[id] = append(append([]int32(nil), base[:it.Start+1]...), it.Next...)
+			m.known[id] = m.ctx[id]
 		}
 		row := m.logits(m.ctx[id])
 		if h := hash(m.ctx[id]); m.missOf > 0 && h%m.missOf == 0 {
@@ -61,7 +69,7 @@ func (m *toySpec) ForwardMTP(items []model.MTPItem) ([][]float32, [][]float32, e
 	return logits, hidden, nil
 }
 
-func (m *toySpec) Snapshot(s *kvcache.Sequence) error { return m.cache.ReserveSpare(s) }
+func (m *toySpec) Snapshot(s *kvcache.Sequence, _ bool) error { return m.cache.ReserveSpare(s) }
 
 func (m *toySpec) Restore(s *kvcache.Sequence, n int, mtpOnly bool) error {
 	if mtpOnly {

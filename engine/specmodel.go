@@ -23,7 +23,7 @@ type Speculator interface {
 	ForwardMTP(items []model.MTPItem) (logits, hidden [][]float32, err error)
 	HiddenDim() int
 	// Snapshot and Restore: model.Model's.
-	Snapshot(s *kvcache.Sequence) error
+	Snapshot(s *kvcache.Sequence, mtpOnly bool) error
 	Restore(s *kvcache.Sequence, n int, mtpOnly bool) error
 }
 
@@ -31,7 +31,7 @@ type Speculator interface {
 type speculative interface {
 	HasMTP() bool
 	ForwardMTP(items []model.MTPItem) (*model.Output, error)
-	Snapshot(s *kvcache.Sequence) error
+	Snapshot(s *kvcache.Sequence, mtpOnly bool) error
 	Restore(s *kvcache.Sequence, n int, mtpOnly bool) error
 }
 
@@ -57,7 +57,7 @@ func (a modelAdapter) HiddenDim() int { return a.m.Config().HcDim() }
 func (a modelAdapter) ForwardHidden(items []ForwardItem) ([][]float32, [][]float32, error) {
 	b := &model.Batch{Items: make([]model.BatchItem, len(items))}
 	for i, it := range items {
-		b.Items[i] = model.BatchItem{Seq: it.Seq, Tokens: it.Tokens, AllLogits: it.AllLogits, Hidden: true}
+		b.Items[i] = model.BatchItem{Seq: it.Seq, Tokens: it.Tokens, AllLogits: it.AllLogits, Hidden: true, Keep: it.Keep}
 	}
 	out, err := a.m.Forward(b)
 	if err != nil {
@@ -83,12 +83,12 @@ func (a modelAdapter) ForwardMTP(items []model.MTPItem) ([][]float32, [][]float3
 }
 
 // Snapshot implements Speculator.
-func (a modelAdapter) Snapshot(s *kvcache.Sequence) error {
+func (a modelAdapter) Snapshot(s *kvcache.Sequence, mtpOnly bool) error {
 	sp, err := a.spec()
 	if err != nil {
 		return err
 	}
-	return sp.Snapshot(s)
+	return sp.Snapshot(s, mtpOnly)
 }
 
 // Restore implements Speculator.

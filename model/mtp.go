@@ -23,9 +23,11 @@ type MTPItem struct {
 	// WantHidden also returns the block's output streams of the last row
 	// (Output.Hidden), the hidden state a chained draft feeds back in.
 	WantHidden bool
-	// Draft allows positions beyond the main model's (chained drafts,
-	// whose hidden state is the block's own output).
-	Draft bool
+	// Draft marks chained drafts (their hidden state is the block's own
+	// output); Ahead allows positions beyond the main model's cache (the
+	// rows a speculative step computed and then rolled back). Draft implies
+	// Ahead.
+	Draft, Ahead bool
 }
 
 // HasMTP reports whether the checkpoint has an MTP block.
@@ -50,7 +52,7 @@ func (m *Model) ForwardMTP(items []MTPItem) (*Output, error) {
 		if len(it.Hidden) != len(it.Next)*w {
 			return nil, fmt.Errorf("model mtp: item %d: %d hidden values for %d next tokens of width %d", i, len(it.Hidden), len(it.Next), w)
 		}
-		if it.Start < 0 || !it.Draft && it.Start+len(it.Next) > it.Seq.Len() {
+		if it.Start < 0 || !it.Draft && !it.Ahead && it.Start+len(it.Next) > it.Seq.Len() {
 			return nil, fmt.Errorf("model mtp: item %d: positions %d..%d beyond the %d processed tokens", i, it.Start, it.Start+len(it.Next)-1, it.Seq.Len())
 		}
 		bi[i] = BatchItem{Seq: it.Seq, Tokens: it.Next, AllLogits: it.AllLogits}

@@ -17,12 +17,14 @@ func equalRows(t *testing.T, what string, pos int, want, got []float32) {
 	}
 }
 
-// TestSpeculativeRollback runs the main model as a speculative decoder does
-// (snapshot, k+1 rows of which a random number are right, restore and commit
-// the accepted ones) across window wraps and CSA/HCA entry boundaries (a
-// rejected token completes entries and rolls compressor windows): every row
-// conditioned on accepted tokens equals plain decoding's bit for bit, and so
-// does decoding after the speculation.
+// TestSpeculativeRollback runs the main model as a speculative decoder does:
+// a step feeds the tokens not yet kept (replays of drafts accepted last
+// step, then the last token) and k drafts of which a random number are
+// right, keeps the first rows' state in the spare slot and, after a
+// rejection, restores it. Across window wraps and CSA/HCA entry boundaries
+// (rejected tokens complete entries and roll compressor windows) every row
+// conditioned on right tokens equals plain decoding's bit for bit, and so
+// does decoding afterwards.
 func TestSpeculativeRollback(t *testing.T) {
 	const n, pre, k = 150, 20, 4
 	m := newSynth(t, checkpoint.SmallConfig(), "exact")
@@ -34,40 +36,46 @@ func TestSpeculativeRollback(t *testing.T) {
 		t.Fatal(err)
 	}
 	rng := rand.New(rand.NewPCG(3, 4))
-	L := pre
-	for L+k+1 < n-5 {
-		if err := m.Snapshot(s); err != nil {
+	kept, known := pre, pre+1 // cached tokens; tokens known (the last one not yet fed)
+	for known+k < n-5 {
+		if err := m.Snapshot(s, true); err != nil {
 			t.Fatal(err)
 		}
 		a := rng.IntN(k + 1)
-		in := append([]int32(nil), toks[L:L+k+1]...)
-		for j := a + 1; j <= k; j++ {
+		in := append([]int32(nil), toks[kept:known+k]...)
+		nKeep := known - kept
+		for j := nKeep + a; j < len(in); j++ {
 			in[j] = (in[j] + int32(1+rng.IntN(50))) % int32(m.Config().Vocab) // rejected drafts
 		}
-		o, err := m.Forward(&Batch{Items: []BatchItem{{Seq: s, Tokens: in, AllLogits: true}}})
+		o, err := m.Forward(&Batch{Items: []BatchItem{{Seq: s, Tokens: in, AllLogits: true, Keep: nKeep}}})
 		if err != nil {
 			t.Fatal(err)
 		}
-		for j := 0; j <= a; j++ {
-			equalRows(t, "verify row", L+j, ref[L+j], o.Rows(0)[j])
+		for r := range nKeep + a {
+			equalRows(t, "verify row", kept+r, ref[kept+r], o.Rows(0)[r])
 		}
-		if a < k {
-			if err := m.Restore(s, L, false); err != nil {
+		if a == k {
+			kept += nKeep + k
+		} else {
+			if err := m.Restore(s, kept+nKeep, false); err != nil {
 				t.Fatal(err)
 			}
-			o, err := m.Forward(&Batch{Items: []BatchItem{{Seq: s, Tokens: toks[L : L+a+1]}}})
-			if err != nil {
-				t.Fatal(err)
-			}
-			equalRows(t, "commit row", L+a, ref[L+a], o.Last(0))
+			kept += nKeep
 		}
-		L += a + 1
-		m.Cache().Shrink(s, L+1)
-		if s.Len() != L {
-			t.Fatalf("length %d after the step, want %d", s.Len(), L)
+		known += a + 1
+		m.Cache().Shrink(s, kept+1)
+		if s.Len() != kept {
+			t.Fatalf("length %d after the step, want %d", s.Len(), kept)
 		}
 	}
-	for ; L < n; L++ {
+	o, err := m.Forward(&Batch{Items: []BatchItem{{Seq: s, Tokens: toks[kept:known], AllLogits: true}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for r, row := range o.Rows(0) {
+		equalRows(t, "replay after speculation", kept+r, ref[kept+r], row)
+	}
+	for L := known; L < n; L++ {
 		o, err := m.Forward(&Batch{Items: []BatchItem{{Seq: s, Tokens: toks[L : L+1]}}})
 		if err != nil {
 			t.Fatal(err)
@@ -109,7 +117,7 @@ func TestMTPDraftRollback(t *testing.T) {
 			if !spec {
 				continue
 			}
-			if err := m.Snapshot(s); err != nil {
+			if err := m.Snapshot(s, true); err != nil {
 				t.Fatal(err)
 			}
 			h := r.Hidden[0]

@@ -125,10 +125,14 @@ func (b *Backend) CopySlot(s backend.KVStore, a backend.SlotCopy) error {
 	dst := k.alloc(a.Dst)
 	for i := a.From; i < a.To; i++ {
 		d, s := &dst.layers[i], &src.layers[i]
-		copy(d.win, s.win)
-		for _, p := range [][2]*compState{{&d.comp, &s.comp}, {&d.idx, &s.idx}} {
-			copy(p[0].A, p[1].A)
-			copy(p[0].Z, p[1].Z)
+		if a.Part == backend.SlotAll || a.Part == backend.SlotWindow {
+			copy(d.win, s.win)
+		}
+		for part, p := range map[backend.SlotPart][2]*compState{backend.SlotComp: {&d.comp, &s.comp}, backend.SlotIndexComp: {&d.idx, &s.idx}} {
+			if a.Part == backend.SlotAll || a.Part == part {
+				copy(p[0].A, p[1].A)
+				copy(p[0].Z, p[1].Z)
+			}
 		}
 	}
 	return nil

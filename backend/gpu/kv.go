@@ -147,13 +147,16 @@ func (b *Backend) CopySlot(s backend.KVStore, a backend.SlotCopy) error {
 	cp := func(buf *cuda.Buffer, n int) error {
 		return b.s.CopyDtoD(buf.Ptr.Add(4*a.Dst*n), buf.Ptr.Add(4*a.Src*n), 4*n)
 	}
+	all := a.Part == backend.SlotAll
 	for i := a.From; i < a.To; i++ {
 		kl := &k.layers[i]
-		if err := cp(kl.win, kl.spec.Window*kl.spec.HeadDim); err != nil {
-			return fmt.Errorf("copy slot %d <- %d: %w", a.Dst, a.Src, err)
+		if all || a.Part == backend.SlotWindow {
+			if err := cp(kl.win, kl.spec.Window*kl.spec.HeadDim); err != nil {
+				return fmt.Errorf("copy slot %d <- %d: %w", a.Dst, a.Src, err)
+			}
 		}
-		for _, c := range []compBufs{kl.comp, kl.idx} {
-			if c.a == nil {
+		for j, c := range []compBufs{kl.comp, kl.idx} {
+			if c.a == nil || !all && a.Part != []backend.SlotPart{backend.SlotComp, backend.SlotIndexComp}[j] {
 				continue
 			}
 			if err := cp(c.a, c.n); err != nil {
@@ -164,7 +167,7 @@ func (b *Backend) CopySlot(s backend.KVStore, a backend.SlotCopy) error {
 			}
 		}
 	}
-	k.ready[a.Dst] = k.ready[a.Dst] || a.From == 0 && a.To == len(k.layers)
+	k.ready[a.Dst] = k.ready[a.Dst] || all && a.From == 0 && a.To == len(k.layers)
 	return nil
 }
 

@@ -2,11 +2,15 @@ package gpu
 
 import (
 	"fmt"
+	"math/rand/v2"
+	"path/filepath"
 	"testing"
 
 	"github.com/megamoe/megamoe/backend"
 	"github.com/megamoe/megamoe/backend/cpu"
 	"github.com/megamoe/megamoe/backend/gpu/opcheck"
+	"github.com/megamoe/megamoe/checkpoint"
+	"github.com/megamoe/megamoe/model"
 	"github.com/megamoe/megamoe/rope"
 )
 
@@ -74,9 +78,74 @@ func TestCopySlotRestore(t *testing.T) {
 		must(t, p.G.CopySlot(kv.G, a))
 	}
 	step("prefill", 0, 30, true)
-	copySlot(backend.SlotCopy{Dst: 1, Src: 0, From: 0, To: 2})
+	// The snapshot in parts, as a speculative step takes it.
+	copySlot(backend.SlotCopy{Dst: 1, Src: 0, From: 0, To: 2, Part: backend.SlotWindow})
+	copySlot(backend.SlotCopy{Dst: 1, Src: 0, From: 1, To: 2, Part: backend.SlotComp})
 	step("speculative", 30, 5, false) // completes entry 7 at position 31 and rolls
 	copySlot(backend.SlotCopy{Dst: 0, Src: 1, From: 0, To: 2})
 	step("rerun", 30, 4, true)
 	step("decode", 34, 1, true)
+}
+
+// TestSpeculativeRollbackOnGPU runs the small model on the GPU as the
+// speculative decoder does (replays and the last token kept, drafts of
+// which a random number are right, the kept state restored after a
+// rejection; window wraps and CSA/HCA entries inside the drafts): the rows
+// conditioned on right tokens, and decoding afterwards, match plain decoding
+// on the GPU.
+func TestSpeculativeRollbackOnGPU(t *testing.T) {
+	g := openGPU(t, Options{})
+	const n, pre, k = 150, 20, 4
+	dir := filepath.Join(t.TempDir(), "small")
+	w, st, err := checkpoint.GenerateLoad(dir, checkpoint.GenSpec{Seed: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	m, err := model.New(w, g, model.Options{CacheBytes: 64 << 20, Numerics: "exact"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := rand.New(rand.NewPCG(9, 7))
+	toks := make([]int32, n)
+	for i := range toks {
+		toks[i] = int32(r.IntN(w.Config.Vocab))
+	}
+	ref := forced(t, m, toks[:pre], pre, toks[pre:])
+	check := func(what string, pos int, got []float32) {
+		t.Helper()
+		if d := worstRow(ref[pos], got, 1); d > 1e-3 {
+			t.Fatalf("%s at position %d: rel %.3g from plain decoding", what, pos, d)
+		}
+	}
+	s := m.Cache().NewSequence()
+	defer m.FreeSequence(s)
+	prefill(t, m, s, toks[:pre], pre)
+	kept, known := pre, pre+1
+	for known+k < n-5 {
+		must(t, m.Snapshot(s, true))
+		a := r.IntN(k + 1)
+		in := append([]int32(nil), toks[kept:known+k]...)
+		nKeep := known - kept
+		for j := nKeep + a; j < len(in); j++ {
+			in[j] = (in[j] + int32(1+r.IntN(50))) % int32(w.Config.Vocab)
+		}
+		o, err := m.Forward(&model.Batch{Items: []model.BatchItem{{Seq: s, Tokens: in, AllLogits: true, Keep: nKeep}}})
+		must(t, err)
+		for j := range nKeep + a {
+			check("verify row", kept+j, o.Rows(0)[j])
+		}
+		if a == k {
+			kept += nKeep + k
+		} else {
+			must(t, m.Restore(s, kept+nKeep, false))
+			kept += nKeep
+		}
+		known += a + 1
+	}
+	for L := kept; L < n; L++ {
+		o, err := m.Forward(&model.Batch{Items: []model.BatchItem{{Seq: s, Tokens: toks[L : L+1]}}})
+		must(t, err)
+		check("decode after speculation", L, o.Last(0))
+	}
 }
