@@ -131,7 +131,7 @@ func newSpeculator(m Model, c SpecConfig, cfg Config) (*speculator, error) {
 		return nil, fmt.Errorf("speculative config: method %q: the checkpoint has no MTP block (num_nextn_predict_layers = 0)", c.Method)
 	}
 	return &speculator{m: sm, k: c.NumTokens, maxLen: cfg.MaxModelLen, budget: cfg.MaxBatchTokens, log: cfg.Logger,
-		logged: time.Now(), stats: SpecStats{PerPos: make([]int64, c.NumTokens)}}, nil
+		logged: time.Now(), stats: SpecStats{PerPos: make([]int64, c.NumTokens)}, prevLog: SpecStats{PerPos: make([]int64, c.NumTokens)}}, nil
 }
 
 // state returns seq's drafting state, reset when its cache was replaced.

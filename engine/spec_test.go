@@ -2,11 +2,13 @@ package engine
 
 import (
 	"fmt"
+	"log/slog"
 	"math"
 	"regexp"
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/megamoe/megamoe/grammar"
 )
@@ -243,6 +245,28 @@ func TestTargetDistMatchesSample(t *testing.T) {
 	for i := range x {
 		if d := math.Abs(counts[i]/n - want[i]); d > 0.01 || want[i] == 0 && counts[i] > 0 {
 			t.Errorf("token %d: sampled %.4f, target %.4f", i, counts[i]/n, want[i])
+		}
+	}
+}
+
+// The periodic log line reports the acceptance since the previous one.
+func TestSpecReport(t *testing.T) {
+	var buf strings.Builder
+	sp, err := newSpeculator(newToySpec(newToy(t, 1<<20), 0), SpecConfig{Method: "mtp", NumTokens: 2},
+		Config{MaxModelLen: 64, MaxBatchTokens: 16, Logger: slog.New(slog.NewTextHandler(&buf, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, st := range []SpecStats{{Steps: 4, Drafted: 8, Accepted: 6, Emitted: 10, PerPos: []int64{4, 2}},
+		{Steps: 6, Drafted: 12, Accepted: 7, Emitted: 13, PerPos: []int64{5, 2}}} {
+		sp.stats, sp.logged = st, time.Now().Add(-2*specLogEvery)
+		sp.report()
+		want := []string{"verifications=4 drafted=8 accepted=6", "mean_acceptance_length=2.5 per_position=1.00,0.50",
+			"verifications=2 drafted=4 accepted=1", "mean_acceptance_length=1.5 per_position=0.50,0.00"}[2*i:][:2]
+		for _, w := range want {
+			if !strings.Contains(buf.String(), w) {
+				t.Errorf("log %q lacks %q", buf.String(), w)
+			}
 		}
 	}
 }
