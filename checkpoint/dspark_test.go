@@ -58,7 +58,7 @@ func TestDSparkCheckpointLoads(t *testing.T) {
 		}
 	}
 	// Drop a draft tensor and add a stray one: both are reported by name.
-	es, _, err := genEntries(c, GenOfficial, 2)
+	es, _, err := genEntries(c, GenOfficial, 2, nil, false)
 	if err != nil {
 		t.Fatal(err)
 	}

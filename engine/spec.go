@@ -434,6 +434,8 @@ func (s *Scheduler) postSpec(seq *Sequence, r *specResult, ev Event) {
 		ev.Finish = FinishStop
 	case seq.Generated() >= seq.Req.MaxTokens || len(seq.Tokens) >= s.cfg.MaxModelLen:
 		ev.Finish = FinishLength
+	default:
+		ev.Tokens = append(ev.Tokens, s.jumpForward(seq)...) // grammar-forced tokens
 	}
 	if ev.Finish != FinishNone {
 		s.retire(seq)

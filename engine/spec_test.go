@@ -35,8 +35,9 @@ func equalOutputs(t *testing.T, want, got [][]int32) {
 }
 
 // Greedy outputs with drafts are those of plain decoding, for every draft
-// count, with perfect and with missing drafts, batched, with max_tokens and
-// stop tokens falling inside a step's drafts; the cache is empty afterwards.
+// count, with perfect and with missing drafts, batched, with max_tokens,
+// stop tokens and min_tokens falling inside a step's drafts; the cache is
+// empty afterwards.
 func TestSpecGreedyMatchesPlain(t *testing.T) {
 	greedy := func(int) SamplingParams { return SamplingParams{} }
 	plain, _ := runEngine(t, newToy(t, 1<<20), Config{MaxModelLen: 4096, MaxBatchTokens: 16}, toyRequests(6, 30, greedy))
@@ -50,6 +51,8 @@ func TestSpecGreedyMatchesPlain(t *testing.T) {
 				// Stop tokens: the 4th generated token of request 2 and the 7th of request 4.
 				reqs[2].StopTokens = []int32{plain[2][3]}
 				reqs[4].StopTokens = []int32{plain[4][6]}
+				// min_tokens holds back the 2nd generated token of request 1 as a stop.
+				reqs[1].StopTokens, reqs[1].MinTokens = []int32{plain[1][1]}, min(6, maxTok)
 				want, _ := runEngine(t, newToy(t, 1<<20), Config{MaxModelLen: 4096, MaxBatchTokens: 16}, reqs)
 				m := newToySpec(newToy(t, 1<<20), tc.missOf)
 				got, e := runEngine(t, m, Config{MaxModelLen: 4096, MaxBatchTokens: 16, Speculative: SpecConfig{Method: "mtp", NumTokens: tc.k}}, reqs)

@@ -67,6 +67,7 @@ func (s *Sampler) targetDist(logits []float32, mask []uint32) []float64 {
 	if mask != nil {
 		applyMask(x, mask)
 	}
+	s.suppressStops(x) // min_tokens
 	return s.dist(x)
 }
 
