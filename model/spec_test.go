@@ -24,10 +24,17 @@ func equalRows(t *testing.T, what string, pos int, want, got []float32) {
 // rejection, restores it. Across window wraps and CSA/HCA entry boundaries
 // (rejected tokens complete entries and roll compressor windows) every row
 // conditioned on right tokens equals plain decoding's bit for bit, and so
-// does decoding afterwards.
+// does decoding afterwards, with the fp32 store (exact numerics) and the
+// compact one (faithful).
 func TestSpeculativeRollback(t *testing.T) {
+	for _, mode := range []string{"exact", "faithful"} {
+		t.Run(mode, func(t *testing.T) { speculativeRollback(t, mode) })
+	}
+}
+
+func speculativeRollback(t *testing.T, mode string) {
 	const n, pre, k = 150, 20, 4
-	m := newSynth(t, checkpoint.SmallConfig(), "exact")
+	m := newSynth(t, checkpoint.SmallConfig(), mode)
 	toks := prompt(n, m.Config().Vocab, 9)
 	ref := run(t, m, toks, []int{pre, 1})
 	s := m.Cache().NewSequence()
