@@ -52,6 +52,7 @@ func newMetrics(eng *engine.Engine, model string) *metrics {
 			func() float64 { return float64(eng.Stats().Preemptions) }),
 	)
 	m.registerVLLM(eng, model)
+	m.reg.MustRegister(specCollectors(eng, model)...)
 	return m
 }
 

@@ -55,8 +55,10 @@ func generate(dir string, spec GenSpec) error {
 		c = SmallConfig()
 	case spec.Preset == "small-tp":
 		c = SmallTPConfig()
+	case spec.Preset == "small-dspark":
+		c = SmallDSparkConfig()
 	default:
-		return fmt.Errorf("unknown preset %q (want small or small-tp)", spec.Preset)
+		return fmt.Errorf("unknown preset %q (want small, small-tp or small-dspark)", spec.Preset)
 	}
 
 	tokJSON, err := tokenizer.TrainBPE(corpus, SmallVocab, tokenizer.DeepSeekV4SpecialTokens())

@@ -41,6 +41,7 @@ type Result struct {
 	Sampled Sampled // valid when the item was sampled
 	Prompt  []Token // prompt logprobs covered by this chunk
 	Err     error   // the sequence cannot continue (its grammar failed)
+	spec    *specResult
 }
 
 // Scheduler decides, step by step, which tokens of which sequences run. It is
@@ -189,6 +190,10 @@ func (s *Scheduler) Postprocess(items []Item, results []Result, err error) {
 			if len(ev.Prompt) > 0 {
 				seq.stream.push(ev)
 			}
+			continue
+		}
+		if r.spec != nil {
+			s.postSpec(seq, r.spec, ev)
 			continue
 		}
 		tok := r.Sampled

@@ -151,6 +151,7 @@ type Sequence struct {
 	promptLP  int // prompt positions whose logprobs were sent
 	Preempted int // times it was preempted
 	grammar   *constraintState
+	spec      *specState // speculative decoding
 }
 
 // Generated is the number of generated tokens.

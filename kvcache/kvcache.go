@@ -90,6 +90,7 @@ type Sequence struct {
 	blocks []int32
 	fresh  bool
 	freed  bool
+	spare  int // snapshot slot of speculative decoding, -1 if none
 }
 
 // Len is the number of tokens processed so far.
@@ -148,7 +149,7 @@ func (m *Manager) NewSequence() *Sequence {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.nextID++
-	return &Sequence{ID: m.nextID, slot: -1}
+	return &Sequence{ID: m.nextID, slot: -1, spare: -1}
 }
 
 func (m *Manager) blocksFor(tokens int) int {
@@ -244,9 +245,13 @@ func (m *Manager) Free(s *Sequence) {
 		m.freeSlots = append(m.freeSlots, s.slot)
 		m.used -= m.layout.StateBytes
 	}
+	if s.spare >= 0 {
+		m.freeSlots = append(m.freeSlots, s.spare)
+		m.used -= m.layout.StateBytes
+	}
 	m.freeBlocks = append(m.freeBlocks, s.blocks...)
 	m.used -= int64(len(s.blocks)) * m.layout.BlockBytes
-	s.blocks, s.slot, s.len, s.freed = nil, -1, 0, true
+	s.blocks, s.slot, s.spare, s.len, s.freed = nil, -1, -1, 0, true
 }
 
 // UsedBytes is the storage currently owned by sequences.

@@ -302,6 +302,10 @@ type BatchItem struct {
 	// (Output.IDs) where the model CanDraw; the logits then stay there
 	// unless AllLogits.
 	Draw *backend.Draw
+	// Keep > 0 makes the rows after the first Keep speculative: the cache
+	// state after the first Keep rows is kept in the sequence's spare slot
+	// (Snapshot reserves it), so that Restore undoes the others.
+	Keep int
 }
 
 // Output holds per item its fp32 logits, flattened rows×vocab: one row (its
@@ -424,7 +428,14 @@ func (m *Model) prepare(items []BatchItem, mtp bool) (*backend.Batch, []int32, e
 				return nil, nil, fmt.Errorf("model: %w", err)
 			}
 		}
-		bt.Seqs = append(bt.Seqs, backend.SeqInfo{Slot: it.Seq.Slot(), Blocks: it.Seq.Blocks(), Start: start, Row0: len(ids), Rows: len(it.Tokens)})
+		si := backend.SeqInfo{Slot: it.Seq.Slot(), Blocks: it.Seq.Blocks(), Start: start, Row0: len(ids), Rows: len(it.Tokens)}
+		if it.Keep > 0 && it.Keep < len(it.Tokens) {
+			if it.Seq.Spare() < 0 {
+				return nil, nil, fmt.Errorf("model: item %d: speculative rows need a snapshot slot (Snapshot first)", i)
+			}
+			si.Keep, si.Spare = it.Keep, it.Seq.Spare()
+		}
+		bt.Seqs = append(bt.Seqs, si)
 		for k, t := range it.Tokens {
 			ids = append(ids, t)
 			bt.Pos = append(bt.Pos, int32(start+k))
@@ -486,7 +497,7 @@ func (m *Model) Forward(b *Batch) (*Output, error) {
 		return lg, nil
 	}
 	var lg backend.Tensor
-	if !m.sharded() && !wantHidden(b.Items) {
+	if !m.sharded() && !wantHidden(b.Items) && !speculative(bt) {
 		lg, err = be.RecordStep(bt, ids, forward)
 	} else {
 		lg, err = forward()
@@ -536,6 +547,17 @@ func (m *Model) Forward(b *Batch) (*Output, error) {
 		be.Free(x)
 	}
 	return out, nil
+}
+
+// speculative reports whether the step has speculative rows (their state
+// snapshots run on sub-batches, which a recorded step cannot take).
+func speculative(bt *backend.Batch) bool {
+	for _, sq := range bt.Seqs {
+		if sq.Keep > 0 {
+			return true
+		}
+	}
+	return false
 }
 
 // wantHidden reports whether an item asks for the final streams.

@@ -86,7 +86,20 @@ func (b *Backend) ResetSlot(s backend.KVStore, slot int) error {
 	}
 	k.mu.Lock()
 	defer k.mu.Unlock()
-	st := k.slots[slot]
+	st := k.alloc(slot)
+	for i := range st.layers {
+		ls := &st.layers[i]
+		clear(ls.win)
+		clear(ls.winC)
+		ls.comp.reset()
+		ls.idx.reset()
+	}
+	return nil
+}
+
+// alloc returns slot id, allocating it on first use (k.mu held).
+func (k *kvStore) alloc(id int) *slotState {
+	st := k.slots[id]
 	if st == nil {
 		st = &slotState{layers: make([]layerState, len(k.spec.Layers))}
 		for i, l := range k.spec.Layers {
@@ -103,14 +116,39 @@ func (b *Backend) ResetSlot(s backend.KVStore, slot int) error {
 				}
 			}
 		}
-		k.slots[slot] = st
+		k.slots[id] = st
 	}
-	for i := range st.layers {
-		ls := &st.layers[i]
-		clear(ls.win)
-		clear(ls.winC)
-		ls.comp.reset()
-		ls.idx.reset()
+	return st
+}
+
+// CopySlot implements backend.Backend.
+func (b *Backend) CopySlot(s backend.KVStore, a backend.SlotCopy) error {
+	if err := backend.CheckCopySlot(s, a); err != nil {
+		return err
+	}
+	k, err := store(s)
+	if err != nil {
+		return err
+	}
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	src := k.slots[a.Src]
+	if src == nil {
+		return fmt.Errorf("copy slot: slot %d not initialised", a.Src)
+	}
+	dst := k.alloc(a.Dst)
+	for i := a.From; i < a.To; i++ {
+		d, s := &dst.layers[i], &src.layers[i]
+		if a.Part == backend.SlotAll || a.Part == backend.SlotWindow {
+			copy(d.win, s.win)
+			copy(d.winC, s.winC)
+		}
+		for part, p := range map[backend.SlotPart][2]*compState{backend.SlotComp: {&d.comp, &s.comp}, backend.SlotIndexComp: {&d.idx, &s.idx}} {
+			if a.Part == backend.SlotAll || a.Part == part {
+				copy(p[0].A, p[1].A)
+				copy(p[0].Z, p[1].Z)
+			}
+		}
 	}
 	return nil
 }

@@ -182,6 +182,46 @@ func (b *Backend) ResetSlot(s backend.KVStore, slot int) error {
 	return nil
 }
 
+// CopySlot implements backend.Backend: device-to-device copies of the slot's
+// ring and compressor state per layer.
+func (b *Backend) CopySlot(s backend.KVStore, a backend.SlotCopy) error {
+	if err := backend.CheckCopySlot(s, a); err != nil {
+		return err
+	}
+	k, err := b.store(s)
+	if err != nil {
+		return err
+	}
+	if !k.ready[a.Src] {
+		return fmt.Errorf("copy slot: slot %d not initialised", a.Src)
+	}
+	cp := func(buf *cuda.Buffer, bytes int) error { // one slot's bytes of buf
+		return b.s.CopyDtoD(buf.Ptr.Add(a.Dst*bytes), buf.Ptr.Add(a.Src*bytes), bytes)
+	}
+	all := a.Part == backend.SlotAll
+	for i := a.From; i < a.To; i++ {
+		kl := &k.layers[i]
+		if all || a.Part == backend.SlotWindow { // entries of kl.eb bytes (fp32 or compact)
+			if err := cp(kl.win, kl.spec.Window*kl.eb); err != nil {
+				return fmt.Errorf("copy slot %d <- %d: %w", a.Dst, a.Src, err)
+			}
+		}
+		for j, c := range []compBufs{kl.comp, kl.idx} {
+			if c.a == nil || !all && a.Part != []backend.SlotPart{backend.SlotComp, backend.SlotIndexComp}[j] {
+				continue
+			}
+			if err := cp(c.a, 4*c.n); err != nil {
+				return fmt.Errorf("copy slot %d <- %d: %w", a.Dst, a.Src, err)
+			}
+			if err := cp(c.z, 4*c.n); err != nil {
+				return fmt.Errorf("copy slot %d <- %d: %w", a.Dst, a.Src, err)
+			}
+		}
+	}
+	k.ready[a.Dst] = k.ready[a.Dst] || all && a.From == 0 && a.To == len(k.layers)
+	return nil
+}
+
 // checkSeqs validates the slots of bt and (with blocks) that its block tables
 // cover the entries (end/ratio of them) the step may touch in layer l.
 func (k *kvStore) checkSeqs(bt *backend.Batch, layer int, blocks bool) error {

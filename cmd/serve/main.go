@@ -57,6 +57,7 @@ type options struct {
 	maxHeaderBytes, maxQueuedPerConn                  int
 	aliases, allowedOrigins                           []string // further served names; CORS origins
 	cudaGraphs, deviceSampling, sideStream            bool
+	spec                                              engine.SpecConfig
 }
 
 func main() {
@@ -116,8 +117,24 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	fs.IntVar(&o.maxHeaderBytes, "max-header-bytes", 64<<10, "largest request header block (431 beyond)")
 	fs.IntVar(&o.maxQueuedPerConn, "max-queued-per-conn", 64, "requests of one connection (HTTP/2 carries many) waiting for their first token at most; beyond, a 429 with Retry-After (0: no bound)")
 	addCapacityFlags(fs, &o)
+	numSpec := fs.Int("num-speculative-tokens", 0, "draft this many tokens per decode step with the checkpoint's MTP block (--speculative-config with method mtp)")
+	fs.Func("speculative-config", `speculative decoding as JSON, e.g. {"method":"mtp","num_speculative_tokens":2}`, func(v string) (err error) {
+		o.spec, err = engine.ParseSpecConfig(v)
+		return err
+	})
 	if err := fs.Parse(args); err != nil {
 		return nil, err
+	}
+	if *numSpec != 0 {
+		if o.spec.Enabled() && o.spec.NumTokens != *numSpec {
+			return nil, fmt.Errorf("--num-speculative-tokens %d contradicts --speculative-config's %d", *numSpec, o.spec.NumTokens)
+		}
+		if !o.spec.Enabled() {
+			o.spec = engine.SpecConfig{Method: "mtp", NumTokens: *numSpec}
+		}
+		if err := o.spec.Validate(); err != nil {
+			return nil, fmt.Errorf("--num-speculative-tokens: %w", err)
+		}
 	}
 	if fs.NArg() > 0 {
 		return nil, fmt.Errorf("unexpected arguments %q", fs.Args())
@@ -302,7 +319,8 @@ func load(dir string, o *options, log *slog.Logger, bar *progress) (_ *checkpoin
 	if lowered {
 		log.Warn("context length lowered to what the KV cache holds", "max_model_len", maxLen, "max_position_embeddings", w.Config.MaxPositions)
 	}
-	eng, err := engine.New(engine.FromModel(m), engine.Config{MaxNumSeqs: o.maxNumSeqs, MaxBatchTokens: o.maxBatchTokens, MaxModelLen: maxLen, DeviceSampling: o.deviceSampling, Logger: log})
+	eng, err := engine.New(engine.FromModel(m), engine.Config{MaxNumSeqs: o.maxNumSeqs, MaxBatchTokens: o.maxBatchTokens, MaxModelLen: maxLen, DeviceSampling: o.deviceSampling,
+		Speculative: o.spec, Logger: log})
 	if err != nil {
 		return nil, nil, nil, err
 	}

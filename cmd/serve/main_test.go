@@ -40,6 +40,14 @@ func TestParseFlags(t *testing.T) {
 		{[]string{"extra"}, "unexpected arguments"},
 		{[]string{"--tensor-parallel", "2"}, ""},
 		{[]string{"--tensor-parallel", "0"}, "--tensor-parallel"},
+		{[]string{"--speculative-config", `{"method":"mtp","num_speculative_tokens":2}`}, ""},
+		{[]string{"--speculative-config", `{"method":"mtp","num_speculative_tokens":2}`, "--num-speculative-tokens", "2"}, ""},
+		{[]string{"--speculative-config", `{"method":"mtp","num_speculative_tokens":2}`, "--num-speculative-tokens", "3"}, "contradicts"},
+		{[]string{"--speculative-config", `{"method":"mtp","num_speculative_tokens":20}`}, "num_speculative_tokens 20 out of"},
+		{[]string{"--speculative-config", `{"method":"ngram","num_speculative_tokens":2}`}, `method "ngram"`},
+		{[]string{"--speculative-config", `{"method":"mtp",`}, "speculative config"},
+		{[]string{"--num-speculative-tokens", "2"}, ""},
+		{[]string{"--num-speculative-tokens", "-1"}, "--num-speculative-tokens"},
 	} {
 		o, err := parseFlags(tc.args, io.Discard)
 		switch {
