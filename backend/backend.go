@@ -296,6 +296,10 @@ type Backend interface {
 	NewKVStore(spec KVSpec) (KVStore, error)
 	// ResetSlot clears a state slot for a new sequence (compressor A=0, Z=-inf).
 	ResetSlot(s KVStore, slot int) error
+	// CopySlot copies state slot src (window rings and compressor pending
+	// state, whatever bytes the store keeps) into slot dst: a prefix cache's
+	// snapshot and its restore.
+	CopySlot(s KVStore, src, dst int) error
 
 	// Embed writes embed[ids[r]] into every one of `streams` segments of out row r.
 	Embed(e Embedding, ids []int32, streams int, out Tensor) error

@@ -141,6 +141,20 @@ func CheckResetSlot(s KVStore, slot int) error {
 	return nil
 }
 
+// CheckCopySlot checks CopySlot's slots.
+func CheckCopySlot(s KVStore, src, dst int) error {
+	if isNil(s) {
+		return fmt.Errorf("copy slot: no kv store")
+	}
+	n := s.Spec().MaxSlots
+	for _, slot := range []int{src, dst} {
+		if slot < 0 || slot >= n {
+			return fmt.Errorf("copy slot %d to %d: slot %d of %d", src, dst, slot, n)
+		}
+	}
+	return nil
+}
+
 // CheckEmbed checks Embed's arguments, the token ids included.
 func CheckEmbed(e Embedding, ids []int32, streams int, out Tensor) error {
 	if isNil(e) {
