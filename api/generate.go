@@ -51,6 +51,7 @@ type result struct {
 	text, reasoning string
 	finish          string
 	completion      int
+	cached          int            // prompt tokens found in the prefix cache
 	first           time.Time      // arrival of the first generated token
 	tokens          []engine.Token // generated tokens (stop tokens excluded), with logprobs when asked
 }
@@ -115,7 +116,7 @@ func (s *Server) fanOut(ctx context.Context, g *genSpec, emit func(int, delta) e
 // output. ctx ending cancels the sequence.
 func (s *Server) generate(ctx context.Context, g *genSpec, emit func(delta) error) (*result, error) {
 	st, err := s.eng.Submit(&engine.Request{Prompt: g.prompt, Params: g.params, MaxTokens: g.maxTokens, StopTokens: g.stopIDs,
-		Constraint: g.constraint})
+		Constraint: g.constraint, CacheSalt: g.cacheSalt})
 	switch {
 	case errors.Is(err, engine.ErrQueueFull):
 		return nil, errorf(http.StatusTooManyRequests, "", "queue_full", "the server is busy; retry later")
@@ -195,6 +196,7 @@ func (s *Server) generate(ctx context.Context, g *genSpec, emit func(delta) erro
 			if !ok {
 				break
 			}
+			res.cached = st.CachedTokens() // set at admission, before any event
 			var piece strings.Builder
 			stopped := false
 			for _, t := range ev.Tokens {

@@ -65,7 +65,10 @@ type Config struct {
 	// penalties or logit bias on the model's device where it can
 	// (DrawingModel); the others, and all without it, are sampled here.
 	DeviceSampling bool
-	Logger         *slog.Logger
+	// PrefixCaching reuses the cache of prompt prefixes computed before
+	// (off where the model cannot: it is then cleared in Config()).
+	PrefixCaching bool
+	Logger        *slog.Logger
 }
 
 // Stats is a snapshot for metrics.
@@ -73,7 +76,11 @@ type Stats struct {
 	Waiting, Running int
 	CacheUsed        int64
 	CacheCapacity    int64
+	CacheCached      int64 // held only by the prefix cache, reclaimed on demand
 	Preemptions      int
+	// PrefixQueries and PrefixHits are prompt tokens looked up in the prefix
+	// cache and found there.
+	PrefixQueries, PrefixHits int64
 }
 
 // Engine is the serving loop around one model.
@@ -108,6 +115,12 @@ func New(m Model, cfg Config) (*Engine, error) {
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if cfg.PrefixCaching {
+		if err := m.Cache().EnablePrefixCaching(); err != nil {
+			cfg.Logger.Warn("prefix caching off", "err", err)
+			cfg.PrefixCaching = false
+		}
 	}
 	sched, err := NewScheduler(SchedulerConfig{MaxNumSeqs: cfg.MaxNumSeqs, MaxBatchTokens: cfg.MaxBatchTokens,
 		MaxModelLen: cfg.MaxModelLen}, m.Cache(), m.FreeSequence)
@@ -192,6 +205,7 @@ func (e *Engine) Stats() Stats {
 	defer e.mu.Unlock()
 	s := e.stats
 	s.CacheUsed = e.model.Cache().UsedBytes()
+	s.CacheCached = e.model.Cache().CachedBytes()
 	return s
 }
 
@@ -263,6 +277,7 @@ func (e *Engine) publish() {
 	e.stats.Waiting = e.queued
 	e.stats.Running = e.sched.NumRunning()
 	e.stats.Preemptions = e.sched.Preemptions
+	e.stats.PrefixQueries, e.stats.PrefixHits = e.sched.PrefixQueries, e.sched.PrefixHits
 	e.mu.Unlock()
 }
 

@@ -153,3 +153,30 @@ func TestPrefixOff(t *testing.T) {
 		t.Fatalf("used %d cached %d", m.UsedBytes(), m.CachedBytes())
 	}
 }
+
+// TestPrefixHitEvictsItsSnapshot: when the restored sequence's slot can only
+// come from evicting the snapshot it restores from, it gets that very slot
+// (the queued copy is a no-op and the state is already in place).
+func TestPrefixHitEvictsItsSnapshot(t *testing.T) {
+	m := prefixManager(t, func(l Layout) int64 { return 2*l.StateBytes + 2*l.BlockBytes })
+	a, _ := run(t, m, toks(300, 1), "", 256)
+	cp := m.TakeCopies()
+	if len(cp) != 1 {
+		t.Fatalf("copies %v", cp)
+	}
+	snap := cp[0].Dst
+	m.Free(a)
+	c, _ := run(t, m, toks(100, 9), "") // a slot and a block stay in use
+	b := m.NewSequence()
+	if hit := m.Match(b, toks(300, 1), ""); hit != 256 {
+		t.Fatalf("hit %d", hit)
+	}
+	if cp := m.TakeCopies(); len(cp) != 1 || cp[0] != (SlotCopy{Src: snap, Dst: snap}) || b.Slot() != snap {
+		t.Fatalf("copies %v, slot %d, snapshot slot %d", cp, b.Slot(), snap)
+	}
+	if m.CachedBytes() != 0 {
+		t.Errorf("cached %d after the snapshot's eviction", m.CachedBytes())
+	}
+	m.Free(b)
+	m.Free(c)
+}

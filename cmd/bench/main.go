@@ -8,6 +8,10 @@
 // per sequence and batched decode steps, checking that all logits are finite
 // and printing tokens/s (stack.go).
 //
+// `bench prefix [flags]` measures the prefix cache: TTFT and prefill tokens
+// computed of requests sharing a long prefix and of a multi-turn conversation,
+// with the cache off and on, on one model of a preset (prefix.go).
+//
 // `bench kernels [flags]` times our GEMM kernels (FP8 dense, FP4 grouped MoE)
 // at the Flash and Pro shapes and 1 to 4096 tokens next to the measured copy
 // bandwidth, each case also checked against its CPU twin (kernels.go);
@@ -62,6 +66,13 @@ func main() {
 	if len(os.Args) > 1 && os.Args[1] == "kv" {
 		if err := runKV(os.Args[2:], os.Stdout, os.Stderr); err != nil {
 			fmt.Fprintln(os.Stderr, "bench kv:", err)
+			os.Exit(1)
+		}
+		return
+	}
+	if len(os.Args) > 1 && os.Args[1] == "prefix" {
+		if err := runPrefix(os.Args[2:], os.Stdout, os.Stderr); err != nil {
+			fmt.Fprintln(os.Stderr, "bench prefix:", err)
 			os.Exit(1)
 		}
 		return

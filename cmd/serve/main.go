@@ -55,6 +55,7 @@ type options struct {
 	maxHeaderBytes                                    int
 	aliases, allowedOrigins                           []string // further served names; CORS origins
 	cudaGraphs, deviceSampling, sideStream            bool
+	prefixCaching                                     bool
 }
 
 func main() {
@@ -101,6 +102,8 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	fs.IntVar(&o.maxModelLen, "max-model-len", 4096, "context length (prompt + output tokens)")
 	fs.IntVar(&o.maxBatchTokens, "max-num-batched-tokens", 512, "tokens per engine step: prefill chunks plus decode tokens (larger steps prefill faster and delay running decodes more)")
 	fs.BoolVar(&o.deviceSampling, "device-sampling", false, "on a CUDA device, draw the tokens of requests without logprobs, penalties or logit bias there (only their ids come back) instead of sampling every logits row here")
+	fs.BoolVar(&o.prefixCaching, "enable-prefix-caching", true, "reuse the KV cache of prompt prefixes computed before (blocks of 256 tokens)")
+	fs.BoolFunc("no-enable-prefix-caching", "turn prefix caching off", func(string) error { o.prefixCaching = false; return nil })
 	fs.Int64Var(&o.kvCacheMemory, "kv-cache-memory", model.DefaultCacheBytes, "KV cache capacity in bytes")
 	fs.StringVar(&o.apiKey, "api-key", "", "require this bearer token on /v1 (also $MEGAMOE_API_KEY)")
 	fs.StringVar(&o.device, "device", "auto", "cpu | cuda | auto")
@@ -286,7 +289,8 @@ func load(dir string, o *options, log *slog.Logger, bar *progress) (_ *checkpoin
 	if mp := w.Config.MaxPositions; mp > 0 && maxLen > mp {
 		maxLen = mp
 	}
-	eng, err := engine.New(engine.FromModel(m), engine.Config{MaxNumSeqs: o.maxNumSeqs, MaxBatchTokens: o.maxBatchTokens, MaxModelLen: maxLen, DeviceSampling: o.deviceSampling, Logger: log})
+	eng, err := engine.New(engine.FromModel(m), engine.Config{MaxNumSeqs: o.maxNumSeqs, MaxBatchTokens: o.maxBatchTokens, MaxModelLen: maxLen, DeviceSampling: o.deviceSampling,
+		PrefixCaching: o.prefixCaching, Logger: log})
 	if err != nil {
 		return nil, nil, nil, err
 	}
