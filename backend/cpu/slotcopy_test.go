@@ -7,6 +7,8 @@ import (
 	"testing"
 
 	"github.com/megamoe/megamoe/backend"
+	"github.com/megamoe/megamoe/checkpoint"
+	"github.com/megamoe/megamoe/kvcache"
 	"github.com/megamoe/megamoe/rope"
 )
 
@@ -89,5 +91,43 @@ func TestCopySlot(t *testing.T) {
 		if err := b.CopySlot(st, tc.src, tc.dst); err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("copy %d to %d: %v, want %q", tc.src, tc.dst, err, tc.want)
 		}
+	}
+}
+
+// BenchmarkCopySlot times a snapshot or restore of one sequence's state at
+// the small and Flash shapes (fp32 store), the cost that replaces recomputing
+// the window's tokens on a prefix cache hit.
+func BenchmarkCopySlot(b *testing.B) {
+	for _, preset := range []string{"small", "flash"} {
+		b.Run(preset, func(b *testing.B) {
+			c, err := checkpoint.PresetConfig(preset)
+			if err != nil {
+				b.Fatal(err)
+			}
+			l, err := kvcache.LayoutFromConfig(c, kvcache.DefaultBlockTokens, kvcache.StoreF32)
+			if err != nil {
+				b.Fatal(err)
+			}
+			spec := backend.KVSpec{BlockTokens: l.BlockTokens, MaxSlots: 2, MaxBlocks: 1}
+			for _, k := range l.Layers {
+				spec.Layers = append(spec.Layers, backend.LayerKV{Window: k.Window, HeadDim: k.HeadDim, RopeDim: k.RopeDim, Ratio: k.Ratio, IndexDim: k.IndexDim})
+			}
+			be := newB(backend.Exact)
+			st, err := be.NewKVStore(spec)
+			if err != nil {
+				b.Fatal(err)
+			}
+			for s := range 2 {
+				if err := be.ResetSlot(st, s); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.SetBytes(l.StateBytes)
+			for b.Loop() {
+				if err := be.CopySlot(st, 0, 1); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
 	}
 }
