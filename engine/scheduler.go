@@ -137,6 +137,7 @@ func (s *Scheduler) Schedule() []Item {
 		}
 		s.waiting = s.waiting[1:]
 		seq.KV, seq.Computed, seq.Status = kv, hit, Running
+		s.counted(seq, hit)
 		s.running = append(s.running, seq)
 		n := s.chunk(seq, min(seq.Pending(), budget))
 		items = append(items, s.item(seq, n))
@@ -157,14 +158,18 @@ func (s *Scheduler) match(seq *Sequence, kv *kvcache.Sequence) int {
 	if seq.Req.PromptLogprobs {
 		tokens = nil
 	}
-	hit := s.cache.Match(kv, tokens, seq.Req.CacheSalt)
-	if !seq.queried {
-		seq.queried = true
-		s.PrefixQueries += int64(seq.NumPrompt)
-		s.PrefixHits += int64(hit)
-		seq.stream.setCached(hit)
+	return s.cache.Match(kv, tokens, seq.Req.CacheSalt)
+}
+
+// counted records an admitted request's prefix cache lookup, once.
+func (s *Scheduler) counted(seq *Sequence, hit int) {
+	if seq.queried || !s.cache.PrefixCaching() {
+		return
 	}
-	return hit
+	seq.queried = true
+	s.PrefixQueries += int64(seq.NumPrompt)
+	s.PrefixHits += int64(hit)
+	seq.stream.setCached(hit)
 }
 
 // chunk trims a prefill chunk of n tokens so that it ends on a block boundary
