@@ -20,6 +20,7 @@ type prefixFlags struct {
 	stack                     stackFlags
 	prefix, suffix, requests  int
 	turns, turnTokens, answer int
+	firstTurn                 int
 	batchTokens               int
 	cacheGiB                  float64
 }
@@ -39,7 +40,8 @@ func parsePrefix(args []string, stderr io.Writer) (*prefixFlags, error) {
 	fs.IntVar(&f.suffix, "suffix", 50, "distinct suffix tokens of each shared-prefix request")
 	fs.IntVar(&f.requests, "requests", 3, "shared-prefix requests after the first")
 	fs.IntVar(&f.turns, "turns", 10, "turns of the multi-turn conversation (0: none)")
-	fs.IntVar(&f.turnTokens, "turn-tokens", 200, "new user tokens a turn (the first turn: --prefix/4 more)")
+	fs.IntVar(&f.turnTokens, "turn-tokens", 200, "new user tokens a turn")
+	fs.IntVar(&f.firstTurn, "first-turn", 0, "tokens of the conversation's first prompt (0: --prefix/4 + --turn-tokens)")
 	fs.IntVar(&f.answer, "answer", 40, "generated tokens a turn, resent with the next turn")
 	fs.IntVar(&f.batchTokens, "max-num-batched-tokens", 512, "tokens per engine step")
 	fs.Float64Var(&f.cacheGiB, "kv-cache-gib", 2, "KV cache capacity")
@@ -51,10 +53,15 @@ func parsePrefix(args []string, stderr io.Writer) (*prefixFlags, error) {
 		return nil, fmt.Errorf("unexpected arguments %q", fs.Args())
 	case f.prefix < 1 || f.suffix < 1 || f.requests < 1 || f.turns < 0 || f.turnTokens < 1 || f.answer < 1:
 		return nil, errors.New("--prefix, --suffix, --requests, --turn-tokens and --answer must be >= 1, --turns >= 0")
+	case f.firstTurn < 0:
+		return nil, errors.New("--first-turn must be >= 0")
 	case f.batchTokens < 1 || f.cacheGiB <= 0:
 		return nil, errors.New("--max-num-batched-tokens and --kv-cache-gib must be positive")
 	case f.stack.device != "cpu" && f.stack.device != "cuda":
 		return nil, fmt.Errorf("--device %q, want cpu or cuda", f.stack.device)
+	}
+	if f.firstTurn == 0 {
+		f.firstTurn = f.prefix/4 + f.turnTokens
 	}
 	f.stack.graphs, f.stack.pdl, f.stack.side = true, true, true
 	return &f, nil
@@ -95,7 +102,7 @@ func runPrefix(args []string, stdout, stderr io.Writer) error {
 	for range f.requests + 1 {
 		reqs = append(reqs, slices.Concat(shared, randTokens(rng, f.suffix, c.Vocab)))
 	}
-	turnNew := [][]int32{randTokens(rng, f.prefix/4+f.turnTokens, c.Vocab)}
+	turnNew := [][]int32{randTokens(rng, f.firstTurn, c.Vocab)}
 	for range f.turns - 1 {
 		turnNew = append(turnNew, randTokens(rng, f.turnTokens, c.Vocab))
 	}
@@ -132,7 +139,7 @@ type prefixResult struct {
 
 func prefixScenarios(m *model.Model, f *prefixFlags, on bool, reqs, turnNew [][]int32) (prefixResult, error) {
 	var r prefixResult
-	maxLen := f.prefix + f.suffix + f.prefix/4 + f.turns*(f.turnTokens+f.answer) + 1
+	maxLen := max(f.prefix+f.suffix, f.firstTurn+f.turns*(f.turnTokens+f.answer)) + 1
 	e, err := engine.New(engine.FromModel(m), engine.Config{MaxModelLen: maxLen, MaxBatchTokens: f.batchTokens, PrefixCaching: on})
 	if err != nil {
 		return r, err
@@ -219,7 +226,7 @@ func (r prefixResult) print(out io.Writer, on prefixResult, f *prefixFlags) {
 	if len(r.turnLen) == 0 {
 		return
 	}
-	fmt.Fprintf(out, "multi-turn: %d turns, %d new tokens a turn, %d-token answers\n", f.turns, f.turnTokens, f.answer)
+	fmt.Fprintf(out, "multi-turn: %d turns, a %d-token first prompt, %d new tokens a turn, %d-token answers\n", f.turns, f.firstTurn, f.turnTokens, f.answer)
 	fmt.Fprintf(out, "  %-5s %-7s %-8s %-14s %-14s\n", "turn", "prompt", "cached", "TTFT off (ms)", "TTFT on (ms)")
 	for i := range r.turnLen {
 		fmt.Fprintf(out, "  %-5d %-7d %-8d %-14.1f %-14.1f\n", i+1, on.turnLen[i], on.turnHit[i], ms(r.turnTTFT[i]), ms(on.turnTTFT[i]))

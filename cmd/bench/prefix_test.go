@@ -42,6 +42,7 @@ func TestParsePrefix(t *testing.T) {
 		{[]string{"--turns", "-1"}, "--turns >= 0"},
 		{[]string{"--device", "tpu"}, "want cpu or cuda"},
 		{[]string{"--kv-cache-gib", "0"}, "--kv-cache-gib"},
+		{[]string{"--first-turn", "-1"}, "--first-turn"},
 		{[]string{"x"}, "unexpected arguments"},
 	} {
 		_, err := parsePrefix(tc.args, io.Discard)
