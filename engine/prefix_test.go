@@ -125,7 +125,7 @@ func TestPrefixCacheExact(t *testing.T) {
 	cases := []tc{
 		{name: "shared system prompt, hit ends mid-window", cfg: Config{MaxModelLen: 2048},
 			waves: [][]*Request{{greedy(cat(sys, seqTokens(20, 3, V)), 6)},
-				{greedy(cat(sys, seqTokens(9, 4, V)), 6), greedy(cat(sys, seqTokens(140, 5, V)), 6)}}, wantHits: true},
+				{greedy(cat(sys, seqTokens(9, 4, V)), 6), greedy(cat(sys, seqTokens(40, 5, V)), 6)}}, wantHits: true},
 		{name: "chunked prefill after a hit", cfg: Config{MaxModelLen: 2048, MaxBatchTokens: 48},
 			waves: [][]*Request{{greedy(long, 4)}, {greedy(cat(long, seqTokens(150, 6, V)), 6)}}, wantHits: true, slow: true},
 		{name: "concurrent sequences share a prefix", cfg: Config{MaxModelLen: 2048, MaxBatchTokens: 96, MaxNumSeqs: 2},
