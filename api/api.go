@@ -25,6 +25,7 @@ import (
 
 	"github.com/megamoe/megamoe/engine"
 	"github.com/megamoe/megamoe/tokenizer"
+	"github.com/prometheus/client_golang/prometheus"
 )
 
 // MaxBodyBytes bounds a request body (413 beyond).
@@ -46,6 +47,11 @@ type Config struct {
 	// A stream's deadline moves on with every event, so a long stream lives
 	// on while a client that stops reading is dropped.
 	WriteIdleTimeout time.Duration
+	// MaxQueuedPerConn bounds the requests of one client connection (an
+	// HTTP/2 connection carries many) that wait for their first token, queued
+	// or in prefill; over it a 429 (0: no bound). It needs ConnContext as the
+	// http.Server's ConnContext.
+	MaxQueuedPerConn int
 	// KeepAlive is how often a stream waiting for its first token (queued or
 	// prefilling) gets an SSE comment line (0: never).
 	KeepAlive time.Duration
@@ -53,6 +59,8 @@ type Config struct {
 	// error event, others with a 503.
 	Shutdown context.Context
 	Logger   *slog.Logger
+	// Collectors are further series on /metrics (the GPUs' gauges).
+	Collectors []prometheus.Collector
 }
 
 // Server holds the handlers' shared state.
@@ -86,6 +94,7 @@ func New(eng *engine.Engine, tok *tokenizer.Tokenizer, cfg Config) http.Handler 
 		}
 	}
 	s := &Server{eng: eng, tok: tok, cfg: cfg, maxLen: eng.Config().MaxModelLen, created: time.Now().Unix(), log: cfg.Logger, met: newMetrics(eng, cfg.ModelName)}
+	s.met.reg.MustRegister(cfg.Collectors...)
 	s.quoter = newQuoter(tok)
 	s.grammars = newGrammars(tok, eng.Vocab(), cfg.StopTokens)
 	r := gin.New()
@@ -300,6 +309,7 @@ type commonParams struct {
 	// tokens; with V4's byte-level BPE it changes nothing, as in vLLM.
 	SpacesBetweenSpecialTokens *bool              `json:"spaces_between_special_tokens"`
 	LogitBias                  map[string]float64 `json:"logit_bias"`
+	PromptLogprobs             *int               `json:"prompt_logprobs"`
 	N                          *int               `json:"n"`
 	BestOf                     *int               `json:"best_of"`
 	// Structured outputs, vLLM's spellings (at most one of them).
@@ -324,6 +334,7 @@ type genSpec struct {
 	prompt    []int32
 	params    engine.SamplingParams
 	maxTokens int
+	minTokens int // stop tokens and strings cannot end the output before
 	stops     []string
 	thinking  bool     // split the output at </think>
 	special   bool     // keep special tokens' text in the output
@@ -331,6 +342,9 @@ type genSpec struct {
 	withStop  bool     // include a matched stop string in the text
 	keep      []string // special tokens whose text is kept anyway (parsed out later)
 	n         int      // independent choices
+	// promptTop asks for prompt logprobs with this many alternatives (nil: none).
+	promptTop *int
+	slot      *queueSlot // the request's place in its connection's bound (nil: none)
 	// constraint restricts the output to a grammar (structured outputs).
 	constraint *engine.Constraint
 	cacheSalt  string
@@ -394,9 +408,6 @@ func (s *Server) build(p *commonParams, prompt []int32, promptParam string) (*ge
 	if p.BestOf != nil && *p.BestOf != g.n {
 		return nil, bad("best_of", "best_of %d differs from n %d: choosing the best of several samples is not supported", *p.BestOf, g.n)
 	}
-	if p.MinTokens != nil && *p.MinTokens != 0 {
-		return nil, errorf(http.StatusBadRequest, "min_tokens", "unsupported_parameter", "min_tokens is not supported by this server")
-	}
 	g.withStop = p.IncludeStopStrInOutput
 	if !p.IgnoreEOS {
 		g.stopIDs = append(g.stopIDs, s.cfg.StopTokens...)
@@ -415,7 +426,7 @@ func (s *Server) build(p *commonParams, prompt []int32, promptParam string) (*ge
 	}
 	if len(prompt) >= s.maxLen {
 		return nil, errorf(http.StatusBadRequest, promptParam, "context_length_exceeded",
-			"this model's maximum context length is %d tokens; the prompt has %d", s.maxLen, len(prompt))
+			"This model's maximum context length is %d tokens. However, your request has %d input tokens, which leaves no room for output. Please reduce the length of the input.", s.maxLen, len(prompt))
 	}
 	room := s.maxLen - len(prompt)
 	g.maxTokens = room
@@ -430,9 +441,26 @@ func (s *Server) build(p *commonParams, prompt []int32, promptParam string) (*ge
 			return nil, bad(mt.name, "%s must be at least 1, got %d", mt.name, *mt.v)
 		}
 		if *mt.v > room {
-			return nil, bad(mt.name, "%s %d plus the prompt's %d tokens exceeds the context length %d", mt.name, *mt.v, len(prompt), s.maxLen)
+			return nil, errorf(http.StatusBadRequest, mt.name, "context_length_exceeded",
+				"'max_tokens' or 'max_completion_tokens' is too large: %d. This model's maximum context length is %d tokens and your request has %d input tokens (%d > %d - %d).",
+				*mt.v, s.maxLen, len(prompt), *mt.v, s.maxLen, len(prompt))
 		}
 		g.maxTokens = *mt.v
+	}
+	if p.MinTokens != nil {
+		if *p.MinTokens < 0 || *p.MinTokens > g.maxTokens {
+			return nil, bad("min_tokens", "min_tokens must be in [0, max_tokens %d], got %d", g.maxTokens, *p.MinTokens)
+		}
+		g.minTokens = *p.MinTokens
+	}
+	if p.PromptLogprobs != nil {
+		switch k := *p.PromptLogprobs; {
+		case p.Stream:
+			return nil, bad("prompt_logprobs", "prompt_logprobs is not available when stream is true")
+		case k < 0 || k > engine.MaxTopLogprobs:
+			return nil, bad("prompt_logprobs", "prompt_logprobs must be in [0, %d], got %d", engine.MaxTopLogprobs, k)
+		}
+		g.promptTop = p.PromptLogprobs
 	}
 	sp := &g.params
 	if p.Temperature != nil {
@@ -556,6 +584,9 @@ func startSSE(c *gin.Context, idle time.Duration) sse {
 	h.Set("Cache-Control", "no-cache")
 	h.Set("Connection", "keep-alive")
 	c.Status(http.StatusOK)
+	// The status goes out now: a stream that waits in the queue has been accepted.
+	writeDeadline(c, idle)
+	c.Writer.Flush()
 	return sse{c, idle}
 }
 

@@ -30,7 +30,7 @@ func testConfig() *Config {
 func writeTest(t *testing.T, format string) string {
 	t.Helper()
 	dir := t.TempDir()
-	if err := writeModel(dir, testConfig(), format, 7, 0, fakeTokenizer); err != nil {
+	if err := writeModel(dir, testConfig(), format, 7, 0, fakeTokenizer, nil); err != nil {
 		t.Fatal(err)
 	}
 	return dir
@@ -210,7 +210,7 @@ func TestGenerateDeterministic(t *testing.T) {
 	}
 	// A different seed changes the weights.
 	c := t.TempDir()
-	if err := writeModel(c, testConfig(), GenNVFP4, 8, 0, fakeTokenizer); err != nil {
+	if err := writeModel(c, testConfig(), GenNVFP4, 8, 0, fakeTokenizer, nil); err != nil {
 		t.Fatal(err)
 	}
 	x, err := os.ReadFile(shardNames(t, a)[0])

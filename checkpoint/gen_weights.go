@@ -38,6 +38,11 @@ type GenSpec struct {
 	// MaxShardBytes bounds the data of one shard; 0 picks a third of the total
 	// so that there are always several shards.
 	MaxShardBytes int64
+	// From, if set, is a trained model (train/train.py's output: config.json
+	// and trained-*.safetensors, fp32 under the checkpoint's names) whose
+	// values are written in Format instead of drawn; Tokenizer then names its
+	// tokenizer.json. Preset, Config and Seed are ignored.
+	From, Tokenizer string
 }
 
 // SmallTPConfig is the "small-tp" preset: SmallConfig with 4 heads in 4
@@ -117,8 +122,8 @@ func tokenizerIDs(tokJSON []byte, tokens ...string) (int, []int, error) {
 
 // writeModel writes the checkpoint of architecture c (already carrying the
 // tokenizer's vocab/BOS/EOS) in format with weights drawn from seed.
-func writeModel(dir string, c *Config, format string, seed uint64, maxShard int64, tokJSON []byte) error {
-	entries, _, err := genEntries(c, format, seed)
+func writeModel(dir string, c *Config, format string, seed uint64, maxShard int64, tokJSON []byte, src tensorMap) error {
+	entries, _, err := genEntries(c, format, seed, src, false)
 	if err != nil {
 		return err
 	}
@@ -126,8 +131,10 @@ func writeModel(dir string, c *Config, format string, seed uint64, maxShard int6
 }
 
 // genEntries draws every tensor of architecture c in table order and returns
-// them with the format of each linear.
-func genEntries(c *Config, format string, seed uint64) ([]genEntry, FormatFunc, error) {
+// them with the format of each linear. With pool, linears of one shape and
+// format share a few random matrices and the other tensors draw from streams
+// of their own (genVisitor).
+func genEntries(c *Config, format string, seed uint64, src tensorMap, pool bool) ([]genEntry, FormatFunc, error) {
 	formats, err := genFormats(format)
 	if err != nil {
 		return nil, nil, err
@@ -135,8 +142,14 @@ func genEntries(c *Config, format string, seed uint64) ([]genEntry, FormatFunc, 
 	if err := c.Validate(); err != nil {
 		return nil, nil, fmt.Errorf("config: %w", err)
 	}
-	g := &genVisitor{c: c, formats: formats, rng: newRNG(seed)}
+	g := &genVisitor{c: c, formats: formats, seed: seed, rng: newRNG(seed), src: src}
+	if pool {
+		g.pool = map[poolKey]*pooled{}
+	}
 	walk(c, g)
+	if g.err != nil {
+		return nil, nil, g.err
+	}
 	if err := g.finishNVFP4(); err != nil {
 		return nil, nil, err
 	}
@@ -146,12 +159,21 @@ func genEntries(c *Config, format string, seed uint64) ([]genEntry, FormatFunc, 
 // GenWeights builds in memory the weights Generate writes for architecture c
 // (taken as is: Vocab, BOS and EOS are not replaced by a tokenizer's) in
 // format (GenOfficial or GenNVFP4) from seed: every tensor drawn on its own,
-// so the same bytes as the files. For small models; RandomWeights reuses a
-// few matrices so that full-size stacks fit in host memory.
+// so the same bytes as the files. For small models; RandomWeights is the same
+// generator with pooled linears, for full-size stacks.
 func GenWeights(c *Config, format string, seed uint64) (*Weights, error) {
-	entries, formats, err := genEntries(c, format, seed)
+	w, err := drawWeights(c, format, seed, false)
 	if err != nil {
 		return nil, fmt.Errorf("generate weights: %w", err)
+	}
+	return w, nil
+}
+
+// drawWeights binds the tensors genEntries draws.
+func drawWeights(c *Config, format string, seed uint64, pool bool) (*Weights, error) {
+	entries, formats, err := genEntries(c, format, seed, nil, pool)
+	if err != nil {
+		return nil, err
 	}
 	ts := make(tensorMap, len(entries))
 	for _, e := range entries {
@@ -242,12 +264,22 @@ type genEntry struct {
 	data  []byte
 }
 
-// genVisitor draws seeded values for every tensor in table order. The values
-// drawn never depend on the format, only their encoding does.
+// genVisitor draws seeded values for every tensor in table order (or takes
+// them from src, a trained model's fp32 tensors). Without a pool every value
+// comes from one sequential stream (the generated checkpoints' bytes), and the
+// values never depend on the format, only their encoding does. With a pool,
+// linears of one shape and format share a few random matrices in their format
+// (pooled, random.go) and the other tensors draw in parallel from a stream per
+// name, so that full-size models take a few GB of host memory and seconds on
+// many cores.
 type genVisitor struct {
 	c       *Config
 	formats FormatFunc
+	seed    uint64
 	rng     *rand.Rand
+	pool    map[poolKey]*pooled // nil: every linear drawn on its own
+	src     tensorMap
+	err     error // the first missing or malformed src tensor
 	entries []genEntry
 	// nvfp4 are the routed-expert linears awaiting the lossless NVFP4 cast
 	// (w1 and w3 share weight_scale_2, so it is done after the walk).
@@ -377,18 +409,81 @@ func tensorValues(c *Config, d drawer, name string, dt safetensors.DType, shape 
 }
 
 // tensor draws a non-linear tensor (tensorValues) from the visitor's
-// sequential source.
+// sequential source, or with a pool from the name's own stream.
 func (g *genVisitor) tensor(name string, dt safetensors.DType, shape ...int) safetensors.Tensor {
-	sdt, data := tensorValues(g.c, rngDrawer{g.rng}, name, dt, shape)
+	if g.src != nil {
+		g.add(name, dt, shape, g.srcBytes(name, dt, shape))
+		return safetensors.Tensor{}
+	}
+	var d drawer = rngDrawer{g.rng}
+	if g.pool != nil {
+		d = parDrawer{subSeed(g.seed, name)}
+	}
+	sdt, data := tensorValues(g.c, d, name, dt, shape)
 	g.add(name, sdt, shape, data)
 	return safetensors.Tensor{}
 }
 
-// linear draws W ~ N(0, 1/in) and stores it in the linear's format.
+// srcValues returns src tensor name as float32s of the given shape.
+func (g *genVisitor) srcValues(name string, shape []int) []float32 {
+	t, ok := g.src.Get(name)
+	if !ok || !slices.Equal(t.Shape, shape) {
+		g.fail(fmt.Errorf("trained model: tensor %s %v missing or not of shape %v", name, t.Shape, shape))
+		return make([]float32, numel(shape))
+	}
+	v, err := t.Float32s()
+	if err != nil {
+		g.fail(fmt.Errorf("trained model: %s: %w", name, err))
+		return make([]float32, numel(shape))
+	}
+	return v
+}
+
+// srcBytes encodes src tensor name in dtype dt (BF16 values are rounded).
+func (g *genVisitor) srcBytes(name string, dt safetensors.DType, shape []int) []byte {
+	if dt == safetensors.I64 {
+		t, ok := g.src.Get(name)
+		if !ok || t.DType != safetensors.I64 || !slices.Equal(t.Shape, shape) {
+			g.fail(fmt.Errorf("trained model: int64 tensor %s %v missing or not of shape %v", name, t.Shape, shape))
+			return make([]byte, 8*numel(shape))
+		}
+		return t.Data
+	}
+	v := g.srcValues(name, shape)
+	if dt == safetensors.BF16 {
+		return bf16Bytes(v)
+	}
+	return f32Bytes(v)
+}
+
+func (g *genVisitor) fail(err error) {
+	if g.err == nil {
+		g.err = err
+	}
+}
+
+// linear draws W ~ N(0, 1/in) (or takes src's) and stores it in the linear's
+// format, or with a pool takes a pooled matrix.
 func (g *genVisitor) linear(l LinearSpec) Linear {
-	v := rngDrawer{g.rng}.normal(l.Out*l.In, 0, 1/math.Sqrt(float64(l.In)))
 	f := g.formats(l)
 	specs := LinearTensors(l, f)
+	if g.pool != nil {
+		m := g.pooled(l, f)
+		data := [][]byte{m.w, m.scale}
+		if f == FormatNVFP4 {
+			data = append(data, f32Bytes([]float32{m.scale2}), f32Bytes([]float32{nvInputScale}))
+		}
+		for i, s := range specs {
+			g.add(s.Name, s.DType, s.Shape, data[i])
+		}
+		return Linear{}
+	}
+	var v []float32
+	if g.src != nil {
+		v = g.srcValues(l.Name+".weight", []int{l.Out, l.In})
+	} else {
+		v = rngDrawer{g.rng}.normal(l.Out*l.In, 0, 1/math.Sqrt(float64(l.In)))
+	}
 	switch f {
 	case FormatBF16:
 		g.add(specs[0].Name, specs[0].DType, specs[0].Shape, bf16Bytes(v))

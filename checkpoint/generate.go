@@ -3,6 +3,8 @@ package checkpoint
 import (
 	_ "embed"
 	"fmt"
+	"os"
+	"path/filepath"
 	"slices"
 
 	"github.com/megamoe/megamoe/safetensors"
@@ -40,6 +42,9 @@ func generate(dir string, spec GenSpec) error {
 	if _, err := genFormats(spec.Format); err != nil {
 		return err
 	}
+	if spec.From != "" {
+		return fromTrained(dir, spec)
+	}
 	var c *Config
 	switch {
 	case spec.Config != nil:
@@ -64,5 +69,43 @@ func generate(dir string, spec GenSpec) error {
 	}
 	c.Vocab, c.BOS, c.EOS = vocab, ids[0], ids[1]
 
-	return writeModel(dir, c, spec.Format, spec.Seed, spec.MaxShardBytes, tokJSON)
+	return writeModel(dir, c, spec.Format, spec.Seed, spec.MaxShardBytes, tokJSON, nil)
+}
+
+// fromTrained writes the trained model of spec.From in spec.Format.
+func fromTrained(dir string, spec GenSpec) error {
+	if spec.Tokenizer == "" {
+		return fmt.Errorf("a trained model needs its tokenizer.json")
+	}
+	c, err := LoadConfig(spec.From)
+	if err != nil {
+		return err
+	}
+	tokJSON, err := os.ReadFile(spec.Tokenizer)
+	if err != nil {
+		return err
+	}
+	vocab, ids, err := tokenizerIDs(tokJSON, BOSToken, EOSToken)
+	if err != nil {
+		return err
+	}
+	if vocab != c.Vocab || ids[0] != c.BOS || ids[1] != c.EOS {
+		return fmt.Errorf("tokenizer has %d ids (BOS %d, EOS %d), the trained config %d (%d, %d)", vocab, ids[0], ids[1], c.Vocab, c.BOS, c.EOS)
+	}
+	paths, err := filepath.Glob(filepath.Join(spec.From, "trained-*.safetensors"))
+	if err != nil || len(paths) == 0 {
+		return fmt.Errorf("%s: no trained-*.safetensors", spec.From)
+	}
+	src := tensorMap{}
+	for _, p := range paths {
+		f, err := safetensors.Open(p)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		for _, t := range f.Tensors() {
+			src[t.Name] = t
+		}
+	}
+	return writeModel(dir, c, spec.Format, 0, spec.MaxShardBytes, tokJSON, src)
 }

@@ -229,7 +229,7 @@ func TestShardErrors(t *testing.T) {
 	misaligned := SmallConfig()
 	misaligned.OGroups, misaligned.Vocab = 6, 300
 	dir := t.TempDir()
-	if err := writeModel(dir, misaligned, GenOfficial, 7, 0, fakeTokenizer); err != nil {
+	if err := writeModel(dir, misaligned, GenOfficial, 7, 0, fakeTokenizer, nil); err != nil {
 		t.Fatal(err)
 	}
 	wm, st, err := Load(dir)

@@ -13,7 +13,7 @@ import (
 type Store int
 
 const (
-	// StoreF32 keeps every value as fp32 (today's backends; `exact` numerics).
+	// StoreF32 keeps every value as fp32 (`exact` numerics).
 	StoreF32 Store = iota
 	// StoreCompact keeps entries in EntryFormat and index keys in IndexKeyFormat;
 	// the compressor pending state stays fp32.

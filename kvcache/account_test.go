@@ -60,29 +60,36 @@ func TestFootprintPresets(t *testing.T) {
 	}
 }
 
-// TestFootprintMatchesLayout ties the fp32 accounting to the manager's layout,
-// which sizes today's stores.
+// TestFootprintMatchesLayout ties the accounting of both stores to the
+// manager's layout, which sizes the backends' stores.
 func TestFootprintMatchesLayout(t *testing.T) {
 	for _, preset := range []string{"small", "flash", "pro"} {
 		cfg, err := checkpoint.PresetConfig(preset)
 		if err != nil {
 			t.Fatal(err)
 		}
-		f, err := FootprintFromConfig(cfg, StoreF32)
-		if err != nil {
-			t.Fatal(err)
-		}
-		l, err := LayoutFromConfig(cfg, DefaultBlockTokens, StoreF32)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if f.Fixed() != l.StateBytes || f.PerToken()*DefaultBlockTokens != float64(l.BlockBytes) {
-			t.Errorf("%s: footprint %d fixed, %v per token; layout %d state, %d per %d-token block",
-				preset, f.Fixed(), f.PerToken(), l.StateBytes, l.BlockBytes, DefaultBlockTokens)
-		}
-		// At a multiple of every ratio the entries are exactly per-token bytes.
-		if n := 1 << 20; f.BytesAt(n) != f.Fixed()+int64(f.PerToken()*float64(n)) {
-			t.Errorf("%s: %d bytes at %d tokens", preset, f.BytesAt(n), n)
+		for _, s := range []Store{StoreF32, StoreCompact} {
+			f, err := FootprintFromConfig(cfg, s)
+			if err != nil {
+				t.Fatal(err)
+			}
+			l, err := LayoutFromConfig(cfg, DefaultBlockTokens, s)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if f.Fixed() != l.StateBytes || f.PerToken()*DefaultBlockTokens != float64(l.BlockBytes) {
+				t.Errorf("%s %s: footprint %d fixed, %v per token; layout %d state, %d per %d-token block",
+					preset, s, f.Fixed(), f.PerToken(), l.StateBytes, l.BlockBytes, DefaultBlockTokens)
+			}
+			// At a multiple of every ratio the entries are exactly per-token bytes,
+			// and the manager reserves exactly that.
+			n := 1 << 20
+			if f.BytesAt(n) != f.Fixed()+int64(f.PerToken()*float64(n)) {
+				t.Errorf("%s %s: %d bytes at %d tokens", preset, s, f.BytesAt(n), n)
+			}
+			if got := NewManager(l, 0).BytesFor(n); got != f.BytesAt(n) {
+				t.Errorf("%s %s: manager reserves %d bytes for %d tokens, footprint %d", preset, s, got, n, f.BytesAt(n))
+			}
 		}
 	}
 }

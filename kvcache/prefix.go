@@ -158,7 +158,7 @@ func (m *Manager) Match(s *Sequence, tokens []int32, salt string) int {
 	}
 	src := path[best-1].snap
 	m.pc.lru.MoveToBack(path[best-1].snapEl)
-	if !m.makeRoom(m.layout.StateBytes) {
+	if !m.slotFree() || !m.makeRoom(m.layout.StateBytes) {
 		for _, b := range path {
 			m.unref(b)
 		}
@@ -215,7 +215,7 @@ func (m *Manager) Commit(s *Sequence, tokens []int32) {
 		return
 	}
 	b.refs++ // keep b while making room
-	ok := m.makeRoom(m.layout.StateBytes)
+	ok := m.slotFree() && m.makeRoom(m.layout.StateBytes)
 	b.refs--
 	if !ok {
 		return
@@ -289,4 +289,30 @@ func (m *Manager) releaseBlock(id int32) {
 	}
 	m.freeBlocks = append(m.freeBlocks, id)
 	m.used -= m.layout.BlockBytes
+}
+
+// slotFree reports whether takeSlot may hand out a slot under the slot limit
+// (LimitSlots), evicting the least recently used snapshots for one if needed.
+func (m *Manager) slotFree() bool {
+	for len(m.freeSlots) == 0 && m.slotLimit > 0 && m.nextSlot >= m.slotLimit {
+		if !m.evictSnapshot() {
+			return false
+		}
+	}
+	return true
+}
+
+// evictSnapshot evicts the least recently used snapshot, if any.
+func (m *Manager) evictSnapshot() bool {
+	if m.pc.lru == nil {
+		return false
+	}
+	for e := m.pc.lru.Front(); e != nil; e = e.Next() {
+		if it := e.Value.(lruItem); it.snap {
+			m.pc.lru.MoveToFront(e)
+			m.evictOldest()
+			return true
+		}
+	}
+	return false
 }

@@ -180,3 +180,29 @@ func TestPrefixHitEvictsItsSnapshot(t *testing.T) {
 	m.Free(b)
 	m.Free(c)
 }
+
+// TestPrefixSlotLimit: under LimitSlots, snapshots give their slots up to
+// sequences (and to newer snapshots), oldest first.
+func TestPrefixSlotLimit(t *testing.T) {
+	m := prefixManager(t, func(l Layout) int64 { return 10*l.StateBytes + 10*l.BlockBytes })
+	m.LimitSlots(2)
+	a, _ := run(t, m, toks(600, 1), "", 256, 256) // slot + snapshot at 256; no slot left for 512
+	if cp := m.TakeCopies(); len(cp) != 2 {
+		t.Fatalf("copies %v: the snapshot at 512 evicts the one at 256", cp)
+	}
+	m.Free(a)
+	c, hit := run(t, m, toks(600, 1), "")
+	if hit != 512 {
+		t.Fatalf("hit %d, want 512", hit)
+	}
+	// A new sequence takes the snapshot's slot: only cached blocks remain.
+	b := m.NewSequence()
+	if err := m.Reserve(b, 10); err != nil {
+		t.Fatal(err)
+	}
+	if m.CachedBytes() != 0 || b.Slot() < 0 {
+		t.Fatalf("cached %d, slot %d", m.CachedBytes(), b.Slot())
+	}
+	m.Free(b)
+	m.Free(c)
+}

@@ -26,6 +26,16 @@ type Options struct {
 	Threads        int    // CPU backend workers when be is nil (0 = GOMAXPROCS)
 	TraceNonFinite bool   // check every sub-layer output; report *NonFiniteError
 	CacheBytes     int64  // KV cache capacity (0 = 1 GiB)
+	// KVStore forces the cache store: "" (StoreFor the numerics), "fp32" or
+	// "compact" (faithful numerics only).
+	KVStore string
+	// SizeCache, if set, gives the cache capacity instead of CacheBytes once
+	// the weights are on the backend (serve sizes a GPU's cache from the
+	// memory they leave).
+	SizeCache func(kvcache.Layout) (int64, error)
+	// MaxSeqs caps the sequences holding cache at once (0: as many as it
+	// holds): a GPU store sets aside every slot's fixed state up front.
+	MaxSeqs int
 	// Probe, if set, sees every traced sub-layer output (full component name,
 	// e.g. "layer 2 attn q") before the step goes on: two backends probed
 	// side by side name the first component where they diverge.
@@ -59,6 +69,7 @@ type Model struct {
 	cfg    *checkpoint.Config
 	be     backend.Backend
 	opts   Options
+	num    backend.Numerics // set on be at New; Forward refuses another
 	hc     backend.HcArgs
 	eps    float32
 	embed  backend.Embedding
@@ -118,7 +129,11 @@ func New(w *checkpoint.Weights, be backend.Backend, opts Options) (*Model, error
 	if err := checkPart(w.Part, opts.Comm); err != nil {
 		return nil, err
 	}
-	m := &Model{cfg: c, be: be, opts: opts, part: w.Part, eps: float32(c.NormEps),
+	store, err := storeOption(opts.KVStore, num)
+	if err != nil {
+		return nil, err
+	}
+	m := &Model{cfg: c, be: be, opts: opts, num: num, part: w.Part, eps: float32(c.NormEps),
 		hc: backend.HcArgs{Streams: c.HcMult, Sinkhorn: c.HcSinkhorn, Eps: float32(c.HcEps), NormEps: float32(c.NormEps)}}
 	if opts.TraceNonFinite || opts.Probe != nil {
 		// The tracer decorates the backend: the traced model runs the same ops.
@@ -126,7 +141,6 @@ func New(w *checkpoint.Weights, be backend.Backend, opts Options) (*Model, error
 		m.be = observe.WrapTracing(be, m.tr)
 		be = m.be
 	}
-	var err error
 	if m.embed, err = be.PrepareEmbedding(w.Embed, c.Vocab, c.Dim); err != nil {
 		return nil, fmt.Errorf("model: %w", err)
 	}
@@ -157,15 +171,20 @@ func New(w *checkpoint.Weights, be backend.Backend, opts Options) (*Model, error
 			return nil, fmt.Errorf("model mtp: %w", err)
 		}
 	}
-	layout, err := kvcache.LayoutFromConfig(c, kvcache.DefaultBlockTokens, kvcache.StoreF32)
+	layout, err := kvcache.LayoutFromConfig(c, kvcache.DefaultBlockTokens, store)
 	if err != nil {
 		return nil, err
 	}
 	capBytes := opts.CacheBytes
-	if capBytes <= 0 {
+	if opts.SizeCache != nil {
+		if capBytes, err = opts.SizeCache(layout); err != nil {
+			return nil, fmt.Errorf("model: kv cache: %w", err)
+		}
+	} else if capBytes <= 0 {
 		capBytes = DefaultCacheBytes
 	}
 	m.cache = kvcache.NewManager(layout, capBytes)
+	m.cache.LimitSlots(opts.MaxSeqs)
 	if opts.Comm == nil {
 		// One rank only: the ranks of a split model would not follow the hits.
 		m.cache.AllowPrefixCaching(fmt.Sprintf("numerics=%s store=%s", num, layout.Store))
@@ -178,6 +197,32 @@ func New(w *checkpoint.Weights, be backend.Backend, opts Options) (*Model, error
 		return nil, fmt.Errorf("model: %w", err)
 	}
 	return m, nil
+}
+
+// StoreFor is the cache store a model uses in numerics n: faithful values
+// are already rounded to the compact formats (bit-identical logits), exact
+// ones are not, so they keep fp32.
+func StoreFor(n backend.Numerics) kvcache.Store {
+	if n == backend.Faithful {
+		return kvcache.StoreCompact
+	}
+	return kvcache.StoreF32
+}
+
+// storeOption resolves Options.KVStore.
+func storeOption(s string, n backend.Numerics) (kvcache.Store, error) {
+	switch s {
+	case "":
+		return StoreFor(n), nil
+	case "fp32":
+		return kvcache.StoreF32, nil
+	case "compact":
+		if n != backend.Faithful {
+			return 0, fmt.Errorf("model: kv store compact needs faithful numerics, not %s", n)
+		}
+		return kvcache.StoreCompact, nil
+	}
+	return 0, fmt.Errorf("model: kv store %q, want fp32 or compact", s)
 }
 
 func (m *Model) prepBlock(l *checkpoint.Layer) (*block, error) {
@@ -346,6 +391,10 @@ func (m *Model) runBlock(b *block, x backend.Tensor, ids []int32, bt *backend.Ba
 func (m *Model) prepare(items []BatchItem, mtp bool) (*backend.Batch, []int32, error) {
 	if len(items) == 0 {
 		return nil, nil, errors.New("model: empty batch")
+	}
+	// The cache store was chosen for the numerics at New (StoreFor).
+	if n := m.be.Numerics(); n != m.num {
+		return nil, nil, fmt.Errorf("model: backend numerics changed to %s after the model was created with %s", n, m.num)
 	}
 	seen := map[*kvcache.Sequence]bool{}
 	bt := &backend.Batch{}

@@ -51,63 +51,110 @@ func TrainBPE(corpus string, vocabSize int, special []string) ([]byte, error) {
 	if err != nil {
 		return nil, fmt.Errorf("train bpe: %w", err)
 	}
-	// Word frequencies over byte-level symbols.
+	merges, err := learnMerges(pre, corpus, vocab, len(special), vocabSize)
+	if err != nil {
+		return nil, err
+	}
+	return tokenizerJSON(special, vocab, merges)
+}
+
+// learnMerges adds merges to vocab until it holds vocabSize-nSpecial tokens.
+// Pair counts are kept up to date incrementally: a merge only recounts the
+// words that contain its pair, which makes training on megabytes of text take
+// seconds. The result equals a full recount per merge (trainBPENaive in the
+// tests): the most frequent pair, ties broken by the smallest "a b" string.
+func learnMerges(pre *Tokenizer, corpus string, vocab map[string]int, nSpecial, vocabSize int) ([][2]string, error) {
+	b2u := bytesToUnicode()
 	freq := map[string]int{}
 	for _, p := range pre.preTokenize(corpus, nil) {
 		freq[p]++
 	}
+	var names []string
+	ids := map[string]int32{}
+	intern := func(s string) int32 {
+		id, ok := ids[s]
+		if !ok {
+			id = int32(len(names))
+			ids[s] = id
+			names = append(names, s)
+		}
+		return id
+	}
+	type pair [2]int32
 	type word struct {
-		syms []string
+		syms []int32
 		n    int
 	}
 	words := make([]word, 0, len(freq))
+	counts := map[pair]int{}
+	where := map[pair][]int32{} // words holding the pair (may repeat or be stale)
 	for _, p := range sortedKeys(freq) {
-		syms := make([]string, 0, len(p))
+		syms := make([]int32, 0, len(p))
 		for i := 0; i < len(p); i++ {
-			syms = append(syms, string(b2u[p[i]]))
+			syms = append(syms, intern(string(b2u[p[i]])))
 		}
+		wi := int32(len(words))
 		words = append(words, word{syms, freq[p]})
-	}
-	var merges [][2]string
-	for len(special)+len(vocab) < vocabSize {
-		counts := map[[2]string]int{}
-		for _, w := range words {
-			for i := 0; i+1 < len(w.syms); i++ {
-				counts[[2]string{w.syms[i], w.syms[i+1]}] += w.n
-			}
+		for i := 0; i+1 < len(syms); i++ {
+			pr := pair{syms[i], syms[i+1]}
+			counts[pr] += freq[p]
+			where[pr] = append(where[pr], wi)
 		}
-		var best [2]string
+	}
+	key := func(pr pair) string { return names[pr[0]] + " " + names[pr[1]] }
+	var merges [][2]string
+	for nSpecial+len(vocab) < vocabSize {
+		var best pair
 		bestN := 1
 		for pr, n := range counts {
-			if n > bestN || (n == bestN && bestN > 1 && pr[0]+" "+pr[1] < best[0]+" "+best[1]) {
+			if n > bestN || (n == bestN && bestN > 1 && key(pr) < key(best)) {
 				best, bestN = pr, n
 			}
 		}
 		if bestN < 2 {
 			break
 		}
-		merged := best[0] + best[1]
-		if _, dup := vocab[merged]; dup {
-			// Two different pairs can spell the same token; keep ids unique.
-			for wi := range words {
-				words[wi].syms = mergePair(words[wi].syms, best)
+		merged := names[best[0]] + names[best[1]]
+		if _, dup := vocab[merged]; !dup {
+			// Two different pairs can spell the same token; ids stay unique.
+			vocab[merged] = nSpecial + len(vocab)
+			merges = append(merges, [2]string{names[best[0]], names[best[1]]})
+		}
+		m := intern(merged)
+		seen := map[int32]bool{}
+		for _, wi := range where[best] {
+			if seen[wi] {
+				continue
 			}
-			continue
+			seen[wi] = true
+			w := &words[wi]
+			for i := 0; i+1 < len(w.syms); i++ {
+				if c := counts[pair{w.syms[i], w.syms[i+1]}] - w.n; c > 0 {
+					counts[pair{w.syms[i], w.syms[i+1]}] = c
+				} else {
+					delete(counts, pair{w.syms[i], w.syms[i+1]})
+				}
+			}
+			w.syms = mergeIDs(w.syms, best, m)
+			for i := 0; i+1 < len(w.syms); i++ {
+				pr := pair{w.syms[i], w.syms[i+1]}
+				counts[pr] += w.n
+				if pr[0] == m || pr[1] == m {
+					where[pr] = append(where[pr], wi)
+				}
+			}
 		}
-		vocab[merged] = len(special) + len(vocab)
-		merges = append(merges, best)
-		for wi := range words {
-			words[wi].syms = mergePair(words[wi].syms, best)
-		}
+		delete(where, best)
 	}
-	return tokenizerJSON(special, vocab, merges)
+	return merges, nil
 }
 
-func mergePair(syms []string, pr [2]string) []string {
+// mergeIDs replaces each left-to-right occurrence of pr in syms by m.
+func mergeIDs(syms []int32, pr [2]int32, m int32) []int32 {
 	out := syms[:0]
 	for i := 0; i < len(syms); i++ {
 		if i+1 < len(syms) && syms[i] == pr[0] && syms[i+1] == pr[1] {
-			out = append(out, pr[0]+pr[1])
+			out = append(out, m)
 			i++
 			continue
 		}

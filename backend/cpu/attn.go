@@ -15,18 +15,23 @@ import (
 type compState struct{ A, Z []float32 }
 
 type layerState struct {
-	win       []float32 // Window × HeadDim ring, slot = pos mod Window
+	win       []float32 // Window × HeadDim ring, slot = pos mod Window (fp32 store)
+	winC      []byte    // the ring as Window compact entries (compact store)
 	comp, idx compState
 }
 
 type slotState struct{ layers []layerState }
 
-type blockLayer struct{ kv, ik []float32 }
+type blockLayer struct {
+	kv, ik   []float32 // fp32 store
+	kvC, ikC []byte    // compact store: EntryFormat entries, IndexKeyFormat keys
+}
 
 type blockData struct{ layers []blockLayer }
 
 type kvStore struct {
 	spec   backend.KVSpec
+	fmts   []layerFormat // per layer for a compact store, nil for fp32
 	mu     sync.Mutex
 	slots  []*slotState
 	blocks []*blockData
@@ -41,7 +46,11 @@ func (b *Backend) NewKVStore(spec backend.KVSpec) (backend.KVStore, error) {
 	if err := backend.CheckKVSpec(spec); err != nil {
 		return nil, err
 	}
-	return &kvStore{spec: spec, slots: make([]*slotState, spec.MaxSlots), blocks: make([]*blockData, spec.MaxBlocks)}, nil
+	fmts, err := compactFormats(spec)
+	if err != nil {
+		return nil, err
+	}
+	return &kvStore{spec: spec, fmts: fmts, slots: make([]*slotState, spec.MaxSlots), blocks: make([]*blockData, spec.MaxBlocks)}, nil
 }
 
 func store(s backend.KVStore) (*kvStore, error) {
@@ -82,7 +91,11 @@ func (b *Backend) ResetSlot(s backend.KVStore, slot int) error {
 		st = &slotState{layers: make([]layerState, len(k.spec.Layers))}
 		for i, l := range k.spec.Layers {
 			ls := &st.layers[i]
-			ls.win = make([]float32, l.Window*l.HeadDim)
+			if k.fmts != nil {
+				ls.winC = make([]byte, l.Window*k.fmts[i].entry.Bytes())
+			} else {
+				ls.win = make([]float32, l.Window*l.HeadDim)
+			}
 			if l.Ratio > 0 {
 				ls.comp = newComp(l.Ratio, l.HeadDim)
 				if l.IndexDim > 0 {
@@ -95,6 +108,7 @@ func (b *Backend) ResetSlot(s backend.KVStore, slot int) error {
 	for i := range st.layers {
 		ls := &st.layers[i]
 		clear(ls.win)
+		clear(ls.winC)
 		ls.comp.reset()
 		ls.idx.reset()
 	}
@@ -122,6 +136,13 @@ func (k *kvStore) block(id int32) (*blockData, error) {
 				continue
 			}
 			per := k.spec.BlockTokens / l.Ratio
+			if k.fmts != nil {
+				bd.layers[i].kvC = make([]byte, per*k.fmts[i].entry.Bytes())
+				if l.IndexDim > 0 {
+					bd.layers[i].ikC = make([]byte, per*k.fmts[i].index.Bytes())
+				}
+				continue
+			}
 			bd.layers[i].kv = make([]float32, per*l.HeadDim)
 			if l.IndexDim > 0 {
 				bd.layers[i].ik = make([]float32, per*l.IndexDim)
@@ -132,23 +153,21 @@ func (k *kvStore) block(id int32) (*blockData, error) {
 	return k.blocks[id], nil
 }
 
-// entry returns compressed entry j of layer (index keys when idx) of a sequence.
+// entry returns compressed entry j of layer (index keys when idx) of a
+// sequence in an fp32 store.
 func (k *kvStore) entry(sq *backend.SeqInfo, layer, j int, idx bool) ([]float32, error) {
-	l := k.spec.Layers[layer]
-	per := k.spec.BlockTokens / l.Ratio
-	bi := j / per
-	if bi >= len(sq.Blocks) {
-		return nil, fmt.Errorf("kv store: entry %d of layer %d beyond %d reserved blocks", j, layer, len(sq.Blocks))
+	if k.fmts != nil {
+		return nil, fmt.Errorf("kv store: layer %d entry %d: fp32 view of a compact store", layer, j)
 	}
-	bd, err := k.block(sq.Blocks[bi])
+	bl, o, err := k.loc(sq, layer, j)
 	if err != nil {
 		return nil, err
 	}
-	o := j % per
+	l := k.spec.Layers[layer]
 	if idx {
-		return bd.layers[layer].ik[o*l.IndexDim : (o+1)*l.IndexDim], nil
+		return bl.ik[o*l.IndexDim : (o+1)*l.IndexDim], nil
 	}
-	return bd.layers[layer].kv[o*l.HeadDim : (o+1)*l.HeadDim], nil
+	return bl.kv[o*l.HeadDim : (o+1)*l.HeadDim], nil
 }
 
 // Compress implements backend.Backend (spec §5.4): per token, A and Z+ape enter
@@ -177,7 +196,7 @@ func (b *Backend) Compress(s backend.KVStore, A, Z backend.Tensor, a backend.Com
 		sq := &bt.Seqs[si]
 		end := sq.Start + sq.Rows
 		if n := end / r; n > 0 {
-			if _, err := k.entry(sq, a.Layer, n-1, a.Kind == backend.CompressIndex); err != nil {
+			if _, _, err := k.loc(sq, a.Layer, n-1); err != nil {
 				return fmt.Errorf("compress layer %d: %w", a.Layer, err)
 			}
 		}
@@ -229,11 +248,9 @@ func (b *Backend) Compress(s backend.KVStore, A, Z backend.Tensor, a backend.Com
 				} else if faithful {
 					quantFP8(e[:dc-a.Rope.Dim()], 64)
 				}
-				dst, err := k.entry(sq, a.Layer, j, a.Kind == backend.CompressIndex)
-				if err != nil {
-					return err
+				if err := k.writeEntry(sq, a.Layer, j, a.Kind == backend.CompressIndex, e); err != nil {
+					return fmt.Errorf("compress: %w", err)
 				}
-				copy(dst, e)
 			}
 		}
 		return nil
@@ -287,6 +304,10 @@ func (b *Backend) IndexerTopK(s backend.KVStore, q, w backend.Tensor, a backend.
 	return b.parallelErr(n, func(lo, hi int) error {
 		var scores []float32
 		var order []int32
+		var kb []float32 // a decoded key (compact store)
+		if k.fmts != nil {
+			kb = make([]float32, a.HeadDim)
+		}
 		for row := lo; row < hi; row++ {
 			sq := &bt.Seqs[bt.Seq[row]]
 			t := int(bt.Pos[row])
@@ -294,9 +315,9 @@ func (b *Backend) IndexerTopK(s backend.KVStore, q, w backend.Tensor, a backend.
 			scores = scores[:0]
 			qr, wr := qt.Row(row), wt.Row(row)
 			for j := range avail {
-				key, err := k.entry(sq, a.Layer, j, true)
+				key, err := k.readEntry(sq, a.Layer, j, true, kb)
 				if err != nil {
-					return err
+					return fmt.Errorf("indexer: %w", err)
 				}
 				var acc float32
 				for h := range a.Heads {
@@ -375,6 +396,7 @@ func (b *Backend) SparseAttention(s backend.KVStore, q, kv, sel backend.Tensor, 
 	W := a.Window
 	return b.parallelErr(n, func(lo, hi int) error {
 		var keys [][]float32
+		bufs := decodeBufs{on: k.fmts != nil}
 		sc := make([]float32, 64)
 		acc := make([]float32, D)
 		for row := lo; row < hi; row++ {
@@ -384,7 +406,15 @@ func (b *Backend) SparseAttention(s backend.KVStore, q, kv, sel backend.Tensor, 
 			if err != nil {
 				return err
 			}
-			ring := slot.layers[a.Layer].win
+			ls := &slot.layers[a.Layer]
+			switch a.Ratio {
+			case 128:
+				bufs.reset(W+(t+1)/128, D)
+			case 4:
+				bufs.reset(W+st.cols, D)
+			default:
+				bufs.reset(W, D)
+			}
 			// Window part: ascending positions, padded with empty slots to W
 			// (min(rows, W) for a prefill that starts at position 0, as the reference).
 			wslots := W
@@ -397,7 +427,11 @@ func (b *Backend) SparseAttention(s backend.KVStore, q, kv, sel backend.Tensor, 
 				if p >= sq.Start {
 					keys = append(keys, kt.Row(sq.Row0+p-sq.Start))
 				} else {
-					keys = append(keys, ring[(p%W)*D:(p%W+1)*D])
+					kk, err := k.readRing(ls, a.Layer, p, bufs.next())
+					if err != nil {
+						return fmt.Errorf("attention: %w", err)
+					}
+					keys = append(keys, kk)
 				}
 			}
 			for len(keys) < wslots {
@@ -406,9 +440,9 @@ func (b *Backend) SparseAttention(s backend.KVStore, q, kv, sel backend.Tensor, 
 			switch a.Ratio {
 			case 128:
 				for j := range (t + 1) / 128 {
-					e, err := k.entry(sq, a.Layer, j, false)
+					e, err := k.readEntry(sq, a.Layer, j, false, bufs.next())
 					if err != nil {
-						return err
+						return fmt.Errorf("attention: %w", err)
 					}
 					keys = append(keys, e)
 				}
@@ -418,9 +452,9 @@ func (b *Backend) SparseAttention(s backend.KVStore, q, kv, sel backend.Tensor, 
 						keys = append(keys, nil)
 						continue
 					}
-					e, err := k.entry(sq, a.Layer, int(j), false)
+					e, err := k.readEntry(sq, a.Layer, int(j), false, bufs.next())
 					if err != nil {
-						return err
+						return fmt.Errorf("attention: %w", err)
 					}
 					keys = append(keys, e)
 				}
@@ -493,10 +527,10 @@ func (b *Backend) WriteWindow(s backend.KVStore, layer int, kv backend.Tensor, b
 		if err != nil {
 			return err
 		}
-		ring := slot.layers[layer].win
 		for i := max(0, sq.Rows-l.Window); i < sq.Rows; i++ {
-			p := sq.Start + i
-			copy(ring[(p%l.Window)*l.HeadDim:(p%l.Window+1)*l.HeadDim], kt.Row(sq.Row0+i))
+			if err := k.writeRing(&slot.layers[layer], layer, sq.Start+i, kt.Row(sq.Row0+i)); err != nil {
+				return fmt.Errorf("write window: %w", err)
+			}
 		}
 	}
 	return nil

@@ -28,6 +28,7 @@ type flags struct {
 	model, prompt, tokens, dump, numerics, device string
 	steps, chunk, threads                         int
 	trace, graphs                                 bool
+	ppl                                           pplFlags
 }
 
 func main() {
@@ -60,7 +61,7 @@ func run(args []string, stdout, stderr io.Writer) error {
 	var f flags
 	fs := flag.NewFlagSet("generate", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	fs.StringVar(&f.model, "model", "", "checkpoint directory (default: the embedded small checkpoint; \"synth\": the in-memory synthetic model)")
+	fs.StringVar(&f.model, "model", "", "checkpoint directory (default: the embedded small checkpoint), or synth:small, synth:flash:N or synth:pro:N (N layers of random weights, in memory)")
 	fs.StringVar(&f.prompt, "prompt", "", "prompt text (needs tokenizer.json in the model directory)")
 	fs.StringVar(&f.tokens, "tokens", "", "prompt as comma-separated token ids, e.g. 0,17,42")
 	fs.IntVar(&f.steps, "steps", 16, "greedy decode steps")
@@ -71,6 +72,9 @@ func run(args []string, stdout, stderr io.Writer) error {
 	fs.BoolVar(&f.graphs, "cuda-graphs", true, "record decode steps as CUDA graphs and replay them (--device cuda)")
 	fs.IntVar(&f.threads, "threads", 0, "CPU worker threads (0 = GOMAXPROCS)")
 	fs.StringVar(&f.device, "device", "cpu", "cpu | cuda")
+	fs.StringVar(&f.ppl.file, "perplexity", "", "print the perplexity of this file (uint16 token ids if it ends in .bin, else text) instead of generating")
+	fs.IntVar(&f.ppl.window, "ppl-window", 256, "with --perplexity: tokens per evaluated window")
+	fs.IntVar(&f.ppl.tokens, "ppl-tokens", 200000, "with --perplexity: evaluate at most this many tokens (0 = all)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -118,6 +122,13 @@ func run(args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	fmt.Fprintf(stderr, "model ready in %v (%d layers, dim %d, vocab %d)\n", time.Since(t0).Round(time.Millisecond), w.Config.Layers, w.Config.Dim, w.Config.Vocab)
+	if f.ppl.file != "" {
+		ids, err := loadPPLTokens(f.ppl.file, int32(w.Config.BOS), tok)
+		if err != nil {
+			return fmt.Errorf("--perplexity: %w", err)
+		}
+		return perplexity(m, ids, f.ppl, w.Config.Vocab, stdout)
+	}
 	seq := m.Cache().NewSequence()
 	defer m.FreeSequence(seq)
 	var rows [][]float32

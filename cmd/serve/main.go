@@ -28,6 +28,7 @@ import (
 	"github.com/megamoe/megamoe/backend/gpu"
 	"github.com/megamoe/megamoe/checkpoint"
 	"github.com/megamoe/megamoe/engine"
+	"github.com/megamoe/megamoe/internal/gpumon"
 	"github.com/megamoe/megamoe/model"
 	"github.com/megamoe/megamoe/models"
 	"github.com/megamoe/megamoe/tokenizer"
@@ -50,9 +51,10 @@ type options struct {
 	port, maxNumSeqs, maxModelLen, threads, tp        int
 	maxBatchTokens                                    int
 	kvCacheMemory                                     int64
+	gpuMemUtil                                        float64
 	shutdownTimeout                                   time.Duration
 	readTimeout, writeIdleTimeout, idleTimeout        time.Duration
-	maxHeaderBytes                                    int
+	maxHeaderBytes, maxQueuedPerConn                  int
 	aliases, allowedOrigins                           []string // further served names; CORS origins
 	cudaGraphs, deviceSampling, sideStream            bool
 	prefixCaching                                     bool
@@ -72,7 +74,7 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	var o options
 	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	fs.StringVar(&o.model, "model", "", "checkpoint directory with config.json and tokenizer.json (default: the embedded small model)")
+	fs.StringVar(&o.model, "model", "", "checkpoint directory with config.json and tokenizer.json (default: the embedded small model), or synth:small, synth:flash:N or synth:pro:N (N layers of random weights, in memory)")
 	fs.Func("served-model-name", `model ids in the API, comma-separated or repeated; the first names responses (default "megamoe-small" for the embedded model, else the directory name)`, func(v string) error {
 		for _, n := range strings.Split(v, ",") {
 			if n = strings.TrimSpace(n); n == "" {
@@ -99,12 +101,10 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	fs.StringVar(&o.host, "host", "0.0.0.0", "listen address")
 	fs.IntVar(&o.port, "port", 8000, "listen port")
 	fs.IntVar(&o.maxNumSeqs, "max-num-seqs", 64, "running sequences at most")
-	fs.IntVar(&o.maxModelLen, "max-model-len", 4096, "context length (prompt + output tokens)")
 	fs.IntVar(&o.maxBatchTokens, "max-num-batched-tokens", 512, "tokens per engine step: prefill chunks plus decode tokens (larger steps prefill faster and delay running decodes more)")
 	fs.BoolVar(&o.deviceSampling, "device-sampling", false, "on a CUDA device, draw the tokens of requests without logprobs, penalties or logit bias there (only their ids come back) instead of sampling every logits row here")
 	fs.BoolVar(&o.prefixCaching, "enable-prefix-caching", true, "reuse the KV cache of prompt prefixes computed before (blocks of 256 tokens)")
 	fs.BoolFunc("no-enable-prefix-caching", "turn prefix caching off", func(string) error { o.prefixCaching = false; return nil })
-	fs.Int64Var(&o.kvCacheMemory, "kv-cache-memory", model.DefaultCacheBytes, "KV cache capacity in bytes")
 	fs.StringVar(&o.apiKey, "api-key", "", "require this bearer token on /v1 (also $MEGAMOE_API_KEY)")
 	fs.StringVar(&o.device, "device", "auto", "cpu | cuda | auto")
 	fs.StringVar(&o.numerics, "numerics", "faithful", "faithful | exact")
@@ -117,6 +117,8 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	fs.DurationVar(&o.writeIdleTimeout, "write-idle-timeout", time.Minute, "time each write of a response may take: a client that stops reading is dropped (a stream may last longer, event by event)")
 	fs.DurationVar(&o.idleTimeout, "idle-timeout", 2*time.Minute, "how long an idle keep-alive connection stays open")
 	fs.IntVar(&o.maxHeaderBytes, "max-header-bytes", 64<<10, "largest request header block (431 beyond)")
+	fs.IntVar(&o.maxQueuedPerConn, "max-queued-per-conn", 64, "requests of one connection (HTTP/2 carries many) waiting for their first token at most; beyond, a 429 with Retry-After (0: no bound)")
+	addCapacityFlags(fs, &o)
 	if err := fs.Parse(args); err != nil {
 		return nil, err
 	}
@@ -128,12 +130,8 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 		return nil, fmt.Errorf("--port %d out of range", o.port)
 	case o.maxNumSeqs < 1:
 		return nil, errors.New("--max-num-seqs must be >= 1")
-	case o.maxModelLen < 2:
-		return nil, errors.New("--max-model-len must be >= 2")
 	case o.maxBatchTokens < 1 || o.maxBatchTokens > maxBatchTokens:
 		return nil, fmt.Errorf("--max-num-batched-tokens must be in [1, %d]", maxBatchTokens)
-	case o.kvCacheMemory <= 0:
-		return nil, errors.New("--kv-cache-memory must be > 0")
 	case o.threads < 0:
 		return nil, errors.New("--threads must be >= 0")
 	case o.tp < 1 || o.tp > 64:
@@ -144,6 +142,11 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 		return nil, errors.New("--read-timeout, --write-idle-timeout and --idle-timeout must be > 0")
 	case o.maxHeaderBytes < 4<<10:
 		return nil, errors.New("--max-header-bytes must be >= 4096")
+	case o.maxQueuedPerConn < 0:
+		return nil, errors.New("--max-queued-per-conn must be >= 0")
+	}
+	if err := checkCapacityFlags(fs, &o); err != nil {
+		return nil, err
 	}
 	switch o.device {
 	case "cpu", "auto":
@@ -176,7 +179,7 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 		name = filepath.Base(filepath.Clean(dir))
 	}
 	t0 := time.Now()
-	w, tok, eng, err := load(dir, o, log, newProgress(stderr, 4))
+	w, tok, eng, err := load(dir, o, log, newProgress(stderr, 3))
 	if err != nil {
 		return err
 	}
@@ -194,9 +197,11 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 	defer abort()
 	gin.SetMode(gin.ReleaseMode)
 	stopTokens := []int32{int32(w.Config.EOS)}
-	h := api.New(eng, tok, api.Config{ModelName: name, APIKey: o.apiKey, Version: "megamoe-dev", StopTokens: stopTokens,
-		Logger: log, WriteIdleTimeout: o.writeIdleTimeout, KeepAlive: keepAlive, Shutdown: abortCtx,
-		Aliases: o.aliases, AllowedOrigins: o.allowedOrigins})
+	gauges, closeNVML := gpuCollectors(gpumon.Open, log)
+	defer closeNVML()
+	cfg := apiConfig(o, name, stopTokens, log, abortCtx)
+	cfg.Collectors = gauges
+	h := api.New(eng, tok, cfg)
 	addr := net.JoinHostPort(o.host, strconv.Itoa(o.port))
 	srv := newHTTPServer(addr, h, o)
 	ln, err := net.Listen("tcp", addr)
@@ -245,11 +250,23 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 	return err
 }
 
+// apiConfig is the API's configuration from o.
+func apiConfig(o *options, name string, stopTokens []int32, log *slog.Logger, shutdown context.Context) api.Config {
+	return api.Config{ModelName: name, APIKey: o.apiKey, Version: "megamoe-dev", StopTokens: stopTokens,
+		Logger: log, WriteIdleTimeout: o.writeIdleTimeout, KeepAlive: keepAlive, Shutdown: shutdown,
+		Aliases: o.aliases, AllowedOrigins: o.allowedOrigins, MaxQueuedPerConn: o.maxQueuedPerConn}
+}
+
 // newHTTPServer applies the connection limits of o. The write timeout is the
 // handlers' (per write, so streams may last); here only reads and idle
 // connections are bounded. An HTTP/1.1 connection serves one request at a
 // time: a pipelined request waits, unread, until the one before is answered.
+// HTTP/2 without TLS (prior knowledge) is served too; its connections carry
+// many requests, of which --max-queued-per-conn may wait at once.
 func newHTTPServer(addr string, h http.Handler, o *options) *http.Server {
+	p := new(http.Protocols)
+	p.SetHTTP1(true)
+	p.SetUnencryptedHTTP2(true)
 	return &http.Server{
 		Addr:              addr,
 		Handler:           h,
@@ -257,27 +274,19 @@ func newHTTPServer(addr string, h http.Handler, o *options) *http.Server {
 		ReadTimeout:       o.readTimeout,
 		IdleTimeout:       o.idleTimeout,
 		MaxHeaderBytes:    o.maxHeaderBytes,
+		Protocols:         p,
+		ConnContext:       api.ConnContext,
 	}
 }
 
-// load reads the checkpoint and the tokenizer, prepares the weights and
+// load reads the checkpoint and the tokenizer (or builds a synthetic model), prepares the weights and
 // builds the engine, reporting each stage on bar.
 func load(dir string, o *options, log *slog.Logger, bar *progress) (_ *checkpoint.Weights, _ *tokenizer.Tokenizer, _ *engine.Engine, err error) {
 	defer func() { bar.finish(err == nil) }()
-	bar.stage("reading checkpoint")
-	w, st, err := checkpoint.Load(dir)
+	bar.stage("reading checkpoint and tokenizer")
+	w, tok, size, err := models.Open(dir)
 	if err != nil {
-		return nil, nil, nil, fmt.Errorf("--model %s: %w", dir, err)
-	}
-	bar.stage("loading tokenizer")
-	tok, err := tokenizer.LoadFile(filepath.Join(dir, "tokenizer.json"))
-	if err != nil {
-		return nil, nil, nil, fmt.Errorf("--model %s: %w", dir, err)
-	}
-	var size int64
-	for _, name := range st.Names() {
-		t, _ := st.Get(name)
-		size += int64(len(t.Data))
+		return nil, nil, nil, err
 	}
 	bar.stage("preparing " + formatBytes(size) + " of weights")
 	m, err := buildModel(w, o, log)
@@ -285,9 +294,16 @@ func load(dir string, o *options, log *slog.Logger, bar *progress) (_ *checkpoin
 		return nil, nil, nil, err
 	}
 	bar.stage("starting engine")
-	maxLen := o.maxModelLen
-	if mp := w.Config.MaxPositions; mp > 0 && maxLen > mp {
-		maxLen = mp
+	cache := m.Cache()
+	if err := reportCache(log, w.Config, cache, o.maxNumSeqs); err != nil {
+		return nil, nil, nil, err
+	}
+	maxLen, lowered, err := contextLength(o.maxModelLen, w.Config.MaxPositions, cache.MaxTokens(1), cache.CapacityBytes())
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	if lowered {
+		log.Warn("context length lowered to what the KV cache holds", "max_model_len", maxLen, "max_position_embeddings", w.Config.MaxPositions)
 	}
 	eng, err := engine.New(engine.FromModel(m), engine.Config{MaxNumSeqs: o.maxNumSeqs, MaxBatchTokens: o.maxBatchTokens, MaxModelLen: maxLen, DeviceSampling: o.deviceSampling,
 		PrefixCaching: o.prefixCaching, Logger: log})
@@ -314,14 +330,20 @@ func formatBytes(n int64) string {
 // buildModel prepares w on the chosen backend, or split over --tensor-parallel
 // ranks (one GPU each with --device cuda; CPU backends otherwise).
 func buildModel(w *checkpoint.Weights, o *options, log *slog.Logger) (engine.Stepper, error) {
-	opts := model.Options{Numerics: o.numerics, Threads: o.threads, CacheBytes: o.kvCacheMemory}
+	opts := model.Options{Numerics: o.numerics, Threads: o.threads}
 	if o.tp == 1 {
 		be, err := pickBackend(o.device, gpu.Options{Graphs: o.cudaGraphs, NoSideStream: !o.sideStream}, log)
 		if err != nil {
 			return nil, err
 		}
+		var gs []*gpu.Backend
+		if g, ok := be.(*gpu.Backend); ok {
+			gs = append(gs, g)
+		}
+		cacheOptions(&opts, o, w.Config, gs, log)
 		return model.New(w, be, opts)
 	}
+	cacheOptions(&opts, o, w.Config, nil, log)
 	bes := make([]backend.Backend, o.tp)
 	if o.device == "cuda" {
 		gs := make([]*gpu.Backend, o.tp)
@@ -332,6 +354,7 @@ func buildModel(w *checkpoint.Weights, o *options, log *slog.Logger) (engine.Ste
 			}
 			gs[r], bes[r] = g, g
 		}
+		cacheOptions(&opts, o, w.Config, gs, log)
 		comms, _, err := gpu.NewNCCLComms(gs)
 		if err == nil {
 			log.Info("serving on GPUs over NCCL", "ranks", o.tp)
