@@ -10,6 +10,7 @@ import (
 // must be copied here too (TestCopySlot compares whole slots).
 func (l *layerState) copyFrom(src *layerState) {
 	copy(l.win, src.win)
+	copy(l.winC, src.winC)
 	copy(l.comp.A, src.comp.A)
 	copy(l.comp.Z, src.comp.Z)
 	copy(l.idx.A, src.idx.A)

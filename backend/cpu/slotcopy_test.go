@@ -2,7 +2,6 @@ package cpu
 
 import (
 	"reflect"
-	"slices"
 	"strings"
 	"testing"
 
@@ -25,7 +24,16 @@ func TestCopySlot(t *testing.T) {
 	const dc, idim, bt = 32, 16, 256
 	spec := backend.KVSpec{BlockTokens: bt, MaxBlocks: 3, MaxSlots: 2, Layers: []backend.LayerKV{
 		{Window: 8, HeadDim: dc}, {Window: 8, HeadDim: dc, Ratio: 4, IndexDim: idim}, {Window: 8, HeadDim: dc, Ratio: 128}}}
-	for _, num := range []backend.Numerics{backend.Exact, backend.Faithful} {
+	for _, tc := range []struct {
+		num     backend.Numerics
+		compact bool
+	}{{backend.Exact, false}, {backend.Faithful, false}, {backend.Faithful, true}} {
+		num := tc.num
+		spec := spec
+		spec.Compact = tc.compact
+		for i := range spec.Layers {
+			spec.Layers[i].RopeDim = 16
+		}
 		b := newB(num)
 		st, err := b.NewKVStore(spec)
 		if err != nil {
@@ -77,7 +85,7 @@ func TestCopySlot(t *testing.T) {
 		}
 		for li := range spec.Layers {
 			b1, b2 := k.blocks[1].layers[li], k.blocks[2].layers[li]
-			if !slices.Equal(b1.kv, b2.kv) || !slices.Equal(b1.ik, b2.ik) {
+			if !reflect.DeepEqual(b1, b2) {
 				t.Errorf("%v: layer %d entries differ after the same rows", num, li)
 			}
 		}
