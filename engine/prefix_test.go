@@ -133,7 +133,7 @@ func TestPrefixCacheExact(t *testing.T) {
 				greedy(cat(long[:520], seqTokens(3, 9, V)), 5), greedy(cat(long, seqTokens(1, 10, V)), 5)}}, wantHits: true, slow: true},
 		{name: "decode snapshots serve the next turn", cfg: Config{MaxModelLen: 2048},
 			waves: [][]*Request{{greedy(seqTokens(240, 11, V), 30)}}, wantHits: true, slow: true},
-		{name: "eviction and preemption", cfg: Config{MaxModelLen: 2048, MaxBatchTokens: 64},
+		{name: "eviction and preemption", cfg: Config{MaxModelLen: 1024, MaxBatchTokens: 64},
 			// Two slots and five blocks: the third request waits, the first
 			// one's decode into a fourth block preempts the second.
 			cacheB: func(m *model.Model) int64 { l := m.Cache().Layout(); return 2*l.StateBytes + 5*l.BlockBytes },
