@@ -150,6 +150,11 @@ const (
 	SlotIndexComp                 // the indexer compressor's pending state
 )
 
+// WholeSlot is the SlotCopy of every layer's whole state from slot src to dst.
+func WholeSlot(s KVStore, src, dst int) SlotCopy {
+	return SlotCopy{Src: src, Dst: dst, From: 0, To: len(s.Spec().Layers), Part: SlotAll}
+}
+
 // SeqInfo is one sequence of a batch.
 type SeqInfo struct {
 	Slot   int     // state slot (window rings, compressor states)

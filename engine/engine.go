@@ -72,7 +72,10 @@ type Config struct {
 	// Speculative drafts tokens with the checkpoint's MTP block and
 	// verifies them in the decode steps (off when NumTokens is 0).
 	Speculative SpecConfig
-	Logger      *slog.Logger
+	// PrefixCaching reuses the cache of prompt prefixes computed before
+	// (off where the model cannot: it is then cleared in Config()).
+	PrefixCaching bool
+	Logger        *slog.Logger
 }
 
 // Stats is a snapshot for metrics.
@@ -80,8 +83,12 @@ type Stats struct {
 	Waiting, Running int
 	CacheUsed        int64
 	CacheCapacity    int64
+	CacheCached      int64 // held only by the prefix cache, reclaimed on demand
 	Preemptions      int
 	Spec             SpecStats // with Config.Speculative
+	// PrefixQueries and PrefixHits are prompt tokens looked up in the prefix
+	// cache and found there.
+	PrefixQueries, PrefixHits int64
 }
 
 // Engine is the serving loop around one model.
@@ -116,6 +123,12 @@ func New(m Model, cfg Config) (*Engine, error) {
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if cfg.PrefixCaching {
+		if err := m.Cache().EnablePrefixCaching(); err != nil {
+			cfg.Logger.Warn("prefix caching off", "err", err)
+			cfg.PrefixCaching = false
+		}
 	}
 	sched, err := NewScheduler(SchedulerConfig{MaxNumSeqs: cfg.MaxNumSeqs, MaxBatchTokens: cfg.MaxBatchTokens,
 		MaxModelLen: cfg.MaxModelLen}, m.Cache(), m.FreeSequence)
@@ -220,6 +233,7 @@ func (e *Engine) Stats() Stats {
 	defer e.mu.Unlock()
 	s := e.stats
 	s.CacheUsed = e.model.Cache().UsedBytes()
+	s.CacheCached = e.model.Cache().CachedBytes()
 	return s
 }
 
@@ -295,6 +309,7 @@ func (e *Engine) publish() {
 		e.stats.Spec = sp.stats
 		e.stats.Spec.PerPos = slices.Clone(sp.stats.PerPos)
 	}
+	e.stats.PrefixQueries, e.stats.PrefixHits = e.sched.PrefixQueries, e.sched.PrefixHits
 	e.mu.Unlock()
 }
 

@@ -24,16 +24,13 @@ func (m *Manager) ReserveSpare(s *Sequence) error {
 	if s.spare >= 0 {
 		return nil
 	}
-	if m.used+m.layout.StateBytes > m.capacity {
-		return fmt.Errorf("snapshot slot for sequence %d (%d of %d bytes used): %w", s.ID, m.used, m.capacity, ErrCacheFull)
+	if !m.slotFree() {
+		return fmt.Errorf("snapshot slot for sequence %d: all %d slots in use: %w", s.ID, m.slotLimit, ErrCacheFull)
 	}
-	if n := len(m.freeSlots); n > 0 {
-		s.spare = m.freeSlots[n-1]
-		m.freeSlots = m.freeSlots[:n-1]
-	} else {
-		s.spare = m.nextSlot
-		m.nextSlot++
+	if !m.makeRoom(m.layout.StateBytes) { // may evict cached prefix blocks
+		return fmt.Errorf("snapshot slot for sequence %d (%d of %d bytes used): %w", s.ID, m.used-m.pc.evictable, m.capacity, ErrCacheFull)
 	}
+	s.spare = m.takeSlot()
 	m.used += m.layout.StateBytes
 	return nil
 }
@@ -57,7 +54,8 @@ func (m *Manager) Shrink(s *Sequence, tokens int) {
 	if keep >= len(s.blocks) {
 		return
 	}
-	m.freeBlocks = append(m.freeBlocks, s.blocks[keep:]...)
-	m.used -= int64(len(s.blocks)-keep) * m.layout.BlockBytes
+	for i := len(s.blocks) - 1; i >= keep; i-- {
+		m.releaseBlock(s.blocks[i])
+	}
 	s.blocks = s.blocks[:keep:keep]
 }

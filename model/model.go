@@ -185,6 +185,10 @@ func New(w *checkpoint.Weights, be backend.Backend, opts Options) (*Model, error
 	}
 	m.cache = kvcache.NewManager(layout, capBytes)
 	m.cache.LimitSlots(opts.MaxSeqs)
+	if opts.Comm == nil {
+		// One rank only: the ranks of a split model would not follow the hits.
+		m.cache.AllowPrefixCaching(fmt.Sprintf("numerics=%s store=%s", num, layout.Store))
+	}
 	spec := backend.KVSpec{BlockTokens: layout.BlockTokens, Compact: layout.Store == kvcache.StoreCompact, MaxBlocks: m.cache.MaxBlocks(), MaxSlots: m.cache.MaxSlots()}
 	for _, k := range layout.Layers {
 		spec.Layers = append(spec.Layers, backend.LayerKV{Window: k.Window, HeadDim: k.HeadDim, RopeDim: k.RopeDim, Ratio: k.Ratio, IndexDim: k.IndexDim})
@@ -414,6 +418,12 @@ func (m *Model) prepare(items []BatchItem, mtp bool) (*backend.Batch, []int32, e
 			if t < 0 || int(t) >= m.cfg.Vocab {
 				return nil, nil, fmt.Errorf("model: item %d: token id %d outside vocab %d", i, t, m.cfg.Vocab)
 			}
+		}
+	}
+	// Prefix cache snapshots and restores, before any slot is reset or written.
+	for _, c := range m.cache.TakeCopies() {
+		if err := m.be.CopySlot(m.store, backend.WholeSlot(m.store, c.Src, c.Dst)); err != nil {
+			return nil, nil, fmt.Errorf("model: %w", err)
 		}
 	}
 	for i, it := range items {

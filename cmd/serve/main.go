@@ -58,6 +58,7 @@ type options struct {
 	aliases, allowedOrigins                           []string // further served names; CORS origins
 	cudaGraphs, deviceSampling, sideStream            bool
 	spec                                              engine.SpecConfig
+	prefixCaching                                     bool
 }
 
 func main() {
@@ -103,6 +104,8 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	fs.IntVar(&o.maxNumSeqs, "max-num-seqs", 64, "running sequences at most")
 	fs.IntVar(&o.maxBatchTokens, "max-num-batched-tokens", 512, "tokens per engine step: prefill chunks plus decode tokens (larger steps prefill faster and delay running decodes more)")
 	fs.BoolVar(&o.deviceSampling, "device-sampling", false, "on a CUDA device, draw the tokens of requests without logprobs, penalties or logit bias there (only their ids come back) instead of sampling every logits row here")
+	fs.BoolVar(&o.prefixCaching, "enable-prefix-caching", true, "reuse the KV cache of prompt prefixes computed before (blocks of 256 tokens)")
+	fs.BoolFunc("no-enable-prefix-caching", "turn prefix caching off", func(string) error { o.prefixCaching = false; return nil })
 	fs.StringVar(&o.apiKey, "api-key", "", "require this bearer token on /v1 (also $MEGAMOE_API_KEY)")
 	fs.StringVar(&o.device, "device", "auto", "cpu | cuda | auto")
 	fs.StringVar(&o.numerics, "numerics", "faithful", "faithful | exact")
@@ -320,7 +323,7 @@ func load(dir string, o *options, log *slog.Logger, bar *progress) (_ *checkpoin
 		log.Warn("context length lowered to what the KV cache holds", "max_model_len", maxLen, "max_position_embeddings", w.Config.MaxPositions)
 	}
 	eng, err := engine.New(engine.FromModel(m), engine.Config{MaxNumSeqs: o.maxNumSeqs, MaxBatchTokens: o.maxBatchTokens, MaxModelLen: maxLen, DeviceSampling: o.deviceSampling,
-		Speculative: o.spec, Logger: log})
+		Speculative: o.spec, PrefixCaching: o.prefixCaching, Logger: log})
 	if err != nil {
 		return nil, nil, nil, err
 	}

@@ -48,6 +48,8 @@ func TestParseFlags(t *testing.T) {
 		{[]string{"--speculative-config", `{"method":"mtp",`}, "speculative config"},
 		{[]string{"--num-speculative-tokens", "2"}, ""},
 		{[]string{"--num-speculative-tokens", "-1"}, "--num-speculative-tokens"},
+		{[]string{"--no-enable-prefix-caching"}, ""},
+		{[]string{"--enable-prefix-caching=false"}, ""},
 	} {
 		o, err := parseFlags(tc.args, io.Discard)
 		switch {
@@ -57,6 +59,8 @@ func TestParseFlags(t *testing.T) {
 			t.Errorf("%q: error %v, want %q", tc.args, err, tc.wantErr)
 		case tc.wantErr == "" && (o.host != "0.0.0.0" || o.port == 0):
 			t.Errorf("%q: defaults %+v", tc.args, o)
+		case tc.wantErr == "" && o.prefixCaching == strings.Contains(strings.Join(tc.args, " "), "prefix-caching"):
+			t.Errorf("%q: prefix caching %v", tc.args, o.prefixCaching)
 		}
 	}
 }
