@@ -84,9 +84,9 @@ var capTest = 6200
 func TestSpecPreemption(t *testing.T) {
 	greedy := func(int) SamplingParams { return SamplingParams{} }
 	reqs := toyRequests(6, 12, greedy)
-	want, _ := runEngine(t, newToy(t, 1<<20), Config{MaxModelLen: 4096, MaxBatchTokens: 16}, reqs)
+	want, _ := runEngine(t, newToy(t, 1<<20), Config{MaxModelLen: 1024, MaxBatchTokens: 16}, reqs)
 	m := newToySpec(newToy(t, 3*1000+6*16), 3) // three states (a spare is one), six blocks
-	got, e := runEngine(t, m, Config{MaxModelLen: 4096, MaxBatchTokens: 16, Speculative: SpecConfig{Method: "mtp", NumTokens: 3}}, reqs)
+	got, e := runEngine(t, m, Config{MaxModelLen: 1024, MaxBatchTokens: 16, Speculative: SpecConfig{Method: "mtp", NumTokens: 3}}, reqs)
 	equalOutputs(t, want, got)
 	if st := e.Stats(); st.Preemptions == 0 || st.Spec.Accepted == 0 {
 		t.Errorf("%d preemptions, %d drafts accepted: want both", st.Preemptions, st.Spec.Accepted)
