@@ -46,6 +46,11 @@ type Config struct {
 	// A stream's deadline moves on with every event, so a long stream lives
 	// on while a client that stops reading is dropped.
 	WriteIdleTimeout time.Duration
+	// MaxQueuedPerConn bounds the requests of one client connection (an
+	// HTTP/2 connection carries many) that wait for their first token, queued
+	// or in prefill; over it a 429 (0: no bound). It needs ConnContext as the
+	// http.Server's ConnContext.
+	MaxQueuedPerConn int
 	// KeepAlive is how often a stream waiting for its first token (queued or
 	// prefilling) gets an SSE comment line (0: never).
 	KeepAlive time.Duration
@@ -296,6 +301,7 @@ type commonParams struct {
 	// tokens; with V4's byte-level BPE it changes nothing, as in vLLM.
 	SpacesBetweenSpecialTokens *bool              `json:"spaces_between_special_tokens"`
 	LogitBias                  map[string]float64 `json:"logit_bias"`
+	PromptLogprobs             *int               `json:"prompt_logprobs"`
 	N                          *int               `json:"n"`
 	BestOf                     *int               `json:"best_of"`
 	// Structured outputs, vLLM's spellings (at most one of them).
@@ -318,6 +324,7 @@ type genSpec struct {
 	prompt    []int32
 	params    engine.SamplingParams
 	maxTokens int
+	minTokens int // stop tokens and strings cannot end the output before
 	stops     []string
 	thinking  bool     // split the output at </think>
 	special   bool     // keep special tokens' text in the output
@@ -325,6 +332,9 @@ type genSpec struct {
 	withStop  bool     // include a matched stop string in the text
 	keep      []string // special tokens whose text is kept anyway (parsed out later)
 	n         int      // independent choices
+	// promptTop asks for prompt logprobs with this many alternatives (nil: none).
+	promptTop *int
+	slot      *queueSlot // the request's place in its connection's bound (nil: none)
 	// constraint restricts the output to a grammar (structured outputs).
 	constraint *engine.Constraint
 }
@@ -381,9 +391,6 @@ func (s *Server) build(p *commonParams, prompt []int32, promptParam string) (*ge
 	if p.BestOf != nil && *p.BestOf != g.n {
 		return nil, bad("best_of", "best_of %d differs from n %d: choosing the best of several samples is not supported", *p.BestOf, g.n)
 	}
-	if p.MinTokens != nil && *p.MinTokens != 0 {
-		return nil, errorf(http.StatusBadRequest, "min_tokens", "unsupported_parameter", "min_tokens is not supported by this server")
-	}
 	g.withStop = p.IncludeStopStrInOutput
 	if !p.IgnoreEOS {
 		g.stopIDs = append(g.stopIDs, s.cfg.StopTokens...)
@@ -420,6 +427,21 @@ func (s *Server) build(p *commonParams, prompt []int32, promptParam string) (*ge
 			return nil, bad(mt.name, "%s %d plus the prompt's %d tokens exceeds the context length %d", mt.name, *mt.v, len(prompt), s.maxLen)
 		}
 		g.maxTokens = *mt.v
+	}
+	if p.MinTokens != nil {
+		if *p.MinTokens < 0 || *p.MinTokens > g.maxTokens {
+			return nil, bad("min_tokens", "min_tokens must be in [0, max_tokens %d], got %d", g.maxTokens, *p.MinTokens)
+		}
+		g.minTokens = *p.MinTokens
+	}
+	if p.PromptLogprobs != nil {
+		switch k := *p.PromptLogprobs; {
+		case p.Stream:
+			return nil, bad("prompt_logprobs", "prompt_logprobs is not available when stream is true")
+		case k < 0 || k > engine.MaxTopLogprobs:
+			return nil, bad("prompt_logprobs", "prompt_logprobs must be in [0, %d], got %d", engine.MaxTopLogprobs, k)
+		}
+		g.promptTop = p.PromptLogprobs
 	}
 	sp := &g.params
 	if p.Temperature != nil {
@@ -522,6 +544,9 @@ func startSSE(c *gin.Context, idle time.Duration) sse {
 	h.Set("Cache-Control", "no-cache")
 	h.Set("Connection", "keep-alive")
 	c.Status(http.StatusOK)
+	// The status goes out now: a stream that waits in the queue has been accepted.
+	writeDeadline(c, idle)
+	c.Writer.Flush()
 	return sse{c, idle}
 }
 

@@ -23,6 +23,8 @@ type textChoice struct {
 	Text         string  `json:"text"`
 	Logprobs     any     `json:"logprobs"`
 	FinishReason *string `json:"finish_reason"`
+	// PromptLogprobs is vLLM's prompt_logprobs (when asked; the same for every choice).
+	PromptLogprobs []*promptPosition `json:"prompt_logprobs,omitempty"`
 }
 
 type textResponse struct {
@@ -129,8 +131,12 @@ func (s *Server) completions(c *gin.Context) {
 		}
 		return
 	}
+	var promptLP []*promptPosition
+	if g.promptTop != nil {
+		promptLP = makePromptLogprobs(s.tok, results[0].prompt)
+	}
 	for i, res := range results {
-		choice := textChoice{Index: i, Text: echo + res.text, FinishReason: strp(res.finish)}
+		choice := textChoice{Index: i, Text: echo + res.text, FinishReason: strp(res.finish), PromptLogprobs: promptLP}
 		if g.params.Logprobs {
 			off := &charOffset{n: utf8.RuneCountInString(echo)}
 			choice.Logprobs = makeCompletionLogprobs(s.tok, res.tokens, off)

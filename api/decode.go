@@ -113,7 +113,7 @@ func joinPath(path, key string) string {
 // answer that silently ignores it.
 func unsupported(endpoint string) []string {
 	common := []string{"use_beam_search",
-		"length_penalty", "prompt_logprobs", "truncate_prompt_tokens", "allowed_token_ids", "bad_words", "priority"}
+		"length_penalty", "truncate_prompt_tokens", "allowed_token_ids", "bad_words", "priority"}
 	switch endpoint {
 	case "chat":
 		return append(common, "functions", "function_call", "modalities", "audio", "prediction", "web_search_options",

@@ -31,6 +31,8 @@ func TestStrictRequests(t *testing.T) {
 		{"modalities", "/v1/chat/completions", `{` + msgs + `,"modalities":["text"]}`, 400, "modalities", 0},
 		{"best_of above n", "/v1/completions", `{"prompt":"a","best_of":2}`, 400, "best_of", 0},
 		{"best_of equal to n", "/v1/completions", `{"prompt":"a","best_of":1,"max_tokens":1}`, 200, "", 1},
+		{"best_of below n", "/v1/completions", `{"prompt":"a","best_of":1,"n":2}`, 400, "best_of", 0},
+		{"best_of equal to n, chat", "/v1/chat/completions", `{` + msgs + `,"best_of":2,"n":2,"max_tokens":1}`, 200, "", 2},
 		{"top_logprobs without logprobs", "/v1/chat/completions", `{` + msgs + `,"top_logprobs":2}`, 400, "top_logprobs", 0},
 		{"top_logprobs with logprobs", "/v1/chat/completions", `{` + msgs + `,"max_tokens":1,"logprobs":true,"top_logprobs":2}`, 200, "", 1},
 		{"stream_options without stream", "/v1/chat/completions", `{` + msgs + `,"stream_options":{"include_usage":true}}`, 400, "stream_options", 0},

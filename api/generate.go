@@ -51,18 +51,29 @@ type result struct {
 	text, reasoning string
 	finish          string
 	completion      int
-	first           time.Time      // arrival of the first generated token
+	first, last     time.Time      // when the first and the latest generated tokens were produced
 	tokens          []engine.Token // generated tokens (stop tokens excluded), with logprobs when asked
+	prompt          []engine.Token // prompt logprobs, when asked
 }
 
 // choice is the spec of choice i of an n > 1 request: with a seed, choice i
 // samples with seed+i (as vLLM does), so choices differ yet stay reproducible.
 func (g *genSpec) choice(i int) *genSpec {
 	c := *g
+	if i > 0 {
+		c.promptTop = nil // the prompt's logprobs are the same for every choice
+	}
 	if g.params.Seed != nil {
 		seed := *g.params.Seed + uint64(i)
 		c.params.Seed = &seed
 	}
+	return &c
+}
+
+// withSlot is g with its choices counted in slot.
+func (g *genSpec) withSlot(slot *queueSlot) *genSpec {
+	c := *g
+	c.slot = slot
 	return &c
 }
 
@@ -71,6 +82,12 @@ func (g *genSpec) choice(i int) *genSpec {
 // all choices share one response writer. The first failure cancels the other
 // choices and is returned.
 func (s *Server) fanOut(ctx context.Context, g *genSpec, emit func(int, delta) error, done func(int, *result) error) ([]*result, error) {
+	slot, err := s.takeSlot(ctx, g.n)
+	if err != nil {
+		return nil, err
+	}
+	defer slot.release()
+	g = g.withSlot(slot)
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	var (
@@ -114,8 +131,12 @@ func (s *Server) fanOut(ctx context.Context, g *genSpec, emit func(int, delta) e
 // partial UTF-8 held back, cut at token boundaries), and returns the whole
 // output. ctx ending cancels the sequence.
 func (s *Server) generate(ctx context.Context, g *genSpec, emit func(delta) error) (*result, error) {
-	st, err := s.eng.Submit(&engine.Request{Prompt: g.prompt, Params: g.params, MaxTokens: g.maxTokens, StopTokens: g.stopIDs,
-		Constraint: g.constraint})
+	req := &engine.Request{Prompt: g.prompt, Params: g.params, MaxTokens: g.maxTokens, MinTokens: g.minTokens, StopTokens: g.stopIDs,
+		Constraint: g.constraint}
+	if g.promptTop != nil {
+		req.PromptLogprobs, req.PromptTopLogprobs = true, *g.promptTop
+	}
+	st, err := s.eng.Submit(req)
 	switch {
 	case errors.Is(err, engine.ErrQueueFull):
 		return nil, errorf(http.StatusTooManyRequests, "", "queue_full", "the server is busy; retry later")
@@ -136,6 +157,7 @@ func (s *Server) generate(ctx context.Context, g *genSpec, emit func(delta) erro
 	}
 	start := time.Now()
 	dec := tokenizer.NewStreamDecoder(s.tok, g.stops)
+	dec.MinTokens(g.minTokens)
 	split := thinkSplit{thinking: g.thinking, reasoning: g.thinking}
 	if g.thinking {
 		dec.Hold(tokenizer.ThinkClose)
@@ -153,7 +175,8 @@ func (s *Server) generate(ctx context.Context, g *genSpec, emit func(delta) erro
 		dec.SkipSpecial(keep...)
 	}
 	var text, reasoning strings.Builder
-	sentT := 0 // tokens already emitted
+	sentT := 0     // tokens already emitted
+	began := false // a token (or the end) came: the choice no longer waits
 	res := &result{}
 	defer s.met.finish(start, len(g.prompt), res)
 	// send emits piece, the decoder's newly released text (all tokens ride
@@ -195,12 +218,15 @@ func (s *Server) generate(ctx context.Context, g *genSpec, emit func(delta) erro
 			if !ok {
 				break
 			}
+			if !began && (len(ev.Tokens) > 0 || ev.Finish != engine.FinishNone) {
+				began = true
+				g.slot.started()
+			}
+			res.prompt = append(res.prompt, ev.Prompt...)
+			s.met.steps(res, ev.Steps)
 			var piece strings.Builder
 			stopped := false
 			for _, t := range ev.Tokens {
-				if res.completion == 0 {
-					res.first = time.Now()
-				}
 				res.completion++
 				if !slices.Contains(g.stopIDs, t.ID) {
 					res.tokens = append(res.tokens, t)

@@ -173,6 +173,8 @@ type chatResponse struct {
 	Model   string       `json:"model"`
 	Choices []chatChoice `json:"choices"`
 	Usage   *usage       `json:"usage,omitempty"`
+	// PromptLogprobs is vLLM's prompt_logprobs (when asked).
+	PromptLogprobs []*promptPosition `json:"prompt_logprobs,omitempty"`
 }
 
 func strp(s string) *string { return &s }
@@ -272,6 +274,9 @@ func (s *Server) chat(c *gin.Context) {
 		completion += res.completion
 	}
 	resp.Usage = mkUsage(len(g.prompt), completion)
+	if g.promptTop != nil {
+		resp.PromptLogprobs = makePromptLogprobs(s.tok, results[0].prompt)
+	}
 	writeDeadline(c, s.cfg.WriteIdleTimeout)
 	c.JSON(http.StatusOK, resp)
 }

@@ -23,9 +23,9 @@ type metrics struct {
 // vllmMetrics are the series under the names vLLM documents, so that its
 // dashboards work unchanged.
 type vllmMetrics struct {
-	prompt, generated    prometheus.Counter
-	ttft, tpot, itl, e2e prometheus.Histogram
-	success              *prometheus.CounterVec
+	prompt, generated             prometheus.Counter
+	ttft, tpot, itl, reqTPOT, e2e prometheus.Histogram
+	success                       *prometheus.CounterVec
 }
 
 func newMetrics(eng *engine.Engine, model string) *metrics {
@@ -73,12 +73,15 @@ func (m *metrics) registerVLLM(eng *engine.Engine, model string) {
 	v.prompt = counter("vllm:prompt_tokens_total", "Number of prefill tokens processed.")
 	v.generated = counter("vllm:generation_tokens_total", "Number of generation tokens processed.")
 	v.ttft = hist("vllm:time_to_first_token_seconds", "Histogram of time to first token in seconds.", lat)
+	// vLLM observes both per gap between a request's token-producing steps;
+	// the first name is its deprecated alias of the second.
 	v.tpot = hist("vllm:time_per_output_token_seconds", "Histogram of time per output token in seconds.", tok)
 	v.itl = hist("vllm:inter_token_latency_seconds", "Histogram of inter-token latency in seconds.", tok)
+	v.reqTPOT = hist("vllm:request_time_per_output_token_seconds", "Histogram of time_per_output_token_seconds per request.", tok)
 	v.e2e = hist("vllm:e2e_request_latency_seconds", "Histogram of end to end request latency in seconds.", e2e)
 	v.success = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "vllm:request_success_total",
 		Help: "Count of successfully processed requests.", ConstLabels: labels}, []string{"finished_reason"})
-	m.reg.MustRegister(v.prompt, v.generated, v.ttft, v.tpot, v.itl, v.e2e, v.success,
+	m.reg.MustRegister(v.prompt, v.generated, v.ttft, v.tpot, v.itl, v.reqTPOT, v.e2e, v.success,
 		gauge("vllm:num_requests_running", "Number of requests in model execution batches.", func(s engine.Stats) float64 { return float64(s.Running) }),
 		gauge("vllm:num_requests_waiting", "Number of requests waiting to be processed.", func(s engine.Stats) float64 { return float64(s.Waiting) }),
 		gauge("vllm:kv_cache_usage_perc", "KV-cache usage. 1 means 100 percent usage.", func(s engine.Stats) float64 {
@@ -113,16 +116,31 @@ func (m *metrics) finish(start time.Time, prompt int, r *result) {
 		v.success.WithLabelValues(r.finish).Inc()
 		v.e2e.Observe(time.Since(start).Seconds())
 	}
-	if r.completion == 0 {
+	if r.completion == 0 || r.first.IsZero() {
 		return
 	}
 	m.ttft.Observe(r.first.Sub(start).Seconds())
 	v.ttft.Observe(r.first.Sub(start).Seconds())
 	if r.completion > 1 {
-		per := time.Since(r.first).Seconds() / float64(r.completion-1)
+		per := r.last.Sub(r.first).Seconds() / float64(r.completion-1)
 		m.tpot.Observe(per)
-		v.tpot.Observe(per)
-		v.itl.Observe(per) // the mean gap: gaps are not timed one by one
+		v.reqTPOT.Observe(per)
+	}
+}
+
+// steps records when a request's engine steps produced tokens (one time per
+// step): the first sets the time to first token, each later one observes
+// the gap since the step before.
+func (m *metrics) steps(r *result, at []time.Time) {
+	for _, t := range at {
+		if r.first.IsZero() {
+			r.first = t
+		} else {
+			gap := t.Sub(r.last).Seconds()
+			m.vllm.itl.Observe(gap)
+			m.vllm.tpot.Observe(gap)
+		}
+		r.last = t
 	}
 }
 

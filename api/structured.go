@@ -197,7 +197,7 @@ func (s *Server) constraint(srcs []grammarSource, thinking bool) (*engine.Constr
 	if err != nil {
 		return nil, errorf(http.StatusInternalServerError, "", "", "token table: %v", err)
 	}
-	c := &engine.Constraint{Grammar: g, Table: table}
+	c := &engine.Constraint{Grammar: g, Table: table, Head: s.forcedHead}
 	if thinking {
 		id, ok := s.tok.TokenID(tokenizer.ThinkClose)
 		if !ok {
@@ -206,6 +206,17 @@ func (s *Server) constraint(srcs []grammarSource, thinking bool) (*engine.Constr
 		c.Deferred, c.After = true, int32(id)
 	}
 	return c, nil
+}
+
+// forcedHead tokenizes bytes a grammar forces for jump-forward: the head
+// whose split no continuation changes (tokenizer.EncodeHead).
+func (s *Server) forcedHead(forced []byte) []int32 {
+	ids, _ := s.tok.EncodeHead(string(forced))
+	out := make([]int32, len(ids))
+	for i, id := range ids {
+		out[i] = int32(id)
+	}
+	return out
 }
 
 // grammarSource is the constraint response_format asks for, if any.

@@ -389,3 +389,51 @@ func choiceToolCalls(t *testing.T, data []byte, stream bool) ([][][2]string, []s
 	}
 	return calls, finishes
 }
+
+// With thinking on, the constraint starts after </think>: the reasoning is
+// free text (here with tokens the grammar would refuse), the content matches.
+func TestConstraintAfterThinking(t *testing.T) {
+	srv, _ := startServer(t, Config{ModelName: "m"}, 0)
+	tok := goldenTokenizer(t)
+	ids := tok.Encode(tokenizer.ThinkClose)
+	if len(ids) != 1 {
+		t.Fatalf("%s is %d tokens", tokenizer.ThinkClose, len(ids))
+	}
+	const pattern = `[0-9]{3}`
+	free := 0
+	for seed := range 4 {
+		// A mild bias: the random weights end the thinking block after a few tokens.
+		body := fmt.Sprintf(`{"model":"m","messages":[{"role":"user","content":"Pick a number."}],"reasoning_effort":"high",`+
+			`"guided_regex":%q,"logit_bias":{"%d":7},"max_tokens":200,"temperature":1,"seed":%d}`, pattern, ids[0], seed)
+		resp, data := post(t, srv, "/v1/chat/completions", body, nil)
+		if resp.StatusCode != http.StatusOK {
+			t.Fatalf("status %d: %s", resp.StatusCode, data)
+		}
+		var r struct {
+			Choices []struct {
+				FinishReason string `json:"finish_reason"`
+				Message      struct {
+					Content          string
+					ReasoningContent string `json:"reasoning_content"`
+				}
+			}
+		}
+		if err := json.Unmarshal(data, &r); err != nil || len(r.Choices) != 1 {
+			t.Fatalf("%v: %s", err, data)
+		}
+		ch := r.Choices[0]
+		if ch.FinishReason != "stop" {
+			t.Errorf("seed %d: finish %q: %s", seed, ch.FinishReason, data)
+			continue
+		}
+		if err := matchRegex(pattern)(ch.Message.Content); err != nil {
+			t.Errorf("seed %d: content: %v", seed, err)
+		}
+		if strings.Trim(ch.Message.ReasoningContent, "0123456789") != "" {
+			free++
+		}
+	}
+	if free == 0 {
+		t.Error("no reasoning outside the grammar: the constraint applied inside the thinking block")
+	}
+}

@@ -423,6 +423,10 @@ type Draw struct {
 	TopP float32 // <= 0 or >= 1: off
 	MinP float32 // <= 0: off
 	U    float32 // uniform in [0, 1) from the sequence's RNG
+	// Mask, if not nil, restricts the draw to the tokens whose bit is set
+	// (bit i%32 of word i/32, at least (vocab+31)/32 words): the others count
+	// as -inf logits before every rule above (structured outputs).
+	Mask []uint32
 }
 
 // DeviceSampler is implemented by backends that draw tokens where the

@@ -123,7 +123,7 @@ func tokenizerIDs(tokJSON []byte, tokens ...string) (int, []int, error) {
 // writeModel writes the checkpoint of architecture c (already carrying the
 // tokenizer's vocab/BOS/EOS) in format with weights drawn from seed.
 func writeModel(dir string, c *Config, format string, seed uint64, maxShard int64, tokJSON []byte, src tensorMap) error {
-	entries, _, err := genEntries(c, format, seed, src)
+	entries, _, err := genEntries(c, format, seed, src, false)
 	if err != nil {
 		return err
 	}
@@ -131,8 +131,10 @@ func writeModel(dir string, c *Config, format string, seed uint64, maxShard int6
 }
 
 // genEntries draws every tensor of architecture c in table order and returns
-// them with the format of each linear.
-func genEntries(c *Config, format string, seed uint64, src tensorMap) ([]genEntry, FormatFunc, error) {
+// them with the format of each linear. With pool, linears of one shape and
+// format share a few random matrices and the other tensors draw from streams
+// of their own (genVisitor).
+func genEntries(c *Config, format string, seed uint64, src tensorMap, pool bool) ([]genEntry, FormatFunc, error) {
 	formats, err := genFormats(format)
 	if err != nil {
 		return nil, nil, err
@@ -140,7 +142,10 @@ func genEntries(c *Config, format string, seed uint64, src tensorMap) ([]genEntr
 	if err := c.Validate(); err != nil {
 		return nil, nil, fmt.Errorf("config: %w", err)
 	}
-	g := &genVisitor{c: c, formats: formats, rng: newRNG(seed), src: src}
+	g := &genVisitor{c: c, formats: formats, seed: seed, rng: newRNG(seed), src: src}
+	if pool {
+		g.pool = map[poolKey]*pooled{}
+	}
 	walk(c, g)
 	if g.err != nil {
 		return nil, nil, g.err
@@ -154,12 +159,21 @@ func genEntries(c *Config, format string, seed uint64, src tensorMap) ([]genEntr
 // GenWeights builds in memory the weights Generate writes for architecture c
 // (taken as is: Vocab, BOS and EOS are not replaced by a tokenizer's) in
 // format (GenOfficial or GenNVFP4) from seed: every tensor drawn on its own,
-// so the same bytes as the files. For small models; RandomWeights reuses a
-// few matrices so that full-size stacks fit in host memory.
+// so the same bytes as the files. For small models; RandomWeights is the same
+// generator with pooled linears, for full-size stacks.
 func GenWeights(c *Config, format string, seed uint64) (*Weights, error) {
-	entries, formats, err := genEntries(c, format, seed, nil)
+	w, err := drawWeights(c, format, seed, false)
 	if err != nil {
 		return nil, fmt.Errorf("generate weights: %w", err)
+	}
+	return w, nil
+}
+
+// drawWeights binds the tensors genEntries draws.
+func drawWeights(c *Config, format string, seed uint64, pool bool) (*Weights, error) {
+	entries, formats, err := genEntries(c, format, seed, nil, pool)
+	if err != nil {
+		return nil, err
 	}
 	ts := make(tensorMap, len(entries))
 	for _, e := range entries {
@@ -251,12 +265,19 @@ type genEntry struct {
 }
 
 // genVisitor draws seeded values for every tensor in table order (or takes
-// them from src, a trained model's fp32 tensors). The values never depend on
-// the format, only their encoding does.
+// them from src, a trained model's fp32 tensors). Without a pool every value
+// comes from one sequential stream (the generated checkpoints' bytes), and the
+// values never depend on the format, only their encoding does. With a pool,
+// linears of one shape and format share a few random matrices in their format
+// (pooled, random.go) and the other tensors draw in parallel from a stream per
+// name, so that full-size models take a few GB of host memory and seconds on
+// many cores.
 type genVisitor struct {
 	c       *Config
 	formats FormatFunc
+	seed    uint64
 	rng     *rand.Rand
+	pool    map[poolKey]*pooled // nil: every linear drawn on its own
 	src     tensorMap
 	err     error // the first missing or malformed src tensor
 	entries []genEntry
@@ -388,13 +409,17 @@ func tensorValues(c *Config, d drawer, name string, dt safetensors.DType, shape 
 }
 
 // tensor draws a non-linear tensor (tensorValues) from the visitor's
-// sequential source.
+// sequential source, or with a pool from the name's own stream.
 func (g *genVisitor) tensor(name string, dt safetensors.DType, shape ...int) safetensors.Tensor {
 	if g.src != nil {
 		g.add(name, dt, shape, g.srcBytes(name, dt, shape))
 		return safetensors.Tensor{}
 	}
-	sdt, data := tensorValues(g.c, rngDrawer{g.rng}, name, dt, shape)
+	var d drawer = rngDrawer{g.rng}
+	if g.pool != nil {
+		d = parDrawer{subSeed(g.seed, name)}
+	}
+	sdt, data := tensorValues(g.c, d, name, dt, shape)
 	g.add(name, sdt, shape, data)
 	return safetensors.Tensor{}
 }
@@ -437,16 +462,28 @@ func (g *genVisitor) fail(err error) {
 	}
 }
 
-// linear draws W ~ N(0, 1/in) and stores it in the linear's format.
+// linear draws W ~ N(0, 1/in) (or takes src's) and stores it in the linear's
+// format, or with a pool takes a pooled matrix.
 func (g *genVisitor) linear(l LinearSpec) Linear {
+	f := g.formats(l)
+	specs := LinearTensors(l, f)
+	if g.pool != nil {
+		m := g.pooled(l, f)
+		data := [][]byte{m.w, m.scale}
+		if f == FormatNVFP4 {
+			data = append(data, f32Bytes([]float32{m.scale2}), f32Bytes([]float32{nvInputScale}))
+		}
+		for i, s := range specs {
+			g.add(s.Name, s.DType, s.Shape, data[i])
+		}
+		return Linear{}
+	}
 	var v []float32
 	if g.src != nil {
 		v = g.srcValues(l.Name+".weight", []int{l.Out, l.In})
 	} else {
 		v = rngDrawer{g.rng}.normal(l.Out*l.In, 0, 1/math.Sqrt(float64(l.In)))
 	}
-	f := g.formats(l)
-	specs := LinearTensors(l, f)
 	switch f {
 	case FormatBF16:
 		g.add(specs[0].Name, specs[0].DType, specs[0].Shape, bf16Bytes(v))

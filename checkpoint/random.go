@@ -12,7 +12,6 @@ import (
 	"sync/atomic"
 
 	"github.com/megamoe/megamoe/num"
-	"github.com/megamoe/megamoe/safetensors"
 )
 
 // The released architectures (verbatim config.json files).
@@ -76,30 +75,19 @@ const (
 )
 
 // RandomWeights builds in-memory weights of architecture c in format
-// (GenOfficial or GenNVFP4) for benchmarks and stability tests at any size.
-// Non-linear tensors follow the small-checkpoint rules (tensorValues); every
-// linear dequantises to rms ≈ 1/sqrt(in) like genVisitor's N(0, 1/in), but
-// linears of one shape and format share the bytes of a small pool of random
-// matrices (picked by a hash of the name), so host memory stays a few GB even
-// for the full Flash or Pro stack. The same arguments give the same values.
+// (GenOfficial or GenNVFP4) for benchmarks and stability tests at any size:
+// GenWeights' generator with a pool. Non-linear tensors follow the
+// small-checkpoint rules (tensorValues); every linear dequantises to
+// rms ≈ 1/sqrt(in) like GenWeights' N(0, 1/in), but linears of one shape and
+// format share the bytes of a small pool of random matrices (picked by a hash
+// of the name), so host memory stays a few GB even for the full Flash or Pro
+// stack. The same arguments give the same values.
 func RandomWeights(c *Config, format string, seed uint64) (*Weights, error) {
-	formats, err := genFormats(format)
+	w, err := drawWeights(c, format, seed, true)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("random weights: %w", err)
 	}
-	if err := c.Validate(); err != nil {
-		return nil, fmt.Errorf("random weights: config: %w", err)
-	}
-	r := &randVisitor{c: c, formats: formats, seed: seed, pool: map[poolKey]*pooled{}}
-	return walk(c, r), nil
-}
-
-// randVisitor hands out freshly drawn tensors and pooled linears.
-type randVisitor struct {
-	c       *Config
-	formats FormatFunc
-	seed    uint64
-	pool    map[poolKey]*pooled
+	return w, nil
 }
 
 type poolKey struct {
@@ -114,35 +102,20 @@ type pooled struct {
 	scale2   float32 // NVFP4 only
 }
 
-func (r *randVisitor) tensor(name string, dt safetensors.DType, shape ...int) safetensors.Tensor {
-	sdt, data := tensorValues(r.c, parDrawer{subSeed(r.seed, name)}, name, dt, shape)
-	return safetensors.Tensor{Name: name, DType: sdt, Shape: slices.Clone(shape), Data: data}
-}
-
-func (r *randVisitor) linear(l LinearSpec) Linear {
-	f := r.formats(l)
+// pooled returns the pool's matrix for linear l in format f, drawing it on
+// first use.
+func (g *genVisitor) pooled(l LinearSpec, f Format) *pooled {
 	size := linearPool
 	if l.Kind == KindExpert {
 		size = expertPool
 	}
 	key := poolKey{l.Out, l.In, f, int(subSeed(0, l.Name) % uint64(size))}
-	m := r.pool[key]
+	m := g.pool[key]
 	if m == nil {
-		m = randMatrix(l.Out, l.In, f, subSeed(r.seed, fmt.Sprint("pool", key)))
-		r.pool[key] = m
+		m = randMatrix(l.Out, l.In, f, subSeed(g.seed, fmt.Sprint("pool", key)))
+		g.pool[key] = m
 	}
-	specs := LinearTensors(l, f)
-	t := func(s TensorSpec, data []byte) safetensors.Tensor {
-		return safetensors.Tensor{Name: s.Name, DType: s.DType, Shape: s.Shape, Data: data}
-	}
-	out := Linear{Name: l.Name, Format: f, Out: l.Out, In: l.In, Weight: t(specs[0], m.w)}
-	switch f {
-	case FormatFP8Block, FormatMXFP4:
-		out.Scale = t(specs[1], m.scale)
-	case FormatNVFP4:
-		out.Scale, out.Scale2, out.InputScale = t(specs[1], m.scale), m.scale2, nvInputScale
-	}
-	return out
+	return m
 }
 
 // randMatrix draws an out×in matrix in format f with rms ≈ 1/sqrt(in): random

@@ -27,8 +27,10 @@ func sampleShape(name string, rows, vocab int) error {
 // SampleDraw writes ids[r] (int32 [rows]) = one token of logits row r drawn
 // with the per-row device arrays temp (f32; <= 0 greedy), topK (i32; <= 0 or
 // >= vocab off), topP (f32; <= 0 or >= 1 off), minP (f32; <= 0 off) and the
-// uniform u (f32 in [0, 1), from the sequence's RNG: see Uniform32).
-func SampleDraw(s *Stream, ids, logits, temp, topK, topP, minP, u DevicePtr, rows, vocab int) error {
+// uniform u (f32 in [0, 1), from the sequence's RNG: see Uniform32), over the
+// tokens mask allows: u32 [rows, SampleMaskWords(vocab)], bit i%32 of word i/32
+// set = token i allowed (structured outputs); 0 allows every token.
+func SampleDraw(s *Stream, ids, logits, temp, topK, topP, minP, u, mask DevicePtr, rows, vocab int) error {
 	if err := sampleShape("sample_draw", rows, vocab); err != nil {
 		return err
 	}
@@ -43,9 +45,12 @@ func SampleDraw(s *Stream, ids, logits, temp, topK, topP, minP, u DevicePtr, row
 			return fmt.Errorf("cuda: sample_draw: nil %s", p.name)
 		}
 	}
-	a := new(Args).Ptr(ids).Ptr(logits).I32(vocab).Ptr(temp).Ptr(topK).Ptr(topP).Ptr(minP).Ptr(u)
+	a := new(Args).Ptr(ids).Ptr(logits).I32(vocab).Ptr(temp).Ptr(topK).Ptr(topP).Ptr(minP).Ptr(u).Ptr(mask)
 	return launch(s, "sample", "sample_draw", Dim3{uint32(rows), 1, 1}, Dim3{sampleThreads, 1, 1}, 0, a)
 }
+
+// SampleMaskWords is the number of u32 words of one row of SampleDraw's mask.
+func SampleMaskWords(vocab int) int { return (vocab + 31) / 32 }
 
 // Uniform32 narrows a uniform float64 in [0, 1) (rand.Rand.Float64) to the
 // float32 SampleDraw takes, keeping it below 1 (float32 rounding can reach 1).

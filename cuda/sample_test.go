@@ -49,7 +49,7 @@ func sampleLogits(rng *rand.Rand, rows, vocab int) []float32 {
 	return x
 }
 
-func sliceBytes[T int32 | float32](v []T) []byte {
+func sliceBytes[T int32 | uint32 | float32](v []T) []byte {
 	if len(v) == 0 {
 		return nil
 	}
@@ -116,7 +116,7 @@ func TestSampleGreedyVsCPU(t *testing.T) {
 				}
 				ids := d.poisonedIDs(rows)
 				z, zk := d.up(sliceBytes(zf)), d.up(sliceBytes(zi))
-				if err := cuda.SampleDraw(s, ids, d.up(sliceBytes(x)), z, zk, z, z, d.up(sliceBytes(u)), rows, vocab); err != nil {
+				if err := cuda.SampleDraw(s, ids, d.up(sliceBytes(x)), z, zk, z, z, d.up(sliceBytes(u)), 0, rows, vocab); err != nil {
 					t.Fatal(err)
 				}
 				got, want := d.ids(ids, rows), cpuref.SampleDraw(x, rows, vocab, zf, zi, zf, zf, u)
@@ -177,7 +177,7 @@ func TestSampleDrawVsCPU(t *testing.T) {
 					}
 					ids := d.poisonedIDs(rows)
 					err := cuda.SampleDraw(s, ids, d.up(sliceBytes(x)), d.up(sliceBytes(temp)), d.up(sliceBytes(topK)),
-						d.up(sliceBytes(topP)), d.up(sliceBytes(minP)), d.up(sliceBytes(u)), rows, vocab)
+						d.up(sliceBytes(topP)), d.up(sliceBytes(minP)), d.up(sliceBytes(u)), 0, rows, vocab)
 					if err != nil {
 						t.Fatal(err)
 					}
@@ -204,17 +204,86 @@ func TestSampleDrawVsCPU(t *testing.T) {
 	}
 }
 
+// randomMask allows each token with probability density, and at least one.
+func randomMask(rng *rand.Rand, vocab int, density float64) []uint32 {
+	m := make([]uint32, cuda.SampleMaskWords(vocab))
+	for i := range vocab {
+		if rng.Float64() < density {
+			m[i>>5] |= 1 << (i & 31)
+		}
+	}
+	one := rng.IntN(vocab)
+	m[one>>5] |= 1 << (one & 31)
+	return m
+}
+
+// TestSampleMaskedVsCPU: with an allow mask (structured outputs), every row
+// draws an allowed token, the one the twin draws from the logits with the
+// disallowed tokens set to -inf (within the twin's margin), for masks from a
+// single token to nearly all, under greedy and sampled rules.
+func TestSampleMaskedVsCPU(t *testing.T) {
+	ctx, s := gpu(t)
+	d := devBufs{t, ctx, s}
+	rng := rand.New(rand.NewPCG(rand.Uint64(), 5))
+	densities := []float64{0, 0.001, 0.05, 0.5, 1}
+	type rule struct {
+		T      float32
+		k      int32
+		tp, mp float32
+	}
+	rules := []rule{{0, 0, 0, 0}, {1, 0, 0, 0}, {0.7, 0, 0.9, 0}, {1.5, 40, 0, 0.02}, {2, 0, 0, 0.1}}
+	for _, vocab := range []int{1000, 129280} {
+		t.Run(fmt.Sprintf("vocab%d", vocab), func(t *testing.T) {
+			rows := len(densities) * 2
+			x := sampleLogits(rng, rows, vocab)
+			words := cuda.SampleMaskWords(vocab)
+			mask := make([]uint32, 0, rows*words)
+			temp, topP, minP, u := make([]float32, rows), make([]float32, rows), make([]float32, rows), make([]float32, rows)
+			topK := make([]int32, rows)
+			for r := range rows {
+				mask = append(mask, randomMask(rng, vocab, densities[r%len(densities)])...)
+				c := rules[(r+r/len(densities))%len(rules)]
+				temp[r], topK[r], topP[r], minP[r], u[r] = c.T, c.k, c.tp, c.mp, cuda.Uniform32(rng.Float64())
+			}
+			ids := d.poisonedIDs(rows)
+			err := cuda.SampleDraw(s, ids, d.up(sliceBytes(x)), d.up(sliceBytes(temp)), d.up(sliceBytes(topK)),
+				d.up(sliceBytes(topP)), d.up(sliceBytes(minP)), d.up(sliceBytes(u)), d.up(sliceBytes(mask)), rows, vocab)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got := d.ids(ids, rows)
+			masked := append([]float32(nil), x...)
+			for r := range rows {
+				cpuref.SampleMask(masked[r*vocab:(r+1)*vocab], mask[r*words:(r+1)*words])
+			}
+			want, margin := cpuref.SampleDrawMargin(masked, rows, vocab, temp, topK, topP, minP, u)
+			for r := range got {
+				if id := got[r]; id < 0 || int(id) >= vocab || mask[r*words+int(id)>>5]>>(id&31)&1 == 0 {
+					// A row whose allowed logits are all NaN or -inf draws 0, as unmasked.
+					if !(id == 0 && want[r] == 0) {
+						t.Errorf("row %d: drew %d, which the mask disallows", r, id)
+					}
+				}
+				if got[r] != want[r] && margin[r] >= 1e-5 {
+					t.Errorf("row %d (T=%v k=%d top_p=%v min_p=%v, density %v): got %d, want %d (margin %.3g)",
+						r, temp[r], topK[r], topP[r], minP[r], densities[r%len(densities)], got[r], want[r], margin[r])
+				}
+			}
+		})
+	}
+}
+
 func TestSampleLaunchErrors(t *testing.T) {
 	ctx, s := gpu(t)
 	d := devBufs{t, ctx, s}
 	p := d.up(make([]byte, 64))
-	if err := cuda.SampleDraw(s, p, p, p, p, p, p, p, 1, 0); err == nil {
+	if err := cuda.SampleDraw(s, p, p, p, p, p, p, p, 0, 1, 0); err == nil {
 		t.Error("vocab 0 accepted")
 	}
-	if err := cuda.SampleDraw(s, p, p, p, p, p, 0, p, 1, 10); err == nil {
+	if err := cuda.SampleDraw(s, p, p, p, p, p, 0, p, 0, 1, 10); err == nil {
 		t.Error("nil min_p accepted")
 	}
-	if err := cuda.SampleDraw(s, p, p, p, p, p, p, p, 0, 10); err != nil {
+	if err := cuda.SampleDraw(s, p, p, p, p, p, p, p, 0, 0, 10); err != nil {
 		t.Errorf("rows 0: %v", err)
 	}
 }

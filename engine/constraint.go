@@ -3,15 +3,17 @@ package engine
 import (
 	"fmt"
 	"math"
+	"slices"
 
+	"github.com/megamoe/megamoe/backend"
 	"github.com/megamoe/megamoe/grammar"
 )
 
 // Constraint restricts a request's output to a grammar (structured outputs):
 // before each draw the tokens the grammar rejects are masked out, EOS is
 // allowed only where the grammar can end, and the sequence finishes ("stop")
-// once the grammar has accepted EOS. Constrained requests are sampled on the
-// host (the device sampler takes no mask).
+// once the grammar has accepted EOS. The mask goes with the draw where the
+// model draws on its device (backend.Draw.Mask), else the host applies it.
 type Constraint struct {
 	Grammar *grammar.Grammar
 	Table   *grammar.TokenTable // the tokenizer's table; its size must be the model's vocabulary
@@ -19,6 +21,11 @@ type Constraint struct {
 	// generated (the end of the thinking block); the tokens up to it are free.
 	Deferred bool
 	After    int32
+	// Head turns on jump-forward: it tokenizes bytes the grammar forces
+	// next into ids whose split no continuation changes (the tokenizer's
+	// EncodeHead). Those tokens are appended without a draw and reach the
+	// model as the next step's chunk; nil samples every token.
+	Head func(forced []byte) []int32
 }
 
 // constraintState is one sequence's progress through its Constraint.
@@ -55,6 +62,24 @@ func (cs *constraintState) fill() (bool, error) {
 	return true, nil
 }
 
+// deviceDraw is seq's Sampler.DeviceDraw with its grammar's mask of the next
+// token when the constraint is active; false where the host samples, also
+// when the mask fails (the host's fill then reports the error).
+func deviceDraw(seq *Sequence) (backend.Draw, bool) {
+	d, ok := seq.Sampler.DeviceDraw()
+	if !ok {
+		return d, false
+	}
+	masked, err := seq.grammar.fill()
+	if err != nil {
+		return backend.Draw{}, false
+	}
+	if masked {
+		d.Mask = seq.grammar.mask
+	}
+	return d, true
+}
+
 // accept advances over a generated token; terminated reports that the
 // grammar has accepted its end.
 func (cs *constraintState) accept(id int32) (terminated bool, err error) {
@@ -69,6 +94,46 @@ func (cs *constraintState) accept(id int32) (terminated bool, err error) {
 		return false, fmt.Errorf("grammar: %w", err)
 	}
 	return cs.m.IsTerminated(), nil
+}
+
+// forced returns the tokens jump-forward appends now, each accepted by the
+// grammar: the head of its forced bytes (Constraint.Head), at most limit,
+// stopping before a stop token or a token the grammar rejects. None when the
+// forced bytes cannot be found (the next mask reports a broken grammar).
+func (cs *constraintState) forced(limit int, stops []int32) []int32 {
+	if cs == nil || !cs.active || cs.c.Head == nil || limit <= 0 || cs.m.IsTerminated() {
+		return nil
+	}
+	b, err := cs.m.ForcedBytes()
+	if err != nil || len(b) == 0 {
+		return nil
+	}
+	var out []int32
+	for _, id := range cs.c.Head(b) {
+		if len(out) == limit || slices.Contains(stops, id) || cs.m.Accept(id) != nil {
+			break
+		}
+		out = append(out, id)
+	}
+	return out
+}
+
+// jumpForward appends to seq the tokens its grammar forces (jump-forward),
+// leaving room for a sampled token within max tokens and the context. A
+// request with logprobs gets none (forced tokens have no logprobs).
+func (s *Scheduler) jumpForward(seq *Sequence) []Token {
+	if p := seq.Sampler.Params(); seq.grammar == nil || p.Logprobs || p.TopLogprobs > 0 {
+		return nil
+	}
+	limit := min(seq.Req.MaxTokens-seq.Generated(), s.cfg.MaxModelLen-len(seq.Tokens)) - 1
+	ids := seq.grammar.forced(limit, seq.Req.StopTokens)
+	toks := make([]Token, len(ids))
+	for i, id := range ids {
+		seq.Tokens = append(seq.Tokens, id)
+		seq.Sampler.Accept(id)
+		toks[i] = Token{ID: id}
+	}
+	return toks
 }
 
 // applyMask sets the logits of the tokens mask disallows to −inf.

@@ -2,6 +2,7 @@ package engine
 
 import (
 	"regexp"
+	"slices"
 	"testing"
 
 	"github.com/megamoe/megamoe/grammar"
@@ -124,4 +125,80 @@ func TestConstraintTableSize(t *testing.T) {
 	if _, err := e.Submit(&Request{Prompt: []int32{1}, MaxTokens: 4, Constraint: &Constraint{Grammar: g, Table: table}}); err == nil {
 		t.Fatal("Submit accepted a 2-token table for a 50-token model")
 	}
+}
+
+// With DeviceSampling, constrained requests are drawn on the device with
+// their grammar's mask: every token is a device draw, the output matches the
+// grammar, and it is the token-by-token replay of the device rule over the
+// masked logits.
+func TestConstraintDeviceDraws(t *testing.T) {
+	table, vocab, eos := toyTable(t)
+	const pattern = `(ab|c)[0-9]{2,4}x?`
+	g, err := grammar.CompileRegex(pattern)
+	if err != nil {
+		t.Fatal(err)
+	}
+	re := regexp.MustCompile(`^(?:` + pattern + `)$`)
+	params := []SamplingParams{{}, {Temperature: 5, Seed: seed(1)}, {Temperature: 6, TopK: 12, TopP: 0.9, Seed: seed(2)}}
+	var reqs []*Request
+	for i, p := range params {
+		reqs = append(reqs, &Request{Prompt: []int32{int32(i + 1), 7, 3}, MaxTokens: 30, StopTokens: []int32{eos}, Params: p,
+			Constraint: &Constraint{Grammar: g, Table: table}})
+	}
+	m := &drawingToy{toyModel: newToy(t, 1<<20)}
+	got, _ := runEngine(t, m, Config{MaxModelLen: 4096, MaxBatchTokens: 16, DeviceSampling: true}, reqs)
+	toy := newToy(t, 1<<20)
+	draws := 0
+	for i, r := range reqs {
+		draws += len(got[i])
+		if want := replayConstrained(t, toy, r); !slices.Equal(got[i], want) {
+			t.Errorf("request %d: %v, want %v", i, got[i], want)
+		}
+		if n := len(got[i]); n == 0 || got[i][n-1] != eos {
+			t.Fatalf("request %d: %v does not end with EOS", i, got[i])
+		}
+		var text []byte
+		for _, id := range got[i][:len(got[i])-1] {
+			text = append(text, vocab[id]...)
+		}
+		if !re.Match(text) {
+			t.Errorf("request %d: output %q does not match %s", i, text, pattern)
+		}
+	}
+	if m.draws != draws {
+		t.Errorf("%d device draws for %d tokens", m.draws, draws)
+	}
+}
+
+// replayConstrained replays r one token at a time: the grammar's mask, the
+// sequence's device draw with it, until the grammar ends.
+func replayConstrained(t *testing.T, toy *toyModel, r *Request) []int32 {
+	t.Helper()
+	cs, err := newConstraintState(r.Constraint, toy.vocab)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := NewSampler(r.Params, r.Prompt)
+	seq := slices.Clone(r.Prompt)
+	var out []int32
+	for range r.MaxTokens {
+		d, ok := s.DeviceDraw()
+		if !ok {
+			t.Fatalf("request %+v is not drawn on the device", r.Params)
+		}
+		if _, err := cs.fill(); err != nil {
+			t.Fatal(err)
+		}
+		d.Mask = cs.mask
+		id := drawOne(toy.logits(seq), d)
+		s.Accept(id)
+		seq, out = append(seq, id), append(out, id)
+		if ended, err := cs.accept(id); err != nil || ended {
+			if err != nil {
+				t.Fatal(err)
+			}
+			break
+		}
+	}
+	return out
 }

@@ -39,7 +39,12 @@ func (m *drawingToy) ForwardDraw(items []ForwardItem) ([][]float32, []int32, err
 	return logits, ids, nil
 }
 
+// drawOne is the kernel's twin with d's mask (masked tokens as -inf).
 func drawOne(row []float32, d backend.Draw) int32 {
+	if d.Mask != nil {
+		row = slices.Clone(row)
+		cpuref.SampleMask(row, d.Mask)
+	}
 	return cpuref.SampleDraw(row, 1, len(row), []float32{d.Temp}, []int32{d.TopK}, []float32{d.TopP}, []float32{d.MinP}, []float32{d.U})[0]
 }
 

@@ -139,6 +139,12 @@ func (e *Engine) Submit(req *Request) (*Stream, error) {
 	if req.MaxTokens <= 0 {
 		return nil, fmt.Errorf("engine: max tokens %d must be positive", req.MaxTokens)
 	}
+	if req.MinTokens < 0 || req.MinTokens > req.MaxTokens {
+		return nil, fmt.Errorf("engine: min tokens %d outside [0, max tokens %d]", req.MinTokens, req.MaxTokens)
+	}
+	if req.PromptTopLogprobs < 0 || req.PromptTopLogprobs > MaxTopLogprobs {
+		return nil, fmt.Errorf("engine: prompt top logprobs %d outside [0, %d]", req.PromptTopLogprobs, MaxTopLogprobs)
+	}
 	if err := req.Params.Validate(e.model.Vocab()); err != nil {
 		return nil, fmt.Errorf("engine: %w", err)
 	}
@@ -166,6 +172,7 @@ func (e *Engine) Submit(req *Request) (*Stream, error) {
 	st := newStream(e.nextID, e.cancel)
 	seq := &Sequence{ID: e.nextID, Tokens: append([]int32(nil), req.Prompt...), NumPrompt: len(req.Prompt),
 		Req: req, Sampler: NewSampler(req.Params, req.Prompt), stream: st, grammar: cs}
+	seq.Sampler.holdStops(req.StopTokens, req.MinTokens)
 	e.inbox = append(e.inbox, seq)
 	e.queued++
 	e.signal()
@@ -292,8 +299,8 @@ func (r *Runner) Run(items []Item) ([]Result, error) {
 	for i := range items {
 		it := &items[i]
 		fwd[i] = ForwardItem{Seq: it.Seq.KV, Tokens: it.Tokens(), AllLogits: it.AllLogits}
-		if r.drawer != nil && it.Sample && it.Seq.grammar == nil { // the device sampler takes no mask
-			if d, ok := it.Seq.Sampler.DeviceDraw(); ok {
+		if r.drawer != nil && it.Sample {
+			if d, ok := deviceDraw(it.Seq); ok {
 				fwd[i].Draw, drawing = &d, true
 			}
 		}
@@ -374,7 +381,7 @@ func (r *Runner) Run(items []Item) ([]Result, error) {
 // that were not sent before (a recomputed sequence does not resend them).
 func promptLogprobs(it *Item, rows []float32, vocab int) []Token {
 	seq := it.Seq
-	k := seq.Sampler.Params().TopLogprobs
+	k := seq.Req.PromptTopLogprobs
 	var out []Token
 	for j := range it.N {
 		p := it.Start + j + 1 // the token row j predicts
@@ -387,7 +394,7 @@ func promptLogprobs(it *Item, rows []float32, vocab int) []Token {
 		row := rows[j*vocab : (j+1)*vocab]
 		id := seq.Tokens[p]
 		lse := logsumexp(row)
-		tok := Token{ID: id, Logprob: logprobLSE(row, id, lse)}
+		tok := Token{ID: id, Logprob: logprobLSE(row, id, lse), Rank: rankOf(row, id)}
 		if k > 0 {
 			tok.Top = topLogprobsLSE(row, k, lse)
 		}

@@ -72,6 +72,9 @@ func NewScheduler(cfg SchedulerConfig, cache Cache, free func(*kvcache.Sequence)
 func (s *Scheduler) Add(seq *Sequence) {
 	seq.Status = Waiting
 	s.waiting = append(s.waiting, seq)
+	if toks := s.jumpForward(seq); len(toks) > 0 { // an output that starts forced
+		seq.stream.push(Event{Tokens: toks})
+	}
 }
 
 // NumWaiting and NumRunning report queue sizes.
@@ -200,6 +203,8 @@ func (s *Scheduler) Postprocess(items []Item, results []Result, err error) {
 			ev.Finish = FinishStop
 		case seq.Generated() >= seq.Req.MaxTokens || len(seq.Tokens) >= s.cfg.MaxModelLen:
 			ev.Finish = FinishLength
+		default:
+			ev.Tokens = append(ev.Tokens, s.jumpForward(seq)...) // grammar-forced tokens
 		}
 		if ev.Finish != FinishNone {
 			s.retire(seq)

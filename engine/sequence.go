@@ -24,9 +24,13 @@ type Request struct {
 	Params     SamplingParams
 	MaxTokens  int     // generated tokens at most (>0)
 	StopTokens []int32 // ids that end the sequence (EOS); the stop token is reported but ends it
-	// PromptLogprobs asks for the logprob (and TopLogprobs alternatives) of every
-	// prompt token after the first (OpenAI completions echo+logprobs).
-	PromptLogprobs bool
+	// MinTokens masks StopTokens until this many tokens were generated
+	// (vLLM's min_tokens; at most MaxTokens).
+	MinTokens int
+	// PromptLogprobs asks for the logprob and rank (and PromptTopLogprobs
+	// alternatives) of every prompt token after the first.
+	PromptLogprobs    bool
+	PromptTopLogprobs int
 	// Constraint, if set, restricts the output to a grammar.
 	Constraint *Constraint
 }
@@ -36,6 +40,7 @@ type Token struct {
 	ID      int32
 	Logprob float32
 	Top     []TokenLogprob
+	Rank    int // prompt logprobs: 1 + the tokens more likely (ties count)
 }
 
 // Event is what a stream delivers: newly generated tokens, and at the end a
@@ -43,6 +48,9 @@ type Token struct {
 type Event struct {
 	Prompt []Token // prompt logprobs (once, before the first generated token)
 	Tokens []Token
+	// Steps holds when each engine step that produced some of Tokens
+	// delivered them (inter-token latency is measured per step).
+	Steps  []time.Time
 	Finish FinishReason
 	Err    error
 }
@@ -77,6 +85,7 @@ func (st *Stream) Next() (ev Event, ok bool) {
 	for _, e := range st.pending {
 		ev.Prompt = append(ev.Prompt, e.Prompt...)
 		ev.Tokens = append(ev.Tokens, e.Tokens...)
+		ev.Steps = append(ev.Steps, e.Steps...)
 		if e.Finish != FinishNone {
 			ev.Finish, ev.Err = e.Finish, e.Err
 		}
@@ -103,6 +112,9 @@ func (st *Stream) push(e Event) {
 	if st.done {
 		st.mu.Unlock()
 		return
+	}
+	if len(e.Tokens) > 0 && e.Steps == nil {
+		e.Steps = []time.Time{time.Now()}
 	}
 	st.pending = append(st.pending, e)
 	if e.Finish != FinishNone {

@@ -147,3 +147,73 @@ func BenchmarkTokenTable(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkJumpForward: outputs of the 20-field schema (warm grammar, the walk of BenchmarkMask)
+// where, before each sampled token, the forced bytes' head (ForcedBytes, the tokenizer's
+// EncodeHead, Accept of each id) is appended as the engine's jump-forward does. It reports the
+// share of output tokens that skip a decode step and the time of one jump-forward check, which
+// runs on the engine's goroutine after every sampled token.
+func BenchmarkJumpForward(b *testing.B) {
+	v := deepseekVocab(b)
+	schema, err := os.ReadFile("testdata/schemas/twenty_fields.json")
+	if err != nil {
+		b.Fatal(err)
+	}
+	g, err := CompileJSONSchema(schema)
+	if err != nil {
+		b.Fatal(err)
+	}
+	const outputs = 8
+	mask := make([]uint32, v.table.MaskWords())
+	var times []time.Duration
+	forced, sampled := 0, 0
+	for b.Loop() {
+		times, forced, sampled = times[:0], 0, 0
+		for i := range outputs {
+			m, err := NewMatcher(g, v.table)
+			if err != nil {
+				b.Fatal(err)
+			}
+			rng := rand.New(rand.NewPCG(uint64(i), 9))
+			for step := 0; step < 400 && !m.IsTerminated(); step++ {
+				t0 := time.Now()
+				fb, err := m.ForcedBytes()
+				if err != nil {
+					b.Fatal(err)
+				}
+				ids, _ := v.tok.EncodeHead(string(fb))
+				for _, id := range ids {
+					if m.Accept(int32(id)) != nil {
+						break
+					}
+					forced++
+				}
+				times = append(times, time.Since(t0))
+				if err := m.FillMask(mask); err != nil {
+					b.Fatal(err)
+				}
+				tok := v.eos
+				if step >= 40 && rng.IntN(2) == 0 {
+					comp, err := shortestCompletion(m.a, m.cur().state)
+					if err != nil {
+						b.Fatal(err)
+					}
+					if len(comp) > 0 {
+						tok = v.byByte[comp[0]]
+					}
+				} else if ids := maskIDs(mask, v.eos); len(ids) > 0 {
+					tok = ids[rng.IntN(len(ids))]
+				}
+				if err := m.Accept(tok); err != nil {
+					b.Fatal(err)
+				}
+				sampled++
+			}
+		}
+	}
+	slices.Sort(times)
+	p := func(q float64) float64 { return float64(times[int(q*float64(len(times)-1))].Nanoseconds()) / 1e3 }
+	b.ReportMetric(p(0.5), "p50-us/check")
+	b.ReportMetric(p(0.99), "p99-us/check")
+	b.ReportMetric(100*float64(forced)/float64(forced+sampled), "forced-%")
+}

@@ -59,13 +59,36 @@
 //
 // Speculative (MTP) drafts: Accept each draft token in turn and stop at the first error (that
 // draft and the ones after it are rejected); after verification, Rollback(k) removes the k
-// accepted draft tokens the target model did not confirm. Jump-forward: ForcedBytes returns the
-// bytes every continuation starts with (e.g. `","name":"` after a value): they may be emitted
-// without a forward pass and passed to AcceptBytes, but tokenising them separately can differ
-// from the tokens the model would have produced across the boundary (the next token may have
-// merged with them), so only emit them up to a point where the tokenizer splits anyway.
-// Special tokens (empty bytes in the table) are never allowed; EOS only where the grammar can
-// end. With reasoning, start the Matcher after the thinking block ends.
+// accepted draft tokens the target model did not confirm. Special tokens (empty bytes in the
+// table) are never allowed; EOS only where the grammar can end. With reasoning, start the
+// Matcher after the thinking block ends.
+//
+// On a GPU the engine does not bring the logits back for a constrained token: the mask goes up
+// with the draw's parameters and the sample kernel reads a disallowed token as -inf before
+// greedy, top-k, top-p and min-p (backend.Draw.Mask).
+//
+// # Jump-forward
+//
+// ForcedBytes returns the bytes every continuation starts with (`","name":"` after a value). The
+// engine (engine.Constraint.Head) tokenizes them with the tokenizer's EncodeHead, Accepts the
+// ids and appends them without sampling; they reach the model as a prefill chunk together with
+// the next sampled token, so a forced key costs one step instead of one per token. Only the
+// head is taken: every pre-tokenized piece but the last, because the last piece may merge with
+// what follows (`":"` then a value's first letters can be one token) and is left to the model,
+// under the mask. Tokenization is not otherwise guaranteed canonical: a pre-tokenizer whose
+// regex alternatives match longer with more text could move an earlier piece boundary too; the
+// output stays inside the grammar either way (each id is Accepted), only the split the model
+// conditions on would be unusual. Requests with logprobs get no jump-forward (forced tokens
+// have no logprobs), and it stops at a token the table lacks (a special token) or a stop token.
+//
+// Semantics: the forced text is what masked sampling would produce too (the grammar allows no
+// other bytes there), but its split is the tokenizer's instead of the model's choice among the
+// spellings of the same bytes, and it draws no random numbers, so a seeded request gives
+// another (equally valid) output than without jump-forward. The tokens after it are sampled
+// from the masked distribution as usual. vLLM (xgrammar or guidance backends) has no
+// jump-forward: every token is a masked sample and a decode step. SGLang's jump-forward
+// re-tokenizes the forced text with the preceding output and may rewrite emitted tokens; here
+// emitted tokens are never rewritten, the boundary piece is held back instead.
 //
 // Errors: compile errors are the client's (a 400; SchemaError carries the JSON pointer).
 // FillMask, Accept and ForcedBytes can still return ErrLimit on a pathologically ambiguous
@@ -75,7 +98,8 @@
 // Costs: compiling a schema takes well under a millisecond; the first mask of a state that
 // needs a full trie pass (most tokens allowed, as inside the first JSON string ever seen by a
 // TokenTable) takes milliseconds, later ones microseconds. An engine should therefore keep one
-// TokenTable per tokenizer, cache compiled Grammars by schema, and may warm the table at start
+// TokenTable per tokenizer, cache compiled Grammars by schema (the API keeps the 64 most recent)
+// and may warm the table at start
 // (compile CompileJSON(false) and fill a few masks inside a string and a number).
 //
 // A Grammar and a TokenTable are safe for concurrent use (each takes a mutex while its caches

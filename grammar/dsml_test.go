@@ -5,6 +5,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/megamoe/megamoe/internal/schematest"
 	"github.com/megamoe/megamoe/tokenizer"
 )
 
@@ -14,13 +15,13 @@ func TestToolCalls(t *testing.T) {
 		{Name: "search", Parameters: []byte(`{"type":"object","properties":{"query":{"type":"string"},"filters":{"type":"object","properties":{"site":{"type":"string","format":"hostname"},"tags":{"type":"array","items":{"type":"string"},"maxItems":3}},"required":["site"]}},"required":["query"]}`)},
 		{Name: "free", Parameters: nil},
 	}
-	validators := map[string]*validator{}
+	validators := map[string]*schematest.Validator{}
 	for _, tool := range tools {
 		p := tool.Parameters
 		if p == nil {
 			p = []byte(`{"type":"object"}`)
 		}
-		v, err := newValidator(p)
+		v, err := schematest.New(p)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -66,11 +67,11 @@ func TestToolCalls(t *testing.T) {
 				if val == nil {
 					t.Fatalf("unknown tool %q", call.Name)
 				}
-				x, err := decodeInstance(call.Arguments)
+				x, err := schematest.Decode(call.Arguments)
 				if err != nil {
 					t.Fatalf("seed %d: arguments %q: %v", seed, call.Arguments, err)
 				}
-				if err := val.validate(val.root, x, "#"); err != nil {
+				if err := val.Value(x); err != nil {
 					t.Fatalf("seed %d: %q: %v", seed, call.Arguments, err)
 				}
 			}

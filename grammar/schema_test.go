@@ -12,6 +12,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/megamoe/megamoe/internal/schematest"
 	"github.com/megamoe/megamoe/tokenizer"
 )
 
@@ -20,7 +21,8 @@ type vocabulary struct {
 	table  *TokenTable
 	tokens [][]byte
 	eos    int32
-	byByte [256]int32 // the single-byte token of each byte
+	byByte [256]int32           // the single-byte token of each byte
+	tok    *tokenizer.Tokenizer // deepseekVocab's tokenizer (jump-forward's EncodeHead)
 }
 
 func newVocabulary(t testing.TB, tokens [][]byte, eos int32) *vocabulary {
@@ -110,6 +112,7 @@ func deepseekVocab(t testing.TB) *vocabulary {
 			return
 		}
 		realVocab = newVocabulary(t, toks, eos)
+		realVocab.tok = tok
 	})
 	if realVocabErr != nil {
 		t.Fatal(realVocabErr)
@@ -273,15 +276,11 @@ func loadCorpus(t testing.TB) map[string][]byte {
 	return out
 }
 
-func checkOutput(v *validator, text string) error {
-	if err := checkCompact(text); err != nil {
+func checkOutput(v *schematest.Validator, text string) error {
+	if err := schematest.CheckCompact(text); err != nil {
 		return err
 	}
-	x, err := decodeInstance(text)
-	if err != nil {
-		return fmt.Errorf("not JSON: %w", err)
-	}
-	return v.validate(v.root, x, "#")
+	return v.Text(text)
 }
 
 func testCorpus(t *testing.T, vocab func(testing.TB) *vocabulary, seeds int, budget int) {
@@ -291,7 +290,7 @@ func testCorpus(t *testing.T, vocab func(testing.TB) *vocabulary, seeds int, bud
 			if err != nil {
 				t.Fatal(err)
 			}
-			val, err := newValidator(schema)
+			val, err := schematest.New(schema)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -438,7 +437,7 @@ func TestSchemaPythonLayout(t *testing.T) {
 		}
 	}
 	v := syntheticVocab(t, 300, 8)
-	val, err := newValidator(schema)
+	val, err := schematest.New(schema)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -447,11 +446,11 @@ func TestSchemaPythonLayout(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		x, err := decodeInstance(text)
+		x, err := schematest.Decode(text)
 		if err != nil {
 			t.Fatalf("%q: %v", text, err)
 		}
-		if err := val.validate(val.root, x, "#"); err != nil {
+		if err := val.Value(x); err != nil {
 			t.Fatalf("%q: %v", text, err)
 		}
 	}

@@ -30,6 +30,8 @@ type StreamDecoder struct {
 	emitted  int // tokens whose text has all been emitted
 	stopped  bool
 	withStop bool // a stop string hit is emitted too
+	minStop  int  // stop strings must end in the text of a later token than this one
+	floor    int  // text[:floor] is the first minStop tokens': no stop ends there
 }
 
 // NewStreamDecoder starts a stream; empty stop strings are ignored.
@@ -58,6 +60,10 @@ func (d *StreamDecoder) Hold(markers ...string) {
 // IncludeStop makes a hit stop string part of the emitted text
 // (include_stop_str_in_output).
 func (d *StreamDecoder) IncludeStop() { d.withStop = true }
+
+// MinTokens makes stop strings count only where they end in the text of
+// token n+1 or later (vLLM's min_tokens): earlier text never stops the stream.
+func (d *StreamDecoder) MinTokens(n int) { d.minStop = n }
 
 // SkipSpecial drops the text of special tokens (as skip_special_tokens does),
 // except that of the tokens keep, which the caller needs to see (e.g. </think>
@@ -100,6 +106,7 @@ func (d *StreamDecoder) Push(id int) (string, bool) {
 	out := string(d.text[:n])
 	d.text = append(d.text[:0], d.text[n:]...)
 	d.scanned -= n
+	d.floor = max(0, d.floor-n)
 	d.ends = append(d.ends[:0], d.ends[k:]...)
 	for i := range d.ends {
 		if d.ends[i] >= 0 {
@@ -141,12 +148,27 @@ func (d *StreamDecoder) Flush() string {
 // starts earlier would already have been found) and, on a hit, ends the
 // stream with the text before it.
 func (d *StreamDecoder) cut() (string, bool) {
+	if d.pushed <= d.minStop {
+		d.floor, d.scanned = len(d.text), len(d.text)
+		return "", false
+	}
 	from := max(0, d.scanned-d.maxStop+1)
 	d.scanned = len(d.text)
 	best, end := -1, 0
 	for _, s := range d.stops {
-		if i := strings.Index(string(d.text[from:]), s); i >= 0 && (best < 0 || from+i < best) {
-			best, end = from+i, from+i+len(s)
+		// The first hit that ends past the floor.
+		for at := from; at <= len(d.text); {
+			i := strings.Index(string(d.text[at:]), s)
+			if i < 0 {
+				break
+			}
+			if at+i+len(s) > d.floor {
+				if best < 0 || at+i < best {
+					best, end = at+i, at+i+len(s)
+				}
+				break
+			}
+			at += i + 1
 		}
 	}
 	if best < 0 {

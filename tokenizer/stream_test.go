@@ -145,3 +145,52 @@ func TestStreamDecoderTokenAligned(t *testing.T) {
 		t.Errorf("got %q, want %q", got.String(), text)
 	}
 }
+
+// TestStreamDecoderMinTokens checks that a stop string ending in the text of
+// the first n tokens does not stop the stream, and one ending later does,
+// even where it starts in the protected text.
+func TestStreamDecoderMinTokens(t *testing.T) {
+	tok, err := LoadFile("testdata/deepseek_v3_tokenizer.json.gz")
+	if err != nil {
+		t.Fatal(err)
+	}
+	const text = "stop here. stop there. stop" // "stop" " here" "." " stop" " there" "." " stop"
+	cases := []struct {
+		name    string
+		stop    string
+		min     int
+		want    string
+		stopped bool
+	}{
+		{"no min", "stop", 0, "", true},
+		{"first token protected", "stop", 1, "stop here. ", true},
+		{"four tokens protected", "stop", 4, "stop here. stop there. ", true},
+		{"all protected", "stop", 7, text, false},
+		{"stop straddles the floor", ". stop", 3, "stop here", true},
+		{"first hit ends on the floor", "here.", 3, "stop here. stop t", true},
+		{"only hit protected", "here.", 6, text, false},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			d := NewStreamDecoder(tok, []string{c.stop})
+			d.MinTokens(c.min)
+			var b strings.Builder
+			stopped := false
+			for _, id := range tok.Encode(text) {
+				s, st := d.Push(id)
+				b.WriteString(s)
+				if stopped = st; st {
+					break
+				}
+			}
+			if !stopped {
+				rest, hit := d.Finish()
+				b.WriteString(rest)
+				stopped = hit
+			}
+			if b.String() != c.want || stopped != c.stopped {
+				t.Errorf("got %q stopped=%v, want %q stopped=%v", b.String(), stopped, c.want, c.stopped)
+			}
+		})
+	}
+}

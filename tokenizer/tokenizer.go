@@ -450,6 +450,39 @@ func (t *Tokenizer) EncodeOrdinary(text string) []int {
 	return ids
 }
 
+// EncodeHead tokenizes, as Encode, the head of text that more text will
+// follow (the bytes a grammar forces, for jump-forward): it leaves out the
+// last pre-tokenized piece, whose split can change with what follows. n is
+// the number of bytes of text the ids spell.
+func (t *Tokenizer) EncodeHead(text string) (ids []int, n int) {
+	var pieces []string
+	for len(text) > 0 {
+		start, end, id := t.added.findLeftmostLongest(text)
+		seg := text
+		if start >= 0 {
+			seg = text[:start]
+		}
+		pieces = pieces[:0]
+		if seg != "" {
+			pieces = t.preTokenize(seg, pieces)
+		}
+		if start < 0 && len(pieces) > 0 {
+			pieces = pieces[:len(pieces)-1] // the last piece of the text
+		}
+		for _, p := range pieces {
+			ids = t.bpe(p, ids)
+			n += len(p)
+		}
+		if start < 0 {
+			break
+		}
+		ids = append(ids, id)
+		n += end - start
+		text = text[end:]
+	}
+	return ids, n
+}
+
 func (t *Tokenizer) preTokenize(seg string, out []string) []string {
 	cur := append(out[:0], seg)
 	var next []string

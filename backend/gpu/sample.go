@@ -11,10 +11,10 @@ import (
 
 var _ backend.DeviceSampler = (*Backend)(nil)
 
-// SampleDraw implements backend.DeviceSampler: the parameters go up in one
-// copy from pinned memory, the sample kernel runs one block per row, and only
-// the ids come back (4 bytes a row instead of a 517 KB logits row for
-// DeepSeek-V4), the one wait of the call.
+// SampleDraw implements backend.DeviceSampler: the parameters (and the rows'
+// masks, when a row has one) go up in one copy from pinned memory, the sample
+// kernel runs one block per row, and only the ids come back (4 bytes a row
+// instead of a 517 KB logits row for DeepSeek-V4), the one wait of the call.
 func (b *Backend) SampleDraw(logits backend.Tensor, d []backend.Draw, ids []int32) error {
 	n := len(d)
 	lt, err := f32(logits, n, -1, "sample draw logits")
@@ -27,11 +27,23 @@ func (b *Backend) SampleDraw(logits backend.Tensor, d []backend.Draw, ids []int3
 	if n == 0 {
 		return nil
 	}
+	words, masked := cuda.SampleMaskWords(lt.cols), false
+	for i, p := range d {
+		if p.Mask != nil && len(p.Mask) < words {
+			return fmt.Errorf("sample draw: row %d: mask of %d words, the vocabulary of %d needs %d", i, len(p.Mask), lt.cols, words)
+		}
+		masked = masked || p.Mask != nil
+	}
 	if b.rec != nil {
 		return fmt.Errorf("sample draw: %w", errHostInRecording)
 	}
-	// [temp f32 | top_k i32 | top_p f32 | min_p f32 | u f32] × n, then the ids.
-	stage, err := b.drawStage(24 * n)
+	// [temp f32 | top_k i32 | top_p f32 | min_p f32 | u f32] × n, the ids,
+	// then the masks [n, words] (rows without one allow every token).
+	size := 24 * n
+	if masked {
+		size += 4 * words * n
+	}
+	stage, err := b.drawStage(size)
 	if err != nil {
 		return fmt.Errorf("sample draw: %w", err)
 	}
@@ -44,7 +56,10 @@ func (b *Backend) SampleDraw(logits backend.Tensor, d []backend.Draw, ids []int3
 		le.PutUint32(host[4*(3*n+i):], math.Float32bits(p.MinP))
 		le.PutUint32(host[4*(4*n+i):], math.Float32bits(cuda.Uniform32(float64(p.U))))
 	}
-	buf, err := b.scratch(24 * n)
+	if masked {
+		packMasks(stage[24*n:], d, words)
+	}
+	buf, err := b.scratch(size)
 	if err != nil {
 		return fmt.Errorf("sample draw: %w", err)
 	}
@@ -56,11 +71,15 @@ func (b *Backend) SampleDraw(logits backend.Tensor, d []backend.Draw, ids []int3
 		_ = b.sync()
 		return fmt.Errorf("sample draw: %w", err)
 	}
-	if err := b.s.CopyHtoD(dev, host); err != nil {
+	if err := b.s.CopyHtoD(dev, stage); err != nil { // the ids' bytes go up unused
 		return fail(err)
 	}
+	var mask cuda.DevicePtr
+	if masked {
+		mask = dev.Add(24 * n)
+	}
 	out := dev.Add(20 * n)
-	err = cuda.SampleDraw(b.s, out, lt.ptr, dev, dev.Add(4*n), dev.Add(8*n), dev.Add(12*n), dev.Add(16*n), n, lt.cols)
+	err = cuda.SampleDraw(b.s, out, lt.ptr, dev, dev.Add(4*n), dev.Add(8*n), dev.Add(12*n), dev.Add(16*n), mask, n, lt.cols)
 	if err != nil {
 		return fail(err)
 	}
@@ -75,6 +94,22 @@ func (b *Backend) SampleDraw(logits backend.Tensor, d []backend.Draw, ids []int3
 		ids[i] = int32(le.Uint32(got[4*i:]))
 	}
 	return nil
+}
+
+// packMasks writes the rows' masks (words each, little-endian) into dst; a
+// row without one allows every token.
+func packMasks(dst []byte, d []backend.Draw, words int) {
+	le := binary.LittleEndian
+	for i, p := range d {
+		row := dst[4*words*i : 4*words*(i+1)]
+		for w := range words {
+			v := uint32(math.MaxUint32)
+			if p.Mask != nil {
+				v = p.Mask[w]
+			}
+			le.PutUint32(row[4*w:], v)
+		}
+	}
 }
 
 // drawStage returns n bytes of the backend's pinned staging, grown as needed.

@@ -3,6 +3,7 @@ package gpu
 import (
 	"math/rand/v2"
 	"path/filepath"
+	"slices"
 	"testing"
 
 	"github.com/megamoe/megamoe/backend"
@@ -12,10 +13,14 @@ import (
 	"github.com/megamoe/megamoe/model"
 )
 
-// drawWant is cpuref's draw of every row of x [len(d), vocab] under d, with
-// the margin by which each outcome could flip.
+// drawWant is cpuref's draw of every row of x [len(d), vocab] under d (its
+// masked tokens as -inf), with the margin by which each outcome could flip.
 func drawWant(x []float32, vocab int, d []backend.Draw) ([]int32, []float64) {
 	n := len(d)
+	x = slices.Clone(x)
+	for i, p := range d {
+		cpuref.SampleMask(x[i*vocab:(i+1)*vocab], p.Mask)
+	}
 	temp, topP, minP, u := make([]float32, n), make([]float32, n), make([]float32, n), make([]float32, n)
 	topK := make([]int32, n)
 	for i, p := range d {
@@ -66,6 +71,54 @@ func TestSampleDrawOp(t *testing.T) {
 		}
 		if err := g.SampleDraw(lt, d, ids[:0]); err == nil {
 			t.Errorf("%d×%d: no room for the ids accepted", tc.rows, tc.vocab)
+		}
+		g.Free(lt)
+	}
+}
+
+// TestSampleDrawMasked: rows with an allow mask (structured outputs) next to
+// rows without draw cpuref's token of the logits with the masked tokens at
+// -inf, always an allowed one; a mask shorter than the vocabulary is refused.
+func TestSampleDrawMasked(t *testing.T) {
+	g := openGPU(t, Options{})
+	r := rand.New(rand.NewPCG(rand.Uint64(), 11))
+	for _, tc := range []struct{ rows, vocab int }{{6, 129280}, {12, 1000}} {
+		x := make([]float32, tc.rows*tc.vocab)
+		for i := range x {
+			x[i] = float32(r.NormFloat64() * 3)
+		}
+		lt := g.Empty(tc.rows, tc.vocab, backend.F32)
+		must(t, g.Upload(lt, x))
+		d := randDraws(r, tc.rows)
+		words := cuda.SampleMaskWords(tc.vocab)
+		for i := range d {
+			if i%3 == 2 {
+				continue // no mask: every token
+			}
+			m := make([]uint32, words)
+			for range 1 + i*i { // from one allowed token up
+				id := r.IntN(tc.vocab)
+				m[id>>5] |= 1 << (id & 31)
+			}
+			d[i].Mask = m
+		}
+		ids := make([]int32, tc.rows)
+		for i := range ids {
+			ids[i] = -7 // poison
+		}
+		must(t, g.SampleDraw(lt, d, ids))
+		want, margin := drawWant(x, tc.vocab, d)
+		for i, id := range ids {
+			if m := d[i].Mask; m != nil && (id < 0 || int(id) >= tc.vocab || m[id>>5]>>(id&31)&1 == 0) {
+				t.Errorf("%d×%d row %d: drew %d, which its mask disallows", tc.rows, tc.vocab, i, id)
+			}
+			if id != want[i] && margin[i] >= 1e-5 {
+				t.Errorf("%d×%d row %d (%+v): drew %d, want %d (margin %.3g)", tc.rows, tc.vocab, i, d[i], id, want[i], margin[i])
+			}
+		}
+		d[0].Mask = d[0].Mask[:words-1]
+		if err := g.SampleDraw(lt, d, ids); err == nil {
+			t.Errorf("%d×%d: a mask of %d words accepted", tc.rows, tc.vocab, words-1)
 		}
 		g.Free(lt)
 	}

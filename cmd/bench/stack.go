@@ -21,6 +21,7 @@ import (
 	"github.com/megamoe/megamoe/engine"
 	"github.com/megamoe/megamoe/kvcache"
 	"github.com/megamoe/megamoe/model"
+	"github.com/megamoe/megamoe/models"
 )
 
 // stackFlags are the options of `bench stack`.
@@ -66,9 +67,21 @@ func parseStack(args []string, stderr io.Writer) (*stackFlags, error) {
 	fs.BoolVar(&f.profile, "profile", false, "time every backend op (synchronised) and print the prefill and decode breakdowns")
 	fs.IntVar(&f.tp, "tensor-parallel", 1, "ranks (GPUs 0..N-1 over NCCL with --device cuda, else CPU backends); needs --layers unless --preset small or small-tp")
 	fs.Float64Var(&f.reserveGiB, "reserve-gib", 8, "GPU memory kept free for activations when --layers is 0")
+	synth := fs.String("model", "", "synth:PRESET[:LAYERS], serve's name of the model: sets --preset and --layers")
 	vars := fs.String("variants", "", "time the plan once per variant on one model (weights generated once): runs separated by ';', each 'label=names' or 'names', names 'no-side' (every op on the main stream) or '' or 'default' (the defaults); e.g. 'default;no-side;default'")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
+	}
+	if *synth != "" {
+		spec, err := models.ParseSynth(*synth)
+		if err != nil {
+			return nil, err
+		}
+		c, err := spec.Config()
+		if err != nil {
+			return nil, err
+		}
+		f.preset, f.layers = spec.Preset, c.Layers
 	}
 	if *vars != "" {
 		var err error

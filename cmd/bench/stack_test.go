@@ -49,6 +49,13 @@ func TestStackLayers(t *testing.T) {
 	if !strings.Contains(out.String(), "layers 3/6  mtp false") {
 		t.Errorf("output:\n%s", out.String())
 	}
+	out.Reset()
+	if err := runStack([]string{"--model", "synth:small:2", "--device", "cpu", "--prefill", "5", "--decode", "1"}, &out, io.Discard); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(out.String(), "preset small  layers 2/6") {
+		t.Errorf("--model synth:small:2 output:\n%s", out.String())
+	}
 }
 
 // TestStackNonFinite: a NaN norm weight fails the run with the step and
@@ -92,6 +99,8 @@ func TestStackBadFlags(t *testing.T) {
 		{"--numerics", "sloppy", "--device", "cpu"},
 		{"--nope"},
 		{"--device", "cpu", "extra"},
+		{"--model", "synth:flash:44", "--device", "cpu"},
+		{"--model", "/data/flash", "--device", "cpu"},
 		// Full-size presets on the CPU need an explicit layer count (and
 		// fail before allocating anything).
 		{"--preset", "flash", "--device", "cpu"},

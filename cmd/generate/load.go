@@ -11,17 +11,22 @@ import (
 	"github.com/megamoe/megamoe/tokenizer"
 )
 
-// loadModel returns the weights and, when the directory has tokenizer.json, a
-// text encoder. "synth" selects the in-memory synthetic small model
-// (checkpoint.GenWeights of the small preset, seed 1), "" the embedded one.
-// The checkpoint's memory maps stay open for the process.
+// loadModel returns the weights and, when the model has a tokenizer, a text
+// encoder. "synth", "synth:small", "synth:flash:N" and "synth:pro:N" build an
+// in-memory model with random weights (models.Synth, seed 1: synth:small is
+// the embedded checkpoint), "" the embedded one. The checkpoint's memory maps
+// stay open for the process.
 func loadModel(dir string) (*checkpoint.Weights, func(string) ([]int32, error), error) {
-	if dir == "synth" {
-		w, err := checkpoint.GenWeights(checkpoint.SmallConfig(), checkpoint.GenOfficial, 1)
+	if models.IsSynth(dir) {
+		spec, err := models.ParseSynth(dir)
 		if err != nil {
-			return nil, nil, fmt.Errorf("--model synth: %w", err)
+			return nil, nil, fmt.Errorf("--model: %w", err)
 		}
-		return w, nil, nil
+		w, tok, err := models.Synth(spec, models.SmallSeed)
+		if err != nil {
+			return nil, nil, fmt.Errorf("--model: %w", err)
+		}
+		return w, encoder(tok), nil
 	}
 	if dir == "" {
 		small, err := models.ExtractSmall()
@@ -42,7 +47,12 @@ func loadModel(dir string) (*checkpoint.Weights, func(string) ([]int32, error), 
 	if err != nil {
 		return nil, nil, fmt.Errorf("--model %s: %w", dir, err)
 	}
-	enc := func(s string) ([]int32, error) {
+	return w, encoder(tok), nil
+}
+
+// encoder encodes a prompt to token ids.
+func encoder(tok *tokenizer.Tokenizer) func(string) ([]int32, error) {
+	return func(s string) ([]int32, error) {
 		ids := tok.Encode(s)
 		if len(ids) == 0 {
 			return nil, errors.New("--prompt encodes to no tokens")
@@ -53,5 +63,4 @@ func loadModel(dir string) (*checkpoint.Weights, func(string) ([]int32, error), 
 		}
 		return out, nil
 	}
-	return w, enc, nil
 }

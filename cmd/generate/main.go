@@ -61,7 +61,7 @@ func run(args []string, stdout, stderr io.Writer) error {
 	var f flags
 	fs := flag.NewFlagSet("generate", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	fs.StringVar(&f.model, "model", "", "checkpoint directory (default: the embedded small checkpoint; \"synth\": the in-memory synthetic model)")
+	fs.StringVar(&f.model, "model", "", "checkpoint directory (default: the embedded small checkpoint), or synth:small, synth:flash:N or synth:pro:N (N layers of random weights, in memory)")
 	fs.StringVar(&f.prompt, "prompt", "", "prompt text (needs tokenizer.json in the model directory)")
 	fs.StringVar(&f.tokens, "tokens", "", "prompt as comma-separated token ids, e.g. 0,17,42")
 	fs.IntVar(&f.steps, "steps", 16, "greedy decode steps")

@@ -65,7 +65,7 @@ func TestGenerateDump(t *testing.T) {
 			t.Fatalf("logits differ at %d: %g vs %g", i, dumps[0][i], dumps[1][i])
 		}
 	}
-	for _, bad := range [][]string{{"--tokens", "x"}, {"--numerics", "nope"}, {"--model", "synth", "--prompt", "hi"}, {"--tokens", "1", "--prompt", "a"}, {"--tokens", "999999"}} {
+	for _, bad := range [][]string{{"--tokens", "x"}, {"--numerics", "nope"}, {"--model", "synth:flash:0"}, {"--model", "synth:tiny"}, {"--tokens", "1", "--prompt", "a"}, {"--tokens", "999999"}} {
 		if err := run(bad, &bytes.Buffer{}, &bytes.Buffer{}); err == nil {
 			t.Errorf("%v accepted", bad)
 		}
@@ -77,6 +77,14 @@ func TestGenerateDump(t *testing.T) {
 	}
 	if got := strings.Split(strings.TrimSpace(so.String()), ","); len(got) != 3 {
 		t.Errorf("--prompt output %q, want 3 ids", so.String())
+	}
+	// synth:small is the embedded checkpoint, tokenizer included.
+	var ss bytes.Buffer
+	if err := run([]string{"--model", "synth:small", "--prompt", "Hello there", "--steps", "3"}, &ss, &bytes.Buffer{}); err != nil {
+		t.Fatalf("--prompt on synth:small: %v", err)
+	}
+	if ss.String() != so.String() {
+		t.Errorf("synth:small gave %q, the embedded model %q", ss.String(), so.String())
 	}
 }
 

@@ -86,3 +86,47 @@ func TestConnectionLimits(t *testing.T) {
 		})
 	}
 }
+
+// TestConnectionLimitsHTTP2 checks the same limits hold on HTTP/2 without
+// TLS: an idle connection (preface and settings sent, then nothing) is
+// closed, and a request whose body stalls is ended rather than served.
+func TestConnectionLimitsHTTP2(t *testing.T) {
+	addr := limitServer(t)
+	t.Run("idle connection", func(t *testing.T) {
+		conn, err := (&net.Dialer{}).DialContext(t.Context(), "tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close()
+		stop := context.AfterFunc(t.Context(), func() { conn.Close() })
+		defer stop()
+		// The client preface, then an empty SETTINGS frame (length 0, type 4).
+		if _, err := io.WriteString(conn, "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n\x00\x00\x00\x04\x00\x00\x00\x00\x00"); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := io.ReadAll(conn); err != nil {
+			t.Fatalf("connection not closed cleanly: %v", err)
+		}
+	})
+	t.Run("stalled body", func(t *testing.T) {
+		var p http.Protocols
+		p.SetUnencryptedHTTP2(true)
+		client := &http.Client{Transport: &http.Transport{Protocols: &p}}
+		body, stall := io.Pipe()
+		defer stall.Close()
+		go func() { _, _ = io.WriteString(stall, "abc") }() // then nothing
+		req, err := http.NewRequestWithContext(t.Context(), http.MethodPost, "http://"+addr+"/", body)
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.ContentLength = 100
+		resp, err := client.Do(req)
+		if err == nil {
+			data, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				t.Fatalf("a stalled body was answered 200: %q", data)
+			}
+		}
+	})
+}

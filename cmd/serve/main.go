@@ -52,7 +52,7 @@ type options struct {
 	kvCacheMemory                                     int64
 	shutdownTimeout                                   time.Duration
 	readTimeout, writeIdleTimeout, idleTimeout        time.Duration
-	maxHeaderBytes                                    int
+	maxHeaderBytes, maxQueuedPerConn                  int
 	aliases, allowedOrigins                           []string // further served names; CORS origins
 	cudaGraphs, deviceSampling, sideStream            bool
 }
@@ -71,7 +71,7 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	var o options
 	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	fs.StringVar(&o.model, "model", "", "checkpoint directory with config.json and tokenizer.json (default: the embedded small model)")
+	fs.StringVar(&o.model, "model", "", "checkpoint directory with config.json and tokenizer.json (default: the embedded small model), or synth:small, synth:flash:N or synth:pro:N (N layers of random weights, in memory)")
 	fs.Func("served-model-name", `model ids in the API, comma-separated or repeated; the first names responses (default "megamoe-small" for the embedded model, else the directory name)`, func(v string) error {
 		for _, n := range strings.Split(v, ",") {
 			if n = strings.TrimSpace(n); n == "" {
@@ -114,6 +114,7 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	fs.DurationVar(&o.writeIdleTimeout, "write-idle-timeout", time.Minute, "time each write of a response may take: a client that stops reading is dropped (a stream may last longer, event by event)")
 	fs.DurationVar(&o.idleTimeout, "idle-timeout", 2*time.Minute, "how long an idle keep-alive connection stays open")
 	fs.IntVar(&o.maxHeaderBytes, "max-header-bytes", 64<<10, "largest request header block (431 beyond)")
+	fs.IntVar(&o.maxQueuedPerConn, "max-queued-per-conn", 64, "requests of one connection (HTTP/2 carries many) waiting for their first token at most; beyond, a 429 with Retry-After (0: no bound)")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
 	}
@@ -141,6 +142,8 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 		return nil, errors.New("--read-timeout, --write-idle-timeout and --idle-timeout must be > 0")
 	case o.maxHeaderBytes < 4<<10:
 		return nil, errors.New("--max-header-bytes must be >= 4096")
+	case o.maxQueuedPerConn < 0:
+		return nil, errors.New("--max-queued-per-conn must be >= 0")
 	}
 	switch o.device {
 	case "cpu", "auto":
@@ -173,7 +176,7 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 		name = filepath.Base(filepath.Clean(dir))
 	}
 	t0 := time.Now()
-	w, tok, eng, err := load(dir, o, log, newProgress(stderr, 4))
+	w, tok, eng, err := load(dir, o, log, newProgress(stderr, 3))
 	if err != nil {
 		return err
 	}
@@ -191,9 +194,7 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 	defer abort()
 	gin.SetMode(gin.ReleaseMode)
 	stopTokens := []int32{int32(w.Config.EOS)}
-	h := api.New(eng, tok, api.Config{ModelName: name, APIKey: o.apiKey, Version: "megamoe-dev", StopTokens: stopTokens,
-		Logger: log, WriteIdleTimeout: o.writeIdleTimeout, KeepAlive: keepAlive, Shutdown: abortCtx,
-		Aliases: o.aliases, AllowedOrigins: o.allowedOrigins})
+	h := api.New(eng, tok, apiConfig(o, name, stopTokens, log, abortCtx))
 	addr := net.JoinHostPort(o.host, strconv.Itoa(o.port))
 	srv := newHTTPServer(addr, h, o)
 	ln, err := net.Listen("tcp", addr)
@@ -242,11 +243,23 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 	return err
 }
 
+// apiConfig is the API's configuration from o.
+func apiConfig(o *options, name string, stopTokens []int32, log *slog.Logger, shutdown context.Context) api.Config {
+	return api.Config{ModelName: name, APIKey: o.apiKey, Version: "megamoe-dev", StopTokens: stopTokens,
+		Logger: log, WriteIdleTimeout: o.writeIdleTimeout, KeepAlive: keepAlive, Shutdown: shutdown,
+		Aliases: o.aliases, AllowedOrigins: o.allowedOrigins, MaxQueuedPerConn: o.maxQueuedPerConn}
+}
+
 // newHTTPServer applies the connection limits of o. The write timeout is the
 // handlers' (per write, so streams may last); here only reads and idle
 // connections are bounded. An HTTP/1.1 connection serves one request at a
 // time: a pipelined request waits, unread, until the one before is answered.
+// HTTP/2 without TLS (prior knowledge) is served too; its connections carry
+// many requests, of which --max-queued-per-conn may wait at once.
 func newHTTPServer(addr string, h http.Handler, o *options) *http.Server {
+	p := new(http.Protocols)
+	p.SetHTTP1(true)
+	p.SetUnencryptedHTTP2(true)
 	return &http.Server{
 		Addr:              addr,
 		Handler:           h,
@@ -254,27 +267,19 @@ func newHTTPServer(addr string, h http.Handler, o *options) *http.Server {
 		ReadTimeout:       o.readTimeout,
 		IdleTimeout:       o.idleTimeout,
 		MaxHeaderBytes:    o.maxHeaderBytes,
+		Protocols:         p,
+		ConnContext:       api.ConnContext,
 	}
 }
 
-// load reads the checkpoint and the tokenizer, prepares the weights and
+// load reads the checkpoint and the tokenizer (or builds a synthetic model), prepares the weights and
 // builds the engine, reporting each stage on bar.
 func load(dir string, o *options, log *slog.Logger, bar *progress) (_ *checkpoint.Weights, _ *tokenizer.Tokenizer, _ *engine.Engine, err error) {
 	defer func() { bar.finish(err == nil) }()
-	bar.stage("reading checkpoint")
-	w, st, err := checkpoint.Load(dir)
+	bar.stage("reading checkpoint and tokenizer")
+	w, tok, size, err := models.Open(dir)
 	if err != nil {
-		return nil, nil, nil, fmt.Errorf("--model %s: %w", dir, err)
-	}
-	bar.stage("loading tokenizer")
-	tok, err := tokenizer.LoadFile(filepath.Join(dir, "tokenizer.json"))
-	if err != nil {
-		return nil, nil, nil, fmt.Errorf("--model %s: %w", dir, err)
-	}
-	var size int64
-	for _, name := range st.Names() {
-		t, _ := st.Get(name)
-		size += int64(len(t.Data))
+		return nil, nil, nil, err
 	}
 	bar.stage("preparing " + formatBytes(size) + " of weights")
 	m, err := buildModel(w, o, log)

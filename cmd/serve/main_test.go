@@ -31,6 +31,8 @@ func TestParseFlags(t *testing.T) {
 		{[]string{"--idle-timeout", "-1s"}, "--idle-timeout"},
 		{[]string{"--write-idle-timeout", "2s", "--read-timeout", "3s", "--idle-timeout", "4s"}, ""},
 		{[]string{"--max-header-bytes", "100"}, "--max-header-bytes"},
+		{[]string{"--max-queued-per-conn", "-1"}, "--max-queued-per-conn"},
+		{[]string{"--max-queued-per-conn", "0"}, ""},
 		{[]string{"--served-model-name", "a,b", "--served-model-name", "c"}, ""},
 		{[]string{"--served-model-name", "a,,b"}, "empty model name"},
 		{[]string{"--allowed-origins", `["https://a.example","*"]`}, ""},

@@ -173,3 +173,18 @@ func sampleRow(x []float32, T float32, k int32, tp, mp, u float32) (int32, float
 	}
 	return int32(best), margin
 }
+
+// SampleMask sets, in place, the logits of the tokens mask disallows (bit
+// i%32 of word i/32 clear) to -inf: how the kernel reads a masked token, so
+// SampleDraw of the masked logits is the kernel's masked draw. A nil mask
+// allows every token.
+func SampleMask(x []float32, mask []uint32) {
+	if mask == nil {
+		return
+	}
+	for i := range x {
+		if mask[i>>5]>>(i&31)&1 == 0 {
+			x[i] = negInf
+		}
+	}
+}

@@ -2,7 +2,7 @@
 // of 1024 threads per row of fp32 logits [rows, vocab].
 //
 // Semantics (cpuref.SampleDraw is the twin, bit for bit):
-//   - NaN logits are -inf. best = argmax, ties -> lowest id; an all -inf row -> 0.
+//   - NaN logits, and tokens the row's mask (if any) disallows, are -inf. best = argmax, ties -> lowest id; an all -inf row -> 0.
 //   - T = temp[r]; !(T > 0) or a non-finite max -> best (greedy).
 //   - invT = 1/max(T, 1e-5) (fp32); p_i = fp32(exp_double(fp32((x_i - m) * invT))),
 //     so p_best = 1 and p is reproducible on the host (double exp, rounded once).
@@ -42,6 +42,18 @@ DEV bool member(u32 key, int i, Bound b) { return key > b.key || (key == b.key &
 
 DEV float clean(float v) { return v != v ? __int_as_float(0xff800000) : v; }
 
+// A row of logits and its optional allow mask (bit i of word i/32 set = token
+// i allowed): a masked token reads as -inf, like NaN.
+struct Row {
+	const float* x;
+	const u32* mk; // null: every token allowed
+};
+
+DEV float at(const Row& r, int i) {
+	if (r.mk && !((r.mk[i >> 5] >> (i & 31)) & 1u)) return __int_as_float(0xff800000);
+	return clean(r.x[i]);
+}
+
 DEV float prob(float x, float m, float invT) {
 	if (x == __int_as_float(0xff800000)) return 0.0f;
 	const float d = (x - m) * invT;
@@ -70,11 +82,11 @@ DEV void block_argmax(float& v, int& i, Smem& S) {
 	}
 }
 
-DEV void row_argmax(const float* x, int V, Smem& S, float& m, int& best) {
+DEV void row_argmax(const Row& x, int V, Smem& S, float& m, int& best) {
 	float v = __int_as_float(0xff800000);
 	int bi = IMAX;
 	for (int i = threadIdx.x; i < V; i += SB) {
-		const float y = clean(x[i]);
+		const float y = at(x, i);
 		if (y > v) { v = y; bi = i; }
 	}
 	block_argmax(v, bi, S);
@@ -105,10 +117,10 @@ DEV u64 block_excl_scan(u64 v, Smem& S, u64* total) {
 }
 
 // Mass (or count) of the members of b.
-DEV u64 bound_sum(const float* x, int V, float m, float invT, Bound b, int mass, Smem& S) {
+DEV u64 bound_sum(const Row& x, int V, float m, float invT, Bound b, int mass, Smem& S) {
 	u64 s = 0;
 	for (int i = threadIdx.x; i < V; i += SB) {
-		const float p = prob(clean(x[i]), m, invT);
+		const float p = prob(at(x, i), m, invT);
 		if (p > 0.0f && member(__float_as_uint(p), i, b)) s += mass ? weight(p) : 1;
 	}
 	u64 tot;
@@ -118,13 +130,13 @@ DEV u64 bound_sum(const float* x, int V, float m, float invT, Bound b, int mass,
 
 // First member of b in id order (restricted to bits(p) == eqkey when eq) whose
 // cumulative weight (mass or count) reaches tau; -1 if none.
-DEV int ordered_select(const float* x, int V, float m, float invT, Bound b, int eq, u32 eqkey, int mass, u64 tau, Smem& S) {
+DEV int ordered_select(const Row& x, int V, float m, float invT, Bound b, int eq, u32 eqkey, int mass, u64 tau, Smem& S) {
 	u64 base = 0;
 	for (int start = 0; start < V; start += SB) {
 		const int i = start + threadIdx.x;
 		u64 w = 0;
 		if (i < V) {
-			const float p = prob(clean(x[i]), m, invT);
+			const float p = prob(at(x, i), m, invT);
 			const u32 key = __float_as_uint(p);
 			if (p > 0.0f && member(key, i, b) && (!eq || key == eqkey)) w = mass ? weight(p) : 1;
 		}
@@ -143,7 +155,7 @@ DEV int ordered_select(const float* x, int V, float m, float invT, Bound b, int 
 // First member of b in rank order whose cumulative weight reaches tau: a
 // three-pass radix select (11/11/10 bits) on the bits of p with histograms of
 // weight, then the tie rank among equal p in id order. ok = 0 if none.
-DEV Bound rank_select(const float* x, int V, float m, float invT, Bound b, int mass, u64 tau, Smem& S, int* ok) {
+DEV Bound rank_select(const Row& x, int V, float m, float invT, Bound b, int mass, u64 tau, Smem& S, int* ok) {
 	__syncthreads(); // the previous select's readers of hist/hmin are done
 	u32 prefix = 0;
 	u64 acc = 0; // weight of members ranked above the current prefix range
@@ -155,7 +167,7 @@ DEV Bound rank_select(const float* x, int V, float m, float invT, Bound b, int m
 		if (threadIdx.x == 0) S.bin = -1;
 		__syncthreads();
 		for (int i = threadIdx.x; i < V; i += SB) {
-			const float p = prob(clean(x[i]), m, invT);
+			const float p = prob(at(x, i), m, invT);
 			const u32 key = __float_as_uint(p);
 			if (!(p > 0.0f) || !member(key, i, b)) continue;
 			if (hs < 32 && (key >> hs) != (prefix >> hs)) continue;
@@ -193,16 +205,16 @@ DEV Bound rank_select(const float* x, int V, float m, float invT, Bound b, int m
 }
 
 // ids[r] = one draw from row r under temp/top_k/top_p/min_p with uniform u[r]
-// (see the header for the exact rules).
+// over the tokens mask row r allows (mask null: all; see the header).
 extern "C" __global__ void __launch_bounds__(SB) sample_draw(
 	int* __restrict__ ids, const float* __restrict__ logits, int V,
 	const float* __restrict__ temp, const int* __restrict__ topk, const float* __restrict__ topp,
-	const float* __restrict__ minp, const float* __restrict__ uni)
+	const float* __restrict__ minp, const float* __restrict__ uni, const u32* __restrict__ mask)
 {
 	PDL_ENTRY();
 	__shared__ Smem S;
 	const int r = blockIdx.x;
-	const float* x = logits + (size_t)r * V;
+	const Row x = {logits + (size_t)r * V, mask ? mask + (size_t)r * ((V + 31) >> 5) : nullptr};
 	float m;
 	int best;
 	row_argmax(x, V, S, m, best);

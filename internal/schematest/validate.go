@@ -1,4 +1,6 @@
-package grammar
+// Package schematest is an independent JSON-schema validator for tests of
+// constrained outputs (the grammar compiler's and the API's).
+package schematest
 
 import (
 	"bytes"
@@ -15,21 +17,23 @@ import (
 	"unicode/utf8"
 )
 
-// validator is an independent JSON-schema validator (the keywords of testdata/schemas) over
+// Validator is an independent JSON-schema validator (the keywords of grammar/testdata/schemas) over
 // encoding/json's decoding, written from the JSON Schema 2020-12 semantics rather than from
 // the compiler: oneOf requires exactly one match, patterns use Go's regexp, formats the
 // standard library's parsers.
-type validator struct{ root any }
+type Validator struct{ root any }
 
-func newValidator(schema []byte) (*validator, error) {
+// New parses a schema.
+func New(schema []byte) (*Validator, error) {
 	var root any
 	if err := json.Unmarshal(schema, &root); err != nil {
 		return nil, err
 	}
-	return &validator{root: root}, nil
+	return &Validator{root: root}, nil
 }
 
-func decodeInstance(text string) (any, error) {
+// Decode decodes one JSON value (numbers as json.Number), nothing after it.
+func Decode(text string) (any, error) {
 	dec := json.NewDecoder(strings.NewReader(text))
 	dec.UseNumber()
 	var v any
@@ -42,7 +46,19 @@ func decodeInstance(text string) (any, error) {
 	return v, nil
 }
 
-func (v *validator) resolve(ref string) (any, error) {
+// Value validates a decoded value (Decode) against the schema.
+func (v *Validator) Value(x any) error { return v.validate(v.root, x, "#") }
+
+// Text decodes text and validates it against the schema.
+func (v *Validator) Text(text string) error {
+	x, err := Decode(text)
+	if err != nil {
+		return fmt.Errorf("not JSON: %w", err)
+	}
+	return v.Value(x)
+}
+
+func (v *Validator) resolve(ref string) (any, error) {
 	cur := v.root
 	p := strings.TrimPrefix(ref, "#")
 	if p == "" {
@@ -171,7 +187,7 @@ func formatOK(f, s string) error {
 	return err
 }
 
-func (v *validator) validate(schema, x any, path string) error {
+func (v *Validator) validate(schema, x any, path string) error {
 	if b, ok := schema.(bool); ok {
 		if !b {
 			return fmt.Errorf("%s: schema false", path)
@@ -323,8 +339,8 @@ func (v *validator) validate(schema, x any, path string) error {
 	return nil
 }
 
-// checkCompact reports whitespace outside strings (the grammar's layout has none).
-func checkCompact(text string) error {
+// CheckCompact reports whitespace outside strings (the grammar's layout has none).
+func CheckCompact(text string) error {
 	in, esc := false, false
 	for i := 0; i < len(text); i++ {
 		c := text[i]
