@@ -3,6 +3,7 @@ module github.com/megamoe/megamoe
 go 1.26.0
 
 require (
+	github.com/NVIDIA/go-nvml v0.12.9-0
 	github.com/dlclark/regexp2 v1.12.0
 	github.com/gin-gonic/gin v1.12.0
 	github.com/openai/openai-go/v3 v3.102.0

@@ -25,6 +25,7 @@ import (
 
 	"github.com/megamoe/megamoe/engine"
 	"github.com/megamoe/megamoe/tokenizer"
+	"github.com/prometheus/client_golang/prometheus"
 )
 
 // MaxBodyBytes bounds a request body (413 beyond).
@@ -58,6 +59,8 @@ type Config struct {
 	// error event, others with a 503.
 	Shutdown context.Context
 	Logger   *slog.Logger
+	// Collectors are further series on /metrics (the GPUs' gauges).
+	Collectors []prometheus.Collector
 }
 
 // Server holds the handlers' shared state.
@@ -91,6 +94,7 @@ func New(eng *engine.Engine, tok *tokenizer.Tokenizer, cfg Config) http.Handler 
 		}
 	}
 	s := &Server{eng: eng, tok: tok, cfg: cfg, maxLen: eng.Config().MaxModelLen, created: time.Now().Unix(), log: cfg.Logger, met: newMetrics(eng, cfg.ModelName)}
+	s.met.reg.MustRegister(cfg.Collectors...)
 	s.quoter = newQuoter(tok)
 	s.grammars = newGrammars(tok, eng.Vocab(), cfg.StopTokens)
 	r := gin.New()
@@ -409,7 +413,7 @@ func (s *Server) build(p *commonParams, prompt []int32, promptParam string) (*ge
 	}
 	if len(prompt) >= s.maxLen {
 		return nil, errorf(http.StatusBadRequest, promptParam, "context_length_exceeded",
-			"this model's maximum context length is %d tokens; the prompt has %d", s.maxLen, len(prompt))
+			"This model's maximum context length is %d tokens. However, your request has %d input tokens, which leaves no room for output. Please reduce the length of the input.", s.maxLen, len(prompt))
 	}
 	room := s.maxLen - len(prompt)
 	g.maxTokens = room
@@ -424,7 +428,9 @@ func (s *Server) build(p *commonParams, prompt []int32, promptParam string) (*ge
 			return nil, bad(mt.name, "%s must be at least 1, got %d", mt.name, *mt.v)
 		}
 		if *mt.v > room {
-			return nil, bad(mt.name, "%s %d plus the prompt's %d tokens exceeds the context length %d", mt.name, *mt.v, len(prompt), s.maxLen)
+			return nil, errorf(http.StatusBadRequest, mt.name, "context_length_exceeded",
+				"'max_tokens' or 'max_completion_tokens' is too large: %d. This model's maximum context length is %d tokens and your request has %d input tokens (%d > %d - %d).",
+				*mt.v, s.maxLen, len(prompt), *mt.v, s.maxLen, len(prompt))
 		}
 		g.maxTokens = *mt.v
 	}

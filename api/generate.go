@@ -254,7 +254,9 @@ func (s *Server) generate(ctx context.Context, g *genSpec, emit func(delta) erro
 				}
 				return res, send(piece.String()+rest, true)
 			case engine.FinishError:
-				return nil, errorf(http.StatusInternalServerError, "", "", "generation failed: %v", ev.Err)
+				// The cause names engine internals: the log has it, the client a summary.
+				s.log.Error("generation failed", "err", ev.Err, "prompt_tokens", len(g.prompt), "generated", res.completion)
+				return nil, errorf(http.StatusInternalServerError, "", "", "generation failed after %d tokens; the server log has the cause", res.completion)
 			default:
 				return nil, errorf(http.StatusInternalServerError, "", "", "generation %s", ev.Finish)
 			}

@@ -50,6 +50,9 @@ func classSize(n int) int {
 	return (n + step - 1) / step * step
 }
 
+// ClassSize is the bytes a pool reserves for a request of n bytes.
+func ClassSize(n int) int { return classSize(n) }
+
 // Alloc returns a buffer of at least n bytes from the context's pool.
 func (c *Context) Alloc(n int) (*Buffer, error) { return c.pool.Alloc(n) }
 

@@ -118,7 +118,7 @@ func TestConstraintTableSize(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	e, err := New(newToy(t, 1000), Config{MaxModelLen: 100})
+	e, err := New(newToy(t, 10000), Config{MaxModelLen: 100})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -114,6 +114,13 @@ func New(m Model, cfg Config) (*Engine, error) {
 	if err != nil {
 		return nil, err
 	}
+	// A sequence never outgrows MaxModelLen and the oldest running one is
+	// never preempted, so a cache that holds one such sequence lets every
+	// request finish: the others wait or are recomputed, none fails.
+	if fit := m.Cache().MaxTokens(1); fit < cfg.MaxModelLen {
+		return nil, fmt.Errorf("engine: a KV cache of %d bytes holds one sequence of at most %d tokens, less than the context length %d",
+			m.Cache().CapacityBytes(), fit, cfg.MaxModelLen)
+	}
 	return &Engine{cfg: cfg, model: m, sched: sched, runner: newRunner(m, cfg.DeviceSampling), log: cfg.Logger,
 		wake: make(chan struct{}, 1), byID: map[int64]*Sequence{},
 		stats: Stats{CacheCapacity: m.Cache().CapacityBytes()}}, nil

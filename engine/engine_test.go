@@ -134,7 +134,7 @@ func TestPreemptionReproducesOutput(t *testing.T) {
 	big := newToy(t, 1<<20)
 	want, _ := runEngine(t, big, Config{MaxModelLen: 4096, MaxBatchTokens: 16}, reqs)
 	small := newToy(t, 2*1000+12*16) // two states, 12 blocks: decode growth preempts
-	got, e := runEngine(t, small, Config{MaxModelLen: 4096, MaxBatchTokens: 16}, reqs)
+	got, e := runEngine(t, small, Config{MaxModelLen: 512, MaxBatchTokens: 16}, reqs)
 	for i := range want {
 		if len(want[i]) != 12 || len(got[i]) != 12 {
 			t.Fatalf("request %d: %d / %d tokens", i, len(want[i]), len(got[i]))

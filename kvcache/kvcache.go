@@ -111,6 +111,7 @@ type Manager struct {
 	nextBlock  int32
 	freeSlots  []int
 	nextSlot   int
+	slotLimit  int // 0: as many as the capacity holds
 	nextID     int64
 }
 
@@ -135,7 +136,11 @@ func (m *Manager) MaxSlots() int {
 	if m.layout.StateBytes == 0 {
 		return 0
 	}
-	return int(m.capacity / m.layout.StateBytes)
+	n := int(m.capacity / m.layout.StateBytes)
+	if m.slotLimit > 0 {
+		n = min(n, m.slotLimit)
+	}
+	return n
 }
 
 // NewSequence returns an empty sequence; it holds no memory until Reserve.
@@ -176,6 +181,9 @@ func (m *Manager) Reserve(s *Sequence, newLen int) error {
 	bytes := int64(add) * m.layout.BlockBytes
 	if needSlot {
 		bytes += m.layout.StateBytes
+	}
+	if needSlot && len(m.freeSlots) == 0 && m.slotLimit > 0 && m.nextSlot >= m.slotLimit {
+		return fmt.Errorf("reserve a state slot for sequence %d: all %d in use: %w", s.ID, m.slotLimit, ErrCacheFull)
 	}
 	if m.used+bytes > m.capacity {
 		return fmt.Errorf("reserve %d tokens for sequence %d (%d of %d bytes used, %d more needed): %w",

@@ -29,6 +29,13 @@ type Options struct {
 	// KVStore forces the cache store: "" (StoreFor the numerics), "fp32" or
 	// "compact" (faithful numerics only).
 	KVStore string
+	// SizeCache, if set, gives the cache capacity instead of CacheBytes once
+	// the weights are on the backend (serve sizes a GPU's cache from the
+	// memory they leave).
+	SizeCache func(kvcache.Layout) (int64, error)
+	// MaxSeqs caps the sequences holding cache at once (0: as many as it
+	// holds): a GPU store sets aside every slot's fixed state up front.
+	MaxSeqs int
 	// Probe, if set, sees every traced sub-layer output (full component name,
 	// e.g. "layer 2 attn q") before the step goes on: two backends probed
 	// side by side name the first component where they diverge.
@@ -169,10 +176,15 @@ func New(w *checkpoint.Weights, be backend.Backend, opts Options) (*Model, error
 		return nil, err
 	}
 	capBytes := opts.CacheBytes
-	if capBytes <= 0 {
+	if opts.SizeCache != nil {
+		if capBytes, err = opts.SizeCache(layout); err != nil {
+			return nil, fmt.Errorf("model: kv cache: %w", err)
+		}
+	} else if capBytes <= 0 {
 		capBytes = DefaultCacheBytes
 	}
 	m.cache = kvcache.NewManager(layout, capBytes)
+	m.cache.LimitSlots(opts.MaxSeqs)
 	spec := backend.KVSpec{BlockTokens: layout.BlockTokens, Compact: layout.Store == kvcache.StoreCompact, MaxBlocks: m.cache.MaxBlocks(), MaxSlots: m.cache.MaxSlots()}
 	for _, k := range layout.Layers {
 		spec.Layers = append(spec.Layers, backend.LayerKV{Window: k.Window, HeadDim: k.HeadDim, RopeDim: k.RopeDim, Ratio: k.Ratio, IndexDim: k.IndexDim})

@@ -28,6 +28,7 @@ import (
 	"github.com/megamoe/megamoe/backend/gpu"
 	"github.com/megamoe/megamoe/checkpoint"
 	"github.com/megamoe/megamoe/engine"
+	"github.com/megamoe/megamoe/internal/gpumon"
 	"github.com/megamoe/megamoe/model"
 	"github.com/megamoe/megamoe/models"
 	"github.com/megamoe/megamoe/tokenizer"
@@ -50,6 +51,7 @@ type options struct {
 	port, maxNumSeqs, maxModelLen, threads, tp        int
 	maxBatchTokens                                    int
 	kvCacheMemory                                     int64
+	gpuMemUtil                                        float64
 	shutdownTimeout                                   time.Duration
 	readTimeout, writeIdleTimeout, idleTimeout        time.Duration
 	maxHeaderBytes, maxQueuedPerConn                  int
@@ -98,10 +100,8 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	fs.StringVar(&o.host, "host", "0.0.0.0", "listen address")
 	fs.IntVar(&o.port, "port", 8000, "listen port")
 	fs.IntVar(&o.maxNumSeqs, "max-num-seqs", 64, "running sequences at most")
-	fs.IntVar(&o.maxModelLen, "max-model-len", 4096, "context length (prompt + output tokens)")
 	fs.IntVar(&o.maxBatchTokens, "max-num-batched-tokens", 512, "tokens per engine step: prefill chunks plus decode tokens (larger steps prefill faster and delay running decodes more)")
 	fs.BoolVar(&o.deviceSampling, "device-sampling", false, "on a CUDA device, draw the tokens of requests without logprobs, penalties or logit bias there (only their ids come back) instead of sampling every logits row here")
-	fs.Int64Var(&o.kvCacheMemory, "kv-cache-memory", model.DefaultCacheBytes, "KV cache capacity in bytes")
 	fs.StringVar(&o.apiKey, "api-key", "", "require this bearer token on /v1 (also $MEGAMOE_API_KEY)")
 	fs.StringVar(&o.device, "device", "auto", "cpu | cuda | auto")
 	fs.StringVar(&o.numerics, "numerics", "faithful", "faithful | exact")
@@ -115,6 +115,7 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	fs.DurationVar(&o.idleTimeout, "idle-timeout", 2*time.Minute, "how long an idle keep-alive connection stays open")
 	fs.IntVar(&o.maxHeaderBytes, "max-header-bytes", 64<<10, "largest request header block (431 beyond)")
 	fs.IntVar(&o.maxQueuedPerConn, "max-queued-per-conn", 64, "requests of one connection (HTTP/2 carries many) waiting for their first token at most; beyond, a 429 with Retry-After (0: no bound)")
+	addCapacityFlags(fs, &o)
 	if err := fs.Parse(args); err != nil {
 		return nil, err
 	}
@@ -126,12 +127,8 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 		return nil, fmt.Errorf("--port %d out of range", o.port)
 	case o.maxNumSeqs < 1:
 		return nil, errors.New("--max-num-seqs must be >= 1")
-	case o.maxModelLen < 2:
-		return nil, errors.New("--max-model-len must be >= 2")
 	case o.maxBatchTokens < 1 || o.maxBatchTokens > maxBatchTokens:
 		return nil, fmt.Errorf("--max-num-batched-tokens must be in [1, %d]", maxBatchTokens)
-	case o.kvCacheMemory <= 0:
-		return nil, errors.New("--kv-cache-memory must be > 0")
 	case o.threads < 0:
 		return nil, errors.New("--threads must be >= 0")
 	case o.tp < 1 || o.tp > 64:
@@ -144,6 +141,9 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 		return nil, errors.New("--max-header-bytes must be >= 4096")
 	case o.maxQueuedPerConn < 0:
 		return nil, errors.New("--max-queued-per-conn must be >= 0")
+	}
+	if err := checkCapacityFlags(fs, &o); err != nil {
+		return nil, err
 	}
 	switch o.device {
 	case "cpu", "auto":
@@ -194,7 +194,11 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 	defer abort()
 	gin.SetMode(gin.ReleaseMode)
 	stopTokens := []int32{int32(w.Config.EOS)}
-	h := api.New(eng, tok, apiConfig(o, name, stopTokens, log, abortCtx))
+	gauges, closeNVML := gpuCollectors(gpumon.Open, log)
+	defer closeNVML()
+	cfg := apiConfig(o, name, stopTokens, log, abortCtx)
+	cfg.Collectors = gauges
+	h := api.New(eng, tok, cfg)
 	addr := net.JoinHostPort(o.host, strconv.Itoa(o.port))
 	srv := newHTTPServer(addr, h, o)
 	ln, err := net.Listen("tcp", addr)
@@ -287,9 +291,16 @@ func load(dir string, o *options, log *slog.Logger, bar *progress) (_ *checkpoin
 		return nil, nil, nil, err
 	}
 	bar.stage("starting engine")
-	maxLen := o.maxModelLen
-	if mp := w.Config.MaxPositions; mp > 0 && maxLen > mp {
-		maxLen = mp
+	cache := m.Cache()
+	if err := reportCache(log, w.Config, cache, o.maxNumSeqs); err != nil {
+		return nil, nil, nil, err
+	}
+	maxLen, lowered, err := contextLength(o.maxModelLen, w.Config.MaxPositions, cache.MaxTokens(1), cache.CapacityBytes())
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	if lowered {
+		log.Warn("context length lowered to what the KV cache holds", "max_model_len", maxLen, "max_position_embeddings", w.Config.MaxPositions)
 	}
 	eng, err := engine.New(engine.FromModel(m), engine.Config{MaxNumSeqs: o.maxNumSeqs, MaxBatchTokens: o.maxBatchTokens, MaxModelLen: maxLen, DeviceSampling: o.deviceSampling, Logger: log})
 	if err != nil {
@@ -315,14 +326,20 @@ func formatBytes(n int64) string {
 // buildModel prepares w on the chosen backend, or split over --tensor-parallel
 // ranks (one GPU each with --device cuda; CPU backends otherwise).
 func buildModel(w *checkpoint.Weights, o *options, log *slog.Logger) (engine.Stepper, error) {
-	opts := model.Options{Numerics: o.numerics, Threads: o.threads, CacheBytes: o.kvCacheMemory}
+	opts := model.Options{Numerics: o.numerics, Threads: o.threads}
 	if o.tp == 1 {
 		be, err := pickBackend(o.device, gpu.Options{Graphs: o.cudaGraphs, NoSideStream: !o.sideStream}, log)
 		if err != nil {
 			return nil, err
 		}
+		var gs []*gpu.Backend
+		if g, ok := be.(*gpu.Backend); ok {
+			gs = append(gs, g)
+		}
+		cacheOptions(&opts, o, w.Config, gs, log)
 		return model.New(w, be, opts)
 	}
+	cacheOptions(&opts, o, w.Config, nil, log)
 	bes := make([]backend.Backend, o.tp)
 	if o.device == "cuda" {
 		gs := make([]*gpu.Backend, o.tp)
@@ -333,6 +350,7 @@ func buildModel(w *checkpoint.Weights, o *options, log *slog.Logger) (engine.Ste
 			}
 			gs[r], bes[r] = g, g
 		}
+		cacheOptions(&opts, o, w.Config, gs, log)
 		comms, _, err := gpu.NewNCCLComms(gs)
 		if err == nil {
 			log.Info("serving on GPUs over NCCL", "ranks", o.tp)
