@@ -220,8 +220,12 @@ func writeDeadline(c *gin.Context, idle time.Duration) {
 func (s *Server) accessLog(c *gin.Context) {
 	t0 := time.Now()
 	c.Next()
-	s.log.Info("request", "id", c.GetString("request_id"), "method", c.Request.Method, "path", c.Request.URL.Path, "status", c.Writer.Status(),
-		"dur", time.Since(t0).Round(time.Microsecond), "remote", c.ClientIP())
+	attrs := []any{"id", c.GetString("request_id"), "method", c.Request.Method, "path", c.Request.URL.Path, "status", c.Writer.Status(),
+		"dur", time.Since(t0).Round(time.Microsecond), "remote", c.ClientIP()}
+	if n, ok := c.Get(cachedTokensKey); ok {
+		attrs = append(attrs, cachedTokensKey, n)
+	}
+	s.log.Info("request", attrs...)
 }
 
 func (s *Server) health(c *gin.Context) { c.JSON(http.StatusOK, gin.H{"status": "ok"}) }
@@ -314,6 +318,8 @@ type commonParams struct {
 	GuidedChoice      []string           `json:"guided_choice"`
 	GuidedGrammar     *string            `json:"guided_grammar"`
 	StructuredOutputs *structuredOutputs `json:"structured_outputs"`
+	// CacheSalt isolates this request's prefix cache hits (vLLM's field).
+	CacheSalt *string `json:"cache_salt"`
 }
 
 type streamOptions struct {
@@ -341,6 +347,7 @@ type genSpec struct {
 	slot      *queueSlot // the request's place in its connection's bound (nil: none)
 	// constraint restricts the output to a grammar (structured outputs).
 	constraint *engine.Constraint
+	cacheSalt  string
 }
 
 func (s *Server) checkModel(name string) error {
@@ -386,6 +393,12 @@ func (s *Server) build(p *commonParams, prompt []int32, promptParam string) (*ge
 		return errorf(http.StatusBadRequest, param, "", format, args...)
 	}
 	g := &genSpec{prompt: prompt, n: 1, special: p.SkipSpecialTokens != nil && !*p.SkipSpecialTokens}
+	if p.CacheSalt != nil {
+		if *p.CacheSalt == "" {
+			return nil, bad("cache_salt", "cache_salt must be a non-empty string if provided")
+		}
+		g.cacheSalt = *p.CacheSalt
+	}
 	if p.N != nil {
 		if *p.N < 1 || *p.N > MaxN {
 			return nil, bad("n", "n must be in [1, %d], got %d", MaxN, *p.N)
@@ -529,14 +542,35 @@ func newID(prefix string) string {
 }
 
 type usage struct {
-	PromptTokens     int `json:"prompt_tokens"`
-	CompletionTokens int `json:"completion_tokens"`
-	TotalTokens      int `json:"total_tokens"`
+	PromptTokens        int            `json:"prompt_tokens"`
+	CompletionTokens    int            `json:"completion_tokens"`
+	TotalTokens         int            `json:"total_tokens"`
+	PromptTokensDetails *promptDetails `json:"prompt_tokens_details"`
+}
+
+type promptDetails struct {
+	CachedTokens int `json:"cached_tokens"`
 }
 
 func mkUsage(prompt, completion int) *usage {
-	return &usage{PromptTokens: prompt, CompletionTokens: completion, TotalTokens: prompt + completion}
+	return &usage{PromptTokens: prompt, CompletionTokens: completion, TotalTokens: prompt + completion,
+		PromptTokensDetails: &promptDetails{}}
 }
+
+// usage is the usage of a finished request's choices: the prompt counts once,
+// with the prompt tokens its first choice found in the prefix cache, which
+// the access log reports too.
+func (s *Server) usage(c *gin.Context, prompt int, results []*result) *usage {
+	u := mkUsage(prompt, sumCompletion(results))
+	if len(results) > 0 && results[0] != nil {
+		u.PromptTokensDetails.CachedTokens = results[0].cached
+	}
+	c.Set(cachedTokensKey, u.PromptTokensDetails.CachedTokens)
+	return u
+}
+
+// cachedTokensKey is the gin context key of a request's cached prompt tokens.
+const cachedTokensKey = "cached_tokens"
 
 // sse writes Server-Sent Events, each within the write-idle timeout.
 type sse struct {

@@ -143,7 +143,7 @@ func (s *Server) completions(c *gin.Context) {
 		}
 		resp.Choices = append(resp.Choices, choice)
 	}
-	resp.Usage = mkUsage(len(g.prompt), sumCompletion(results))
+	resp.Usage = s.usage(c, len(g.prompt), results)
 	writeDeadline(c, s.cfg.WriteIdleTimeout)
 	c.JSON(http.StatusOK, resp)
 }
@@ -236,7 +236,7 @@ func (s *Server) streamCompletions(c *gin.Context, g *genSpec, head textResponse
 	}
 	if includeUsage {
 		u := head
-		u.Choices, u.Usage = []textChoice{}, mkUsage(len(g.prompt), sumCompletion(results))
+		u.Choices, u.Usage = []textChoice{}, s.usage(c, len(g.prompt), results)
 		_ = w.send(u)
 	}
 	w.done()

@@ -51,6 +51,7 @@ type result struct {
 	text, reasoning string
 	finish          string
 	completion      int
+	cached          int            // prompt tokens found in the prefix cache
 	first, last     time.Time      // when the first and the latest generated tokens were produced
 	tokens          []engine.Token // generated tokens (stop tokens excluded), with logprobs when asked
 	prompt          []engine.Token // prompt logprobs, when asked
@@ -132,7 +133,7 @@ func (s *Server) fanOut(ctx context.Context, g *genSpec, emit func(int, delta) e
 // output. ctx ending cancels the sequence.
 func (s *Server) generate(ctx context.Context, g *genSpec, emit func(delta) error) (*result, error) {
 	req := &engine.Request{Prompt: g.prompt, Params: g.params, MaxTokens: g.maxTokens, MinTokens: g.minTokens, StopTokens: g.stopIDs,
-		Constraint: g.constraint}
+		Constraint: g.constraint, CacheSalt: g.cacheSalt}
 	if g.promptTop != nil {
 		req.PromptLogprobs, req.PromptTopLogprobs = true, *g.promptTop
 	}
@@ -218,6 +219,7 @@ func (s *Server) generate(ctx context.Context, g *genSpec, emit func(delta) erro
 			if !ok {
 				break
 			}
+			res.cached = st.CachedTokens() // set at admission, before any event
 			if !began && (len(ev.Tokens) > 0 || ev.Finish != engine.FinishNone) {
 				began = true
 				g.slot.started()

@@ -50,6 +50,47 @@ type golden struct {
 // intended change, regenerate with: go test ./api -run TestGolden -update
 func TestGolden(t *testing.T) {
 	_, eng := startServer(t, Config{}, 0)
+	got := runGoldens(t, eng)
+	if len(got[len(got)-1].Prompt) <= 128 {
+		t.Fatalf("long prompt has only %d tokens, want > 128", len(got[len(got)-1].Prompt))
+	}
+	if *update {
+		data, _ := json.MarshalIndent(got, "", " ")
+		if err := os.WriteFile(goldenPath, append(data, '\n'), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return
+	}
+	want := readGoldens(t)
+	if len(want) != len(got) {
+		t.Fatalf("%d goldens, %d prompts", len(want), len(got))
+	}
+	for i := range got {
+		if !slices.Equal(got[i].Prompt, want[i].Prompt) || !slices.Equal(got[i].Output, want[i].Output) {
+			t.Errorf("%s: prompt %v output %v, golden prompt %v output %v", got[i].Name, got[i].Prompt, got[i].Output, want[i].Prompt, want[i].Output)
+		}
+	}
+}
+
+const goldenPath = "testdata/golden.json"
+
+// readGoldens reads testdata/golden.json.
+func readGoldens(t *testing.T) []golden {
+	t.Helper()
+	data, err := os.ReadFile(goldenPath)
+	if err != nil {
+		t.Fatalf("%v (regenerate with -update)", err)
+	}
+	var want []golden
+	if err := json.Unmarshal(data, &want); err != nil {
+		t.Fatal(err)
+	}
+	return want
+}
+
+// runGoldens generates the regression prompts' greedy outputs on eng.
+func runGoldens(t *testing.T, eng *engine.Engine) []golden {
+	t.Helper()
 	ctx := testctx.New(t)
 	tok := goldenTokenizer(t)
 	var got []golden
@@ -91,33 +132,7 @@ func TestGolden(t *testing.T) {
 		}
 		got = append(got, golden{p.Name, prompt, out})
 	}
-	if len(got[len(got)-1].Prompt) <= 128 {
-		t.Fatalf("long prompt has only %d tokens, want > 128", len(got[len(got)-1].Prompt))
-	}
-	const path = "testdata/golden.json"
-	if *update {
-		data, _ := json.MarshalIndent(got, "", " ")
-		if err := os.WriteFile(path, append(data, '\n'), 0o644); err != nil {
-			t.Fatal(err)
-		}
-		return
-	}
-	data, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatalf("%v (regenerate with -update)", err)
-	}
-	var want []golden
-	if err := json.Unmarshal(data, &want); err != nil {
-		t.Fatal(err)
-	}
-	if len(want) != len(got) {
-		t.Fatalf("%d goldens, %d prompts", len(want), len(got))
-	}
-	for i := range got {
-		if !slices.Equal(got[i].Prompt, want[i].Prompt) || !slices.Equal(got[i].Output, want[i].Output) {
-			t.Errorf("%s: prompt %v output %v, golden prompt %v output %v", got[i].Name, got[i].Prompt, got[i].Output, want[i].Prompt, want[i].Output)
-		}
-	}
+	return got
 }
 
 func goldenTokenizer(t *testing.T) *tokenizer.Tokenizer {

@@ -267,13 +267,11 @@ func (s *Server) chat(c *gin.Context) {
 		}
 		return
 	}
-	completion := 0
 	for i, res := range results {
 		res.text = echo + res.text
 		resp.Choices = append(resp.Choices, s.chatChoice(i, res, len(tools) > 0, thinking, g.params.Logprobs))
-		completion += res.completion
 	}
-	resp.Usage = mkUsage(len(g.prompt), completion)
+	resp.Usage = s.usage(c, len(g.prompt), results)
 	if g.promptTop != nil {
 		resp.PromptLogprobs = makePromptLogprobs(s.tok, results[0].prompt)
 	}
@@ -425,7 +423,7 @@ func (s *Server) streamChat(c *gin.Context, g *genSpec, head chatResponse, tools
 	}
 	if includeUsage {
 		u := head
-		u.Choices, u.Usage = []chatChoice{}, mkUsage(len(g.prompt), sumCompletion(results))
+		u.Choices, u.Usage = []chatChoice{}, s.usage(c, len(g.prompt), results)
 		_ = w.send(u)
 	}
 	w.done()

@@ -50,8 +50,16 @@ func newMetrics(eng *engine.Engine, model string) *metrics {
 		gauge("megamoe_kv_cache_capacity_bytes", "KV cache capacity.", func(s engine.Stats) float64 { return float64(s.CacheCapacity) }),
 		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "megamoe_preemptions_total", Help: "Sequences preempted (KV cache full) so far."},
 			func() float64 { return float64(eng.Stats().Preemptions) }),
+		gauge("megamoe_kv_cache_cached_bytes", "KV cache bytes held only by the prefix cache (reclaimed on demand).",
+			func(s engine.Stats) float64 { return float64(s.CacheCached) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "megamoe_prefix_cache_queries_total", Help: "Prompt tokens looked up in the prefix cache."},
+			func() float64 { return float64(eng.Stats().PrefixQueries) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "megamoe_prefix_cache_hits_total", Help: "Prompt tokens found in the prefix cache."},
+			func() float64 { return float64(eng.Stats().PrefixHits) }),
+		gauge("megamoe_prefix_cache_hit_rate", "Prompt tokens found in the prefix cache over those looked up, since start.", hitRate),
 	)
 	m.registerVLLM(eng, model)
+	m.reg.MustRegister(specCollectors(eng, model)...)
 	return m
 }
 
@@ -92,7 +100,19 @@ func (m *metrics) registerVLLM(eng *engine.Engine, model string) {
 		}),
 		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "vllm:num_preemptions_total", Help: "Cumulative number of preemption from the engine.", ConstLabels: labels},
 			func() float64 { return float64(eng.Stats().Preemptions) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "vllm:prefix_cache_queries_total", Help: "Prefix cache queries, in terms of number of queried tokens.", ConstLabels: labels},
+			func() float64 { return float64(eng.Stats().PrefixQueries) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "vllm:prefix_cache_hits_total", Help: "Prefix cache hits, in terms of number of cached tokens.", ConstLabels: labels},
+			func() float64 { return float64(eng.Stats().PrefixHits) }),
 	)
+}
+
+// hitRate is the share of queried prompt tokens found in the prefix cache.
+func hitRate(s engine.Stats) float64 {
+	if s.PrefixQueries == 0 {
+		return 0
+	}
+	return float64(s.PrefixHits) / float64(s.PrefixQueries)
 }
 
 // count is middleware counting every answered request.

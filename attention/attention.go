@@ -141,7 +141,7 @@ func Prepare(be backend.Backend, c *checkpoint.Config, l *checkpoint.Layer) (*La
 // (Backend.HcPreNormLinears) and hands Forward their outputs.
 func (l *Layer) InputLinears() []backend.Linear { return []backend.Linear{l.WqA, l.WKV} }
 
-func (l *Layer) compress(be backend.Backend, st backend.KVStore, x backend.Tensor, c *Compressor, kind backend.CompressKind, b *backend.Batch) error {
+func (l *Layer) compress(be backend.Backend, st backend.KVStore, x backend.Tensor, c *Compressor, kind backend.CompressKind, b *backend.Batch, sp *split) error {
 	n := x.Rows()
 	A := be.Empty(n, c.WKV.Out(), backend.F32)
 	Z := be.Empty(n, c.WGate.Out(), backend.F32)
@@ -153,8 +153,18 @@ func (l *Layer) compress(be backend.Backend, st backend.KVStore, x backend.Tenso
 	if err := be.LinearF32(x, c.WGate, Z); err != nil {
 		return err
 	}
-	return be.Compress(st, A, Z, backend.CompressArgs{Layer: l.Index, Kind: kind, Ratio: c.Ratio, Dim: c.Dim,
-		APE: c.APE, Norm: c.Norm, NormEps: l.Eps, Rope: l.Rope}, b)
+	args := backend.CompressArgs{Layer: l.Index, Kind: kind, Ratio: c.Ratio, Dim: c.Dim,
+		APE: c.APE, Norm: c.Norm, NormEps: l.Eps, Rope: l.Rope}
+	if sp == nil {
+		return be.Compress(st, A, Z, args, b)
+	}
+	part := backend.SlotComp
+	if kind == backend.CompressIndex {
+		part = backend.SlotIndexComp
+	}
+	return sp.run(be, st, part, []backend.Tensor{A, Z}, func(xs []backend.Tensor, b *backend.Batch) error {
+		return be.Compress(st, xs[0], xs[1], args, b)
+	})
 }
 
 // Forward runs the attention sub-layer on the normed input a [N, d], given
@@ -187,6 +197,7 @@ func (l *Layer) Forward(be backend.Backend, st backend.KVStore, a backend.Tensor
 		return nil, fmt.Errorf("attn: %d input linear outputs, want 2 (wq_a, wkv)", len(first))
 	}
 	qa, kvr := first[0], first[1]
+	sp := splitBatch(b, l.Index) // nil unless the step has speculative rows
 	wrap := func(name string, err error) error {
 		if err != nil {
 			return fmt.Errorf("attn %s: %w", name, err)
@@ -203,7 +214,7 @@ func (l *Layer) Forward(be backend.Backend, st backend.KVStore, a backend.Tensor
 			return err
 		}
 		if ix := l.Idx; ix != nil {
-			if err := wrap("indexer compressor", l.compress(be, st, a, &ix.Comp, backend.CompressIndex, b)); err != nil {
+			if err := wrap("indexer compressor", l.compress(be, st, a, &ix.Comp, backend.CompressIndex, b, sp)); err != nil {
 				return err
 			}
 			w = empty(n, ix.Heads, backend.F32)
@@ -216,12 +227,17 @@ func (l *Layer) Forward(be backend.Backend, st backend.KVStore, a backend.Tensor
 			}
 		}
 		if l.Comp != nil {
-			return wrap("compressor", l.compress(be, st, a, l.Comp, backend.CompressKV, b))
+			return wrap("compressor", l.compress(be, st, a, l.Comp, backend.CompressKV, b, sp))
 		}
 		return nil
 	}
 	defer be.Join() // error paths; runs before the frees above
-	if err := be.Fork(n, b, kvSide); err != nil {
+	if sp != nil {
+		// Its sub-batches and snapshots stay on one stream.
+		if err := kvSide(); err != nil {
+			return nil, err
+		}
+	} else if err := be.Fork(n, b, kvSide); err != nil {
 		return nil, err
 	}
 	// q_norm, then wq_b and the indexer's wq_b, which read its output.
@@ -263,8 +279,12 @@ func (l *Layer) Forward(be backend.Backend, st backend.KVStore, a backend.Tensor
 	scale := float32(1 / math.Sqrt(float64(D)))
 	err := be.SparseAttention(st, q, kv, sel, backend.AttnArgs{Layer: l.Index, Heads: H, HeadDim: D, Window: l.Window,
 		Ratio: l.Ratio, Scale: scale, Sink: l.Sink}, b, o)
-	if err == nil {
+	if err == nil && sp == nil {
 		err = be.WriteWindow(st, l.Index, kv, b)
+	} else if err == nil {
+		err = sp.run(be, st, backend.SlotWindow, []backend.Tensor{kv}, func(xs []backend.Tensor, b *backend.Batch) error {
+			return be.WriteWindow(st, l.Index, xs[0], b)
+		})
 	}
 	if err == nil {
 		err = be.Rope(o, backend.RopeArgs{Freqs: l.Rope, HeadDim: D, Inverse: true}, b)

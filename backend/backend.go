@@ -133,6 +133,28 @@ type KVSpec struct {
 	MaxSlots  int
 }
 
+// SlotCopy names a CopySlot: Part of the layers [From, To) of slot Src
+// into Dst.
+type SlotCopy struct {
+	Dst, Src, From, To int
+	Part               SlotPart
+}
+
+// SlotPart is the part of a layer's state slot a CopySlot copies.
+type SlotPart int
+
+const (
+	SlotAll       SlotPart = iota // window ring and both compressors
+	SlotWindow                    // the window ring
+	SlotComp                      // the main compressor's pending state
+	SlotIndexComp                 // the indexer compressor's pending state
+)
+
+// WholeSlot is the SlotCopy of every layer's whole state from slot src to dst.
+func WholeSlot(s KVStore, src, dst int) SlotCopy {
+	return SlotCopy{Src: src, Dst: dst, From: 0, To: len(s.Spec().Layers), Part: SlotAll}
+}
+
 // SeqInfo is one sequence of a batch.
 type SeqInfo struct {
 	Slot   int     // state slot (window rings, compressor states)
@@ -140,6 +162,11 @@ type SeqInfo struct {
 	Start  int     // tokens already in the cache before this step (= position of its first row)
 	Row0   int     // first row of this sequence in the batch
 	Rows   int     // rows (tokens) of this sequence in the batch
+	// Keep > 0 marks speculative rows: the state after the first Keep rows
+	// is copied into slot Spare (by the model, between the writes of the
+	// two parts) so that restoring Spare undoes the rows after them. The
+	// backend ops ignore both.
+	Keep, Spare int
 }
 
 // Batch is the host-side row layout of one forward step: rows of all sequences
@@ -296,6 +323,10 @@ type Backend interface {
 	NewKVStore(spec KVSpec) (KVStore, error)
 	// ResetSlot clears a state slot for a new sequence (compressor A=0, Z=-inf).
 	ResetSlot(s KVStore, slot int) error
+	// CopySlot copies the state slot (window rings, compressor pending
+	// state; Part selects) of layers [From, To) from slot Src to slot Dst:
+	// a snapshot that speculative steps restore. Blocks are not copied.
+	CopySlot(s KVStore, a SlotCopy) error
 
 	// Embed writes embed[ids[r]] into every one of `streams` segments of out row r.
 	Embed(e Embedding, ids []int32, streams int, out Tensor) error

@@ -141,6 +141,24 @@ func CheckResetSlot(s KVStore, slot int) error {
 	return nil
 }
 
+// CheckCopySlot checks CopySlot's slots and layer range.
+func CheckCopySlot(s KVStore, a SlotCopy) error {
+	if isNil(s) {
+		return fmt.Errorf("copy slot: no kv store")
+	}
+	sp := s.Spec()
+	if a.Dst < 0 || a.Dst >= sp.MaxSlots || a.Src < 0 || a.Src >= sp.MaxSlots {
+		return fmt.Errorf("copy slot: slots %d <- %d of %d", a.Dst, a.Src, sp.MaxSlots)
+	}
+	if a.From < 0 || a.From > a.To || a.To > len(sp.Layers) {
+		return fmt.Errorf("copy slot: layers [%d, %d) of %d", a.From, a.To, len(sp.Layers))
+	}
+	if a.Part < SlotAll || a.Part > SlotIndexComp {
+		return fmt.Errorf("copy slot: part %d", a.Part)
+	}
+	return nil
+}
+
 // CheckEmbed checks Embed's arguments, the token ids included.
 func CheckEmbed(e Embedding, ids []int32, streams int, out Tensor) error {
 	if isNil(e) {

@@ -102,6 +102,9 @@ func TestCheck(t *testing.T) {
 		{"kv spec slots", CheckKVSpec(KVSpec{MaxSlots: -1}), "-1 slots"},
 		{"reset slot", CheckResetSlot(kv, 1), ""},
 		{"reset slot range", CheckResetSlot(kv, 2), "slot 2 of 2"},
+		{"copy slot", CheckCopySlot(kv, WholeSlot(kv, 1, 0)), ""},
+		{"copy slot range", CheckCopySlot(kv, WholeSlot(kv, 2, 0)), "copy slot: slots 0 <- 2 of 2"},
+		{"copy slot negative", CheckCopySlot(kv, WholeSlot(kv, 0, -1)), "slots -1 <- 0 of 2"},
 
 		{"embed", CheckEmbed(&emb{10, 8}, []int32{0, 9}, 4, f(2, 32)), ""},
 		{"embed id", CheckEmbed(&emb{10, 8}, []int32{0, 10}, 4, f(2, 32)), "token id 10 outside vocab 10"},

@@ -59,6 +59,14 @@ type Config struct {
 	TieEmbeddings bool    `json:"tie_word_embeddings"`
 	ModelType     string  `json:"model_type"`
 
+	// The DSpark block drafter of the later V4 checkpoints (docs/checkpoints.md).
+	// Its stages are the entries of compress_ratios after the main layers
+	// (DSparkLayers), stored under mtp.*, which then holds no MTP block.
+	DSparkBlockSize    int   `json:"dspark_block_size"`
+	DSparkTargetLayers []int `json:"dspark_target_layer_ids"`
+	DSparkMarkovRank   int   `json:"dspark_markov_rank"`
+	DSparkNoiseToken   *int  `json:"dspark_noise_token_id"`
+
 	Quantization *QuantizationConfig `json:"quantization_config"`
 	// NVIDIA ModelOpt NVFP4 checkpoints add these keys (spec §9).
 	MoEQuantAlgo string `json:"moe_quant_algo"`
@@ -89,6 +97,11 @@ func ParseConfig(data []byte) (*Config, error) {
 	c := &Config{HcEps: 1e-6, NormEps: 1e-6, HcSinkhorn: 20, MTPLayers: 1, KVHeads: 1, SharedExperts: 1}
 	if err := json.Unmarshal(data, c); err != nil {
 		return nil, fmt.Errorf("config.json: %w", err)
+	}
+	if c.HasDSpark() {
+		// num_nextn_predict_layers stays 1 in DSpark configs, but mtp.* holds
+		// the DSpark stages, not the serial MTP block.
+		c.MTPLayers = 0
 	}
 	if err := c.Validate(); err != nil {
 		return nil, fmt.Errorf("config.json: %w", err)
@@ -161,7 +174,9 @@ func (c *Config) Validate() error {
 	if c.MTPLayers < 0 || c.MTPLayers > 1 {
 		bad("num_nextn_predict_layers = %d, only 0 or 1 supported", c.MTPLayers)
 	}
-	if n := c.Layers + c.MTPLayers; len(c.CompressRatios) != n {
+	if c.HasDSpark() {
+		errs = append(errs, c.validateDSpark()...)
+	} else if n := c.Layers + c.MTPLayers; len(c.CompressRatios) != n {
 		bad("compress_ratios has %d entries, want num_hidden_layers+num_nextn_predict_layers = %d", len(c.CompressRatios), n)
 	}
 	hasCompressed, hasCSA := false, false
@@ -176,7 +191,7 @@ func (c *Config) Validate() error {
 			bad("compress_ratios[%d] = %d, want 0, 4 or 128", i, r)
 		}
 		if i >= c.Layers && r != 0 {
-			bad("compress_ratios[%d] = %d: the MTP block must be sliding-window (0)", i, r)
+			bad("compress_ratios[%d] = %d: the MTP block and DSpark stages must be sliding-window (0)", i, r)
 		}
 	}
 	if hasCompressed && c.CompressRopeTheta <= 0 {

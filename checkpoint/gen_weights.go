@@ -55,6 +55,20 @@ func SmallTPConfig() *Config {
 	return c
 }
 
+// SmallDSparkConfig is the "small-dspark" preset: SmallConfig with a DSpark
+// drafter instead of the MTP block, shaped as the published DSpark configs
+// (three sliding-window stages drafting blocks of 4 from the final streams
+// of the last three layers, Markov rank 16, the last vocabulary id as noise
+// token).
+func SmallDSparkConfig() *Config {
+	c := SmallConfig()
+	c.MTPLayers = 0
+	c.CompressRatios = append(c.CompressRatios[:c.Layers:c.Layers], 0, 0, 0)
+	noise := SmallVocab - 1
+	c.DSparkBlockSize, c.DSparkTargetLayers, c.DSparkMarkovRank, c.DSparkNoiseToken = 4, []int{3, 4, 5}, 16, &noise
+	return c
+}
+
 // SmallConfig is the "small" preset: every feature of DeepSeek-V4 at toy size.
 // Layers 0..5 are SWA, CSA, HCA, CSA, HCA, CSA (plus the SWA MTP block); layers
 // 0 and 1 are hash-routed; the 16-token window and index_topk 4 make short
@@ -645,6 +659,12 @@ func configJSON(c *Config, nvfp4 bool) []byte {
 		{"vocab_size", c.Vocab},
 		{"compress_rope_theta", c.CompressRopeTheta},
 		{"compress_ratios", c.CompressRatios},
+	}
+	if c.HasDSpark() {
+		// As the published DSpark configs: num_nextn_predict_layers stays 1.
+		kvs[slices.IndexFunc(kvs, func(e kv) bool { return e.k == "num_nextn_predict_layers" })].v = 1
+		kvs = append(kvs, kv{"dspark_block_size", c.DSparkBlockSize}, kv{"dspark_noise_token_id", *c.DSparkNoiseToken},
+			kv{"dspark_target_layer_ids", c.DSparkTargetLayers}, kv{"dspark_markov_rank", c.DSparkMarkovRank})
 	}
 	if nvfp4 {
 		grp := map[string]any{"num_bits": 4, "type": "float", "group_size": 16, "dynamic": false}

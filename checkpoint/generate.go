@@ -65,8 +65,10 @@ func generate(dir string, spec GenSpec) error {
 		c = SmallConfig()
 	case spec.Preset == "small-tp":
 		c = SmallTPConfig()
+	case spec.Preset == "small-dspark":
+		c = SmallDSparkConfig()
 	default:
-		return fmt.Errorf("unknown preset %q (want small or small-tp)", spec.Preset)
+		return fmt.Errorf("unknown preset %q (want small, small-tp or small-dspark)", spec.Preset)
 	}
 
 	tokJSON, err := GenTokenizerJSON()

@@ -155,6 +155,9 @@ func walk(c *Config, v visitor) *Weights {
 		m.HcHead = walkHC(c, v, pre+"hc_head", c.HcMult, 1)
 		w.MTP = append(w.MTP, m)
 	}
+	if c.HasDSpark() {
+		w.DSpark = walkDSpark(c, v)
+	}
 	w.Norm = v.tensor("norm.weight", safetensors.BF16, d)
 	w.HcHead = walkHC(c, v, "hc_head", c.HcMult, 1)
 	w.Head = v.linear(LinearSpec{"head", KindPlain, c.Vocab, d})

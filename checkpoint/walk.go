@@ -60,6 +60,17 @@ func (w *Weights) Walk(linear func(*Linear), tensor func(safetensors.Tensor)) {
 		add(m.ENorm, m.HNorm, m.Norm)
 		hc(&m.HcHead)
 	}
+	if ds := w.DSpark; ds != nil {
+		for i := range ds.Layers {
+			layer(&ds.Layers[i])
+		}
+		linear(&ds.MainProj)
+		add(ds.MainNorm, ds.Norm)
+		hc(&ds.HcHead)
+		linear(&ds.MarkovW1)
+		linear(&ds.MarkovW2)
+		linear(&ds.Confidence)
+	}
 }
 
 func expertPtrs(es []Expert) []*Expert {

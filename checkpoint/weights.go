@@ -127,6 +127,7 @@ type Weights struct {
 	Norm   safetensors.Tensor // bf16 [d]
 	HcHead HC
 	Layers []Layer
-	MTP    []MTP // len == Config.MTPLayers
-	Part   *Part // this rank's slice of a sharded model; nil = the whole model
+	MTP    []MTP   // len == Config.MTPLayers
+	DSpark *DSpark // the block drafter of DSpark checkpoints, else nil
+	Part   *Part   // this rank's slice of a sharded model; nil = the whole model
 }

@@ -5,6 +5,22 @@ import "fmt"
 // Launchers of kernels/attn_f32.cu: the KV-store ops of the GPU backend.
 // seqs/pos/seqOf/blocks are the device batch layout of backend/gpu (six int32
 // fields per sequence: slot, start, row0, rows, block offset, block count).
+//
+// A store keeps its cache as fp32 or in the compact formats of
+// kvcache/format.go (kernels/kvfmt.cuh): an entry of d values is nope e4m3
+// codes, d-nope bf16 values and one scale byte per 64 codes, padded to a
+// multiple of 8 bytes; an index key of d values is d/2 bytes of e2m1 pairs
+// and one scale byte per 32, padded to a multiple of 4.
+
+// entryBytesOK reports whether eb bytes hold a compact entry of d values with
+// nope e4m3 codes, 8-byte aligned, as the kernels address it.
+func entryBytesOK(d, nope, eb int) bool {
+	return nope > 0 && nope <= d && nope%4 == 0 && eb%8 == 0 && eb >= nope+2*(d-nope)+ceilDiv(nope, 64)
+}
+
+// indexBytesOK reports whether kb bytes hold a compact index key of d values
+// (d % 8 == 0: the indexer decodes one 32-bit code word at a time).
+func indexBytesOK(d, kb int) bool { return d > 0 && d%8 == 0 && kb%4 == 0 && kb >= d/2+ceilDiv(d, 32) }
 
 // WriteWindowF32 copies the last w rows of every sequence of kv [rows, d] into
 // its ring [slots][w][d] at slot pos mod w.
@@ -20,25 +36,50 @@ func WriteWindowF32(s *Stream, ring, kv, seqs, seqOf DevicePtr, rows, w, d int) 
 	return launch(s, "attn_f32", "write_window_f32", Dim3{uint32(ceilDiv(int(n), 256)), 1, 1}, Dim3{256, 1, 1}, 0, a)
 }
 
+// WriteWindowKV8 is WriteWindowF32 into a compact ring [slots][w] of eb-byte
+// entries: each row of kv [rows, d] is encoded with nope e4m3 values.
+func WriteWindowKV8(s *Stream, ring, kv, seqs, seqOf DevicePtr, rows, w, d, nope, eb int) error {
+	if rows < 0 || w <= 0 || d <= 0 || !entryBytesOK(d, nope, eb) {
+		return fmt.Errorf("cuda: write_window_kv8: bad shape rows=%d w=%d d=%d nope=%d entry bytes=%d", rows, w, d, nope, eb)
+	}
+	if rows == 0 {
+		return nil
+	}
+	a := new(Args).Ptr(ring).Ptr(kv).Ptr(seqs).Ptr(seqOf).I32(rows).I32(w).I32(d).I32(nope).I32(eb)
+	return launch(s, "attn_f32", "write_window_kv8", Dim3{uint32(ceilDiv(rows, 4)), 1, 1}, Dim3{128, 1, 1}, 0, a)
+}
+
 // CompressShape describes one compressor: ratio r, entry width dc, state
-// factor c (2 for ratio 4), entries per block, rope dims, kind (0 FP8, 1 Hadamard+FP4).
+// factor c (2 for ratio 4), entries per block, rope dims, kind (0 FP8, 1
+// Hadamard+FP4), and Bytes per stored entry: 0 for fp32, else the compact
+// entry (kind 0, dc-RopeDim e4m3 values) or index key (kind 1).
 type CompressShape struct {
-	R, Dc, C, Per, RopeDim, Kind int
-	Eps                          float32
+	R, Dc, C, Per, RopeDim, Kind, Bytes int
+	Eps                                 float32
 }
 
 // CompressF32 pools every entry the step's rows complete (the row at position
 // p completes entry (p+1)/r - 1 when (p+1) % r == 0) into dst
-// [blocks][per][dc]; st{A,Z} is the pre-step state.
+// [blocks][per][dc] (or [blocks][per] compact entries of sh.Bytes, faithful
+// only); st{A,Z} is the pre-step state.
 func CompressF32(s *Stream, dst, A, Z, ape, stA, stZ, norm, rf32, rf64, seqs, blocks, pos, seqOf DevicePtr, rows int, sh CompressShape, faithful bool) error {
 	if rows < 0 || sh.R <= 0 || sh.Dc <= 0 || sh.Dc%32 != 0 || (sh.C != 1 && sh.C != 2) || sh.Per <= 0 || sh.RopeDim > sh.Dc || (sh.Kind == 1 && sh.Dc&(sh.Dc-1) != 0) {
 		return fmt.Errorf("cuda: compress_f32: bad shape %+v", sh)
+	}
+	if sh.Bytes != 0 {
+		ok := faithful && sh.RopeDim%2 == 0 && entryBytesOK(sh.Dc, sh.Dc-sh.RopeDim, sh.Bytes)
+		if sh.Kind == 1 {
+			ok = faithful && indexBytesOK(sh.Dc, sh.Bytes)
+		}
+		if !ok {
+			return fmt.Errorf("cuda: compress_f32: compact store of %+v (faithful %v)", sh, faithful)
+		}
 	}
 	if rows == 0 {
 		return nil
 	}
 	a := new(Args).Ptr(dst).Ptr(A).Ptr(Z).Ptr(ape).Ptr(stA).Ptr(stZ).Ptr(norm).Ptr(rf32).Ptr(rf64).Ptr(seqs).Ptr(blocks).Ptr(pos).Ptr(seqOf).
-		I32(sh.R).I32(sh.Dc).I32(sh.C).I32(sh.Per).I32(sh.RopeDim).F32(sh.Eps).I32(sh.Kind).I32(b2i(faithful))
+		I32(sh.R).I32(sh.Dc).I32(sh.C).I32(sh.Per).I32(sh.RopeDim).F32(sh.Eps).I32(sh.Kind).I32(b2i(faithful)).I32(sh.Bytes)
 	return launch(s, "attn_f32", "compress_f32", Dim3{uint32(rows), 1, 1}, Dim3{256, 1, 1}, 4*sh.Dc, a)
 }
 
@@ -57,10 +98,11 @@ func CompressStateF32(s *Stream, stA, stZ, A, Z, ape, seqs DevicePtr, nseq int, 
 }
 
 // IndexerScoresF32 writes scores [rows][ld] for the (pos+1)/ratio available
-// entries of every row (ld ≥ the largest count).
-func IndexerScoresF32(s *Stream, scores, q, w, ik, seqs, pos, seqOf, blocks DevicePtr, rows, ld, heads, hd, ratio, per int, faithful bool) error {
-	if rows < 0 || ld < 0 || heads <= 0 || hd <= 0 || ratio <= 0 || per <= 0 {
-		return fmt.Errorf("cuda: indexer_scores_f32: bad shape rows=%d ld=%d heads=%d hd=%d", rows, ld, heads, hd)
+// entries of every row (ld ≥ the largest count). keyBytes is 0 for fp32 keys
+// ik [blocks][per][hd], else the size of a compact key.
+func IndexerScoresF32(s *Stream, scores, q, w, ik, seqs, pos, seqOf, blocks DevicePtr, rows, ld, heads, hd, ratio, per, keyBytes int, faithful bool) error {
+	if rows < 0 || ld < 0 || heads <= 0 || hd <= 0 || ratio <= 0 || per <= 0 || (keyBytes != 0 && !indexBytesOK(hd, keyBytes)) {
+		return fmt.Errorf("cuda: indexer_scores_f32: bad shape rows=%d ld=%d heads=%d hd=%d key bytes=%d", rows, ld, heads, hd, keyBytes)
 	}
 	if rows == 0 || ld == 0 {
 		return nil
@@ -77,9 +119,13 @@ func IndexerScoresF32(s *Stream, scores, q, w, ik, seqs, pos, seqOf, blocks Devi
 	// indexerScoresPerSM blocks on each SM in all, each walking several tiles.
 	tiles := ceilDiv(ld, indexerScoresTile)
 	gy := min(tiles, max(1, indexerScoresPerSM*s.ctx.dev.SMs/rows))
+	name, stride := "indexer_scores_f32", 4*hd
+	if keyBytes != 0 {
+		name, stride = "indexer_scores_kv8", keyBytes
+	}
 	a := new(Args).Ptr(scores).Ptr(q).Ptr(w).Ptr(ik).Ptr(seqs).Ptr(pos).Ptr(seqOf).Ptr(blocks).
-		I32(ld).I32(heads).I32(hd).I32(ratio).I32(per).I32(b2i(faithful))
-	return launch(s, "attn_f32", "indexer_scores_f32", Dim3{uint32(rows), uint32(gy), 1}, Dim3{128, 1, 1}, smem, a)
+		I32(ld).I32(heads).I32(hd).I32(ratio).I32(per).I32(stride).I32(b2i(faithful))
+	return launch(s, "attn_f32", name, Dim3{uint32(rows), uint32(gy), 1}, Dim3{128, 1, 1}, smem, a)
 }
 
 const (
@@ -115,29 +161,37 @@ func IndexerTopKF32(s *Stream, out, scores, pos DevicePtr, rows, ld, topk, ratio
 	return launch(s, "attn_f32", "indexer_topk_f32", Dim3{uint32(rows), 1, 1}, Dim3{1024, 1, 1}, 8*p, a)
 }
 
-// AttnShape describes one sparse attention call.
+// AttnShape describes one sparse attention call. EntryBytes is 0 when the
+// cache (ring, ent) is fp32, else the size of a compact entry of Nope e4m3
+// and D-Nope bf16 values.
 type AttnShape struct {
 	Rows, Heads, D, Window, Ratio, Per, SelCols int
+	Nope, EntryBytes                            int
 	Scale                                       float32
 }
 
 // SparseAttnF32 runs sparse MQA with sink into out [rows][heads·d].
 func SparseAttnF32(s *Stream, out, q, kv, ring, ent, sel, sink, seqs, pos, seqOf, blocks DevicePtr, sh AttnShape, faithful bool) error {
-	if sh.Rows < 0 || sh.Heads <= 0 || sh.D <= 0 || sh.D%32 != 0 || sh.D > 1024 || sh.Window <= 0 || sh.Per <= 0 || ceilDiv(sh.Heads, attnHeads) > 65535 {
+	if sh.Rows < 0 || sh.Heads <= 0 || sh.D <= 0 || sh.D%32 != 0 || sh.D > 1024 || sh.Window <= 0 || sh.Per <= 0 || ceilDiv(sh.Heads, attnHeads) > 65535 ||
+		(sh.EntryBytes != 0 && !entryBytesOK(sh.D, sh.Nope, sh.EntryBytes)) {
 		return fmt.Errorf("cuda: sparse_attn_f32: bad shape %+v", sh)
 	}
 	if sh.Rows == 0 {
 		return nil
 	}
+	name, es := "f32", 4*sh.D
+	if sh.EntryBytes != 0 {
+		name, es = "kv8", sh.EntryBytes
+	}
 	a := new(Args).Ptr(out).Ptr(q).Ptr(kv).Ptr(ring).Ptr(ent).Ptr(sel).I32(sh.SelCols).Ptr(sink).Ptr(seqs).Ptr(pos).Ptr(seqOf).Ptr(blocks).
-		I32(sh.Rows).I32(sh.Heads).I32(sh.D).I32(sh.Window).I32(sh.Ratio).I32(sh.Per).F32(sh.Scale).I32(b2i(faithful))
+		I32(sh.Rows).I32(sh.Heads).I32(sh.D).I32(sh.Window).I32(sh.Ratio).I32(sh.Per).I32(sh.Nope).I32(es).F32(sh.Scale).I32(b2i(faithful))
 	groups := ceilDiv(sh.Heads, attnHeads)
 	smem := 4 * attnHeads * sh.D // the group's q rows
 	if attnSplit(sh.Rows, groups, s.ctx.dev) {
 		grid := Dim3{uint32(attnCluster * groups), uint32(sh.Rows), 1}
-		return launch(s, "attn_f32", "sparse_attn_split_f32", grid, Dim3{256, 1, 1}, smem, a)
+		return launch(s, "attn_f32", "sparse_attn_split_"+name, grid, Dim3{256, 1, 1}, smem, a)
 	}
-	return launch(s, "attn_f32", "sparse_attn_f32", Dim3{uint32(sh.Rows), uint32(groups), 1}, Dim3{256, 1, 1}, smem, a)
+	return launch(s, "attn_f32", "sparse_attn_"+name, Dim3{uint32(sh.Rows), uint32(groups), 1}, Dim3{256, 1, 1}, smem, a)
 }
 
 // Sparse attention geometry (kernels/attn_f32.cu AT_HG, AT_NC): one CTA per

@@ -61,12 +61,30 @@ func (c *Context) Alloc(n int) (*Buffer, error) { return c.pool.Alloc(n) }
 // when the device runs out of memory. Trim it before the context closes.
 func (c *Context) NewPool() *Pool { return &Pool{ctx: c, free: map[int][]DevicePtr{}, keep: true} }
 
+// AllocExact returns a buffer of n bytes from the context's pool without a
+// size class's slack: see Pool.AllocExact.
+func (c *Context) AllocExact(n int) (*Buffer, error) { return c.pool.AllocExact(n) }
+
 // Alloc returns a buffer of at least n bytes.
 func (p *Pool) Alloc(n int) (*Buffer, error) {
 	if n <= 0 {
 		return nil, fmt.Errorf("cuda: Alloc(%d): size must be positive", n)
 	}
-	cls := classSize(n)
+	return p.alloc(n, classSize(n))
+}
+
+// AllocExact returns a buffer of n bytes rounded up to the 512-byte minimum
+// only, for large long-lived buffers (the KV cache) where a size class's
+// slack of up to 25% would be memory nothing uses. Freed, its block is
+// reused only for a request of the same rounded size.
+func (p *Pool) AllocExact(n int) (*Buffer, error) {
+	if n <= 0 {
+		return nil, fmt.Errorf("cuda: AllocExact(%d): size must be positive", n)
+	}
+	return p.alloc(n, (n+minClass-1)/minClass*minClass)
+}
+
+func (p *Pool) alloc(n, cls int) (*Buffer, error) {
 	p.mu.Lock()
 	if l := p.free[cls]; len(l) > 0 {
 		ptr := l[len(l)-1]

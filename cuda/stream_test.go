@@ -8,6 +8,28 @@ import (
 	"github.com/megamoe/megamoe/cuda"
 )
 
+// TestPoolAllocExact: AllocExact reserves the size rounded to 512 bytes, not
+// to its class, for sizes just above a power of two (the largest slack).
+func TestPoolAllocExact(t *testing.T) {
+	ctx, _ := gpu(t)
+	p := ctx.NewPool()
+	defer p.Trim()
+	for _, n := range []int{1, 3000, 1<<20 + 1} {
+		before := p.Stats().InUse
+		b, err := p.AllocExact(n)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got, want := p.Stats().InUse-before, int64((n+511)/512*512); got != want || b.Size != n {
+			t.Errorf("AllocExact(%d): %d bytes reserved, size %d; want %d, %d", n, got, b.Size, want, n)
+		}
+		b.Free()
+	}
+	if _, err := p.AllocExact(0); err == nil {
+		t.Errorf("AllocExact(0) accepted")
+	}
+}
+
 func TestPoolHold(t *testing.T) {
 	ctx, _ := gpu(t)
 	p := ctx.NewPool()

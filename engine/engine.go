@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"log/slog"
 	"runtime"
+	"slices"
 	"sync"
 
 	"github.com/megamoe/megamoe/backend"
@@ -33,6 +34,9 @@ type ForwardItem struct {
 	// Draw asks a DrawingModel for the next token drawn where the logits
 	// are (see model.BatchItem.Draw).
 	Draw *backend.Draw
+	// Keep > 0: the rows after the first Keep are speculative drafts
+	// (model.BatchItem.Keep).
+	Keep int
 }
 
 // Model is what the engine needs from a model: a batched forward pass that
@@ -65,7 +69,13 @@ type Config struct {
 	// penalties or logit bias on the model's device where it can
 	// (DrawingModel); the others, and all without it, are sampled here.
 	DeviceSampling bool
-	Logger         *slog.Logger
+	// Speculative drafts tokens with the checkpoint's MTP block and
+	// verifies them in the decode steps (off when NumTokens is 0).
+	Speculative SpecConfig
+	// PrefixCaching reuses the cache of prompt prefixes computed before
+	// (off where the model cannot: it is then cleared in Config()).
+	PrefixCaching bool
+	Logger        *slog.Logger
 }
 
 // Stats is a snapshot for metrics.
@@ -73,7 +83,12 @@ type Stats struct {
 	Waiting, Running int
 	CacheUsed        int64
 	CacheCapacity    int64
+	CacheCached      int64 // held only by the prefix cache, reclaimed on demand
 	Preemptions      int
+	Spec             SpecStats // with Config.Speculative
+	// PrefixQueries and PrefixHits are prompt tokens looked up in the prefix
+	// cache and found there.
+	PrefixQueries, PrefixHits int64
 }
 
 // Engine is the serving loop around one model.
@@ -109,6 +124,12 @@ func New(m Model, cfg Config) (*Engine, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
+	if cfg.PrefixCaching {
+		if err := m.Cache().EnablePrefixCaching(); err != nil {
+			cfg.Logger.Warn("prefix caching off", "err", err)
+			cfg.PrefixCaching = false
+		}
+	}
 	sched, err := NewScheduler(SchedulerConfig{MaxNumSeqs: cfg.MaxNumSeqs, MaxBatchTokens: cfg.MaxBatchTokens,
 		MaxModelLen: cfg.MaxModelLen}, m.Cache(), m.FreeSequence)
 	if err != nil {
@@ -121,7 +142,13 @@ func New(m Model, cfg Config) (*Engine, error) {
 		return nil, fmt.Errorf("engine: a KV cache of %d bytes holds one sequence of at most %d tokens, less than the context length %d",
 			m.Cache().CapacityBytes(), fit, cfg.MaxModelLen)
 	}
-	return &Engine{cfg: cfg, model: m, sched: sched, runner: newRunner(m, cfg.DeviceSampling), log: cfg.Logger,
+	runner := newRunner(m, cfg.DeviceSampling)
+	if cfg.Speculative.Enabled() {
+		if runner.spec, err = newSpeculator(m, cfg.Speculative, cfg); err != nil {
+			return nil, fmt.Errorf("engine: %w", err)
+		}
+	}
+	return &Engine{cfg: cfg, model: m, sched: sched, runner: runner, log: cfg.Logger,
 		wake: make(chan struct{}, 1), byID: map[int64]*Sequence{},
 		stats: Stats{CacheCapacity: m.Cache().CapacityBytes()}}, nil
 }
@@ -206,6 +233,7 @@ func (e *Engine) Stats() Stats {
 	defer e.mu.Unlock()
 	s := e.stats
 	s.CacheUsed = e.model.Cache().UsedBytes()
+	s.CacheCached = e.model.Cache().CachedBytes()
 	return s
 }
 
@@ -277,6 +305,11 @@ func (e *Engine) publish() {
 	e.stats.Waiting = e.queued
 	e.stats.Running = e.sched.NumRunning()
 	e.stats.Preemptions = e.sched.Preemptions
+	if sp := e.runner.spec; sp != nil {
+		e.stats.Spec = sp.stats
+		e.stats.Spec.PerPos = slices.Clone(sp.stats.PerPos)
+	}
+	e.stats.PrefixQueries, e.stats.PrefixHits = e.sched.PrefixQueries, e.sched.PrefixHits
 	e.mu.Unlock()
 }
 
@@ -286,6 +319,7 @@ func (e *Engine) publish() {
 type Runner struct {
 	model  Model
 	drawer DrawingModel // nil: sample on the host
+	spec   *speculator  // nil: no drafts
 }
 
 func newRunner(m Model, draw bool) *Runner {
@@ -300,6 +334,9 @@ func newRunner(m Model, draw bool) *Runner {
 func (r *Runner) Run(items []Item) ([]Result, error) {
 	if len(items) == 0 {
 		return nil, nil
+	}
+	if r.spec != nil {
+		return r.spec.run(items)
 	}
 	fwd := make([]ForwardItem, len(items))
 	drawing := false
@@ -362,26 +399,32 @@ func (r *Runner) Run(items []Item) ([]Result, error) {
 			continue
 		}
 		g.Go(func() error {
-			if it.AllLogits {
-				res[i].Prompt = promptLogprobs(it, rows, vocab)
-			}
-			if it.Sample && fwd[i].Draw == nil {
-				masked, err := it.Seq.grammar.fill()
-				if err != nil {
-					res[i].Err = err
-					return nil
-				}
-				var mask []uint32
-				if masked {
-					mask = it.Seq.grammar.mask
-				}
-				res[i].Sampled = it.Seq.Sampler.SampleMasked(rows[len(rows)-vocab:], mask)
-			}
+			sampleHost(it, rows, vocab, fwd[i].Draw == nil, &res[i])
 			return nil
 		})
 	}
 	_ = g.Wait() // the workers return no errors
 	return res, nil
+}
+
+// sampleHost scores the prompt rows of it and, with sample, draws its next
+// token from the last row on the host.
+func sampleHost(it *Item, rows []float32, vocab int, sample bool, res *Result) {
+	if it.AllLogits {
+		res.Prompt = promptLogprobs(it, rows, vocab)
+	}
+	if it.Sample && sample {
+		masked, err := it.Seq.grammar.fill()
+		if err != nil {
+			res.Err = err
+			return
+		}
+		var mask []uint32
+		if masked {
+			mask = it.Seq.grammar.mask
+		}
+		res.Sampled = it.Seq.Sampler.SampleMasked(rows[len(rows)-vocab:], mask)
+	}
 }
 
 // promptLogprobs scores the prompt tokens that the chunk's rows predict and

@@ -295,6 +295,23 @@ func (s *Sampler) choose(x []float32) int32 {
 // (> 0) of their mass, then drops tokens under minP (prob[best] = 1), and
 // draws one in rank order.
 func (s *Sampler) drawRanked(idx []int32, prob []float64, sum float64, topK int, topP, minP float64) int32 {
+	idx = keepRanked(idx, prob, sum, topK, topP, minP)
+	var kept float64
+	for _, id := range idx {
+		kept += prob[id]
+	}
+	u := s.rng.Float64() * kept
+	for _, id := range idx {
+		if u -= prob[id]; u < 0 {
+			return id
+		}
+	}
+	return idx[len(idx)-1]
+}
+
+// keepRanked sorts idx by rank and returns the prefix that survives top-k,
+// top-p and min-p (drawRanked's filters).
+func keepRanked(idx []int32, prob []float64, sum float64, topK int, topP, minP float64) []int32 {
 	slices.SortFunc(idx, func(a, b int32) int {
 		if c := cmp.Compare(prob[b], prob[a]); c != 0 {
 			return c
@@ -327,17 +344,7 @@ func (s *Sampler) drawRanked(idx []int32, prob []float64, sum float64, topK int,
 			}
 		}
 	}
-	var kept float64
-	for _, id := range idx[:n] {
-		kept += prob[id]
-	}
-	u := s.rng.Float64() * kept
-	for _, id := range idx[:n] {
-		if u -= prob[id]; u < 0 {
-			return id
-		}
-	}
-	return idx[n-1]
+	return idx[:n]
 }
 
 // expParallelMin is the row length from which expRel splits the row over

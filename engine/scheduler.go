@@ -14,6 +14,12 @@ type Cache interface {
 	Reserve(s *kvcache.Sequence, newLen int) error
 	CapacityBytes() int64
 	BytesFor(tokens int) int64
+	Layout() kvcache.Layout
+	// Prefix caching (no-ops when off): Match gives a new sequence the cached
+	// prefix of its tokens, Commit offers its computed blocks to the cache.
+	PrefixCaching() bool
+	Match(s *kvcache.Sequence, tokens []int32, salt string) int
+	Commit(s *kvcache.Sequence, tokens []int32)
 }
 
 // SchedulerConfig bounds one step.
@@ -41,6 +47,7 @@ type Result struct {
 	Sampled Sampled // valid when the item was sampled
 	Prompt  []Token // prompt logprobs covered by this chunk
 	Err     error   // the sequence cannot continue (its grammar failed)
+	spec    *specResult
 }
 
 // Scheduler decides, step by step, which tokens of which sequences run. It is
@@ -57,6 +64,9 @@ type Scheduler struct {
 	running []*Sequence // admission order: newest last
 	// Preemptions counts preemptions since creation.
 	Preemptions int
+	// PrefixQueries and PrefixHits count prompt tokens looked up in the
+	// prefix cache and found there, at each request's first admission.
+	PrefixQueries, PrefixHits int64
 }
 
 // NewScheduler creates a scheduler over cache; free releases a sequence's cache
@@ -93,7 +103,7 @@ func (s *Scheduler) Schedule() []Item {
 	preempted := false
 	for i := 0; i < len(s.running) && budget > 0; i++ {
 		seq := s.running[i]
-		n := min(seq.Pending(), budget)
+		n := s.chunk(seq, min(seq.Pending(), budget))
 		if n <= 0 {
 			continue
 		}
@@ -115,6 +125,7 @@ func (s *Scheduler) Schedule() []Item {
 	for !preempted && budget > 0 && len(s.waiting) > 0 && len(s.running) < s.cfg.MaxNumSeqs {
 		seq := s.waiting[0]
 		kv := s.cache.NewSequence()
+		hit := s.match(seq, kv)
 		// Admit only when every known token fits, so a long prompt's later
 		// chunks cannot run out of cache halfway through its prefill.
 		if err := s.cache.Reserve(kv, len(seq.Tokens)); err != nil {
@@ -129,13 +140,60 @@ func (s *Scheduler) Schedule() []Item {
 			break
 		}
 		s.waiting = s.waiting[1:]
-		seq.KV, seq.Computed, seq.Status = kv, 0, Running
+		seq.KV, seq.Computed, seq.Status = kv, hit, Running
+		s.counted(seq, hit)
 		s.running = append(s.running, seq)
-		n := min(seq.Pending(), budget)
+		n := s.chunk(seq, min(seq.Pending(), budget))
 		items = append(items, s.item(seq, n))
 		budget -= n
 	}
 	return items
+}
+
+// match looks seq's tokens up in the prefix cache for its new cache
+// sequence kv and returns the tokens kv now holds. Prompt logprobs need every
+// prompt row computed: such a request takes no hit (its blocks still enter
+// the cache).
+func (s *Scheduler) match(seq *Sequence, kv *kvcache.Sequence) int {
+	if !s.cache.PrefixCaching() {
+		return 0
+	}
+	tokens := seq.Tokens
+	if seq.Req.PromptLogprobs {
+		tokens = nil
+	}
+	return s.cache.Match(kv, tokens, seq.Req.CacheSalt)
+}
+
+// counted records an admitted request's prefix cache lookup, once.
+func (s *Scheduler) counted(seq *Sequence, hit int) {
+	if seq.queried || !s.cache.PrefixCaching() {
+		return
+	}
+	seq.queried = true
+	s.PrefixQueries += int64(seq.NumPrompt)
+	s.PrefixHits += int64(hit)
+	seq.stream.setCached(hit)
+}
+
+// chunk trims a prefill chunk of n tokens so that it ends on a block boundary
+// where the prefix cache takes a state snapshot: the first chunk of a
+// sequence's first block at that block's end (so a short shared system
+// prompt hits), later ones at the last boundary they cross. Decode steps
+// (one token) reach every boundary anyway.
+func (s *Scheduler) chunk(seq *Sequence, n int) int {
+	if n <= 1 || !s.cache.PrefixCaching() {
+		return n
+	}
+	bt := s.cache.Layout().BlockTokens
+	start, end := seq.Computed, seq.Computed+n
+	switch {
+	case start < bt && end > bt:
+		return bt - start
+	case end%bt == 0 || end/bt == start/bt:
+		return n // ends on a boundary, or crosses none
+	}
+	return end/bt*bt - start
 }
 
 func (s *Scheduler) item(seq *Sequence, n int) Item {
@@ -172,6 +230,7 @@ func (s *Scheduler) Postprocess(items []Item, results []Result, err error) {
 			continue
 		}
 		seq.Computed += it.N
+		s.cache.Commit(seq.KV, seq.Tokens[:seq.Computed])
 		r := results[i]
 		var ev Event
 		if len(r.Prompt) > 0 {
@@ -189,6 +248,10 @@ func (s *Scheduler) Postprocess(items []Item, results []Result, err error) {
 			if len(ev.Prompt) > 0 {
 				seq.stream.push(ev)
 			}
+			continue
+		}
+		if r.spec != nil {
+			s.postSpec(seq, r.spec, ev)
 			continue
 		}
 		tok := r.Sampled

@@ -33,6 +33,9 @@ type Request struct {
 	PromptTopLogprobs int
 	// Constraint, if set, restricts the output to a grammar.
 	Constraint *Constraint
+	// CacheSalt isolates the prefix cache: a request finds only blocks
+	// computed by requests with the same salt.
+	CacheSalt string
 }
 
 // Token is one generated (or, for prompt logprobs, one prompt) token.
@@ -66,6 +69,7 @@ type Stream struct {
 	signal   chan struct{}
 	cancel   func(*Stream)
 	canceled bool
+	cached   int // prompt tokens found in the prefix cache
 }
 
 func newStream(id int64, cancel func(*Stream)) *Stream {
@@ -92,6 +96,23 @@ func (st *Stream) Next() (ev Event, ok bool) {
 	}
 	st.pending = st.pending[:0]
 	return ev, true
+}
+
+// CachedTokens is the number of prompt tokens taken from the prefix cache
+// (set when the request is admitted, before its first event).
+func (st *Stream) CachedTokens() int {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	return st.cached
+}
+
+func (st *Stream) setCached(n int) {
+	if st == nil {
+		return
+	}
+	st.mu.Lock()
+	st.cached = n
+	st.mu.Unlock()
 }
 
 // Cancel asks the engine to stop the sequence and free its cache. Safe to call
@@ -151,6 +172,8 @@ type Sequence struct {
 	promptLP  int // prompt positions whose logprobs were sent
 	Preempted int // times it was preempted
 	grammar   *constraintState
+	spec      *specState // speculative decoding
+	queried   bool       // counted in the prefix cache's queries
 }
 
 // Generated is the number of generated tokens.

@@ -90,6 +90,13 @@ type Sequence struct {
 	blocks []int32
 	fresh  bool
 	freed  bool
+	spare  int // snapshot slot of speculative decoding, -1 if none
+	// Prefix cache (Match, Commit): the chain hashes of its full blocks, how
+	// many of its blocks were offered to the cache, and its hash root.
+	prefix    bool
+	root      Hash
+	hashes    []Hash
+	committed int
 }
 
 // Len is the number of tokens processed so far.
@@ -113,6 +120,7 @@ type Manager struct {
 	nextSlot   int
 	slotLimit  int // 0: as many as the capacity holds
 	nextID     int64
+	pc         prefixCache
 }
 
 // NewManager creates a manager for `layout` holding at most capacityBytes.
@@ -148,7 +156,7 @@ func (m *Manager) NewSequence() *Sequence {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.nextID++
-	return &Sequence{ID: m.nextID, slot: -1}
+	return &Sequence{ID: m.nextID, slot: -1, spare: -1}
 }
 
 func (m *Manager) blocksFor(tokens int) int {
@@ -182,36 +190,42 @@ func (m *Manager) Reserve(s *Sequence, newLen int) error {
 	if needSlot {
 		bytes += m.layout.StateBytes
 	}
-	if needSlot && len(m.freeSlots) == 0 && m.slotLimit > 0 && m.nextSlot >= m.slotLimit {
+	if needSlot && !m.slotFree() {
 		return fmt.Errorf("reserve a state slot for sequence %d: all %d in use: %w", s.ID, m.slotLimit, ErrCacheFull)
 	}
-	if m.used+bytes > m.capacity {
+	if !m.makeRoom(bytes) {
 		return fmt.Errorf("reserve %d tokens for sequence %d (%d of %d bytes used, %d more needed): %w",
-			newLen, s.ID, m.used, m.capacity, bytes, ErrCacheFull)
+			newLen, s.ID, m.used-m.pc.evictable, m.capacity, bytes, ErrCacheFull)
 	}
 	if needSlot {
-		if n := len(m.freeSlots); n > 0 {
-			s.slot = m.freeSlots[n-1]
-			m.freeSlots = m.freeSlots[:n-1]
-		} else {
-			s.slot = m.nextSlot
-			m.nextSlot++
-		}
+		s.slot = m.takeSlot()
 		s.fresh = true
 	}
 	for range add {
-		var id int32
-		if n := len(m.freeBlocks); n > 0 {
-			id = m.freeBlocks[n-1]
-			m.freeBlocks = m.freeBlocks[:n-1]
-		} else {
-			id = m.nextBlock
-			m.nextBlock++
-		}
-		s.blocks = append(s.blocks, id)
+		s.blocks = append(s.blocks, m.takeBlock())
 	}
 	m.used += bytes
 	return nil
+}
+
+func (m *Manager) takeSlot() int {
+	if n := len(m.freeSlots); n > 0 {
+		id := m.freeSlots[n-1]
+		m.freeSlots = m.freeSlots[:n-1]
+		return id
+	}
+	m.nextSlot++
+	return m.nextSlot - 1
+}
+
+func (m *Manager) takeBlock() int32 {
+	if n := len(m.freeBlocks); n > 0 {
+		id := m.freeBlocks[n-1]
+		m.freeBlocks = m.freeBlocks[:n-1]
+		return id
+	}
+	m.nextBlock++
+	return m.nextBlock - 1
 }
 
 // TakeFresh reports (once) that s got a new state slot that must be reset.
@@ -244,16 +258,23 @@ func (m *Manager) Free(s *Sequence) {
 		m.freeSlots = append(m.freeSlots, s.slot)
 		m.used -= m.layout.StateBytes
 	}
-	m.freeBlocks = append(m.freeBlocks, s.blocks...)
-	m.used -= int64(len(s.blocks)) * m.layout.BlockBytes
-	s.blocks, s.slot, s.len, s.freed = nil, -1, 0, true
+	if s.spare >= 0 {
+		m.freeSlots = append(m.freeSlots, s.spare)
+		m.used -= m.layout.StateBytes
+	}
+	// Last block first: a prefix's tail is evicted before its head.
+	for i := len(s.blocks) - 1; i >= 0; i-- {
+		m.releaseBlock(s.blocks[i])
+	}
+	s.blocks, s.slot, s.spare, s.len, s.freed, s.hashes = nil, -1, -1, 0, true, nil
 }
 
-// UsedBytes is the storage currently owned by sequences.
+// UsedBytes is the storage currently owned by sequences (the prefix cache's
+// unreferenced blocks and snapshots are CachedBytes).
 func (m *Manager) UsedBytes() int64 {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	return m.used
+	return m.used - m.pc.evictable
 }
 
 // CapacityBytes is the configured capacity.

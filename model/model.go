@@ -185,6 +185,10 @@ func New(w *checkpoint.Weights, be backend.Backend, opts Options) (*Model, error
 	}
 	m.cache = kvcache.NewManager(layout, capBytes)
 	m.cache.LimitSlots(opts.MaxSeqs)
+	if opts.Comm == nil {
+		// One rank only: the ranks of a split model would not follow the hits.
+		m.cache.AllowPrefixCaching(fmt.Sprintf("numerics=%s store=%s", num, layout.Store))
+	}
 	spec := backend.KVSpec{BlockTokens: layout.BlockTokens, Compact: layout.Store == kvcache.StoreCompact, MaxBlocks: m.cache.MaxBlocks(), MaxSlots: m.cache.MaxSlots()}
 	for _, k := range layout.Layers {
 		spec.Layers = append(spec.Layers, backend.LayerKV{Window: k.Window, HeadDim: k.HeadDim, RopeDim: k.RopeDim, Ratio: k.Ratio, IndexDim: k.IndexDim})
@@ -302,6 +306,10 @@ type BatchItem struct {
 	// (Output.IDs) where the model CanDraw; the logits then stay there
 	// unless AllLogits.
 	Draw *backend.Draw
+	// Keep > 0 makes the rows after the first Keep speculative: the cache
+	// state after the first Keep rows is kept in the sequence's spare slot
+	// (Snapshot reserves it), so that Restore undoes the others.
+	Keep int
 }
 
 // Output holds per item its fp32 logits, flattened rows×vocab: one row (its
@@ -412,6 +420,12 @@ func (m *Model) prepare(items []BatchItem, mtp bool) (*backend.Batch, []int32, e
 			}
 		}
 	}
+	// Prefix cache snapshots and restores, before any slot is reset or written.
+	for _, c := range m.cache.TakeCopies() {
+		if err := m.be.CopySlot(m.store, backend.WholeSlot(m.store, c.Src, c.Dst)); err != nil {
+			return nil, nil, fmt.Errorf("model: %w", err)
+		}
+	}
 	for i, it := range items {
 		start := it.Seq.Len()
 		if !mtp {
@@ -424,7 +438,14 @@ func (m *Model) prepare(items []BatchItem, mtp bool) (*backend.Batch, []int32, e
 				return nil, nil, fmt.Errorf("model: %w", err)
 			}
 		}
-		bt.Seqs = append(bt.Seqs, backend.SeqInfo{Slot: it.Seq.Slot(), Blocks: it.Seq.Blocks(), Start: start, Row0: len(ids), Rows: len(it.Tokens)})
+		si := backend.SeqInfo{Slot: it.Seq.Slot(), Blocks: it.Seq.Blocks(), Start: start, Row0: len(ids), Rows: len(it.Tokens)}
+		if it.Keep > 0 && it.Keep < len(it.Tokens) {
+			if it.Seq.Spare() < 0 {
+				return nil, nil, fmt.Errorf("model: item %d: speculative rows need a snapshot slot (Snapshot first)", i)
+			}
+			si.Keep, si.Spare = it.Keep, it.Seq.Spare()
+		}
+		bt.Seqs = append(bt.Seqs, si)
 		for k, t := range it.Tokens {
 			ids = append(ids, t)
 			bt.Pos = append(bt.Pos, int32(start+k))
@@ -486,7 +507,7 @@ func (m *Model) Forward(b *Batch) (*Output, error) {
 		return lg, nil
 	}
 	var lg backend.Tensor
-	if !m.sharded() && !wantHidden(b.Items) {
+	if !m.sharded() && !wantHidden(b.Items) && !speculative(bt) {
 		lg, err = be.RecordStep(bt, ids, forward)
 	} else {
 		lg, err = forward()
@@ -536,6 +557,17 @@ func (m *Model) Forward(b *Batch) (*Output, error) {
 		be.Free(x)
 	}
 	return out, nil
+}
+
+// speculative reports whether the step has speculative rows (their state
+// snapshots run on sub-batches, which a recorded step cannot take).
+func speculative(bt *backend.Batch) bool {
+	for _, sq := range bt.Seqs {
+		if sq.Keep > 0 {
+			return true
+		}
+	}
+	return false
 }
 
 // wantHidden reports whether an item asks for the final streams.

@@ -20,6 +20,14 @@ type MTPItem struct {
 	Hidden    []float32
 	Next      []int32
 	AllLogits bool
+	// WantHidden also returns the block's output streams of the last row
+	// (Output.Hidden), the hidden state a chained draft feeds back in.
+	WantHidden bool
+	// Draft marks chained drafts (their hidden state is the block's own
+	// output); Ahead allows positions beyond the main model's cache (the
+	// rows a speculative step computed and then rolled back). Draft implies
+	// Ahead.
+	Draft, Ahead bool
 }
 
 // HasMTP reports whether the checkpoint has an MTP block.
@@ -44,7 +52,7 @@ func (m *Model) ForwardMTP(items []MTPItem) (*Output, error) {
 		if len(it.Hidden) != len(it.Next)*w {
 			return nil, fmt.Errorf("model mtp: item %d: %d hidden values for %d next tokens of width %d", i, len(it.Hidden), len(it.Next), w)
 		}
-		if it.Start < 0 || it.Start+len(it.Next) > it.Seq.Len() {
+		if it.Start < 0 || !it.Draft && !it.Ahead && it.Start+len(it.Next) > it.Seq.Len() {
 			return nil, fmt.Errorf("model mtp: item %d: positions %d..%d beyond the %d processed tokens", i, it.Start, it.Start+len(it.Next)-1, it.Seq.Len())
 		}
 		bi[i] = BatchItem{Seq: it.Seq, Tokens: it.Next, AllLogits: it.AllLogits}
@@ -125,6 +133,9 @@ func (m *Model) ForwardMTP(items []MTPItem) (*Output, error) {
 		return nil, err
 	}
 	out := &Output{Logits: make([][]float32, len(items)), Vocab: c.Vocab, HiddenDim: w}
+	if err := m.mtpHidden(xm, bt, items, out); err != nil {
+		return nil, err
+	}
 	k := 0
 	for i, it := range items {
 		cnt := 1
@@ -138,4 +149,36 @@ func (m *Model) ForwardMTP(items []MTPItem) (*Output, error) {
 		be.Free(t)
 	}
 	return out, nil
+}
+
+// mtpHidden downloads the last row's output streams of the items that ask.
+func (m *Model) mtpHidden(xm backend.Tensor, bt *backend.Batch, items []MTPItem, out *Output) error {
+	var rows []int
+	for i, it := range items {
+		if it.WantHidden {
+			rows = append(rows, bt.Seqs[i].Row0+bt.Seqs[i].Rows-1)
+		}
+	}
+	if len(rows) == 0 {
+		return nil
+	}
+	w := m.cfg.HcDim()
+	xs := m.be.Empty(len(rows), w, backend.F32)
+	defer m.be.Free(xs)
+	if err := m.be.GatherRows(xm, rows, xs); err != nil {
+		return fmt.Errorf("model mtp hidden: %w", err)
+	}
+	flat := make([]float32, len(rows)*w)
+	if err := m.be.Download(xs, flat); err != nil {
+		return fmt.Errorf("model mtp hidden: %w", err)
+	}
+	out.Hidden = make([][]float32, len(items))
+	k := 0
+	for i, it := range items {
+		if it.WantHidden {
+			out.Hidden[i] = flat[k*w : (k+1)*w : (k+1)*w]
+			k++
+		}
+	}
+	return nil
 }

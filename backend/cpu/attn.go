@@ -86,7 +86,20 @@ func (b *Backend) ResetSlot(s backend.KVStore, slot int) error {
 	}
 	k.mu.Lock()
 	defer k.mu.Unlock()
-	st := k.slots[slot]
+	st := k.alloc(slot)
+	for i := range st.layers {
+		ls := &st.layers[i]
+		clear(ls.win)
+		clear(ls.winC)
+		ls.comp.reset()
+		ls.idx.reset()
+	}
+	return nil
+}
+
+// alloc returns slot id, allocating it on first use (k.mu held).
+func (k *kvStore) alloc(id int) *slotState {
+	st := k.slots[id]
 	if st == nil {
 		st = &slotState{layers: make([]layerState, len(k.spec.Layers))}
 		for i, l := range k.spec.Layers {
@@ -103,14 +116,39 @@ func (b *Backend) ResetSlot(s backend.KVStore, slot int) error {
 				}
 			}
 		}
-		k.slots[slot] = st
+		k.slots[id] = st
 	}
-	for i := range st.layers {
-		ls := &st.layers[i]
-		clear(ls.win)
-		clear(ls.winC)
-		ls.comp.reset()
-		ls.idx.reset()
+	return st
+}
+
+// CopySlot implements backend.Backend.
+func (b *Backend) CopySlot(s backend.KVStore, a backend.SlotCopy) error {
+	if err := backend.CheckCopySlot(s, a); err != nil {
+		return err
+	}
+	k, err := store(s)
+	if err != nil {
+		return err
+	}
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	src := k.slots[a.Src]
+	if src == nil {
+		return fmt.Errorf("copy slot: slot %d not initialised", a.Src)
+	}
+	dst := k.alloc(a.Dst)
+	for i := a.From; i < a.To; i++ {
+		d, s := &dst.layers[i], &src.layers[i]
+		if a.Part == backend.SlotAll || a.Part == backend.SlotWindow {
+			copy(d.win, s.win)
+			copy(d.winC, s.winC)
+		}
+		for part, p := range map[backend.SlotPart][2]*compState{backend.SlotComp: {&d.comp, &s.comp}, backend.SlotIndexComp: {&d.idx, &s.idx}} {
+			if a.Part == backend.SlotAll || a.Part == part {
+				copy(p[0].A, p[1].A)
+				copy(p[0].Z, p[1].Z)
+			}
+		}
 	}
 	return nil
 }
@@ -339,21 +377,7 @@ func (b *Backend) IndexerTopK(s backend.KVStore, q, w backend.Tensor, a backend.
 					return &backend.OpNonFinite{Component: "indexer scores", Row: row, Stats: st, In: SliceStats(qr)}
 				}
 			}
-			order = order[:0]
-			for j := range avail {
-				order = append(order, int32(j))
-			}
-			// Descending score, ties → lower index (project rule, §5.5).
-			slices.SortStableFunc(order, func(x, y int32) int {
-				sx, sy := scores[x], scores[y]
-				switch {
-				case sx > sy:
-					return -1
-				case sx < sy:
-					return 1
-				}
-				return int(x - y)
-			})
+			order = indexTopK(scores, a.TopK, order[:0])
 			or := ot.I[row*a.TopK : (row+1)*a.TopK]
 			for i := range or {
 				if i < len(order) {
@@ -365,6 +389,53 @@ func (b *Backend) IndexerTopK(s backend.KVStore, q, w backend.Tensor, a backend.
 		}
 		return nil
 	})
+}
+
+// indexTopK appends to h the indices of the k best scores, best first: descending
+// score, ties to the lower index (project rule, §5.5). A heap of k keeps a step
+// at long context O(n log k) instead of sorting every candidate.
+func indexTopK(scores []float32, k int, h []int32) []int32 {
+	// before: the order of a stable sort by descending score.
+	before := func(x, y int32) bool {
+		sx, sy := scores[x], scores[y]
+		return sx > sy || (!(sx < sy) && x < y)
+	}
+	// h is a heap with the worst kept index at its root.
+	down := func(i int) {
+		for {
+			w, l, r := i, 2*i+1, 2*i+2
+			if l < len(h) && before(h[w], h[l]) {
+				w = l
+			}
+			if r < len(h) && before(h[w], h[r]) {
+				w = r
+			}
+			if w == i {
+				return
+			}
+			h[i], h[w] = h[w], h[i]
+			i = w
+		}
+	}
+	for j := range int32(len(scores)) {
+		switch {
+		case len(h) < k:
+			h = append(h, j)
+			for i := len(h) - 1; i > 0 && before(h[(i-1)/2], h[i]); i = (i - 1) / 2 {
+				h[i], h[(i-1)/2] = h[(i-1)/2], h[i]
+			}
+		case k > 0 && before(j, h[0]):
+			h[0] = j
+			down(0)
+		}
+	}
+	slices.SortFunc(h, func(x, y int32) int {
+		if before(x, y) {
+			return -1
+		}
+		return 1
+	})
+	return h
 }
 
 // SparseAttention implements backend.Backend (spec §5.6–§5.7): per row and head

@@ -20,12 +20,16 @@ func (b *Backend) WriteWindow(s backend.KVStore, layer int, kv backend.Tensor, b
 	if err := k.checkSeqs(bt, layer, false); err != nil {
 		return err
 	}
-	l := k.layers[layer].spec
+	kl := &k.layers[layer]
+	l := kl.spec
 	db, err := b.deviceBatch(bt)
 	if err != nil {
 		return err
 	}
-	return cuda.WriteWindowF32(b.s, k.layers[layer].win.Ptr, kt.ptr, db.Seqs, db.Seq, db.Rows, l.Window, l.HeadDim)
+	if k.spec.Compact {
+		return cuda.WriteWindowKV8(b.s, kl.win.Ptr, kt.ptr, db.Seqs, db.Seq, db.Rows, l.Window, l.HeadDim, l.HeadDim-l.RopeDim, kl.eb)
+	}
+	return cuda.WriteWindowF32(b.s, kl.win.Ptr, kt.ptr, db.Seqs, db.Seq, db.Rows, l.Window, l.HeadDim)
 }
 
 // Compress implements backend.Backend: one CTA per row, those that complete
@@ -54,15 +58,20 @@ func (b *Backend) Compress(s backend.KVStore, A, Z backend.Tensor, a backend.Com
 	if err != nil {
 		return fmt.Errorf("compress layer %d: %w", a.Layer, err)
 	}
-	st, dst, kind := kl.comp, kl.kv, 0
+	st, dst, kind, eb := kl.comp, kl.kv, 0, kl.eb
 	if a.Kind == backend.CompressIndex {
-		st, dst, kind = kl.idx, kl.ik, 1
+		st, dst, kind, eb = kl.idx, kl.ik, 1, kl.kb
+	}
+	if !k.spec.Compact {
+		eb = 0
+	} else if kind == 0 && rt.dim != kl.spec.RopeDim {
+		return fmt.Errorf("compress layer %d: rope dims %d, the compact store's entries have %d", a.Layer, rt.dim, kl.spec.RopeDim)
 	}
 	db, err := b.deviceBatch(bt)
 	if err != nil {
 		return err
 	}
-	sh := cuda.CompressShape{R: r, Dc: dc, C: c, Per: kl.per, RopeDim: rt.dim, Kind: kind, Eps: a.NormEps}
+	sh := cuda.CompressShape{R: r, Dc: dc, C: c, Per: kl.per, RopeDim: rt.dim, Kind: kind, Bytes: eb, Eps: a.NormEps}
 	if err := cuda.CompressF32(b.s, dst.Ptr, at.ptr, zt.ptr, ape.buf.Ptr, st.a.Ptr, st.z.Ptr, nw.buf.Ptr, rt.f32.Ptr, rt.f64.Ptr,
 		db.Seqs, db.Blocks, db.Pos, db.Seq, db.Rows, sh, b.faithful()); err != nil {
 		return fmt.Errorf("compress layer %d: %w", a.Layer, err)
@@ -94,7 +103,11 @@ func (b *Backend) IndexerTopK(s backend.KVStore, q, w backend.Tensor, a backend.
 		return fmt.Errorf("indexer layer %d: %w", a.Layer, err)
 	}
 	defer sc.Free()
-	if err := cuda.IndexerScoresF32(b.s, sc.Ptr, qt.ptr, wt.ptr, kl.ik.Ptr, db.Seqs, db.Pos, db.Seq, db.Blocks, n, ld, a.Heads, a.HeadDim, a.Ratio, kl.per, b.faithful()); err != nil {
+	kb := 0
+	if k.spec.Compact {
+		kb = kl.kb
+	}
+	if err := cuda.IndexerScoresF32(b.s, sc.Ptr, qt.ptr, wt.ptr, kl.ik.Ptr, db.Seqs, db.Pos, db.Seq, db.Blocks, n, ld, a.Heads, a.HeadDim, a.Ratio, kl.per, kb, b.faithful()); err != nil {
 		return fmt.Errorf("indexer layer %d: %w", a.Layer, err)
 	}
 	if a.Trace {
@@ -169,5 +182,8 @@ func (b *Backend) SparseAttention(s backend.KVStore, q, kv, sel backend.Tensor, 
 		ent = kl.kv.Ptr
 	}
 	sh := cuda.AttnShape{Rows: n, Heads: H, D: D, Window: a.Window, Ratio: a.Ratio, Per: max(kl.per, 1), SelCols: selCols, Scale: a.Scale}
+	if k.spec.Compact {
+		sh.Nope, sh.EntryBytes = D-kl.spec.RopeDim, kl.eb
+	}
 	return cuda.SparseAttnF32(b.s, ot.ptr, qt.ptr, kt.ptr, kl.win.Ptr, ent, selPtr, sink.buf.Ptr, db.Seqs, db.Pos, db.Seq, db.Blocks, sh, b.faithful())
 }

@@ -6,6 +6,7 @@ import (
 
 	"github.com/megamoe/megamoe/backend"
 	"github.com/megamoe/megamoe/cuda"
+	"github.com/megamoe/megamoe/kvcache"
 )
 
 // compBufs is one compressor's state of every slot: A and Z, each
@@ -16,12 +17,54 @@ type compBufs struct {
 }
 
 // kvLayer is the device storage of one layer, preallocated from the spec.
+// Entries (window and compressed) are eb bytes and index keys kb bytes: fp32
+// values, or kvcache.EntryFormat and kvcache.IndexKeyFormat in a compact store.
 type kvLayer struct {
 	spec      backend.LayerKV
 	per       int          // entries per block (0 for ratio 0)
-	win       *cuda.Buffer // [MaxSlots][Window][HeadDim]
-	kv, ik    *cuda.Buffer // [MaxBlocks][per][HeadDim|IndexDim]
+	eb, kb    int          // bytes per entry, per index key
+	win       *cuda.Buffer // [MaxSlots][Window] entries
+	kv, ik    *cuda.Buffer // [MaxBlocks][per] entries | index keys
 	comp, idx compBufs
+}
+
+// newKVLayer returns the geometry of layer l's storage (no buffers yet).
+func newKVLayer(l backend.LayerKV, compact bool, blockTokens int) (kvLayer, error) {
+	kl := kvLayer{spec: l, eb: 4 * l.HeadDim, kb: 4 * l.IndexDim}
+	if compact {
+		ef, err := kvcache.NewEntryFormat(l.HeadDim, l.RopeDim)
+		if err != nil {
+			return kvLayer{}, err
+		}
+		kl.eb = ef.Bytes()
+		if l.IndexDim > 0 {
+			kf, err := kvcache.NewIndexKeyFormat(l.IndexDim)
+			if err != nil {
+				return kvLayer{}, err
+			}
+			kl.kb = kf.Bytes()
+		}
+	}
+	if l.Ratio > 0 {
+		c := coff(l.Ratio)
+		kl.per = blockTokens / l.Ratio
+		kl.comp.n = c * l.Ratio * c * l.HeadDim
+		if l.IndexDim > 0 {
+			kl.idx.n = c * l.Ratio * c * l.IndexDim
+		}
+	}
+	return kl, nil
+}
+
+// slotBytes is what one state slot takes: window ring and compressor states.
+func (kl *kvLayer) slotBytes() int { return kl.spec.Window*kl.eb + 2*4*(kl.comp.n+kl.idx.n) }
+
+// blockBytes is what one block takes: compressed entries and index keys.
+func (kl *kvLayer) blockBytes() int {
+	if kl.spec.IndexDim > 0 {
+		return kl.per * (kl.eb + kl.kb)
+	}
+	return kl.per * kl.eb
 }
 
 type kvStore struct {
@@ -39,11 +82,14 @@ func (b *Backend) NewKVStore(spec backend.KVSpec) (backend.KVStore, error) {
 	if err := backend.CheckKVSpec(spec); err != nil {
 		return nil, err
 	}
+	if spec.Compact && !b.faithful() {
+		return nil, fmt.Errorf("kv store: a compact store needs faithful numerics (exact keeps fp32)")
+	}
 	k := &kvStore{spec: spec, layers: make([]kvLayer, len(spec.Layers)), ready: make([]bool, spec.MaxSlots)}
 	b.blockTok = spec.BlockTokens
-	alloc := func(floats int) (*cuda.Buffer, error) {
-		n := max(4*floats, 16)
-		buf, err := b.ctx.Alloc(n)
+	alloc := func(bytes int) (*cuda.Buffer, error) {
+		n := max(bytes, 16)
+		buf, err := b.ctx.AllocExact(n) // sized to the cache, no size-class slack
 		if err != nil {
 			return nil, err
 		}
@@ -53,48 +99,53 @@ func (b *Backend) NewKVStore(spec backend.KVSpec) (backend.KVStore, error) {
 		}
 		return buf, nil
 	}
-	var err error
 	for i, l := range spec.Layers {
-		kl := &k.layers[i]
-		kl.spec = l
-		if kl.win, err = alloc(spec.MaxSlots * l.Window * l.HeadDim); err != nil {
+		kl, err := newKVLayer(l, spec.Compact, spec.BlockTokens)
+		if err != nil {
+			return nil, fmt.Errorf("kv store: layer %d: %w", i, err)
+		}
+		if kl.win, err = alloc(spec.MaxSlots * l.Window * kl.eb); err != nil {
 			return nil, fmt.Errorf("kv store: layer %d window: %w", i, err)
 		}
-		if l.Ratio == 0 {
-			continue
+		if l.Ratio > 0 {
+			if kl.kv, err = alloc(spec.MaxBlocks * kl.per * kl.eb); err != nil {
+				return nil, fmt.Errorf("kv store: layer %d entries: %w", i, err)
+			}
+			if kl.comp, err = allocComp(alloc, spec.MaxSlots, kl.comp.n); err != nil {
+				return nil, fmt.Errorf("kv store: layer %d state: %w", i, err)
+			}
 		}
-		kl.per = spec.BlockTokens / l.Ratio
-		c := coff(l.Ratio)
-		if kl.kv, err = alloc(spec.MaxBlocks * kl.per * l.HeadDim); err != nil {
-			return nil, fmt.Errorf("kv store: layer %d entries: %w", i, err)
-		}
-		kl.comp.n = c * l.Ratio * c * l.HeadDim
-		if kl.comp.a, err = alloc(spec.MaxSlots * kl.comp.n); err != nil {
-			return nil, fmt.Errorf("kv store: layer %d state: %w", i, err)
-		}
-		if kl.comp.z, err = alloc(spec.MaxSlots * kl.comp.n); err != nil {
-			return nil, fmt.Errorf("kv store: layer %d state: %w", i, err)
-		}
-		if l.IndexDim > 0 {
-			if kl.ik, err = alloc(spec.MaxBlocks * kl.per * l.IndexDim); err != nil {
+		if l.Ratio > 0 && l.IndexDim > 0 {
+			if kl.ik, err = alloc(spec.MaxBlocks * kl.per * kl.kb); err != nil {
 				return nil, fmt.Errorf("kv store: layer %d index keys: %w", i, err)
 			}
-			kl.idx.n = c * l.Ratio * c * l.IndexDim
-			if kl.idx.a, err = alloc(spec.MaxSlots * kl.idx.n); err != nil {
-				return nil, fmt.Errorf("kv store: layer %d index state: %w", i, err)
-			}
-			if kl.idx.z, err = alloc(spec.MaxSlots * kl.idx.n); err != nil {
+			if kl.idx, err = allocComp(alloc, spec.MaxSlots, kl.idx.n); err != nil {
 				return nil, fmt.Errorf("kv store: layer %d index state: %w", i, err)
 			}
 		}
+		k.layers[i] = kl
 	}
 	return k, nil
+}
+
+// allocComp allocates a compressor's A and Z of n floats per slot.
+func allocComp(alloc func(int) (*cuda.Buffer, error), slots, n int) (compBufs, error) {
+	c := compBufs{n: n}
+	var err error
+	if c.a, err = alloc(4 * slots * n); err != nil {
+		return c, err
+	}
+	c.z, err = alloc(4 * slots * n)
+	return c, err
 }
 
 func (b *Backend) store(s backend.KVStore) (*kvStore, error) {
 	k, ok := s.(*kvStore)
 	if !ok || k == nil {
 		return nil, fmt.Errorf("gpu: kv store %T", s)
+	}
+	if k.spec.Compact && !b.faithful() {
+		return nil, fmt.Errorf("gpu: compact kv store used in %v numerics (it holds faithful values only)", b.mode)
 	}
 	return k, nil
 }
@@ -111,8 +162,8 @@ func (b *Backend) ResetSlot(s backend.KVStore, slot int) error {
 	ninf := math.Float32bits(float32(math.Inf(-1)))
 	for i := range k.layers {
 		kl := &k.layers[i]
-		wn := kl.spec.Window * kl.spec.HeadDim
-		if err := b.s.Memset8(kl.win.Ptr.Add(4*slot*wn), 0, 4*wn); err != nil {
+		wn := kl.spec.Window * kl.eb
+		if err := b.s.Memset8(kl.win.Ptr.Add(slot*wn), 0, wn); err != nil {
 			return fmt.Errorf("reset slot %d: %w", slot, err)
 		}
 		for _, c := range []compBufs{kl.comp, kl.idx} {
@@ -128,6 +179,46 @@ func (b *Backend) ResetSlot(s backend.KVStore, slot int) error {
 		}
 	}
 	k.ready[slot] = true
+	return nil
+}
+
+// CopySlot implements backend.Backend: device-to-device copies of the slot's
+// ring and compressor state per layer.
+func (b *Backend) CopySlot(s backend.KVStore, a backend.SlotCopy) error {
+	if err := backend.CheckCopySlot(s, a); err != nil {
+		return err
+	}
+	k, err := b.store(s)
+	if err != nil {
+		return err
+	}
+	if !k.ready[a.Src] {
+		return fmt.Errorf("copy slot: slot %d not initialised", a.Src)
+	}
+	cp := func(buf *cuda.Buffer, bytes int) error { // one slot's bytes of buf
+		return b.s.CopyDtoD(buf.Ptr.Add(a.Dst*bytes), buf.Ptr.Add(a.Src*bytes), bytes)
+	}
+	all := a.Part == backend.SlotAll
+	for i := a.From; i < a.To; i++ {
+		kl := &k.layers[i]
+		if all || a.Part == backend.SlotWindow { // entries of kl.eb bytes (fp32 or compact)
+			if err := cp(kl.win, kl.spec.Window*kl.eb); err != nil {
+				return fmt.Errorf("copy slot %d <- %d: %w", a.Dst, a.Src, err)
+			}
+		}
+		for j, c := range []compBufs{kl.comp, kl.idx} {
+			if c.a == nil || !all && a.Part != []backend.SlotPart{backend.SlotComp, backend.SlotIndexComp}[j] {
+				continue
+			}
+			if err := cp(c.a, 4*c.n); err != nil {
+				return fmt.Errorf("copy slot %d <- %d: %w", a.Dst, a.Src, err)
+			}
+			if err := cp(c.z, 4*c.n); err != nil {
+				return fmt.Errorf("copy slot %d <- %d: %w", a.Dst, a.Src, err)
+			}
+		}
+	}
+	k.ready[a.Dst] = k.ready[a.Dst] || all && a.From == 0 && a.To == len(k.layers)
 	return nil
 }
 

@@ -213,6 +213,9 @@ func (o *Backend) NewKVStore(spec backend.KVSpec) (backend.KVStore, error) {
 // ResetSlot implements backend.Backend.
 func (o *Backend) ResetSlot(s backend.KVStore, slot int) error { return o.be.ResetSlot(s, slot) }
 
+// CopySlot implements backend.Backend.
+func (o *Backend) CopySlot(s backend.KVStore, a backend.SlotCopy) error { return o.be.CopySlot(s, a) }
+
 // Fork implements backend.Backend: fn runs at once.
 func (o *Backend) Fork(rows int, bt *backend.Batch, fn func() error) error { return fn() }
 

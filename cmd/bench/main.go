@@ -12,6 +12,10 @@
 // per sequence and batched decode steps, checking that all logits are finite
 // and printing tokens/s (stack.go).
 //
+// `bench prefix [flags]` measures the prefix cache: TTFT and prefill tokens
+// computed of requests sharing a long prefix and of a multi-turn conversation,
+// with the cache off and on, on one model of a preset (prefix.go).
+//
 // `bench kernels [flags]` times our GEMM kernels (FP8 dense, FP4 grouped MoE)
 // at the Flash and Pro shapes and 1 to 4096 tokens next to the measured copy
 // bandwidth, each case also checked against its CPU twin (kernels.go);
@@ -27,7 +31,7 @@ import (
 
 func main() {
 	cmds := map[string]func([]string, io.Writer, io.Writer) error{
-		"http": runHTTP, "stack": runStack, "kernels": runKernels, "kv": runKV,
+		"http": runHTTP, "stack": runStack, "kernels": runKernels, "kv": runKV, "prefix": runPrefix,
 	}
 	name, args := "http", os.Args[1:]
 	if len(args) > 0 && cmds[args[0]] != nil {

@@ -75,8 +75,20 @@ func run(args []string, stdout, stderr io.Writer) error {
 	fs.StringVar(&f.ppl.file, "perplexity", "", "print the perplexity of this file (uint16 token ids if it ends in .bin, else text) instead of generating")
 	fs.IntVar(&f.ppl.window, "ppl-window", 256, "with --perplexity: tokens per evaluated window")
 	fs.IntVar(&f.ppl.tokens, "ppl-tokens", 200000, "with --perplexity: evaluate at most this many tokens (0 = all)")
+	var spec engine.SpecConfig
+	fs.Func("speculative-config", `decode through the engine with drafts, e.g. {"method":"mtp","num_speculative_tokens":2}`, func(v string) (err error) {
+		spec, err = engine.ParseSpecConfig(v)
+		return err
+	})
+	numSpec := fs.Int("num-speculative-tokens", 0, "draft this many tokens per step with the MTP block (--speculative-config with method mtp)")
 	if err := fs.Parse(args); err != nil {
 		return err
+	}
+	if err := specFlags(&spec, *numSpec); err != nil {
+		return err
+	}
+	if spec.Enabled() && (f.dump != "" || f.chunk != 0) {
+		return errors.New("--dump-logits and --chunk do not combine with speculative decoding")
 	}
 	if f.steps < 0 || f.chunk < 0 {
 		return errors.New("--steps and --chunk must be >= 0")
@@ -122,6 +134,9 @@ func run(args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	fmt.Fprintf(stderr, "model ready in %v (%d layers, dim %d, vocab %d)\n", time.Since(t0).Round(time.Millisecond), w.Config.Layers, w.Config.Dim, w.Config.Vocab)
+	if spec.Enabled() {
+		return generateSpec(m, prompt, f.steps, spec, stdout, stderr)
+	}
 	if f.ppl.file != "" {
 		ids, err := loadPPLTokens(f.ppl.file, int32(w.Config.BOS), tok)
 		if err != nil {

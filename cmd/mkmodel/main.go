@@ -24,7 +24,7 @@ func main() {
 	out := flag.String("out", "", "output directory (created if needed)")
 	format := flag.String("format", checkpoint.GenOfficial, "checkpoint format: official (FP8 + MXFP4 experts) or nvfp4 (ModelOpt NVFP4 experts)")
 	seed := flag.Uint64("seed", 1, "random seed for the weights")
-	preset := flag.String("preset", "small", "architecture preset: small, or small-tp (splits over 2 and 4 ranks)")
+	preset := flag.String("preset", "small", "architecture preset: small, small-tp (splits over 2 and 4 ranks) or small-dspark (a DSpark drafter instead of the MTP block)")
 	from := flag.String("from", "", "a trained model directory (train/train.py --out) to write instead of random weights")
 	tok := flag.String("tokenizer", "", "with --from: the model's tokenizer.json")
 	shard := flag.Int64("max-shard-bytes", 0, "bound on one shard's tensor data (0: a third of the total)")

@@ -51,6 +51,7 @@ func checkCapacityFlags(fs *flag.FlagSet, o *options) error {
 // every slot's state.
 func cacheOptions(opts *model.Options, o *options, c *checkpoint.Config, gs []*gpu.Backend, log *slog.Logger) {
 	opts.CacheBytes, opts.MaxSeqs = o.kvCacheMemory, o.maxNumSeqs
+	opts.MaxSeqs *= slotsPerSeq(o) // a drafting sequence also holds a snapshot slot
 	if len(gs) == 0 || o.kvCacheMemory > 0 {
 		return
 	}
@@ -98,7 +99,7 @@ func gpuCacheBytes(g *gpu.Backend, o *options, c *checkpoint.Config, l kvcache.L
 		return 0, err
 	}
 	d := deviceBudget{util: o.gpuMemUtil, total: int64(total), used: int64(total - free), workspace: ws,
-		slots: int64(o.maxNumSeqs) * l.StateBytes}
+		slots: int64(slotsPerSeq(o)*o.maxNumSeqs) * l.StateBytes}
 	n, err := d.cacheBytes()
 	if err != nil {
 		return 0, err
@@ -166,4 +167,13 @@ func reportCache(log *slog.Logger, c *checkpoint.Config, cache *kvcache.Manager,
 		"bytes_per_token", fmt.Sprintf("%.2f", f.PerToken()), "fixed_bytes_per_seq", f.Fixed(),
 		"tokens_one_seq", cache.MaxTokens(1), "max_num_seqs", seqs, "tokens_per_seq_at_max_num_seqs", per, "tokens_at_max_num_seqs", per*seqs)
 	return nil
+}
+
+// slotsPerSeq is the state slots one running sequence holds: its own, and a
+// snapshot with speculative decoding.
+func slotsPerSeq(o *options) int {
+	if o.spec.Enabled() {
+		return 2
+	}
+	return 1
 }

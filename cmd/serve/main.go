@@ -57,6 +57,8 @@ type options struct {
 	maxHeaderBytes, maxQueuedPerConn                  int
 	aliases, allowedOrigins                           []string // further served names; CORS origins
 	cudaGraphs, deviceSampling, sideStream            bool
+	spec                                              engine.SpecConfig
+	prefixCaching                                     bool
 }
 
 func main() {
@@ -102,6 +104,8 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	fs.IntVar(&o.maxNumSeqs, "max-num-seqs", 64, "running sequences at most")
 	fs.IntVar(&o.maxBatchTokens, "max-num-batched-tokens", 512, "tokens per engine step: prefill chunks plus decode tokens (larger steps prefill faster and delay running decodes more)")
 	fs.BoolVar(&o.deviceSampling, "device-sampling", false, "on a CUDA device, draw the tokens of requests without logprobs, penalties or logit bias there (only their ids come back) instead of sampling every logits row here")
+	fs.BoolVar(&o.prefixCaching, "enable-prefix-caching", true, "reuse the KV cache of prompt prefixes computed before (blocks of 256 tokens)")
+	fs.BoolFunc("no-enable-prefix-caching", "turn prefix caching off", func(string) error { o.prefixCaching = false; return nil })
 	fs.StringVar(&o.apiKey, "api-key", "", "require this bearer token on /v1 (also $MEGAMOE_API_KEY)")
 	fs.StringVar(&o.device, "device", "auto", "cpu | cuda | auto")
 	fs.StringVar(&o.numerics, "numerics", "faithful", "faithful | exact")
@@ -116,8 +120,24 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	fs.IntVar(&o.maxHeaderBytes, "max-header-bytes", 64<<10, "largest request header block (431 beyond)")
 	fs.IntVar(&o.maxQueuedPerConn, "max-queued-per-conn", 64, "requests of one connection (HTTP/2 carries many) waiting for their first token at most; beyond, a 429 with Retry-After (0: no bound)")
 	addCapacityFlags(fs, &o)
+	numSpec := fs.Int("num-speculative-tokens", 0, "draft this many tokens per decode step with the checkpoint's MTP block (--speculative-config with method mtp)")
+	fs.Func("speculative-config", `speculative decoding as JSON, e.g. {"method":"mtp","num_speculative_tokens":2}`, func(v string) (err error) {
+		o.spec, err = engine.ParseSpecConfig(v)
+		return err
+	})
 	if err := fs.Parse(args); err != nil {
 		return nil, err
+	}
+	if *numSpec != 0 {
+		if o.spec.Enabled() && o.spec.NumTokens != *numSpec {
+			return nil, fmt.Errorf("--num-speculative-tokens %d contradicts --speculative-config's %d", *numSpec, o.spec.NumTokens)
+		}
+		if !o.spec.Enabled() {
+			o.spec = engine.SpecConfig{Method: "mtp", NumTokens: *numSpec}
+		}
+		if err := o.spec.Validate(); err != nil {
+			return nil, fmt.Errorf("--num-speculative-tokens: %w", err)
+		}
 	}
 	if fs.NArg() > 0 {
 		return nil, fmt.Errorf("unexpected arguments %q", fs.Args())
@@ -302,7 +322,8 @@ func load(dir string, o *options, log *slog.Logger, bar *progress) (_ *checkpoin
 	if lowered {
 		log.Warn("context length lowered to what the KV cache holds", "max_model_len", maxLen, "max_position_embeddings", w.Config.MaxPositions)
 	}
-	eng, err := engine.New(engine.FromModel(m), engine.Config{MaxNumSeqs: o.maxNumSeqs, MaxBatchTokens: o.maxBatchTokens, MaxModelLen: maxLen, DeviceSampling: o.deviceSampling, Logger: log})
+	eng, err := engine.New(engine.FromModel(m), engine.Config{MaxNumSeqs: o.maxNumSeqs, MaxBatchTokens: o.maxBatchTokens, MaxModelLen: maxLen, DeviceSampling: o.deviceSampling,
+		Speculative: o.spec, PrefixCaching: o.prefixCaching, Logger: log})
 	if err != nil {
 		return nil, nil, nil, err
 	}

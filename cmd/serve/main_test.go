@@ -40,6 +40,16 @@ func TestParseFlags(t *testing.T) {
 		{[]string{"extra"}, "unexpected arguments"},
 		{[]string{"--tensor-parallel", "2"}, ""},
 		{[]string{"--tensor-parallel", "0"}, "--tensor-parallel"},
+		{[]string{"--speculative-config", `{"method":"mtp","num_speculative_tokens":2}`}, ""},
+		{[]string{"--speculative-config", `{"method":"mtp","num_speculative_tokens":2}`, "--num-speculative-tokens", "2"}, ""},
+		{[]string{"--speculative-config", `{"method":"mtp","num_speculative_tokens":2}`, "--num-speculative-tokens", "3"}, "contradicts"},
+		{[]string{"--speculative-config", `{"method":"mtp","num_speculative_tokens":20}`}, "num_speculative_tokens 20 out of"},
+		{[]string{"--speculative-config", `{"method":"ngram","num_speculative_tokens":2}`}, `method "ngram"`},
+		{[]string{"--speculative-config", `{"method":"mtp",`}, "speculative config"},
+		{[]string{"--num-speculative-tokens", "2"}, ""},
+		{[]string{"--num-speculative-tokens", "-1"}, "--num-speculative-tokens"},
+		{[]string{"--no-enable-prefix-caching"}, ""},
+		{[]string{"--enable-prefix-caching=false"}, ""},
 	} {
 		o, err := parseFlags(tc.args, io.Discard)
 		switch {
@@ -49,6 +59,8 @@ func TestParseFlags(t *testing.T) {
 			t.Errorf("%q: error %v, want %q", tc.args, err, tc.wantErr)
 		case tc.wantErr == "" && (o.host != "0.0.0.0" || o.port == 0):
 			t.Errorf("%q: defaults %+v", tc.args, o)
+		case tc.wantErr == "" && o.prefixCaching == strings.Contains(strings.Join(tc.args, " "), "prefix-caching"):
+			t.Errorf("%q: prefix caching %v", tc.args, o.prefixCaching)
 		}
 	}
 }

@@ -1,9 +1,13 @@
 // KV-store ops of the GPU backend (backend/gpu kv.go, attn.go): window ring,
 // compressor (spec §5.4), indexer top-k (§5.5) and sparse attention (§5.6–5.7),
-// matching backend/cpu/attn.go rounding point by rounding point.
+// matching backend/cpu/attn.go rounding point by rounding point. The *_kv8
+// variants keep the cache in the compact formats of kvcache/format.go
+// (kvfmt.cuh): writers encode on the device, readers decode in the kernel.
 #include "common.cuh"
+#include "kvfmt.cuh"
 
 DEV float exp32(float x) { return (float)exp((double)x); }
+DEV float4 f4zero() { return make_float4(0.0f, 0.0f, 0.0f, 0.0f); }
 
 // seqs layout: slot, start, row0, rows, blkOff, nblk.
 #define SQ(s, f) seqs[(s) * 6 + (f)]
@@ -23,6 +27,22 @@ extern "C" __global__ void write_window_f32(
 	if (k < SQ(s, 3) - W) return;
 	const int p = SQ(s, 1) + k;
 	ring[((size_t)SQ(s, 0) * W + p % W) * D + d] = kv[(size_t)r * D + d];
+}
+
+// Compact ring (entries of eb bytes, D = nope + rope): one warp per row
+// encodes it into its slot.
+extern "C" __global__ void write_window_kv8(
+	u8* __restrict__ ring, const float* __restrict__ kv, const int* __restrict__ seqs, const int* __restrict__ seqOf,
+	int rows, int W, int D, int nope, int eb)
+{
+	PDL_ENTRY();
+	const int r = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
+	if (r >= rows) return; // uniform over the warp
+	const int s = seqOf[r];
+	const int k = r - SQ(s, 2);
+	if (k < SQ(s, 3) - W) return;
+	const int p = SQ(s, 1) + k;
+	enc_entry_warp(ring + ((size_t)SQ(s, 0) * W + p % W) * eb, kv + (size_t)r * D, nope, D - nope, eb, threadIdx.x & 31);
 }
 
 // Slot p of window j (c == 2: slot < r is the "a" half of the previous
@@ -67,14 +87,16 @@ DEV double block_sum_d(double v, double* red) {
 // One CTA per row; the row at position p completes entry j = (p+1)/r - 1 of
 // its sequence when (p+1) % r == 0 (every entry completes at exactly one row),
 // the others exit: pool → bf16 → RMSNorm → RoPE at j·r → FP8 (kind 0) or
-// Hadamard+FP4 (kind 1) → store. smem: dc floats. Everything is read from the
-// device, so a recorded step replays for any positions.
+// Hadamard+FP4 (kind 1) → store: fp32 [dc], or with eb > 0 (faithful) the
+// compact entry (kind 0) or index key (kind 1) of eb bytes. smem: dc floats.
+// Everything is read from the device, so a recorded step replays for any
+// positions.
 extern "C" __global__ void __launch_bounds__(256) compress_f32(
-	float* __restrict__ dst, const float* __restrict__ A, const float* __restrict__ Z, const float* __restrict__ ape,
+	void* __restrict__ dst, const float* __restrict__ A, const float* __restrict__ Z, const float* __restrict__ ape,
 	const float* __restrict__ stA, const float* __restrict__ stZ, const float* __restrict__ norm,
 	const float* __restrict__ rf32, const double* __restrict__ rf64,
 	const int* __restrict__ seqs, const int* __restrict__ blocks, const int* __restrict__ rowPos, const int* __restrict__ seqOf,
-	int r, int dc, int c, int per, int rd, float eps, int kind, int faithful)
+	int r, int dc, int c, int per, int rd, float eps, int kind, int faithful, int eb)
 {
 	PDL_ENTRY();
 	extern __shared__ float u[];
@@ -210,7 +232,16 @@ extern "C" __global__ void __launch_bounds__(256) compress_f32(
 	}
 	__syncthreads();
 	const int blk = blocks[SQ(si, 4) + j / per];
-	float* o = dst + ((size_t)blk * per + j % per) * dc;
+	const size_t e = (size_t)blk * per + j % per;
+	if (eb > 0) {
+		if (threadIdx.x < 32) {
+			u8* o = static_cast<u8*>(dst) + e * eb;
+			if (kind == 1) enc_index_warp(o, u, dc, eb, threadIdx.x);
+			else enc_entry_warp(o, u, dc - rd, rd, eb, threadIdx.x);
+		}
+		return;
+	}
+	float* o = static_cast<float*>(dst) + e * dc;
 	for (int ch = threadIdx.x; ch < dc; ch += blockDim.x) o[ch] = u[ch];
 }
 
@@ -271,17 +302,19 @@ extern "C" __global__ void compress_state_f32(
 // registers), each dot as 4 strided partial sums (i % 4) combined as
 // (s0 + s1) + (s2 + s3) like the CPU's dot, in fp32 with FMA; then one thread
 // per entry adds the terms in ascending h, sequential fp32 adds as the CPU.
+// Keys are kb bytes apart: fp32 (kb = 4·hd), or compact (CPT: kvfmt.cuh,
+// hd % 8 == 0), decoded to the same fp32 values while staged.
 #define IX_TE 16
 #define IX_THREADS 128
 
-extern "C" __global__ void __launch_bounds__(IX_THREADS) indexer_scores_f32(
-	float* __restrict__ scores, const float* __restrict__ q, const float* __restrict__ wt, const float* __restrict__ ik,
+template <bool CPT>
+DEV void indexer_scores_body(
+	float* __restrict__ scores, const float* __restrict__ q, const float* __restrict__ wt, const u8* __restrict__ ik,
 	const int* __restrict__ seqs, const int* __restrict__ pos, const int* __restrict__ seqOf, const int* __restrict__ blocks,
-	int ld, int heads, int hd, int ratio, int per, int faithful)
+	int ld, int heads, int hd, int ratio, int per, int kstride, int faithful)
 {
-	PDL_ENTRY();
 	extern __shared__ __align__(16) float ix_smem[];
-	__shared__ long long koff[IX_TE]; // key offsets in ik of the tile's entries (-1: none)
+	__shared__ long long koff[IX_TE]; // byte offsets in ik of the tile's keys (-1: none)
 	const int row = blockIdx.x;
 	const int tid = threadIdx.x, nt = blockDim.x;
 	const int lim = min((pos[row] + 1) / ratio, ld);
@@ -293,7 +326,7 @@ extern "C" __global__ void __launch_bounds__(IX_THREADS) indexer_scores_f32(
 	float* ks = qs + (size_t)heads * hdp;
 	float* ws = ks + IX_TE * hdp;
 	float* vs = ws + heads;
-	const bool vec = (hd & 3) == 0 && (((size_t)q | (size_t)ik) & 15) == 0;
+	const bool vec = (hd & 3) == 0 && (((size_t)q | (CPT ? 0 : (size_t)ik)) & 15) == 0;
 	const float* qr = q + (size_t)row * heads * hd;
 	if (vec) { // cp.async: every copy of the block is in flight at once
 		const int c4 = hd >> 2;
@@ -314,15 +347,30 @@ extern "C" __global__ void __launch_bounds__(IX_THREADS) indexer_scores_f32(
 		// written). Their offsets first, so no copy waits on a block lookup.
 		if (tid < IX_TE) {
 			const int j = j0 + tid;
-			koff[tid] = j < lim ? ((long long)bt[j / per] * per + j % per) * hd : -1;
+			koff[tid] = j < lim ? ((long long)bt[j / per] * per + j % per) * kstride : -1;
 		}
 		__syncthreads();
-		if (vec) {
+		if (CPT) {
+			const int c8 = hd >> 3;
+			for (int idx = tid; idx < IX_TE * c8; idx += nt) {
+				const int e = idx / c8, c = idx - e * c8;
+				const long long o = koff[e];
+				float4 lo = f4zero(), hi = f4zero();
+				if (o >= 0) ld_index8(ik + o, c, hd, lo, hi);
+				float4* d = reinterpret_cast<float4*>(ks + e * hdp + 8 * c);
+				d[0] = lo;
+				d[1] = hi;
+			}
+			if (vec) { // q's copies, on the first tile
+				cp_async_commit();
+				cp_async_wait<0>();
+			}
+		} else if (vec) {
 			const int c4 = hd >> 2;
 			for (int idx = tid; idx < IX_TE * c4; idx += nt) {
 				const int e = idx / c4, c = idx - e * c4;
 				const long long o = koff[e];
-				cp_async16(ks + e * hdp + 4 * c, o >= 0 ? ik + o + 4 * c : ik, o >= 0 ? 16 : 0); // 0: zero fill
+				cp_async16(ks + e * hdp + 4 * c, o >= 0 ? ik + o + 16 * c : ik, o >= 0 ? 16 : 0); // 0: zero fill
 			}
 			cp_async_commit(); // with the q copies on the first tile
 			cp_async_wait<0>();
@@ -330,7 +378,7 @@ extern "C" __global__ void __launch_bounds__(IX_THREADS) indexer_scores_f32(
 			for (int idx = tid; idx < IX_TE * hd4; idx += nt) {
 				const int e = idx / hd4, i = idx - e * hd4;
 				const long long o = koff[e];
-				ks[e * hdp + i] = o >= 0 && i < hd ? ik[o + i] : 0.0f;
+				ks[e * hdp + i] = o >= 0 && i < hd ? reinterpret_cast<const float*>(ik + o)[i] : 0.0f;
 			}
 		}
 		__syncthreads();
@@ -382,6 +430,23 @@ extern "C" __global__ void __launch_bounds__(IX_THREADS) indexer_scores_f32(
 		}
 		__syncthreads(); // ks and vs are rewritten by the next tile
 	}
+}
+
+#define IX_ARGS                                                                                                     \
+	float* __restrict__ scores, const float* __restrict__ q, const float* __restrict__ wt, const u8* __restrict__ ik, \
+		const int* __restrict__ seqs, const int* __restrict__ pos, const int* __restrict__ seqOf,                     \
+		const int* __restrict__ blocks, int ld, int heads, int hd, int ratio, int per, int kstride, int faithful
+
+extern "C" __global__ void __launch_bounds__(IX_THREADS) indexer_scores_f32(IX_ARGS)
+{
+	PDL_ENTRY();
+	indexer_scores_body<false>(scores, q, wt, ik, seqs, pos, seqOf, blocks, ld, heads, hd, ratio, per, kstride, faithful);
+}
+
+extern "C" __global__ void __launch_bounds__(IX_THREADS) indexer_scores_kv8(IX_ARGS)
+{
+	PDL_ENTRY();
+	indexer_scores_body<true>(scores, q, wt, ik, seqs, pos, seqOf, blocks, ld, heads, hd, ratio, per, kstride, faithful);
 }
 
 DEV u32 ord_key(float f) {
@@ -502,7 +567,6 @@ extern "C" __global__ void __launch_bounds__(1024) indexer_topk_f32(
 #define AT_NC 8
 #define AT_THREADS 256
 
-DEV float4 f4zero() { return make_float4(0.0f, 0.0f, 0.0f, 0.0f); }
 DEV float dot4(float4 a, float4 b, float acc) {
 	acc = fmaf(a.x, b.x, acc);
 	acc = fmaf(a.y, b.y, acc);
@@ -572,8 +636,16 @@ DEV void attn_put(float* out, const float4 (&acc)[4], const float* lf, int row, 
 	}
 }
 
+// Values [4c4, 4c4+4) of key row p: fp32, or (CPT) a compact entry when p
+// carries tag bit 0 (entries are 8-byte aligned; this step's kv rows are fp32).
+template <bool CPT>
+DEV float4 key4(const u8* p, int c4, int nope, int soff) {
+	if (CPT && ((size_t)p & 1)) return ld_entry4(p - 1, 4 * c4, nope, soff);
+	return reinterpret_cast<const float4*>(p)[c4];
+}
+
 struct AttnSmem {
-	const float* kp[64];    // key rows of the block (null: empty slot)
+	const u8* kp[64];       // key rows of the block (null: empty slot)
 	float sc[AT_HG][64];    // scores (NaN: no key)
 	float4 pw[64][2];       // bf16-rounded P per (key, head): heads 4i..4i+3 in pw[k][i]
 	u32 inv[64][2];         // byte per (key, head): P not added (the CPU skips it)
@@ -582,17 +654,21 @@ struct AttnSmem {
 	float f[AT_NC][AT_HG];  // combine factors
 };
 
-template <bool SPLIT>
+// Cache entries (ring, ent) are es bytes apart: fp32 (es = 4·D) or, with
+// CPT, compact entries of nope e4m3 + D - nope bf16 values.
+template <bool SPLIT, bool CPT>
 DEV void attn_body(float* __restrict__ out, const float* __restrict__ q, const float* __restrict__ kv,
-	const float* __restrict__ ring, const float* __restrict__ ent, const int* __restrict__ sel, int selCols,
+	const u8* __restrict__ ring, const u8* __restrict__ ent, const int* __restrict__ sel, int selCols,
 	const float* __restrict__ sink, const int* __restrict__ seqs, const int* __restrict__ pos,
 	const int* __restrict__ seqOf, const int* __restrict__ blocks, int H, int D, int W, int ratio, int per,
-	float scale, int faithful, int row, int g, int rank)
+	int nope, int es, float scale, int faithful, int row, int g, int rank)
 {
 	extern __shared__ float4 qs4[]; // [AT_HG][D/4]; the CTA's partial acc in the split combine
 	__shared__ AttnSmem sm;
 	const int tid = threadIdx.x, lane = tid & 31, w = tid >> 5;
 	const int D4 = D >> 2;
+	const int soff = nope + 2 * (D - nope);
+	const int tag = CPT ? 1 : 0;
 	const int h0 = g * AT_HG;
 	const int si = seqOf[row];
 	const int slot = SQ(si, 0), start = SQ(si, 1), row0 = SQ(si, 2), nrows = SQ(si, 3);
@@ -618,19 +694,20 @@ DEV void attn_body(float* __restrict__ out, const float* __restrict__ q, const f
 	// Key rows of block b into sm.kp (the CPU's index list).
 	auto keys = [&](int b0, int n) {
 		if (tid < 64) {
-			const float* kk = nullptr;
+			const u8* kk = nullptr;
 			const int ki = b0 + tid;
 			if (tid < n) {
 				if (ki < nwin) {
 					const int p = p0 + ki;
-					kk = p >= start ? kv + (size_t)(row0 + p - start) * D : ring + ((size_t)slot * W + p % W) * D;
+					kk = p >= start ? reinterpret_cast<const u8*>(kv + (size_t)(row0 + p - start) * D)
+					                : ring + ((size_t)slot * W + p % W) * es + tag;
 				} else if (ki >= winLen) {
 					int j = ki - winLen;
 					if (ratio == 4) {
 						j = sel[(size_t)row * selCols + j];
 						if (j < 0 || j >= (t + 1) / 4) j = -1;
 					}
-					if (j >= 0 && j / per < nblk) kk = ent + ((size_t)blocks[blkOff + j / per] * per + j % per) * D;
+					if (j >= 0 && j / per < nblk) kk = ent + ((size_t)blocks[blkOff + j / per] * per + j % per) * es + tag;
 				}
 			}
 			sm.kp[tid] = kk;
@@ -641,16 +718,16 @@ DEV void attn_body(float* __restrict__ out, const float* __restrict__ q, const f
 #pragma unroll 1
 		for (int ps = 0; ps < 2; ps++) {
 			const int kb = w * 8 + ps * 4;
-			const float4* kr[4];
+			const u8* kr[4];
 #pragma unroll
-			for (int j = 0; j < 4; j++) kr[j] = kb + j < n ? reinterpret_cast<const float4*>(sm.kp[kb + j]) : nullptr;
+			for (int j = 0; j < 4; j++) kr[j] = kb + j < n ? sm.kp[kb + j] : nullptr;
 			float a[32];
 #pragma unroll
 			for (int i = 0; i < 32; i++) a[i] = 0.0f;
 			for (int c4 = lane; c4 < D4; c4 += 32) {
 				float4 kf[4];
 #pragma unroll
-				for (int j = 0; j < 4; j++) kf[j] = kr[j] ? kr[j][c4] : f4zero();
+				for (int j = 0; j < 4; j++) kf[j] = kr[j] ? key4<CPT>(kr[j], c4, nope, soff) : f4zero();
 #pragma unroll
 				for (int h = 0; h < AT_HG; h++) {
 					const float4 qf = qs4[h * D4 + c4];
@@ -738,8 +815,8 @@ DEV void attn_body(float* __restrict__ out, const float* __restrict__ q, const f
 		}
 		// acc[i] += p(key k, head 4·hs + i) · V[k][c4], skipping the keys the CPU
 		// skips (NaN scores) per head.
-		auto accum = [&](float4 (&acc)[4], const float4* kr, int k, int hs, int c4) {
-			const float4 kf = kr[c4];
+		auto accum = [&](float4 (&acc)[4], const u8* kr, int k, int hs, int c4) {
+			const float4 kf = key4<CPT>(kr, c4, nope, soff);
 			const float4 p4 = sm.pw[k][hs];
 			const u32 iv = sm.inv[k][hs];
 			const float pp[4] = {p4.x, p4.y, p4.z, p4.w};
@@ -755,7 +832,7 @@ DEV void attn_body(float* __restrict__ out, const float* __restrict__ q, const f
 		};
 #pragma unroll 4
 		for (int k = 0; k < n; k++) {
-			const float4* kr = reinterpret_cast<const float4*>(sm.kp[k]);
+			const u8* kr = sm.kp[k];
 			if (!kr) continue;
 			if (ok0) accum(acc0, kr, k, hs0, c40);
 			if (ok1) accum(acc1, kr, k, hs1, c41);
@@ -808,36 +885,40 @@ DEV void attn_body(float* __restrict__ out, const float* __restrict__ q, const f
 #endif
 }
 
-// The two entry points' parameters (rows: the grid's; the body reads blockIdx).
+// The entry points' parameters (rows: the grid's; the body reads blockIdx).
 #define ATTN_ARGS                                                                                              \
-	float* __restrict__ out, const float* __restrict__ q, const float* __restrict__ kv, const float* __restrict__ ring, \
-		const float* __restrict__ ent, const int* __restrict__ sel, int selCols, const float* __restrict__ sink,       \
+	float* __restrict__ out, const float* __restrict__ q, const float* __restrict__ kv, const u8* __restrict__ ring,   \
+		const u8* __restrict__ ent, const int* __restrict__ sel, int selCols, const float* __restrict__ sink,           \
 		const int* __restrict__ seqs, const int* __restrict__ pos, const int* __restrict__ seqOf,                      \
-		const int* __restrict__ blocks, int rows, int H, int D, int W, int ratio, int per, float scale, int faithful
+		const int* __restrict__ blocks, int rows, int H, int D, int W, int ratio, int per, int nope, int es,           \
+		float scale, int faithful
+#define ATTN_PASS out, q, kv, ring, ent, sel, selCols, sink, seqs, pos, seqOf, blocks, H, D, W, ratio, per, nope, es, scale, faithful
 
-extern "C" __global__ void __launch_bounds__(AT_THREADS) sparse_attn_f32(ATTN_ARGS)
-{
-	PDL_ENTRY();
-	(void)rows;
-	attn_body<false>(out, q, kv, ring, ent, sel, selCols, sink, seqs, pos, seqOf, blocks, H, D, W, ratio, per, scale,
-		faithful, blockIdx.x, blockIdx.y, 0);
-}
+// One CTA per (row, head group): grid (rows, groups).
+#define ATTN_KERNEL(name, CPT)                                                                                 \
+	extern "C" __global__ void __launch_bounds__(AT_THREADS) name(ATTN_ARGS)                                   \
+	{                                                                                                          \
+		PDL_ENTRY();                                                                                           \
+		(void)rows;                                                                                            \
+		attn_body<false, CPT>(ATTN_PASS, blockIdx.x, blockIdx.y, 0);                                           \
+	}
 
 // Grid (AT_NC·groups, rows): the AT_NC consecutive CTAs along x of one
 // (row, head group) form a cluster. sm_90+ only (the launcher checks).
 #ifdef AT_CLUSTER
-extern "C" __global__ void __cluster_dims__(AT_NC, 1, 1) __launch_bounds__(AT_THREADS) sparse_attn_split_f32(
+#define ATTN_SPLIT_KERNEL(name, CPT)                                                                           \
+	extern "C" __global__ void __cluster_dims__(AT_NC, 1, 1) __launch_bounds__(AT_THREADS) name(ATTN_ARGS)     \
+	{                                                                                                          \
+		PDL_ENTRY();                                                                                           \
+		(void)rows;                                                                                            \
+		attn_body<true, CPT>(ATTN_PASS, blockIdx.y, blockIdx.x / AT_NC, (int)cluster_rank());                  \
+	}
 #else
-extern "C" __global__ void __launch_bounds__(AT_THREADS) sparse_attn_split_f32(
+#define ATTN_SPLIT_KERNEL(name, CPT)                                                                           \
+	extern "C" __global__ void __launch_bounds__(AT_THREADS) name(ATTN_ARGS) { __trap(); }
 #endif
-	ATTN_ARGS)
-{
-	PDL_ENTRY();
-	(void)rows;
-#ifdef AT_CLUSTER
-	attn_body<true>(out, q, kv, ring, ent, sel, selCols, sink, seqs, pos, seqOf, blocks, H, D, W, ratio, per, scale,
-		faithful, blockIdx.y, blockIdx.x / AT_NC, (int)cluster_rank());
-#else
-	__trap();
-#endif
-}
+
+ATTN_KERNEL(sparse_attn_f32, false)
+ATTN_KERNEL(sparse_attn_kv8, true)
+ATTN_SPLIT_KERNEL(sparse_attn_split_f32, false)
+ATTN_SPLIT_KERNEL(sparse_attn_split_kv8, true)

@@ -132,6 +132,7 @@ var opGroups = []opGroup{
 	{name: "head_norm_rope rmsnorm_rope_kvq", run: checkEpilogues},
 	{name: "hadamard_fp4", run: checkHadamard},
 	{name: "kv_path compress indexer_topk sparse_attention write_window", run: checkKVPath},
+	{name: "copy_slot", run: checkCopySlot},
 	{name: "router", run: checkRouter},
 	{name: "experts", run: checkExperts},
 	{name: "swiglu combine add_streams scale", run: checkElementwise},

@@ -7,6 +7,7 @@ import (
 	"github.com/megamoe/megamoe/backend"
 	"github.com/megamoe/megamoe/backend/cpu"
 	"github.com/megamoe/megamoe/checkpoint"
+	"github.com/megamoe/megamoe/kvcache"
 	"github.com/megamoe/megamoe/rope"
 )
 
@@ -55,19 +56,33 @@ func (p *Pair) compress(kv KVTwin, k kvParams, a backend.CompressArgs, bt *backe
 
 // checkKVPath runs compressor (main and indexer), indexer top-k, sparse
 // attention and window writes on layers of ratio 0, 4 and 128 over one
-// prefill chunk (two sequences) and a few decode steps, as TestKVStoreSteps.
+// prefill chunk (two sequences) and a few decode steps, as TestKVStoreSteps;
+// in faithful numerics a second time with the device's store compact (the
+// CPU's stays fp32).
 func checkKVPath(p *Pair, d OpDims, _ *embedTable) {
+	kvPath(p, d, false)
+	if p.C.Numerics() == backend.Faithful {
+		kvPath(p, d, true)
+	}
+}
+
+func kvPath(p *Pair, d OpDims, compact bool) {
 	const blockTokens = 256
 	D, H, ID, IH := d.HeadDim, d.Heads, d.IndexHeadDim, d.IndexHeads
 	nb := (max(d.Prefill, d.Prefill2)+d.DecodeSteps)/blockTokens + 1
 	spec := backend.KVSpec{BlockTokens: blockTokens, MaxBlocks: 2 * nb, MaxSlots: 2, Layers: []backend.LayerKV{
-		{Window: d.Window, HeadDim: D}, {Window: d.Window, HeadDim: D, Ratio: 4, IndexDim: ID}, {Window: d.Window, HeadDim: D, Ratio: 128}}}
+		{Window: d.Window, HeadDim: D, RopeDim: d.RopeDim}, {Window: d.Window, HeadDim: D, RopeDim: d.RopeDim, Ratio: 4, IndexDim: ID},
+		{Window: d.Window, HeadDim: D, RopeDim: d.RopeDim, Ratio: 128}}}
 	fr, err := rope.New(d.RopeDim, d.CompressTheta, d.YaRN)
+	p.Must(err)
+	ef, err := kvcache.NewEntryFormat(D, d.RopeDim)
 	p.Must(err)
 	var kv KVTwin
 	kv.C, err = p.C.NewKVStore(spec)
 	p.Must(err)
-	kv.G, err = p.G.NewKVStore(spec)
+	gspec := spec
+	gspec.Compact = compact
+	kv.G, err = p.G.NewKVStore(gspec)
 	p.Must(err)
 	for s := range spec.MaxSlots {
 		p.Must(p.C.ResetSlot(kv.C, s))
@@ -95,6 +110,10 @@ func checkKVPath(p *Pair, d OpDims, _ *embedTable) {
 		for layer, l := range spec.Layers {
 			tag := fmt.Sprintf("step %d (%d+%d rows) ratio %d", si, st[0], st[1], l.Ratio)
 			kvr := p.Rand(n, D, 1)
+			if compact { // as NormRopeKVQuant leaves them: in the entry format
+				tag += " compact"
+				kvr = p.From(n, D, RoundEntries(p, ef, kvr.Host))
+			}
 			q := p.Rand(n, H*D, 1)
 			var sel Twin
 			if l.Ratio > 0 {
@@ -133,6 +152,16 @@ func checkKVPath(p *Pair, d OpDims, _ *embedTable) {
 			starts[i] += st[i]
 		}
 	}
+}
+
+// RoundEntries rounds rows of v to the compact entry format (encode, decode), in place.
+func RoundEntries(p *Pair, f kvcache.EntryFormat, v []float32) []float32 {
+	b := make([]byte, f.Bytes())
+	for r := 0; r < len(v); r += f.Dim() {
+		p.Must(f.Encode(b, v[r:r+f.Dim()]))
+		p.Must(f.Decode(v[r:r+f.Dim()], b))
+	}
+	return v
 }
 
 func checkRouter(p *Pair, d OpDims, _ *embedTable) {

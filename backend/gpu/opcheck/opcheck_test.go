@@ -128,3 +128,22 @@ func TestPresetDims(t *testing.T) {
 		}
 	}
 }
+
+// TestCopySlotGPU runs the copy slot group alone (the prefix cache's
+// snapshot and restore), in both numerics.
+func TestCopySlotGPU(t *testing.T) {
+	for _, mode := range []backend.Numerics{backend.Faithful, backend.Exact} {
+		t.Run(mode.String(), func(t *testing.T) {
+			g := openGPU(t)
+			rows := CheckOps(g, tinyDims(), mode, 1, "copy_slot", t)
+			if len(rows) < 9 {
+				t.Errorf("only %d rows", len(rows))
+			}
+			for _, r := range rows {
+				if !r.Pass {
+					t.Errorf("failed: %s", FormatRow(r))
+				}
+			}
+		})
+	}
+}

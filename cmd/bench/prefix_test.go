@@ -1,0 +1,53 @@
+package main
+
+import (
+	"bytes"
+	"io"
+	"regexp"
+	"strings"
+	"testing"
+)
+
+// TestPrefixSmallCPU runs `bench prefix` on the small preset at toy sizes:
+// with the cache the shared-prefix requests compute only their last block
+// and the conversation's later turns find earlier turns cached.
+func TestPrefixSmallCPU(t *testing.T) {
+	if testing.Short() {
+		t.Skip("about 2,000 tokens of prefill")
+	}
+	var out bytes.Buffer
+	args := []string{"--device", "cpu", "--prefix", "300", "--suffix", "5", "--requests", "1", "--turns", "2", "--turn-tokens", "200", "--answer", "3"}
+	if err := runPrefix(args, &out, io.Discard); err != nil {
+		t.Fatal(err)
+	}
+	for _, re := range []string{
+		`(?m)^shared prefix: 300 \+ 5 tokens, 1 requests after the first$`,
+		`(?m)^  prefill tokens computed: 305 without, 49 with \(cached \[256\]\)$`,
+		`(?m)^  2 +478 +256 `, // turn 1: 75 + 200 tokens, 3 generated, 200 more
+		`(?m)^  after turn 1: 478 prompt tokens, 222 recomputed`,
+	} {
+		if !regexp.MustCompile(re).MatchString(out.String()) {
+			t.Errorf("output lacks %s:\n%s", re, out.String())
+		}
+	}
+}
+
+func TestParsePrefix(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{nil, ""},
+		{[]string{"--prefix", "0"}, "--prefix"},
+		{[]string{"--turns", "-1"}, "--turns >= 0"},
+		{[]string{"--device", "tpu"}, "want cpu or cuda"},
+		{[]string{"--kv-cache-gib", "0"}, "--kv-cache-gib"},
+		{[]string{"--first-turn", "-1"}, "--first-turn"},
+		{[]string{"x"}, "unexpected arguments"},
+	} {
+		_, err := parsePrefix(tc.args, io.Discard)
+		if (tc.want == "") != (err == nil) || err != nil && !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%q: %v, want %q", tc.args, err, tc.want)
+		}
+	}
+}

@@ -1,0 +1,444 @@
+package engine
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"runtime"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/megamoe/megamoe/model"
+	"golang.org/x/sync/errgroup"
+)
+
+// MaxSpeculativeTokens bounds num_speculative_tokens.
+const MaxSpeculativeTokens = 8
+
+// SpecConfig turns on speculative decoding (vLLM's --speculative-config):
+// each decode step verifies NumTokens drafts in the same forward pass.
+type SpecConfig struct {
+	Method    string `json:"method"` // "mtp"
+	NumTokens int    `json:"num_speculative_tokens"`
+}
+
+// Enabled reports whether drafts are on.
+func (c SpecConfig) Enabled() bool { return c.NumTokens > 0 }
+
+// ParseSpecConfig reads vLLM's JSON, e.g. {"method":"mtp","num_speculative_tokens":2}.
+// Unknown fields are errors that name them.
+func ParseSpecConfig(s string) (SpecConfig, error) {
+	var c SpecConfig
+	dec := json.NewDecoder(bytes.NewReader([]byte(s)))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&c); err != nil {
+		return SpecConfig{}, fmt.Errorf("speculative config: %w", err)
+	}
+	if dec.More() {
+		return SpecConfig{}, fmt.Errorf("speculative config: trailing data after the JSON object")
+	}
+	return c, c.Validate()
+}
+
+// Validate checks the method and the draft count.
+func (c SpecConfig) Validate() error {
+	switch c.Method {
+	case "mtp", "deepseek_mtp":
+	case "dspark":
+		return fmt.Errorf("speculative config: method %q: DSpark drafting is not implemented yet (use \"mtp\")", c.Method)
+	default:
+		return fmt.Errorf("speculative config: method %q unsupported, want \"mtp\"", c.Method)
+	}
+	if c.NumTokens < 1 || c.NumTokens > MaxSpeculativeTokens {
+		return fmt.Errorf("speculative config: num_speculative_tokens %d out of [1, %d]", c.NumTokens, MaxSpeculativeTokens)
+	}
+	return nil
+}
+
+// SpecStats counts drafts since start (vLLM's spec_decode metrics).
+type SpecStats struct {
+	Steps    int64   // verifications (sequence-steps with drafts)
+	Drafted  int64   // draft tokens proposed
+	Accepted int64   // draft tokens accepted
+	Emitted  int64   // tokens emitted by verifications (accepted + one each)
+	PerPos   []int64 // accepted drafts per draft position
+}
+
+// MeanAcceptance is the mean acceptance length: tokens emitted per
+// verification (1 + accepted drafts).
+func (s SpecStats) MeanAcceptance() float64 {
+	if s.Steps == 0 {
+		return 0
+	}
+	return float64(s.Emitted) / float64(s.Steps)
+}
+
+// specState is one sequence's drafting state: the MTP block has processed
+// positions [0, mtpLen), and hidden holds the main model's final streams of
+// positions mtpLen… that it has not seen yet. Those run ahead of the cache
+// after a rejection: the accepted drafts' rows were computed, then rolled
+// back to be fed again (replayed) in the next step.
+type specState struct {
+	kv     any // the cache handle the state belongs to (a preempted sequence gets a new one)
+	mtpLen int
+	hidden []float32
+}
+
+// proposal is one sequence's drafts of a step and their proposal
+// distributions (nil for greedy requests).
+type proposal struct {
+	tokens []int32
+	q      [][]float64
+}
+
+// specResult is a verification's outcome: the tokens it emits (already
+// accepted into the sampler and the grammar), ended when the grammar
+// accepted its end.
+type specResult struct {
+	tokens   []Sampled
+	accepted int // drafts among tokens
+	ended    bool
+	kept     int // draft rows the cache keeps (all or none)
+}
+
+// speculator drafts and verifies for a Runner.
+type speculator struct {
+	m       Speculator
+	k       int
+	maxLen  int
+	budget  int // rows per step (drafts included)
+	stats   SpecStats
+	log     *slog.Logger
+	logged  time.Time
+	prevLog SpecStats
+}
+
+// specLogEvery is the interval of the acceptance log line.
+const specLogEvery = 10 * time.Second
+
+func newSpeculator(m Model, c SpecConfig, cfg Config) (*speculator, error) {
+	if err := c.Validate(); err != nil {
+		return nil, err
+	}
+	sm, ok := m.(Speculator)
+	if !ok {
+		return nil, fmt.Errorf("speculative decoding: %w", errNoSpec)
+	}
+	if !sm.HasMTP() {
+		return nil, fmt.Errorf("speculative config: method %q: the checkpoint has no MTP block (num_nextn_predict_layers = 0)", c.Method)
+	}
+	return &speculator{m: sm, k: c.NumTokens, maxLen: cfg.MaxModelLen, budget: cfg.MaxBatchTokens, log: cfg.Logger,
+		logged: time.Now(), stats: SpecStats{PerPos: make([]int64, c.NumTokens)}, prevLog: SpecStats{PerPos: make([]int64, c.NumTokens)}}, nil
+}
+
+// state returns seq's drafting state, reset when its cache was replaced.
+func (sp *speculator) state(seq *Sequence) *specState {
+	if seq.spec == nil || seq.spec.kv != any(seq.KV) {
+		seq.spec = &specState{kv: seq.KV}
+	}
+	return seq.spec
+}
+
+// drafts is how many drafts seq may take this step (0: none): the item must
+// end at the last known token.
+func (sp *speculator) drafts(it *Item) int {
+	seq := it.Seq
+	if !it.Sample || it.AllLogits {
+		return 0
+	}
+	return max(0, min(sp.k, seq.Req.MaxTokens-seq.Generated()-1, sp.maxLen-len(seq.Tokens)-1))
+}
+
+// propose brings the MTP block up to each sequence's processed tokens and
+// chains drafts for the decoding ones (snapshotting their cache first).
+func (sp *speculator) propose(items []Item) ([]*proposal, error) {
+	w := sp.m.HiddenDim()
+	props := make([]*proposal, len(items))
+	var mi []model.MTPItem
+	var who []int
+	for i := range items {
+		it := &items[i]
+		st := sp.state(it.Seq)
+		n := len(st.hidden) / w
+		if n == 0 {
+			continue
+		}
+		if st.mtpLen+n >= len(it.Seq.Tokens) {
+			return nil, fmt.Errorf("engine: sequence %d: mtp at %d+%d of %d tokens", it.Seq.ID, st.mtpLen, n, len(it.Seq.Tokens))
+		}
+		mi = append(mi, model.MTPItem{Seq: it.Seq.KV, Start: st.mtpLen, Hidden: st.hidden,
+			Next: it.Seq.Tokens[st.mtpLen+1 : st.mtpLen+n+1], WantHidden: true, Ahead: true})
+		who = append(who, i)
+	}
+	if len(mi) == 0 {
+		return props, nil
+	}
+	logits, hidden, err := sp.m.ForwardMTP(mi)
+	if err != nil {
+		return nil, err
+	}
+	// Chains: the decoding sequences that can hold their drafts, within the
+	// step's row budget.
+	spare := sp.budget
+	for i := range items {
+		spare -= items[i].N
+	}
+	type chain struct {
+		i, k int
+		h    []float32
+	}
+	var chains []chain
+	for j, i := range who {
+		it := &items[i]
+		st := it.Seq.spec
+		st.mtpLen += len(st.hidden) / w
+		st.hidden = st.hidden[:0]
+		k := min(sp.drafts(it), spare)
+		if k <= 0 || st.mtpLen != len(it.Seq.Tokens)-1 ||
+			sp.m.Cache().Reserve(it.Seq.KV, it.Seq.Computed+it.N+k) != nil || sp.m.Snapshot(it.Seq.KV, true) != nil {
+			continue // no drafts this step (no room): plain decoding
+		}
+		spare -= k
+		props[i] = &proposal{}
+		props[i].add(it.Seq.Sampler, logits[j])
+		chains = append(chains, chain{i: i, k: k, h: hidden[j]})
+	}
+	for d := 1; ; d++ {
+		mi, who = mi[:0], who[:0]
+		for c := range chains {
+			ch := &chains[c]
+			if ch.k <= d {
+				continue
+			}
+			it := &items[ch.i]
+			p := props[ch.i]
+			mi = append(mi, model.MTPItem{Seq: it.Seq.KV, Start: len(it.Seq.Tokens) - 1 + d - 1, Hidden: ch.h,
+				Next: p.tokens[d-1 : d], WantHidden: true, Draft: true})
+			who = append(who, c)
+		}
+		if len(mi) == 0 {
+			return props, nil
+		}
+		logits, hidden, err := sp.m.ForwardMTP(mi)
+		if err != nil {
+			return nil, err
+		}
+		for j, c := range who {
+			chains[c].h = hidden[j]
+			props[chains[c].i].add(items[chains[c].i].Seq.Sampler, logits[j])
+		}
+	}
+}
+
+// add drafts one token from the MTP logits: greedy requests its argmax,
+// sampled ones a draw from the proposal distribution, which is kept.
+func (p *proposal) add(s *Sampler, logits []float32) {
+	if s.p.Temperature == 0 {
+		p.tokens = append(p.tokens, Argmax(logits))
+		return
+	}
+	q := s.draftDist(logits)
+	p.tokens = append(p.tokens, s.drawFrom(q))
+	p.q = append(p.q, q)
+}
+
+// verify walks seq's drafts over the target rows (row j scores the token
+// after the j-th input): it emits accepted drafts, then one token drawn
+// from the target (the bonus after all drafts, else the correction), and
+// stops early after a token that ends the sequence.
+func (sp *speculator) verify(seq *Sequence, rows []float32, vocab int, p *proposal) (specResult, error) {
+	var out specResult
+	s := seq.Sampler
+	for j := 0; j <= len(p.tokens); j++ {
+		row := rows[j*vocab : (j+1)*vocab]
+		masked, err := seq.grammar.fill()
+		if err != nil {
+			return out, err
+		}
+		var mask []uint32
+		if masked {
+			mask = seq.grammar.mask
+		}
+		var tok Sampled
+		accepted := false
+		switch {
+		case j == len(p.tokens):
+			tok = s.SampleMasked(row, mask)
+		case s.p.Temperature == 0:
+			tok = s.SampleMasked(row, mask) // no randomness: the greedy token
+			accepted = tok.ID == p.tokens[j]
+		default:
+			var id int32
+			id, accepted = s.acceptDraft(p.tokens[j], s.targetDist(row, mask), p.q[j])
+			tok = s.withLogprobs(row, id)
+		}
+		out.tokens = append(out.tokens, tok)
+		s.Accept(tok.ID)
+		if out.ended, err = seq.grammar.accept(tok.ID); err != nil {
+			return out, err
+		}
+		if accepted {
+			out.accepted++
+		}
+		n := len(out.tokens)
+		if !accepted || out.ended || slices.Contains(seq.Req.StopTokens, tok.ID) ||
+			seq.Generated()+n >= seq.Req.MaxTokens || len(seq.Tokens)+n >= sp.maxLen {
+			return out, nil
+		}
+	}
+	return out, nil
+}
+
+// run is Runner.Run with drafts: one forward pass verifies every decoding
+// sequence's drafts beside the other items, then the cache of each
+// verified sequence is brought back to its emitted tokens.
+func (sp *speculator) run(items []Item) ([]Result, error) {
+	props, err := sp.propose(items)
+	if err != nil {
+		return nil, err
+	}
+	fwd := make([]ForwardItem, len(items))
+	for i := range items {
+		it := &items[i]
+		fwd[i] = ForwardItem{Seq: it.Seq.KV, Tokens: it.Tokens(), AllLogits: it.AllLogits}
+		if p := props[i]; p != nil {
+			fwd[i].Tokens = append(slices.Clip(fwd[i].Tokens), p.tokens...)
+			fwd[i].AllLogits, fwd[i].Keep = true, it.N
+		}
+	}
+	logits, hidden, err := sp.m.ForwardHidden(fwd)
+	if err != nil {
+		sp.rollbackAll(items, props)
+		return nil, err
+	}
+	vocab, w := sp.m.Vocab(), sp.m.HiddenDim()
+	if len(logits) != len(items) || len(hidden) != len(items) {
+		return nil, fmt.Errorf("engine: model returned %d logits and %d hidden for %d items", len(logits), len(hidden), len(items))
+	}
+	res := make([]Result, len(items))
+	spec := make([]specResult, len(items))
+	var g errgroup.Group
+	g.SetLimit(runtime.GOMAXPROCS(0))
+	for i := range items {
+		it := &items[i]
+		rows := fwd[i].AllLogits
+		want := vocab
+		if rows {
+			want = len(fwd[i].Tokens) * vocab
+		}
+		if len(logits[i]) != want || len(hidden[i]) != len(fwd[i].Tokens)*w {
+			return nil, fmt.Errorf("engine: item %d: %d logits and %d hidden values for %d tokens", i, len(logits[i]), len(hidden[i]), len(fwd[i].Tokens))
+		}
+		g.Go(func() error {
+			if props[i] == nil {
+				if it.Sample || it.AllLogits {
+					sampleHost(it, logits[i], vocab, true, &res[i])
+				}
+				return nil
+			}
+			var err error
+			if spec[i], err = sp.verify(it.Seq, logits[i][(it.N-1)*vocab:], vocab, props[i]); err != nil {
+				res[i].Err = err
+			}
+			return nil
+		})
+	}
+	_ = g.Wait() // the workers return no errors
+	for i := range items {
+		it := &items[i]
+		st := sp.state(it.Seq)
+		seen := st.mtpLen + len(st.hidden)/w // positions whose hidden state the MTP has or had
+		p := props[i]
+		valid := it.N // rows whose hidden state is right
+		if p != nil {
+			r := &spec[i]
+			valid += r.accepted
+			if res[i].Err == nil {
+				res[i].Sampled = r.tokens[0]
+				res[i].spec = r
+				sp.stats.Steps++
+				sp.stats.Drafted += int64(len(p.tokens))
+				sp.stats.Accepted += int64(r.accepted)
+				sp.stats.Emitted += int64(len(r.tokens))
+				for j := range r.accepted {
+					sp.stats.PerPos[j]++
+				}
+			}
+			kv := it.Seq.KV
+			var err error
+			if r.accepted == len(p.tokens) { // every draft kept: only the MTP chain is undone
+				r.kept = r.accepted
+				err = sp.m.Restore(kv, 0, true)
+			} else { // back to the kept rows; the accepted drafts are replayed next step
+				err = sp.m.Restore(kv, it.Seq.Computed+it.N, false)
+			}
+			if err != nil {
+				return nil, err
+			}
+			sp.m.Cache().Shrink(kv, it.Seq.Computed+it.N+r.kept+1)
+		}
+		if from := max(seen-it.Seq.Computed, 0); from < valid {
+			st.hidden = append(st.hidden, hidden[i][from*w:valid*w]...)
+		}
+	}
+	sp.report()
+	return res, nil
+}
+
+// report logs the acceptance since the last line every specLogEvery.
+func (sp *speculator) report() {
+	if sp.log == nil || time.Since(sp.logged) < specLogEvery {
+		return
+	}
+	s, p := sp.stats, sp.prevLog
+	steps, drafted, accepted := s.Steps-p.Steps, s.Drafted-p.Drafted, s.Accepted-p.Accepted
+	if steps == 0 {
+		return
+	}
+	rates := make([]string, len(s.PerPos))
+	for j := range s.PerPos {
+		rates[j] = strconv.FormatFloat(float64(s.PerPos[j]-p.PerPos[j])/float64(steps), 'f', 2, 64)
+	}
+	sp.log.Info("speculative decoding", "verifications", steps, "drafted", drafted, "accepted", accepted,
+		"acceptance_rate", float64(accepted)/float64(max(drafted, 1)),
+		"mean_acceptance_length", float64(s.Emitted-p.Emitted)/float64(steps),
+		"per_position", strings.Join(rates, ","))
+	sp.logged, sp.prevLog = time.Now(), s
+	sp.prevLog.PerPos = slices.Clone(s.PerPos)
+}
+
+// rollbackAll restores the snapshots of a step whose forward failed.
+func (sp *speculator) rollbackAll(items []Item, props []*proposal) {
+	for i := range items {
+		if props[i] != nil {
+			_ = sp.m.Restore(items[i].Seq.KV, items[i].Seq.Computed, true) // the step fails its sequences anyway
+		}
+	}
+}
+
+// postSpec records a verification's tokens (Postprocess's share for a
+// sequence with drafts): they were accepted by the sampler and the grammar
+// during verification; the cache holds the item's tokens and the kept drafts.
+func (s *Scheduler) postSpec(seq *Sequence, r *specResult, ev Event) {
+	seq.Computed += r.kept
+	for _, tok := range r.tokens {
+		seq.Tokens = append(seq.Tokens, tok.ID)
+		ev.Tokens = append(ev.Tokens, Token{ID: tok.ID, Logprob: tok.Logprob, Top: tok.Top})
+	}
+	last := r.tokens[len(r.tokens)-1].ID
+	switch {
+	case r.ended || slices.Contains(seq.Req.StopTokens, last):
+		ev.Finish = FinishStop
+	case seq.Generated() >= seq.Req.MaxTokens || len(seq.Tokens) >= s.cfg.MaxModelLen:
+		ev.Finish = FinishLength
+	default:
+		ev.Tokens = append(ev.Tokens, s.jumpForward(seq)...) // grammar-forced tokens
+	}
+	if ev.Finish != FinishNone {
+		s.retire(seq)
+	}
+	seq.stream.push(ev)
+}

@@ -1,0 +1,101 @@
+package engine
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/megamoe/megamoe/kvcache"
+	"github.com/megamoe/megamoe/model"
+)
+
+// Speculator is a Model that drafts with its MTP block (speculative
+// decoding): forward passes that also return every row's final residual
+// streams, the MTP block, and snapshots of a sequence's cache state.
+type Speculator interface {
+	Model
+	// HasMTP reports whether the checkpoint has an MTP block.
+	HasMTP() bool
+	// ForwardHidden is Forward that also returns, per item, the final
+	// streams of every row, flattened rows×HiddenDim.
+	ForwardHidden(items []ForwardItem) (logits, hidden [][]float32, err error)
+	// ForwardMTP runs the MTP block (model.Model.ForwardMTP): per item the
+	// last row's logits and, with WantHidden, its output streams.
+	ForwardMTP(items []model.MTPItem) (logits, hidden [][]float32, err error)
+	HiddenDim() int
+	// Snapshot and Restore: model.Model's.
+	Snapshot(s *kvcache.Sequence, mtpOnly bool) error
+	Restore(s *kvcache.Sequence, n int, mtpOnly bool) error
+}
+
+// speculative is the part of *model.Model behind Speculator.
+type speculative interface {
+	HasMTP() bool
+	ForwardMTP(items []model.MTPItem) (*model.Output, error)
+	Snapshot(s *kvcache.Sequence, mtpOnly bool) error
+	Restore(s *kvcache.Sequence, n int, mtpOnly bool) error
+}
+
+var errNoSpec = errors.New("this model cannot draft (tensor-parallel models do not speculate yet)")
+
+func (a modelAdapter) spec() (speculative, error) {
+	if sp, ok := a.m.(speculative); ok {
+		return sp, nil
+	}
+	return nil, errNoSpec
+}
+
+// HasMTP implements Speculator.
+func (a modelAdapter) HasMTP() bool {
+	sp, err := a.spec()
+	return err == nil && sp.HasMTP()
+}
+
+// HiddenDim implements Speculator.
+func (a modelAdapter) HiddenDim() int { return a.m.Config().HcDim() }
+
+// ForwardHidden implements Speculator.
+func (a modelAdapter) ForwardHidden(items []ForwardItem) ([][]float32, [][]float32, error) {
+	b := &model.Batch{Items: make([]model.BatchItem, len(items))}
+	for i, it := range items {
+		b.Items[i] = model.BatchItem{Seq: it.Seq, Tokens: it.Tokens, AllLogits: it.AllLogits, Hidden: true, Keep: it.Keep}
+	}
+	out, err := a.m.Forward(b)
+	if err != nil {
+		return nil, nil, err
+	}
+	return out.Logits, out.Hidden, nil
+}
+
+// ForwardMTP implements Speculator.
+func (a modelAdapter) ForwardMTP(items []model.MTPItem) ([][]float32, [][]float32, error) {
+	sp, err := a.spec()
+	if err != nil {
+		return nil, nil, err
+	}
+	out, err := sp.ForwardMTP(items)
+	if err != nil {
+		return nil, nil, err
+	}
+	if len(out.Logits) != len(items) {
+		return nil, nil, fmt.Errorf("engine: mtp returned %d rows for %d items", len(out.Logits), len(items))
+	}
+	return out.Logits, out.Hidden, nil
+}
+
+// Snapshot implements Speculator.
+func (a modelAdapter) Snapshot(s *kvcache.Sequence, mtpOnly bool) error {
+	sp, err := a.spec()
+	if err != nil {
+		return err
+	}
+	return sp.Snapshot(s, mtpOnly)
+}
+
+// Restore implements Speculator.
+func (a modelAdapter) Restore(s *kvcache.Sequence, n int, mtpOnly bool) error {
+	sp, err := a.spec()
+	if err != nil {
+		return err
+	}
+	return sp.Restore(s, n, mtpOnly)
+}
