@@ -46,6 +46,25 @@ func startServerWith(t *testing.T, cfg Config, maxQueue int, configure func(*htt
 	if err != nil {
 		t.Fatalf("tokenizer: %v", err)
 	}
+	return startServerOn(t, cfg, maxQueue, configure, w, tok)
+}
+
+// startRandomServer serves synth:small, the random-weight small model, for
+// tests whose prompts were tuned to its behaviour (it seldom ends a string or
+// a turn), and returns its tokenizer.
+func startRandomServer(t *testing.T, cfg Config) (*httptest.Server, *tokenizer.Tokenizer) {
+	t.Helper()
+	w, tok, err := models.Synth(models.SynthSpec{Preset: "small"}, models.SmallSeed)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv, _ := startServerOn(t, cfg, 0, nil, w, tok)
+	return srv, tok
+}
+
+// startServerOn serves weights w with tokenizer tok.
+func startServerOn(t *testing.T, cfg Config, maxQueue int, configure func(*http.Server), w *checkpoint.Weights, tok *tokenizer.Tokenizer) (*httptest.Server, *engine.Engine) {
+	t.Helper()
 	m, err := model.New(w, nil, model.Options{CacheBytes: 64 << 20})
 	if err != nil {
 		t.Fatalf("model: %v", err)

@@ -33,8 +33,7 @@ func TestSchemaCorpus(t *testing.T) {
 		}
 		files = some
 	}
-	srv, _ := startServer(t, Config{ModelName: "m"}, 0)
-	tok := goldenTokenizer(t)
+	srv, tok := startRandomServer(t, Config{ModelName: "m"})
 	// The random weights rarely end a string, a number or a container; the
 	// bias makes closing them likely, the grammar still decides what is allowed.
 	// A few schemas need text the random weights almost never spell (a

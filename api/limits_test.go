@@ -37,7 +37,7 @@ func TestStalledStreamClient(t *testing.T) {
 	}
 	defer conn.Close()
 	_ = conn.(*net.TCPConn).SetReadBuffer(4096)
-	body := `{"stream":true,"max_tokens":1000,"temperature":0,"messages":[{"role":"user","content":"go on"}]}`
+	body := `{"stream":true,"max_tokens":1000,"ignore_eos":true,"temperature":0,"messages":[{"role":"user","content":"go on"}]}`
 	req := "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: " +
 		strconv.Itoa(len(body)) + "\r\n\r\n" + body
 	if _, err := io.WriteString(conn, req); err != nil {

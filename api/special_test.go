@@ -30,8 +30,7 @@ func byteToken(t *testing.T, tok *tokenizer.Tokenizer, c byte) int {
 // match the U+FFFD that bytes of no character read as, and completions'
 // text_offset counts characters.
 func TestOutputText(t *testing.T) {
-	srv, _ := startServer(t, Config{}, 0)
-	tok := goldenTokenizer(t)
+	srv, tok := startRandomServer(t, Config{}) // its tokenizer has multi-byte characters as tokens
 	reminder, _ := tok.TokenID(tokenizer.LatestReminder)
 	bad := byteToken(t, tok, 0xFF)
 	wide := -1 // a token of one multi-byte character

@@ -38,6 +38,16 @@ func GenerateLoad(dir string, spec GenSpec) (*Weights, *safetensors.Checkpoint, 
 	return Load(dir)
 }
 
+// GenTokenizerJSON is the tokenizer.json of generated (random-weight)
+// checkpoints: byte-level BPE of SmallVocab ids learned on the built-in corpus.
+func GenTokenizerJSON() ([]byte, error) {
+	tj, err := tokenizer.TrainBPE(corpus, SmallVocab, tokenizer.DeepSeekV4SpecialTokens())
+	if err != nil {
+		return nil, fmt.Errorf("train tokenizer: %w", err)
+	}
+	return tj, nil
+}
+
 func generate(dir string, spec GenSpec) error {
 	if _, err := genFormats(spec.Format); err != nil {
 		return err
@@ -61,9 +71,9 @@ func generate(dir string, spec GenSpec) error {
 		return fmt.Errorf("unknown preset %q (want small, small-tp or small-dspark)", spec.Preset)
 	}
 
-	tokJSON, err := tokenizer.TrainBPE(corpus, SmallVocab, tokenizer.DeepSeekV4SpecialTokens())
+	tokJSON, err := GenTokenizerJSON()
 	if err != nil {
-		return fmt.Errorf("train tokenizer: %w", err)
+		return err
 	}
 	vocab, ids, err := tokenizerIDs(tokJSON, BOSToken, EOSToken)
 	if err != nil {

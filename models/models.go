@@ -1,8 +1,8 @@
 // Package models embeds the default small DeepSeek-V4 checkpoint (models/small:
-// random seeded weights, official FP8 + MXFP4 format, BPE tokenizer) so that
-// the engine runs out of the box. It is regenerated, byte for byte, by:
-//
-//go:generate go run ../cmd/mkmodel --out small --format official --seed 1 --preset small
+// the small architecture trained on English text by train/, official FP8 +
+// MXFP4 format, its own BPE tokenizer; docs/training.md) so that the engine
+// runs out of the box and answers in English, and names in-memory synthetic
+// models (Synth).
 package models
 
 import (
@@ -18,11 +18,9 @@ import (
 	"slices"
 )
 
-// SmallSeed and SmallFormat are the mkmodel arguments of the embedded model.
-const (
-	SmallSeed   = 1
-	SmallFormat = "official"
-)
+// SmallSeed is the seed of synth models (synth:small is `mkmodel --preset
+// small --seed 1`).
+const SmallSeed = 1
 
 //go:embed small
 var small embed.FS

@@ -1,44 +1,95 @@
 package models
 
 import (
-	"bytes"
-	"io/fs"
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"testing"
 
 	"github.com/megamoe/megamoe/checkpoint"
 	"github.com/megamoe/megamoe/model"
+	"github.com/megamoe/megamoe/tokenizer"
 )
 
-// TestSmallIsReproducible proves the committed model comes from mkmodel:
-// regenerating with the recorded arguments gives the same files byte for byte.
-func TestSmallIsReproducible(t *testing.T) {
-	dir := t.TempDir()
-	if err := checkpoint.Generate(dir, checkpoint.GenSpec{Format: SmallFormat, Seed: SmallSeed, Preset: "small"}); err != nil {
-		t.Fatal(err)
-	}
-	names, err := smallFiles()
+// TestSmallIsTrainedSmall: the embedded model has the small architecture
+// (checkpoint.SmallConfig) with the trained tokenizer's vocabulary and an
+// index_topk covering a training sequence (train/train.py's CONFIG), within
+// the 32 MB budget in shards of at most 16 MiB.
+func TestSmallIsTrainedSmall(t *testing.T) {
+	dir, err := extractSmall(t.TempDir())
 	if err != nil {
 		t.Fatal(err)
 	}
-	gen, err := os.ReadDir(dir)
+	c, err := checkpoint.LoadConfig(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(gen) != len(names) {
-		t.Errorf("generated %d files, embedded %d", len(gen), len(names))
+	want := checkpoint.SmallConfig()
+	want.Vocab, want.IndexTopK = 4096, 64
+	if c.Layers != want.Layers || c.Dim != want.Dim || c.Vocab != want.Vocab || c.IndexTopK != want.IndexTopK ||
+		c.Experts != want.Experts || !slices.Equal(c.CompressRatios, want.CompressRatios) || c.MTPLayers != 1 {
+		t.Errorf("config %+v, want the small architecture with vocab 4096 and index_topk 64", c)
 	}
-	for _, n := range names {
-		want, err := fs.ReadFile(Small(), n)
+	var total int64
+	ents, _ := os.ReadDir(dir)
+	for _, e := range ents {
+		info, err := e.Info()
 		if err != nil {
 			t.Fatal(err)
 		}
-		got, err := os.ReadFile(filepath.Join(dir, n))
-		if err != nil || !bytes.Equal(got, want) {
-			t.Errorf("%s: regenerated file differs from the committed one (%v); rerun go generate ./models", n, err)
+		total += info.Size()
+		if info.Size() > 16<<20 {
+			t.Errorf("%s: %d bytes, over 16 MiB", e.Name(), info.Size())
 		}
+	}
+	if total > 32e6 {
+		t.Errorf("model takes %d bytes, over 32 MB", total)
+	}
+}
+
+// smallPerplexity is the embedded model's perplexity on testdata/heldout.txt
+// (the project's own dictionary-style text), faithful numerics, windows of
+// 128 tokens, as `generate --perplexity models/testdata/heldout.txt
+// --ppl-window 128` prints it. Retraining the model updates it.
+const smallPerplexity = 68.319
+
+// TestSmallPerplexity: the embedded model's held-out perplexity stays within
+// 0.5% of the recorded value.
+func TestSmallPerplexity(t *testing.T) {
+	dir, err := extractSmall(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, st, err := checkpoint.Load(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	tok, err := tokenizer.LoadFile(filepath.Join(dir, "tokenizer.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	text, err := os.ReadFile("testdata/heldout.txt")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ids := []int32{int32(w.Config.BOS)}
+	for _, id := range tok.Encode(string(text)) {
+		ids = append(ids, int32(id))
+	}
+	m, err := model.New(w, nil, model.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	loss, n, err := m.Perplexity(ids, 128)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ppl := math.Exp(loss)
+	t.Logf("%d tokens: perplexity %.3f", n, ppl)
+	if math.Abs(ppl/smallPerplexity-1) > 0.005 {
+		t.Errorf("perplexity %.3f, recorded %.3f (more than 0.5%% apart)", ppl, smallPerplexity)
 	}
 }
 
@@ -88,16 +139,14 @@ func TestExtractSmall(t *testing.T) {
 	}
 }
 
-// TestNVFP4SameLogits: the NVFP4 variant of the same seed is a lossless cast,
-// so the forward pass gives the same logits as the embedded official model.
+// TestNVFP4SameLogits: mkmodel's NVFP4 format of a seed is a lossless cast
+// of its official format, so the forward pass gives the same logits.
 func TestNVFP4SameLogits(t *testing.T) {
-	dirs := []string{"", t.TempDir()}
-	var err error
-	if dirs[0], err = extractSmall(t.TempDir()); err != nil {
-		t.Fatal(err)
-	}
-	if err := checkpoint.Generate(dirs[1], checkpoint.GenSpec{Format: "nvfp4", Seed: SmallSeed}); err != nil {
-		t.Fatal(err)
+	dirs := []string{t.TempDir(), t.TempDir()}
+	for i, format := range []string{"official", "nvfp4"} {
+		if err := checkpoint.Generate(dirs[i], checkpoint.GenSpec{Format: format, Seed: SmallSeed}); err != nil {
+			t.Fatal(err)
+		}
 	}
 	var logits [2][]float32
 	for i, dir := range dirs {

@@ -10,7 +10,7 @@ import (
 
 // Open reads the checkpoint directory dir and its tokenizer, or builds the
 // in-memory model a "synth:…" name gives (ParseSynth; seed SmallSeed, so
-// synth:small is the embedded checkpoint), and returns the bytes its weights
+// synth:small is what `mkmodel --preset small` writes), and returns the bytes its weights
 // take on a device.
 func Open(dir string) (*checkpoint.Weights, *tokenizer.Tokenizer, int64, error) {
 	if IsSynth(dir) {

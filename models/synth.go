@@ -2,7 +2,6 @@ package models
 
 import (
 	"fmt"
-	"io/fs"
 	"strconv"
 	"strings"
 
@@ -80,8 +79,8 @@ func (s SynthSpec) Config() (*checkpoint.Config, error) {
 
 // Synth builds the spec's model in the official format from seed, with a
 // tokenizer that covers its vocabulary: the small model's weights are drawn
-// one by one (at seed 1, those of the embedded checkpoint) and it takes the
-// embedded tokenizer; Flash and Pro share pooled random linears
+// one by one (those `mkmodel --preset small --seed N` writes) and it takes
+// the generated checkpoints' tokenizer; Flash and Pro share pooled random linears
 // (checkpoint.RandomWeights, a few GB of host memory at any depth) and take
 // tokenizer.SynthV4.
 func Synth(s SynthSpec, seed uint64) (*checkpoint.Weights, *tokenizer.Tokenizer, error) {
@@ -109,9 +108,9 @@ func Synth(s SynthSpec, seed uint64) (*checkpoint.Weights, *tokenizer.Tokenizer,
 	return w, tok, nil
 }
 
-// smallTokenizer is the embedded checkpoint's tokenizer.
+// smallTokenizer is the tokenizer of generated small checkpoints.
 func smallTokenizer() (*tokenizer.Tokenizer, error) {
-	data, err := fs.ReadFile(Small(), "tokenizer.json")
+	data, err := checkpoint.GenTokenizerJSON()
 	if err != nil {
 		return nil, err
 	}

@@ -61,26 +61,27 @@ func TestParseSynth(t *testing.T) {
 	}
 }
 
-// TestSynthSmallIsEmbedded: synth:small at the embedded model's seed has its
-// weights and tokenizer.
-func TestSynthSmallIsEmbedded(t *testing.T) {
+// TestSynthSmallIsGenerated: synth:small at SmallSeed has the weights and
+// tokenizer `mkmodel --preset small --seed 1` writes.
+func TestSynthSmallIsGenerated(t *testing.T) {
 	w, tok, err := Synth(SynthSpec{Preset: "small"}, SmallSeed)
 	if err != nil {
 		t.Fatal(err)
 	}
-	dir, err := extractSmall(t.TempDir())
+	dir := t.TempDir()
+	if err := checkpoint.Generate(dir, checkpoint.GenSpec{Seed: SmallSeed, Preset: "small"}); err != nil {
+		t.Fatal(err)
+	}
+	gen, st, err := checkpoint.Load(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
-	emb, _, err := checkpoint.Load(dir)
-	if err != nil {
-		t.Fatal(err)
+	defer st.Close()
+	if tok.VocabSize() != gen.Config.Vocab {
+		t.Errorf("tokenizer %d ids, generated model vocab %d", tok.VocabSize(), gen.Config.Vocab)
 	}
-	if tok.VocabSize() != emb.Config.Vocab {
-		t.Errorf("tokenizer %d ids, embedded model vocab %d", tok.VocabSize(), emb.Config.Vocab)
-	}
-	a, b := w.Layers[2].Attn.WqA.Weight.Data, emb.Layers[2].Attn.WqA.Weight.Data
+	a, b := w.Layers[2].Attn.WqA.Weight.Data, gen.Layers[2].Attn.WqA.Weight.Data
 	if len(a) == 0 || string(a) != string(b) {
-		t.Errorf("layer 2 wq_a differs from the embedded model's (%d vs %d bytes)", len(a), len(b))
+		t.Errorf("layer 2 wq_a differs from the generated model's (%d vs %d bytes)", len(a), len(b))
 	}
 }

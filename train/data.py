@@ -1,10 +1,11 @@
 """Training text from Debian packages, fetched with the machine's own apt
 sources (never committed): WordNet 3.0 glosses (package wordnet-base,
 WordNet 3.0 licence) and the fortune cookie files (packages fortunes-min and
-fortunes, BSD-style licence; the offensive sets are not in these packages).
+fortunes, BSD-style licence; the offensive sets are not in these packages),
+and the word list of wamerican (SCOWL, permissive) for evaluating answers.
   python3 train/data.py --out DIR
 writes DIR/{train,heldout}.txt (documents separated by a line holding only
-"\\x1e") and DIR/chat-{train,heldout}.jsonl (one {"messages": [...]} per
+"\\x1e"), DIR/words.txt (the word list) and DIR/chat-{train,heldout}.jsonl (one {"messages": [...]} per
 line: a question about a word answered with its definition). Every 20th item
 (by a hash of its text) is held out."""
 import argparse
@@ -17,7 +18,7 @@ import re
 import subprocess
 import tempfile
 
-PACKAGES = ["wordnet-base", "fortunes-min", "fortunes"]
+PACKAGES = ["wordnet-base", "fortunes-min", "fortunes", "wamerican"]
 SEP = "\x1e"
 POS = {"n": "noun", "v": "verb", "a": "adjective", "s": "adjective", "r": "adverb"}
 
@@ -25,7 +26,7 @@ POS = {"n": "noun", "v": "verb", "a": "adjective", "s": "adjective", "r": "adver
 def fetch(cache):
     """Downloads and unpacks PACKAGES into cache/root (once)."""
     root = os.path.join(cache, "root")
-    if os.path.isdir(os.path.join(root, "usr/share/wordnet")):
+    if os.path.isfile(os.path.join(root, "usr/share/dict/american-english")):
         return root
     os.makedirs(cache, exist_ok=True)
     subprocess.run(["apt-get", "download", *PACKAGES], cwd=cache, check=True)
@@ -122,6 +123,8 @@ def main():
     for t in fortunes(root):
         docs["heldout" if held_out(t) else "train"].append(t)
     os.makedirs(a.out, exist_ok=True)
+    with open(os.path.join(root, "usr/share/dict/american-english")) as src, open(os.path.join(a.out, "words.txt"), "w") as dst:
+        dst.write(src.read())
     for split in docs:
         rng.shuffle(docs[split])
         with open(os.path.join(a.out, f"{split}.txt"), "w") as f:

@@ -142,7 +142,7 @@ func run(args []string, stdout, stderr io.Writer) error {
 		if err != nil {
 			return fmt.Errorf("--perplexity: %w", err)
 		}
-		return perplexity(m, ids, f.ppl, w.Config.Vocab, stdout)
+		return perplexity(m, ids, f.ppl, stdout)
 	}
 	seq := m.Cache().NewSequence()
 	defer m.FreeSequence(seq)

@@ -44,53 +44,16 @@ func loadPPLTokens(path string, bos int32, tok func(string) ([]int32, error)) ([
 	return append([]int32{bos}, ids...), nil
 }
 
-// perplexity is exp of the mean next-token loss over consecutive windows of
-// p.window+1 tokens (each a fresh sequence from position 0), over the first
-// p.tokens ids: the windows train/train.py's evaluate() uses.
-func perplexity(m *model.Model, ids []int32, p pplFlags, vocab int, out io.Writer) error {
-	if p.window < 1 {
-		return fmt.Errorf("--ppl-window %d must be >= 1", p.window)
+// perplexity prints the engine's perplexity over the first p.tokens ids in
+// windows of p.window+1 (Model.Perplexity).
+func perplexity(m *model.Model, ids []int32, p pplFlags, out io.Writer) error {
+	if p.tokens > 0 && len(ids) > p.tokens {
+		ids = ids[:p.tokens]
 	}
-	limit := len(ids)
-	if p.tokens > 0 {
-		limit = min(limit, p.tokens)
+	loss, n, err := m.Perplexity(ids, p.window)
+	if err != nil {
+		return err
 	}
-	var nll float64
-	n := 0
-	for i := 0; i+p.window+1 < limit; i += p.window {
-		win := ids[i : i+p.window+1]
-		for _, t := range win {
-			if t < 0 || int(t) >= vocab {
-				return fmt.Errorf("token %d at %d outside the vocabulary (%d)", t, i, vocab)
-			}
-		}
-		seq := m.Cache().NewSequence()
-		res, err := m.Forward(&model.Batch{Items: []model.BatchItem{{Seq: seq, Tokens: win[:p.window], AllLogits: true}}})
-		if err != nil {
-			m.FreeSequence(seq)
-			return fmt.Errorf("perplexity window at %d: %w", i, err)
-		}
-		for j, row := range res.Rows(0) {
-			nll += logSumExp(row) - float64(row[win[j+1]])
-		}
-		m.FreeSequence(seq)
-		n += p.window
-	}
-	if n == 0 {
-		return fmt.Errorf("perplexity: fewer than %d tokens", p.window+2)
-	}
-	fmt.Fprintf(out, "tokens %d, loss %.4f, perplexity %.3f\n", n, nll/float64(n), math.Exp(nll/float64(n)))
+	fmt.Fprintf(out, "tokens %d, loss %.4f, perplexity %.3f\n", n, loss, math.Exp(loss))
 	return nil
-}
-
-func logSumExp(row []float32) float64 {
-	mx := math.Inf(-1)
-	for _, v := range row {
-		mx = math.Max(mx, float64(v))
-	}
-	var s float64
-	for _, v := range row {
-		s += math.Exp(float64(v) - mx)
-	}
-	return mx + math.Log(s)
 }
