@@ -1,8 +1,6 @@
 package cpu
 
-import (
-
-)
+import ()
 
 // copyFrom copies every buffer of a layer's state; a new field of layerState
 // must be copied here too (TestCopySlot compares whole slots).

@@ -1,7 +1,6 @@
 package gpu
 
 import (
-
 	"github.com/megamoe/megamoe/cuda"
 )
 
