@@ -1,7 +1,5 @@
 package cpu
 
-import ()
-
 // copyFrom copies every buffer of a layer's state; a new field of layerState
 // must be copied here too (TestCopySlot compares whole slots).
 func (l *layerState) copyFrom(src *layerState) {
