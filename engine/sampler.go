@@ -256,14 +256,7 @@ func (s *Sampler) choose(x []float32) int32 {
 	for _, q := range prob {
 		sum += q
 	}
-	topK := s.p.TopK
-	if topK <= 0 || topK >= len(x) {
-		topK = 0
-	}
-	topP := s.p.TopP
-	if topP <= 0 || topP >= 1 {
-		topP = 0
-	}
+	topK, topP := s.p.rankFilters(len(x))
 	minP := s.p.MinP
 	if topK == 0 && topP == 0 {
 		// No rank-based filter: draw over the ids in order, honouring min-p.
@@ -501,4 +494,17 @@ func topLogprobsLSE(logits []float32, n int, lse float64) []TokenLogprob {
 		}
 	}
 	return top
+}
+
+// rankFilters returns p's top-k and top-p for a vocabulary of n ids, 0 for
+// one that keeps every id.
+func (p SamplingParams) rankFilters(n int) (int, float64) {
+	topK, topP := p.TopK, p.TopP
+	if topK <= 0 || topK >= n {
+		topK = 0
+	}
+	if topP <= 0 || topP >= 1 {
+		topP = 0
+	}
+	return topK, topP
 }

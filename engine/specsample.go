@@ -28,14 +28,7 @@ func (s *Sampler) dist(x []float32) []float64 {
 	for _, q := range out {
 		sum += q
 	}
-	topK := s.p.TopK
-	if topK <= 0 || topK >= len(x) {
-		topK = 0
-	}
-	topP := s.p.TopP
-	if topP <= 0 || topP >= 1 {
-		topP = 0
-	}
+	topK, topP := s.p.rankFilters(len(x))
 	if topK == 0 && topP == 0 {
 		var kept float64
 		for i, q := range out {
