@@ -34,6 +34,13 @@ func startServer(t *testing.T, cfg Config, maxQueue int) (*httptest.Server, *eng
 // (and its gin engine) before it starts.
 func startServerWith(t *testing.T, cfg Config, maxQueue int, configure func(*http.Server)) (*httptest.Server, *engine.Engine) {
 	t.Helper()
+	w, tok := loadEmbedded(t)
+	return startServerOn(t, cfg, maxQueue, configure, w, tok)
+}
+
+// loadEmbedded loads the embedded model and its tokenizer (skipping without it).
+func loadEmbedded(t *testing.T) (*checkpoint.Weights, *tokenizer.Tokenizer) {
+	t.Helper()
 	dir, err := models.ExtractSmall()
 	if err != nil {
 		t.Skipf("embedded model unavailable: %v", err)
@@ -46,7 +53,7 @@ func startServerWith(t *testing.T, cfg Config, maxQueue int, configure func(*htt
 	if err != nil {
 		t.Fatalf("tokenizer: %v", err)
 	}
-	return startServerOn(t, cfg, maxQueue, configure, w, tok)
+	return w, tok
 }
 
 // startRandomServer serves synth:small, the random-weight small model, for

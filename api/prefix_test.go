@@ -16,7 +16,6 @@ import (
 	"testing"
 
 	"github.com/gin-gonic/gin"
-	"github.com/megamoe/megamoe/checkpoint"
 	"github.com/megamoe/megamoe/engine"
 	"github.com/megamoe/megamoe/model"
 	"github.com/megamoe/megamoe/models"
@@ -45,18 +44,7 @@ func (s *syncBuffer) String() string {
 // access log goes to the returned buffer.
 func startPrefixServer(t *testing.T) (*httptest.Server, *syncBuffer) {
 	t.Helper()
-	dir, err := models.ExtractSmall()
-	if err != nil {
-		t.Skipf("embedded model unavailable: %v", err)
-	}
-	w, _, err := checkpoint.Load(dir)
-	if err != nil {
-		t.Fatalf("load: %v", err)
-	}
-	tok, err := tokenizer.LoadFile(filepath.Join(dir, "tokenizer.json"))
-	if err != nil {
-		t.Fatalf("tokenizer: %v", err)
-	}
+	w, tok := loadEmbedded(t)
 	m, err := model.New(w, nil, model.Options{CacheBytes: 64 << 20})
 	if err != nil {
 		t.Fatalf("model: %v", err)
