@@ -7,7 +7,7 @@ package models
 
 import (
 	"crypto/sha256"
-	"embed"
+
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -22,9 +22,6 @@ import (
 // small --seed 1`).
 const SmallSeed = 1
 
-//go:embed small
-var small embed.FS
-
 // Small returns the embedded checkpoint's files (rooted at the model dir).
 func Small() fs.FS {
 	sub, err := fs.Sub(small, "small")
@@ -38,6 +35,9 @@ func Small() fs.FS {
 func smallFiles() ([]string, error) {
 	ents, err := fs.ReadDir(small, "small")
 	if err != nil {
+		if !Embedded {
+			return nil, errors.New("this binary was built with -tags noembed, without the default model: pass --model DIR (for example models/small)")
+		}
 		return nil, err
 	}
 	var names []string

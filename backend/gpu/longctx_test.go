@@ -50,7 +50,9 @@ func randomTokens(n, vocab int, seed uint64) []int32 {
 // the same lengths.
 func TestLongContextGreedy(t *testing.T) {
 	g := openLongGPU(t)
-	w := genWeights(t, checkpoint.LongConfig(), 5)
+	c := checkpoint.LongConfig()
+	c.MoEInter = 128 // the GPU's expert kernels tile inter by 128
+	w := genWeights(t, c, 5)
 	mc, mg := twinModels(t, w, g, model.Options{CacheBytes: 256 << 20, Numerics: "exact"})
 	prompt := randomTokens(32768, w.Config.Vocab, 13)
 	start := time.Now()
