@@ -7,7 +7,7 @@
 # /v1/completions at concurrency 1, 8, 64 and 256 with prompts of 512 and 4096
 # tokens and 64 output tokens each (ignore_eos): TTFT, TPOT, output tokens/s,
 # requests/s and TPOT over the step time. It runs twice: tokens drawn on the
-# GPU (serve --device-sampling) and sampled on the host (serve's default).
+# GPU (serve's default) and sampled on the host (serve --device-sampling=false).
 # Last, --host-only serves a model that computes nothing, so its TPOT is the
 # host's own cost per token (scheduler, sampling, API, SSE), in both modes.
 # It builds bin/bench unless BIN names a directory that holds it. OUTDIR gets

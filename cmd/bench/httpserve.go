@@ -42,7 +42,7 @@ func (s *serveFlags) register(fs *flag.FlagSet) {
 	fs.IntVar(&s.maxNumSeqs, "max-num-seqs", 0, "--serve: running sequences at most (0: the largest concurrency or warm-up)")
 	fs.IntVar(&s.maxTokens, "max-num-batched-tokens", 512, "--serve: tokens per engine step")
 	fs.Int64Var(&s.kvCache, "kv-cache-memory", 0, "--serve: KV cache bytes (0: enough for every level's sequences at once)")
-	fs.BoolVar(&s.deviceSampling, "device-sampling", false, "--serve: draw tokens on the GPU (serve --device-sampling); the stack steps then draw there too (bench stack --draw)")
+	fs.BoolVar(&s.deviceSampling, "device-sampling", true, "--serve: draw tokens on the GPU as serve does by default (false: on the host); the stack steps then draw there too (bench stack --draw); no effect on the CPU but with --host-only")
 	fs.BoolVar(&s.graphs, "cuda-graphs", true, "--serve: record decode steps as CUDA graphs")
 	fs.BoolVar(&s.side, "side-stream", true, "--serve: run independent ops of small steps on a second stream")
 	fs.BoolVar(&s.hostOnly, "host-only", false, "--serve: serve a model that computes nothing (a fixed random logits row over V4's vocabulary, a copy a step) instead of --model: TPOT is then the host's cost per token (scheduler, sampling, API, detokenizing, SSE)")
@@ -115,7 +115,7 @@ func startServer(ctx context.Context, f *httpFlags, stderr io.Writer) (*inproc, 
 	gin.SetMode(gin.ReleaseMode) // as serve: no per-route debug lines
 	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	eng, err := engine.New(m, engine.Config{MaxNumSeqs: seqs, MaxBatchTokens: o.maxTokens,
-		MaxModelLen: maxLen, DeviceSampling: o.deviceSampling, Logger: log})
+		MaxModelLen: maxLen, DeviceSampling: o.deviceSampling && (o.hostOnly || o.device == "cuda"), Logger: log})
 	if err != nil {
 		closeBE()
 		return nil, err

@@ -103,7 +103,7 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	fs.IntVar(&o.port, "port", 8000, "listen port")
 	fs.IntVar(&o.maxNumSeqs, "max-num-seqs", 64, "running sequences at most")
 	fs.IntVar(&o.maxBatchTokens, "max-num-batched-tokens", 512, "tokens per engine step: prefill chunks plus decode tokens (larger steps prefill faster and delay running decodes more)")
-	fs.BoolVar(&o.deviceSampling, "device-sampling", false, "on a CUDA device, draw the tokens of requests without logprobs, penalties or logit bias there (only their ids come back) instead of sampling every logits row here")
+	fs.BoolVar(&o.deviceSampling, "device-sampling", true, "on a CUDA device, draw the tokens of requests without logprobs, penalties or logit bias there (only their ids come back); false samples every logits row on the host (no effect on the CPU)")
 	fs.BoolVar(&o.prefixCaching, "enable-prefix-caching", true, "reuse the KV cache of prompt prefixes computed before (blocks of 256 tokens)")
 	fs.BoolFunc("no-enable-prefix-caching", "turn prefix caching off", func(string) error { o.prefixCaching = false; return nil })
 	fs.StringVar(&o.apiKey, "api-key", "", "require this bearer token on /v1 (also $MEGAMOE_API_KEY)")
@@ -306,7 +306,7 @@ func load(dir string, o *options, log *slog.Logger, bar *progress) (_ *checkpoin
 		return nil, nil, nil, err
 	}
 	bar.stage("preparing " + formatBytes(size) + " of weights")
-	m, err := buildModel(w, o, log)
+	m, onGPU, err := buildModel(w, o, log)
 	if err != nil {
 		return nil, nil, nil, err
 	}
@@ -322,7 +322,7 @@ func load(dir string, o *options, log *slog.Logger, bar *progress) (_ *checkpoin
 	if lowered {
 		log.Warn("context length lowered to what the KV cache holds", "max_model_len", maxLen, "max_position_embeddings", w.Config.MaxPositions)
 	}
-	eng, err := engine.New(engine.FromModel(m), engine.Config{MaxNumSeqs: o.maxNumSeqs, MaxBatchTokens: o.maxBatchTokens, MaxModelLen: maxLen, DeviceSampling: o.deviceSampling,
+	eng, err := engine.New(engine.FromModel(m), engine.Config{MaxNumSeqs: o.maxNumSeqs, MaxBatchTokens: o.maxBatchTokens, MaxModelLen: maxLen, DeviceSampling: o.deviceSampling && onGPU,
 		Speculative: o.spec, PrefixCaching: o.prefixCaching, Logger: log})
 	if err != nil {
 		return nil, nil, nil, err
@@ -345,20 +345,22 @@ func formatBytes(n int64) string {
 }
 
 // buildModel prepares w on the chosen backend, or split over --tensor-parallel
-// ranks (one GPU each with --device cuda; CPU backends otherwise).
-func buildModel(w *checkpoint.Weights, o *options, log *slog.Logger) (engine.Stepper, error) {
+// ranks (one GPU each with --device cuda; CPU backends otherwise), and
+// whether it runs on GPUs.
+func buildModel(w *checkpoint.Weights, o *options, log *slog.Logger) (engine.Stepper, bool, error) {
 	opts := model.Options{Numerics: o.numerics, Threads: o.threads}
 	if o.tp == 1 {
 		be, err := pickBackend(o.device, gpu.Options{Graphs: o.cudaGraphs, NoSideStream: !o.sideStream}, log)
 		if err != nil {
-			return nil, err
+			return nil, false, err
 		}
 		var gs []*gpu.Backend
 		if g, ok := be.(*gpu.Backend); ok {
 			gs = append(gs, g)
 		}
 		cacheOptions(&opts, o, w.Config, gs, log)
-		return model.New(w, be, opts)
+		m, err := model.New(w, be, opts)
+		return m, len(gs) > 0, err
 	}
 	cacheOptions(&opts, o, w.Config, nil, log)
 	bes := make([]backend.Backend, o.tp)
@@ -367,7 +369,7 @@ func buildModel(w *checkpoint.Weights, o *options, log *slog.Logger) (engine.Ste
 		for r := range bes {
 			g, err := gpu.New(gpu.Options{Device: r})
 			if err != nil {
-				return nil, fmt.Errorf("--tensor-parallel %d: GPU %d: %w", o.tp, r, err)
+				return nil, false, fmt.Errorf("--tensor-parallel %d: GPU %d: %w", o.tp, r, err)
 			}
 			gs[r], bes[r] = g, g
 		}
@@ -377,9 +379,9 @@ func buildModel(w *checkpoint.Weights, o *options, log *slog.Logger) (engine.Ste
 			log.Info("serving on GPUs over NCCL", "ranks", o.tp)
 			p, err := model.NewParallelComms(w, bes, comms, opts)
 			if err != nil {
-				return nil, fmt.Errorf("--tensor-parallel %d: %w", o.tp, err)
+				return nil, false, fmt.Errorf("--tensor-parallel %d: %w", o.tp, err)
 			}
-			return p, nil
+			return p, true, nil
 		}
 		log.Info("NCCL unavailable, exchanging through host memory", "ranks", o.tp, "reason", err)
 	} else {
@@ -394,9 +396,9 @@ func buildModel(w *checkpoint.Weights, o *options, log *slog.Logger) (engine.Ste
 	}
 	p, err := model.NewParallel(w, bes, opts)
 	if err != nil {
-		return nil, fmt.Errorf("--tensor-parallel %d: %w", o.tp, err)
+		return nil, false, fmt.Errorf("--tensor-parallel %d: %w", o.tp, err)
 	}
-	return p, nil
+	return p, o.device == "cuda", nil
 }
 
 // pickBackend returns the GPU backend for --device cuda (an error without a

@@ -26,7 +26,7 @@ func TestBuildModelTensorParallel(t *testing.T) {
 	defer st.Close()
 	next := func(tp int) int32 {
 		o := &options{device: "cpu", numerics: "exact", tp: tp, threads: 2, kvCacheMemory: 16 << 20}
-		m, err := buildModel(w, o, log)
+		m, _, err := buildModel(w, o, log)
 		if err != nil {
 			t.Fatalf("tp %d: %v", tp, err)
 		}
@@ -54,7 +54,7 @@ func TestBuildModelTensorParallel(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer st2.Close()
-	_, err = buildModel(ws, &options{device: "cpu", numerics: "faithful", tp: 2, kvCacheMemory: 16 << 20}, log)
+	_, _, err = buildModel(ws, &options{device: "cpu", numerics: "faithful", tp: 2, kvCacheMemory: 16 << 20}, log)
 	if err == nil || !strings.Contains(err.Error(), "OGroups") {
 		t.Errorf("embedded small model over 2 ranks: %v, want the OGroups divisibility error", err)
 	}
