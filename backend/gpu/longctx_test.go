@@ -104,7 +104,7 @@ func TestContextMillion(t *testing.T) {
 	g := openLongGPU(t)
 	c := checkpoint.SmallConfig()
 	w := genWeights(t, c, 1)
-	opts := model.Options{}
+	opts := model.Options{MaxSeqs: 1} // one state slot, as bench kv's one sequence
 	store := model.StoreFor(backend.Faithful)
 	layout, err := kvcache.LayoutFromConfig(c, kvcache.DefaultBlockTokens, store)
 	if err != nil {
