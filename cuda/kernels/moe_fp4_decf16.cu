@@ -44,6 +44,14 @@ DEV u32 shr3(u32 w) {
 	asm("mul.hi.u32 %0, %1, 536870912;" : "=r"(d) : "r"(w));
 	return d;
 }
+// cp.async to a shared-space address (the ring's offsets stay 32-bit).
+DEV void cp16(u32 dst, const void* src, int src_bytes) {
+	asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(src_bytes));
+}
+template <int B>
+DEV void cp_ca(u32 dst, const void* src, int src_bytes) {
+	asm volatile("cp.async.ca.shared.global [%0], [%1], %2, %3;\n" ::"r"(dst), "l"(src), "n"(B), "r"(src_bytes));
+}
 DEV u32 hmul2(u32 a, u32 b) {
 	u32 d;
 	asm("mul.rn.f16x2 %0, %1, %2;" : "=r"(d) : "r"(a), "r"(b));
@@ -121,42 +129,43 @@ DEV void decf16_cta(u8* smem, u16* __restrict__ y, const u8* __restrict__ xq, co
 	const int wok0 = col0 + wr < N ? 16 : 0, wok1 = col0 + wr + 32 < N ? 16 : 0;
 	const u8* wq0 = we + (size_t)(wok0 ? col0 + wr : 0) * (K / 2) + wp * 16 + (size_t)kb0 * 64;
 	const u8* wq1 = wq0 + (wok1 ? (size_t)32 * (K / 2) : 0);
-	u8* const wd = ring + wr * 64 + ((wp ^ ((wr >> 1) & 3)) << 4);
+	const u32 sring = smem_addr(ring);
+	const u32 wd = sring + wr * 64 + ((wp ^ ((wr >> 1) & 3)) << 4);
 	const u8* aq;
-	u8* ad;
+	u32 ad;
 	int aok, astep;
 	if (tid < 64) {
 		const int row = col0 + tid;
 		aok = row < N ? sbytes : 0;
 		aq = se + (size_t)(row < N ? row : 0) * gpr + (size_t)kb0 * sbytes;
-		ad = ring + FW + FX + tid * 8;
+		ad = sring + FW + FX + tid * 8;
 		astep = sbytes;
 	} else {
 		const int u = tid - 64, tk = mBeg + (u >> 3);
 		aok = tk < mEnd ? 16 : 0;
 		aq = xq + (size_t)(tk < mEnd ? tk : mBeg) * K + (u & 7) * 16 + (size_t)kb0 * 128;
-		ad = ring + FW + (u >> 3) * 128 + (u & 7) * 16;
+		ad = sring + FW + (u >> 3) * 128 + (u & 7) * 16;
 		astep = 128;
 	}
-	auto issue = [&](int st) {
-		cp_async16(wd + st * FSTAGE, wq0, wok0);
-		cp_async16(wd + st * FSTAGE + 32 * 64, wq1, wok1);
-		if (tid >= 64) cp_async16(ad + st * FSTAGE, aq, aok);
-		else cp_async_ca<sbytes>(ad + st * FSTAGE, aq, aok);
+	auto issue = [&](u32 off) { // into the stage at byte offset off
+		cp16(wd + off, wq0, wok0);
+		cp16(wd + off + 32 * 64, wq1, wok1);
+		if (tid >= 64) cp16(ad + off, aq, aok);
+		else cp_ca<sbytes>(ad + off, aq, aok);
 		wq0 += 64;
 		wq1 += 64;
 		aq += astep;
 	};
 #pragma unroll
 	for (int s = 0; s < FS - 1; s++) {
-		if (s < nb) issue(s);
+		if (s < nb) issue(s * FSTAGE);
 		cp_async_commit();
 	}
 
 	// ldmatrix addresses (moe_fp4_dec's): lane l reads row (l&7) + 8*((l>>3)&1)
 	// of the warp's 16, chunk l>>4 (+2 for the second x4, at ^ 32).
 	const int lr = wid * 16 + (lane & 7) + 8 * ((lane >> 3) & 1);
-	const u32 ldA0 = smem_addr(ring) + lr * 64 + (((lane >> 4) ^ ((lane >> 1) & 3)) << 4);
+	const u32 ldA0 = sring + lr * 64 + (((lane >> 4) ^ ((lane >> 1) & 3)) << 4);
 	// Producer: activations of token tid>>4, elements 8*(tid&15)..+7; scales
 	// of row tid>>1, half tid&1 of its bytes.
 	const int ptok = tid >> 4, pk = (tid & 15) * 8, prow = tid >> 1, ph = tid & 1;
@@ -171,9 +180,9 @@ DEV void decf16_cta(u8* smem, u16* __restrict__ y, const u8* __restrict__ xq, co
 	u32 wv[8], xa = 0u, xb = 0u;
 	float acc[4] = {0.f, 0.f, 0.f, 0.f}; // (rowA, tA), (rowA, tB), (rowB, tA), (rowB, tB)
 
-	// Block i's ring stage st -> converted slot sl, weights into wv.
-	auto produce = [&](int i, int st, u8* sl) {
-		const u8* S = ring + st * FSTAGE;
+	// Block i's ring stage (at byte offset off) -> converted slot sl, weights into wv.
+	auto produce = [&](int i, u32 off, u8* sl) {
+		const u8* S = ring + off;
 		const uint2 v = *reinterpret_cast<const uint2*>(S + FW + ptok * 128 + pk);
 		*reinterpret_cast<uint4*>(sl + ptok * FXH_ROW + (tid & 15) * 16) = act8_f16(v);
 		u32* sc = reinterpret_cast<u32*>(sl + FXH);
@@ -187,8 +196,8 @@ DEV void decf16_cta(u8* smem, u16* __restrict__ y, const u8* __restrict__ xq, co
 			sc[(2 * ph) * FSC + psc] = __float_as_uint(e8m0_to_f32_sel(b2));
 			sc[(2 * ph + 1) * FSC + psc] = __float_as_uint(e8m0_to_f32_sel(b2 >> 8));
 		}
-		ldsm_x4(wv, ldA0 + st * FSTAGE);
-		ldsm_x4(wv + 4, (ldA0 + st * FSTAGE) ^ 32u);
+		ldsm_x4(wv, ldA0 + off);
+		ldsm_x4(wv + 4, (ldA0 + off) ^ 32u);
 		xa = okA ? xsA[i] : 0u;
 		xb = okB ? xsB[i] : 0u;
 	};
@@ -232,14 +241,15 @@ DEV void decf16_cta(u8* smem, u16* __restrict__ y, const u8* __restrict__ xq, co
 	// Step i: block i landed for all (barrier), the copy of block i + FS - 1
 	// goes out into the stage block i - 1 left, block i - 1's MMAs run from
 	// the slot and registers it filled, then block i is converted.
-	for (int i = 0, st = 0; i <= nb; i++) {
+	static_assert(FS == 3, "the stage offsets below rotate over three stages");
+	for (u32 i = 0, off = 0; i <= (u32)nb; i++) { // off: block i's stage
 		cp_async_wait<FS - 2>();
 		__syncthreads();
-		if (i + FS - 1 < nb) issue(st == 0 ? FS - 1 : st - 1); // (st + FS - 1) % FS
+		if (i + FS - 1 < (u32)nb) issue(off == 0 ? 2 * FSTAGE : off - FSTAGE); // stage (i + 2) % 3
 		cp_async_commit();
 		if (i > 0) compute(slots + ((i - 1) & 1) * FSLOT);
-		if (i < nb) produce(i, st, slots + (i & 1) * FSLOT);
-		st = st == FS - 1 ? 0 : st + 1;
+		if (i < (u32)nb) produce(i, off, slots + (i & 1) * FSLOT);
+		off = off == 2 * FSTAGE ? 0 : off + FSTAGE;
 	}
 	cp_async_wait<0>();
 	const float G = ((NV && gscale) ? gscale[e] : 1.0f) * (NV ? F16_UNDO_NV : F16_UNDO_MX);
