@@ -52,6 +52,25 @@ template <int B>
 DEV void cp_ca(u32 dst, const void* src, int src_bytes) {
 	asm volatile("cp.async.ca.shared.global [%0], [%1], %2, %3;\n" ::"r"(dst), "l"(src), "n"(B), "r"(src_bytes));
 }
+// Shared-memory loads and stores by 32-bit address (offsets fold into the
+// instruction); volatile keeps them on their side of the CTA barrier.
+DEV uint2 lds64(u32 a) {
+	uint2 v;
+	asm volatile("ld.shared.v2.u32 {%0,%1}, [%2];" : "=r"(v.x), "=r"(v.y) : "r"(a));
+	return v;
+}
+DEV uint4 lds128(u32 a) {
+	uint4 v;
+	asm volatile("ld.shared.v4.u32 {%0,%1,%2,%3}, [%4];" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "r"(a));
+	return v;
+}
+DEV u32 lds32(u32 a) {
+	u32 v;
+	asm volatile("ld.shared.u32 %0, [%1];" : "=r"(v) : "r"(a));
+	return v;
+}
+DEV void sts32(u32 a, u32 v) { asm volatile("st.shared.u32 [%0], %1;" ::"r"(a), "r"(v)); }
+DEV void sts128(u32 a, uint4 v) { asm volatile("st.shared.v4.u32 [%0], {%1,%2,%3,%4};" ::"r"(a), "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w)); }
 DEV u32 hmul2(u32 a, u32 b) {
 	u32 d;
 	asm("mul.rn.f16x2 %0, %1, %2;" : "=r"(d) : "r"(a), "r"(b));
@@ -166,53 +185,56 @@ DEV void decf16_cta(u8* smem, u16* __restrict__ y, const u8* __restrict__ xq, co
 	// of the warp's 16, chunk l>>4 (+2 for the second x4, at ^ 32).
 	const int lr = wid * 16 + (lane & 7) + 8 * ((lane >> 3) & 1);
 	const u32 ldA0 = sring + lr * 64 + (((lane >> 4) ^ ((lane >> 1) & 3)) << 4);
-	// Producer: activations of token tid>>4, elements 8*(tid&15)..+7; scales
-	// of row tid>>1, half tid&1 of its bytes.
-	const int ptok = tid >> 4, pk = (tid & 15) * 8, prow = tid >> 1, ph = tid & 1;
-	const int psc = sc_row(prow);
-	// Consumer: B of token g, chunk j at + j*64; scales of rows g, g + 8.
-	const int bo = g * FXH_ROW + c * 16, so = FXH + 4 * (wid * 16 + 2 * g);
+	// Producer: activations of token tid>>4, elements 8*(tid&15)..+7 (ring
+	// pX, slot pXH); scales of row tid>>1, half tid&1 of its bytes (pS, pSC).
+	const int ptok = tid >> 4, prow = tid >> 1, ph = tid & 1;
+	const u32 slot0 = sring + FS * FSTAGE, slotFlip = slot0 ^ (slot0 + FSLOT);
+	const u32 pX = sring + FW + ptok * 128 + (tid & 15) * 8, pXH = ptok * FXH_ROW + (tid & 15) * 16;
+	const u32 pS = sring + FW + FX + prow * 8 + (NV ? 4 * ph : 0), pShift = NV ? 0 : 16 * ph;
+	const u32 pSC = FXH + 4 * (sc_row(prow) + (NV ? 4 : 2) * ph * FSC);
+	// Consumer: B of token g, chunk j at + j*64; scales of rows g, g + 8
+	// (NVFP4: of this lane's 16-group, c >> 1, of each chunk).
+	const u32 bo = g * FXH_ROW + c * 16, so = FXH + 4 * (wid * 16 + 2 * g) + (NV ? 4 * FSC * (c >> 1) : 0);
 	// This thread's D tokens: 2c and 2c + 1 (columns of the m16n8 tile).
+	// Tokens past the tile read a valid row's scales: their B columns are
+	// zero and their outputs are not stored.
 	const int tA = mBeg + 2 * c, tB = tA + 1;
-	const bool okA = tA < mEnd, okB = tB < mEnd;
-	const u8* xsA = xs + (size_t)(okA ? tA : mBeg) * nkb + kb0; // < 2^31 entries: Mtot * K / 128
-	const u8* xsB = xs + (size_t)(okB ? tB : mBeg) * nkb + kb0;
+	const u8* xsA = xs + (size_t)(tA < mEnd ? tA : mBeg) * nkb + kb0; // < 2^31 entries: Mtot * K / 128
+	const u8* xsB = xs + (size_t)(tB < mEnd ? tB : mBeg) * nkb + kb0;
 	u32 wv[8], xa = 0u, xb = 0u;
 	float acc[4] = {0.f, 0.f, 0.f, 0.f}; // (rowA, tA), (rowA, tB), (rowB, tA), (rowB, tB)
 
-	// Block i's ring stage (at byte offset off) -> converted slot sl, weights into wv.
-	auto produce = [&](int i, u32 off, u8* sl) {
-		const u8* S = ring + off;
-		const uint2 v = *reinterpret_cast<const uint2*>(S + FW + ptok * 128 + pk);
-		*reinterpret_cast<uint4*>(sl + ptok * FXH_ROW + (tid & 15) * 16) = act8_f16(v);
-		u32* sc = reinterpret_cast<u32*>(sl + FXH);
+	// The block in the ring stage at byte offset off -> converted slot sl,
+	// weights into wv, activation scales into xa, xb.
+	auto produce = [&](u32 off, u32 sl) {
+		sts128(sl + pXH, act8_f16(lds64(pX + off)));
 		if (NV) {
 			u32 s4[4];
-			nv_scale4(*reinterpret_cast<const u32*>(S + FW + FX + prow * 8 + ph * 4), s4);
+			nv_scale4(lds32(pS + off), s4);
 #pragma unroll
-			for (int k = 0; k < 4; k++) sc[(4 * ph + k) * FSC + psc] = s4[k];
+			for (int k = 0; k < 4; k++) sts32(sl + pSC + 4 * FSC * k, s4[k]);
 		} else {
-			const u32 b2 = *reinterpret_cast<const u16*>(S + FW + FX + prow * 8 + ph * 2);
-			sc[(2 * ph) * FSC + psc] = __float_as_uint(e8m0_to_f32_sel(b2));
-			sc[(2 * ph + 1) * FSC + psc] = __float_as_uint(e8m0_to_f32_sel(b2 >> 8));
+			const u32 b2 = lds32(pS + off) >> pShift; // bytes 2ph, 2ph + 1
+			sts32(sl + pSC, __float_as_uint(e8m0_to_f32_sel(b2)));
+			sts32(sl + pSC + 4 * FSC, __float_as_uint(e8m0_to_f32_sel(b2 >> 8)));
 		}
 		ldsm_x4(wv, ldA0 + off);
 		ldsm_x4(wv + 4, (ldA0 + off) ^ 32u);
-		xa = okA ? xsA[i] : 0u;
-		xb = okB ? xsB[i] : 0u;
+		xa = *xsA++;
+		xb = *xsB++;
 	};
 	// The MMAs of the block produce() converted into slot sl.
-	auto compute = [&](const u8* sl) {
+	auto compute = [&](u32 sl) {
 		float blk[4] = {0.f, 0.f, 0.f, 0.f};
 #pragma unroll
 		for (int j = 0; j < 4; j++) {
 			u32 ha[4], hb[4];
 			fp4x8_f16(wv[2 * j], ha);     // row g
 			fp4x8_f16(wv[2 * j + 1], hb); // row g + 8
-			const uint4 b = *reinterpret_cast<const uint4*>(sl + bo + j * 64);
+			const uint4 b = lds128(sl + bo + j * 64);
 			const u32 b0[2] = {b.x, b.y}, b1[2] = {b.z, b.w};
 			if (NV) {
-				const uint2 s = *reinterpret_cast<const uint2*>(sl + so + 4 * FSC * (2 * j + (c >> 1)));
+				const uint2 s = lds64(sl + so + 4 * FSC * 2 * j);
 #pragma unroll
 				for (int k = 0; k < 4; k++) ha[k] = hmul2(ha[k], s.x), hb[k] = hmul2(hb[k], s.y);
 			}
@@ -224,14 +246,14 @@ DEV void decf16_cta(u8* smem, u16* __restrict__ y, const u8* __restrict__ xq, co
 				float p[4] = {0.f, 0.f, 0.f, 0.f};
 				mma_f16_16816(p, a0, b0);
 				mma_f16_16816(p, a1, b1);
-				const float2 f = *reinterpret_cast<const float2*>(sl + so + 4 * FSC * j);
-				blk[0] = fmaf(p[0], f.x, blk[0]);
-				blk[1] = fmaf(p[1], f.x, blk[1]);
-				blk[2] = fmaf(p[2], f.y, blk[2]);
-				blk[3] = fmaf(p[3], f.y, blk[3]);
+				const uint2 f = lds64(sl + so + 4 * FSC * j);
+				blk[0] = fmaf(p[0], __uint_as_float(f.x), blk[0]);
+				blk[1] = fmaf(p[1], __uint_as_float(f.x), blk[1]);
+				blk[2] = fmaf(p[2], __uint_as_float(f.y), blk[2]);
+				blk[3] = fmaf(p[3], __uint_as_float(f.y), blk[3]);
 			}
 		}
-		const float x0 = okA ? e8m0_to_f32(xa) : 0.f, x1 = okB ? e8m0_to_f32(xb) : 0.f;
+		const float x0 = e8m0_to_f32_sel(xa), x1 = e8m0_to_f32_sel(xb);
 		acc[0] = fmaf(blk[0], x0, acc[0]);
 		acc[1] = fmaf(blk[1], x1, acc[1]);
 		acc[2] = fmaf(blk[2], x0, acc[2]);
@@ -240,16 +262,19 @@ DEV void decf16_cta(u8* smem, u16* __restrict__ y, const u8* __restrict__ xq, co
 
 	// Step i: block i landed for all (barrier), the copy of block i + FS - 1
 	// goes out into the stage block i - 1 left, block i - 1's MMAs run from
-	// the slot and registers it filled, then block i is converted.
+	// the slot and registers it filled, then block i is converted into the
+	// other slot.
 	static_assert(FS == 3, "the stage offsets below rotate over three stages");
-	for (u32 i = 0, off = 0; i <= (u32)nb; i++) { // off: block i's stage
+	u32 off = 0, sl = slot0; // block i's stage and slot
+	for (int i = 0; i <= nb; i++) {
 		cp_async_wait<FS - 2>();
 		__syncthreads();
-		if (i + FS - 1 < (u32)nb) issue(off == 0 ? 2 * FSTAGE : off - FSTAGE); // stage (i + 2) % 3
+		if (i + FS - 1 < nb) issue(off == 0 ? 2 * FSTAGE : off - FSTAGE); // stage (i + 2) % 3
 		cp_async_commit();
-		if (i > 0) compute(slots + ((i - 1) & 1) * FSLOT);
-		if (i < (u32)nb) produce(i, off, slots + (i & 1) * FSLOT);
+		if (i > 0) compute(sl ^ slotFlip);
+		if (i < nb) produce(off, sl);
 		off = off == 2 * FSTAGE ? 0 : off + FSTAGE;
+		sl ^= slotFlip;
 	}
 	cp_async_wait<0>();
 	const float G = ((NV && gscale) ? gscale[e] : 1.0f) * (NV ? F16_UNDO_NV : F16_UNDO_MX);
