@@ -1,9 +1,9 @@
 // moe_fp4_dec's function on its 8-row tiles (same tile list, grid, split K
 // and in-kernel fixup) with no conversion instruction: e2m1 and e4m3 codes
 // become f16 by integer ops alone. Hopper runs cvt (F2FP) at a fraction of
-// the integer rate, and moe_fp4_dec's 1.5 cvt a weight byte bound it to ~40 %
-// of the copy rate; here a weight byte costs 2 integer-pipe ops (LOP3, PRMT)
-// plus 0.75 IMAD (docs/kernels-moe.md has the budget).
+// the integer rate, and moe_fp4_dec's 1.5 cvt a weight byte keep its integer
+// pipe busy at ~40 % of the copy rate; here unpacking a weight byte costs 2
+// integer-pipe ops (LOP3, PRMT) and 0.75 IMAD (docs/kernels-moe.md: the budget).
 //
 // Per 128-K block (a stage of a 3-deep cp.async ring: 64 weight rows x 64
 // bytes, 8 tokens x 128 e4m3 activations, 64 rows of scales):
@@ -28,7 +28,7 @@
 #define FX 1024                   // activations per stage: 8 tokens x 128 e4m3
 #define FSTAGE (FW + FX + 512)    // + scales: 64 rows x 8 bytes (MXFP4 uses 4)
 #define FXH_ROW 320               // f16 activations of a token: 256 bytes + 64 (conflict-free 16-byte reads)
-#define FXH (8 * FXH_ROW)         //
+#define FXH (8 * FXH_ROW)         // the slot's f16 activations
 #define FSC 80                    // converted scales: words per 32-K chunk or 16-group (64 rows + 16)
 #define FSLOT (FXH + 8 * FSC * 4) // a converted slot: activations, then scales
 #define FSMEM (FS * FSTAGE + 2 * FSLOT)
