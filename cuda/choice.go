@@ -14,6 +14,10 @@ const (
 	PathWG    Path = "wg"    // sm_90a TMA + wgmma kernels
 )
 
+// PathDecF16 is moe_fp4_decf16, the MoE decode kernel that unpacks FP4 without
+// conversion instructions, on lists of 8-row tiles (a MoE path only).
+const PathDecF16 Path = "decf16"
+
 // KernelChoice forces the GEMM paths of a context (benchmarks and tests that
 // compare the paths on one shape); the zero value lets the planners choose.
 type KernelChoice struct {
@@ -25,11 +29,14 @@ type KernelChoice struct {
 // where they apply (the decode kernels take only decode shapes; a forced
 // wgmma path on a device without TMA is an error at launch).
 func (c *Context) SetKernelChoice(k KernelChoice) error {
+	if k.Linear == PathDecF16 {
+		return fmt.Errorf("cuda: kernel path %q is a MoE path, not a linear one", k.Linear)
+	}
 	for _, p := range []Path{k.Linear, k.MoE} {
 		switch p {
-		case PathAuto, PathDec, PathDecWG, PathTiled, PathWG:
+		case PathAuto, PathDec, PathDecF16, PathDecWG, PathTiled, PathWG:
 		default:
-			return fmt.Errorf("cuda: kernel path %q (want dec, decwg, tiled or wg)", p)
+			return fmt.Errorf("cuda: kernel path %q (want dec, decf16, decwg, tiled or wg)", p)
 		}
 	}
 	c.fnMu.Lock()
@@ -75,6 +82,9 @@ func (c *Context) LinearPaths(m, n, k int) []Path {
 // it picks by itself first).
 func (c *Context) MoEPaths(sh MoEShape) []Path {
 	if moeDecode(sh) {
+		if decF16Fits(sh) {
+			return []Path{PathDec, PathDecF16}
+		}
 		return []Path{PathDec}
 	}
 	if c.HasTMA() {

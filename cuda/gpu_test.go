@@ -6,6 +6,7 @@ import (
 	"errors"
 	"math"
 	"math/rand/v2"
+	"slices"
 	"strings"
 	"testing"
 
@@ -322,12 +323,17 @@ func TestKernelsVsCPU(t *testing.T) {
 		}
 		choices = append(choices, choice{name, cuda.KernelChoice{Linear: p, MoE: p}})
 	}
+	choices = append(choices, choice{"decf16", cuda.KernelChoice{MoE: cuda.PathDecF16}})
 	for _, ch := range choices {
 		if err := ctx.SetKernelChoice(ch.kc); err != nil {
 			t.Fatal(err)
 		}
 		for _, c := range kcheck.SmallCases() {
 			if ch.kc.Linear != cuda.PathAuto && c.Component != "linear_fp8" && c.Component != "moe_fp4" {
+				continue
+			}
+			// A MoE-only path: its own shapes only (elsewhere it runs another path's kernel).
+			if ch.kc.MoE == cuda.PathDecF16 && (c.Component != "moe_fp4" || !slices.Contains(ctx.MoEPaths(c.MoE), cuda.PathDecF16)) {
 				continue
 			}
 			t.Run(ch.name+"/"+c.Component+"/"+strings.ReplaceAll(c.Shape, " ", "_"), func(t *testing.T) {

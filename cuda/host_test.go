@@ -205,6 +205,45 @@ func TestSplitK(t *testing.T) {
 	}
 }
 
+// TestMoEDecF16Path: a forced decf16 runs moe_fp4_decf16 on decode lists of
+// 8-row tiles with moe_fp4_dec's plan (so the scratch the shape was given),
+// moe_fp4_dec on 16-row ones; it is no linear path.
+func TestMoEDecF16Path(t *testing.T) {
+	s := planStream(hopperSMs)
+	for _, c := range []struct {
+		sh   MoEShape
+		want Path
+	}{
+		{MoEShape{Experts: 256, Rows: 6, N: 4096, K: 4096}, PathDecF16},                 // Flash w13, 1 token
+		{MoEShape{Experts: 256, Rows: 48, N: 4096, K: 2048, Format: NVFP4}, PathDecF16}, // w2, 8 tokens
+		{MoEShape{Experts: 384, Rows: 48, N: 6144, K: 7168}, PathDecF16},                // Pro w13, 8 tokens
+		{MoEShape{Experts: 256, Rows: 2048, N: 4096, K: 4096}, PathDecF16},              // 8 rows an expert
+		{MoEShape{Experts: 256, Rows: 512 * 6, N: 4096, K: 4096}, PathDec},              // 16-row tiles
+	} {
+		if err := s.ctx.SetKernelChoice(KernelChoice{MoE: PathDecF16}); err != nil {
+			t.Fatal(err)
+		}
+		got := s.moePath(c.sh)
+		if got != c.want {
+			t.Errorf("moePath(%+v) forced decf16 = %q, want %q", c.sh, got, c.want)
+		}
+		if got == PathDecF16 {
+			if f, d := planMoE(c.sh, PathDecF16, hopperSMs), planMoE(c.sh, PathDec, hopperSMs); f.bm != 8 || f.maxTiles != d.maxTiles || f.splits != d.splits || f.per != d.per {
+				t.Errorf("planMoE(%+v): decf16 %+v, dec %+v: want the same 8-row plan", c.sh, f, d)
+			}
+		}
+		if err := s.ctx.SetKernelChoice(KernelChoice{}); err != nil {
+			t.Fatal(err)
+		}
+		if got := s.moePath(c.sh); got == PathDecF16 {
+			t.Errorf("moePath(%+v) = decf16 without being forced", c.sh)
+		}
+	}
+	if err := s.ctx.SetKernelChoice(KernelChoice{Linear: PathDecF16}); err == nil {
+		t.Error("SetKernelChoice(Linear: decf16): no error")
+	}
+}
+
 // TestPlanLinearDec: decode shapes run linear_fp8_dec in one wave of warps
 // where the K slices allow it, each slice at least 2 blocks, the CTA's warps
 // an exact multiple of its slices.

@@ -358,6 +358,11 @@ func decTileRows(sh MoEShape) int {
 	return 8
 }
 
+// decF16Fits reports whether moe_fp4_decf16 can run a shape: a decode-shaped
+// list of 8-row tiles (at most 8 rows per expert on average), where it
+// takes moe_fp4_dec's plan, and so its scratch.
+func decF16Fits(sh MoEShape) bool { return moeDecode(sh) && decTileRows(sh) == 8 }
+
 // decCTAsPerSM sets the decode kernel's grid below which K is split: about
 // 32 warps per SM (8 CTAs of 4) on every SM.
 const decCTAsPerSM = 8
@@ -366,7 +371,7 @@ const decCTAsPerSM = 8
 func planMoE(sh MoEShape, path Path, sms int) moePlan {
 	p := moePlan{path: path, bm: 64, colsPC: 128}
 	switch path {
-	case PathDec:
+	case PathDec, PathDecF16:
 		p.bm, p.colsPC = decTileRows(sh), 64
 	case PathWG:
 		p.bm = moeBlockM(sh)
@@ -374,7 +379,7 @@ func planMoE(sh MoEShape, path Path, sms int) moePlan {
 	p.maxTiles = ceilDiv(sh.Rows, p.bm) + min(sh.Experts, sh.Rows)
 	ctas, nkb := p.maxTiles*ceilDiv(sh.N, p.colsPC), sh.K/128
 	switch path {
-	case PathDec:
+	case PathDec, PathDecF16:
 		p.splits, p.per = 1, nkb
 		if target := decCTAsPerSM * max(sms, 1); ctas < target && nkb > 1 {
 			sp := min(nkb, ceilDiv(target, ctas))
@@ -431,14 +436,18 @@ func MoEScratchBytes(s *Stream, sh MoEShape) int {
 func (s *Stream) moePath(sh MoEShape) Path {
 	forced := s.ctx.kernelChoice().MoE
 	ok := moePaths(sh)
+	if forced == PathDecF16 && decF16Fits(sh) {
+		return PathDecF16 // moe_fp4_dec's plan and scratch
+	}
 	if forced != PathAuto {
 		for _, p := range ok {
 			if p == forced {
 				return p
 			}
 		}
-		if forced == PathDec {
-			// The decode kernel needs only the tile list, which every scratch holds.
+		if forced == PathDec || forced == PathDecF16 && moeDecode(sh) {
+			// The decode kernel needs only the tile list, which every scratch
+			// holds; decf16 on 16-row tiles is moe_fp4_dec's.
 			return PathDec
 		}
 		// A tiled path for a decode-shaped list: its scratch has no room, so auto.
@@ -556,18 +565,22 @@ func moeFP4Tiles(s *Stream, y, xq, xs, w, wscale, gscale DevicePtr, sh MoEShape,
 	}
 	grid := Dim3{uint32(ceilDiv(sh.N, p.colsPC)), uint32(p.maxTiles), uint32(p.splits)}
 	b := new(Args).Ptr(y).Ptr(xq).Ptr(xs).Ptr(scratch).Ptr(w).Ptr(wscale).Ptr(gscale)
-	if path != PathDec {
-		b.I32(nv) // the decode kernel has an entry point per format instead
+	decode := path == PathDec || path == PathDecF16
+	if !decode {
+		b.I32(nv) // the decode kernels have an entry point per format instead
 	}
 	b.I32(sh.N).I32(sh.K).Ptr(part).I32(p.per).I32(sh.Rows)
 	var err error
 	switch {
-	case path != PathDec:
+	case !decode:
 		fixup = false
 		err = launch(s, "moe_fp4", "moe_fp4_gemm", grid, Dim3{128, 1, 1}, moeSmem, b)
 	default:
-		name := "moe_fp4_dec"
-		if p.bm == 16 {
+		module, name := "moe_fp4_dec", "moe_fp4_dec"
+		switch {
+		case path == PathDecF16:
+			module, name = "moe_fp4_decf16", "moe_fp4_decf16"
+		case p.bm == 16:
 			name += "16"
 		}
 		if nv == 1 {
@@ -583,7 +596,7 @@ func moeFP4Tiles(s *Stream, y, xq, xs, w, wscale, gscale DevicePtr, sh MoEShape,
 				return err
 			}
 		}
-		err = launch(s, "moe_fp4_dec", name, grid, Dim3{128, 1, 1}, 0, b.Ptr(counters))
+		err = launch(s, module, name, grid, Dim3{128, 1, 1}, 0, b.Ptr(counters))
 	}
 	if err != nil || p.splits == 1 || fixup {
 		return err

@@ -31,10 +31,10 @@ func TestMoEFixupSlots(t *testing.T) {
 	}
 }
 
-// TestMoEDecFixup: moe_fp4_dec adding its split-K partials in the last CTA
-// of each tile gives the bits of the kernel followed by linear_fp8_reduce,
-// for 8- and 16-row tiles, MXFP4 and NVFP4, column tails, odd row counts
-// and rows no expert owns. It runs twice eagerly and replays a graph twice
+// TestMoEDecFixup: moe_fp4_dec (and moe_fp4_decf16 on 8-row tiles) adding
+// its split-K partials in the last CTA of each tile gives the bits of the
+// kernel followed by linear_fp8_reduce, for 8- and 16-row tiles, MXFP4 and
+// NVFP4, column tails, odd row counts and rows no expert owns. It runs twice eagerly and replays a graph twice
 // (a counter left non-zero would leave tiles unsummed: still poisoned), and
 // once on a stream whose first use of the counters is inside a capture.
 func TestMoEDecFixup(t *testing.T) {
@@ -57,34 +57,54 @@ func TestMoEDecFixup(t *testing.T) {
 		if p := planMoE(sh, PathDec, ctx.dev.SMs); !moeDecode(sh) || p.splits < 2 || p.bm != c.bm {
 			t.Fatalf("%s: decode %v, %d splits, %d-row tiles: not a split-K case of %d-row tiles", name, moeDecode(sh), p.splits, p.bm, c.bm)
 		}
-		t.Run(name, func(t *testing.T) {
-			in := newFixupInputs(t, ctx, s, rng, sh, c.lead, c.tail)
-			want := in.run(t, s, true)
-			for i := 2 * c.lead * c.n; i < 2*(c.rows-c.tail)*c.n; i += 2 {
-				if want[i] == 0xff && want[i+1] == 0xff {
-					t.Fatalf("reduce path: y[%d, %d] still poisoned", i/2/c.n, i/2%c.n)
-				}
-			}
-			for rep := range 2 {
-				in.same(t, fmt.Sprintf("launch %d", rep), in.run(t, s, false), want)
-			}
-			in.same(t, "graph", in.graph(t, s), want)
-			in.zero(t, s)
-			if i == 0 { // a fresh stream: the counters' memset goes into the graph
-				s2, err := ctx.NewStream()
-				if err != nil {
+		paths := []Path{PathDec}
+		if decF16Fits(sh) {
+			paths = append(paths, PathDecF16)
+		}
+		for _, path := range paths {
+			t.Run(name+"/"+string(path), func(t *testing.T) {
+				if err := ctx.SetKernelChoice(KernelChoice{MoE: path}); err != nil {
 					t.Fatal(err)
 				}
 				defer func() {
-					if err := s2.Close(); err != nil {
+					if err := ctx.SetKernelChoice(KernelChoice{}); err != nil {
 						t.Error(err)
 					}
 				}()
-				in.same(t, "graph on a fresh stream", in.graph(t, s2), want)
-				in.same(t, "launch after the capture", in.run(t, s2, false), want)
-				in.zero(t, s2)
+				fixupCase(t, ctx, s, rng, sh, c.lead, c.tail, i == 0 && path == PathDec)
+			})
+		}
+	}
+}
+
+// fixupCase is one case of TestMoEDecFixup on the context's kernel choice;
+// fresh adds the run on a fresh stream.
+func fixupCase(t *testing.T, ctx *Context, s *Stream, rng *rand.Rand, sh MoEShape, lead, tail int, fresh bool) {
+	in := newFixupInputs(t, ctx, s, rng, sh, lead, tail)
+	want := in.run(t, s, true)
+	for i := 2 * lead * sh.N; i < 2*(sh.Rows-tail)*sh.N; i += 2 {
+		if want[i] == 0xff && want[i+1] == 0xff {
+			t.Fatalf("reduce path: y[%d, %d] still poisoned", i/2/sh.N, i/2%sh.N)
+		}
+	}
+	for rep := range 2 {
+		in.same(t, fmt.Sprintf("launch %d", rep), in.run(t, s, false), want)
+	}
+	in.same(t, "graph", in.graph(t, s), want)
+	in.zero(t, s)
+	if fresh { // a fresh stream: the counters' memset goes into the graph
+		s2, err := ctx.NewStream()
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer func() {
+			if err := s2.Close(); err != nil {
+				t.Error(err)
 			}
-		})
+		}()
+		in.same(t, "graph on a fresh stream", in.graph(t, s2), want)
+		in.same(t, "launch after the capture", in.run(t, s2, false), want)
+		in.zero(t, s2)
 	}
 }
 

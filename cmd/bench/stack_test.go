@@ -12,6 +12,7 @@ import (
 	"testing"
 
 	"github.com/megamoe/megamoe/checkpoint"
+	"github.com/megamoe/megamoe/cuda"
 	"github.com/megamoe/megamoe/model"
 )
 
@@ -206,10 +207,10 @@ func TestStackPrefillSeqs(t *testing.T) {
 	}
 }
 
-// TestParseVariants: --variants names each run's side stream, labels the
-// runs, and refuses unknown names and what it cannot combine with.
+// TestParseVariants: --variants names each run's side stream and MoE path,
+// labels the runs, and refuses unknown names and what it cannot combine with.
 func TestParseVariants(t *testing.T) {
-	got, err := parseVariants("default; no-side ;ns=no-side,default;")
+	got, err := parseVariants("default; no-side ;ns=no-side,default;;moe-decf16;m=moe-decf16,no-side")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -218,6 +219,8 @@ func TestParseVariants(t *testing.T) {
 		{label: "no-side", noSide: true},
 		{label: "ns", noSide: true},
 		{label: "default"},
+		{label: "moe-decf16", moe: cuda.PathDecF16},
+		{label: "m", noSide: true, moe: cuda.PathDecF16},
 	}
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("parseVariants = %+v\nwant %+v", got, want)

@@ -9,18 +9,22 @@ import (
 
 	"github.com/megamoe/megamoe/backend/gpu"
 	"github.com/megamoe/megamoe/checkpoint"
+	"github.com/megamoe/megamoe/cuda"
 	"github.com/megamoe/megamoe/engine"
 )
 
-// variant is one run of --variants: noSide runs every op on the main stream.
+// variant is one run of --variants: noSide runs every op on the main stream;
+// moe forces the MoE GEMM's kernel path (cuda.KernelChoice) where it applies.
 type variant struct {
 	label  string
 	noSide bool
+	moe    cuda.Path
 }
 
 // parseVariants reads --variants: runs separated by ';', each "label=names"
-// or just "names" (its own label), names "no-side" (no side stream) or ""
-// or "default" (the default run).
+// or just "names" (its own label), names "no-side" (no side stream),
+// "moe-decf16" (moe_fp4_decf16 for the decode MoE GEMMs) or "" or "default"
+// (the default run).
 func parseVariants(list string) ([]variant, error) {
 	var vs []variant
 	for _, item := range strings.Split(list, ";") {
@@ -36,8 +40,10 @@ func parseVariants(list string) ([]variant, error) {
 			case "", "default":
 			case "no-side":
 				v.noSide = true
+			case "moe-decf16":
+				v.moe = cuda.PathDecF16
 			default:
-				return nil, fmt.Errorf("--variants %q: unknown %q (want no-side or default)", item, n)
+				return nil, fmt.Errorf("--variants %q: unknown %q (want no-side, moe-decf16 or default)", item, n)
 			}
 		}
 		if v.label = label; v.label == "" {
@@ -56,6 +62,9 @@ func runVariants(m engine.Stepper, g *gpu.Backend, f *stackFlags, c *checkpoint.
 	var errs []error
 	for _, v := range f.variants {
 		if err := g.SetSideStream(!v.noSide); err != nil {
+			return err
+		}
+		if err := g.Context().SetKernelChoice(cuda.KernelChoice{MoE: v.moe}); err != nil {
 			return err
 		}
 		if err := g.DropGraphs(); err != nil {

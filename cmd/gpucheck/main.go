@@ -4,13 +4,14 @@
 //	    compiles every embedded kernel with NVRTC (no GPU needed) and prints a
 //	    table; --ptxas-v also prints ptxas's messages per kernel (registers,
 //	    spills, wgmma serialisation such as C7514).
-//	gpucheck [--model flash,pro] [--reps 20]
+//	gpucheck [--model flash,pro] [--reps 20] [--moe-path decf16]
 //	    runs every kernel at the real DeepSeek-V4 Flash/Pro dimensions against
 //	    its CPU twin and prints component, shape, cosine, relative error, max
 //	    abs error, non-finite count and time; then (--ops, default on) runs
 //	    every backend op of backend/gpu against backend/cpu at the same
 //	    dimensions on fresh random inputs (faithful numerics; --exact adds
-//	    exact), one row per comparison.
+//	    exact), one row per comparison. --moe-path forces the MoE GEMM's kernel
+//	    path for the kernel cases where it applies (cuda.KernelChoice).
 //
 // The exit status is non-zero if anything fails or misses its threshold.
 package main
@@ -41,6 +42,7 @@ func main() {
 	exact := flag.Bool("exact", false, "with --ops: also run the ops in exact numerics")
 	seed := flag.Uint64("seed", 0, "random seed (0 = from the clock)")
 	verbose := flag.Bool("v", false, "print the op comparisons' log lines")
+	moePath := flag.String("moe-path", "", "force the MoE GEMM path of the kernel cases (dec, decf16, tiled, wg); default: the planner's")
 	flag.Parse()
 	if *seed == 0 {
 		*seed = uint64(time.Now().UnixNano())
@@ -49,7 +51,7 @@ func main() {
 	if *compileOnly {
 		err = compileAll(strings.Split(*archs, ","), *dump, *ptxasV)
 	} else {
-		err = checkAll(*ordinal, strings.Split(*models, ","), *reps, *filter, *seed)
+		err = checkAll(*ordinal, strings.Split(*models, ","), *reps, *filter, *seed, cuda.Path(*moePath))
 		if *ops {
 			err = errors.Join(err, checkOps(*ordinal, strings.Split(*models, ","), *exact, *filter, *seed, *verbose))
 		}
@@ -119,13 +121,16 @@ func firstLine(s string) string {
 	return s
 }
 
-func checkAll(ordinal int, models []string, reps int, filter string, seed uint64) error {
+func checkAll(ordinal int, models []string, reps int, filter string, seed uint64, moePath cuda.Path) error {
 	ses, err := cuda.OpenSession(ordinal)
 	if err != nil {
 		return err
 	}
 	defer ses.Close()
 	drv, dev, ctx, s := ses.Driver, ses.Device, ses.Ctx, ses.S
+	if err := ctx.SetKernelChoice(cuda.KernelChoice{MoE: moePath}); err != nil {
+		return fmt.Errorf("--moe-path: %w", err)
+	}
 	free, total, err := ctx.MemInfo()
 	if err != nil {
 		return err
@@ -141,7 +146,8 @@ func checkAll(ordinal int, models []string, reps int, filter string, seed uint64
 	}
 	fmt.Printf("modules ready in %.2fs\n", time.Since(t0).Seconds())
 	for _, k := range [][2]string{{"rmsnorm", "rmsnorm_bf16"}, {"quant", "quant_fp8_act"}, {"linear_fp8", "linear_fp8"},
-		{"moe_fp4", "moe_tile_map"}, {"moe_fp4", "moe_fp4_gemm"}, {"moe_fp4_dec", "moe_fp4_dec"}, {"moe_fp4_dec", "moe_fp4_dec_nv"}, {"swiglu", "swiglu_bf16"}} {
+		{"moe_fp4", "moe_tile_map"}, {"moe_fp4", "moe_fp4_gemm"}, {"moe_fp4_dec", "moe_fp4_dec"}, {"moe_fp4_dec", "moe_fp4_dec_nv"},
+		{"moe_fp4_decf16", "moe_fp4_decf16"}, {"moe_fp4_decf16", "moe_fp4_decf16_nv"}, {"swiglu", "swiglu_bf16"}} {
 		f, err := ctx.Kernel(k[0], k[1])
 		if err != nil {
 			return err

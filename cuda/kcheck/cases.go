@@ -210,7 +210,8 @@ func MoECase(experts, mTotal, n, k int, format cuda.FP4Format, route Routing, ch
 	} else if route == RouteWideScales {
 		shape += " widescale"
 	}
-	return Case{Component: "moe_fp4", Shape: shape, Run: func(env *Env) Result {
+	sh := cuda.MoEShape{Experts: experts, Rows: mTotal, N: n, K: k, Format: format}
+	return Case{Component: "moe_fp4", Shape: shape, MoE: sh, Run: func(env *Env) Result {
 		r := Result{Component: "moe_fp4", Shape: shape, Limit: LimitGEMM}
 		rng := env.rng()
 		// Row counts per expert.
@@ -281,7 +282,6 @@ func MoECase(experts, mTotal, n, k int, format cuda.FP4Format, route Routing, ch
 		if mw.dgs != nil {
 			dgs = mw.dgs.Ptr
 		}
-		sh := cuda.MoEShape{Experts: experts, Rows: mTotal, N: n, K: k, Format: format}
 		scratch := b.alloc(cuda.MoEScratchBytes(env.S, sh))
 		b.poison(scratch, cuda.MoEScratchBytes(env.S, sh))
 		dy := b.alloc(2 * mTotal * n)

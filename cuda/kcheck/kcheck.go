@@ -109,6 +109,7 @@ type Case struct {
 	Component string
 	Shape     string
 	Run       func(env *Env) Result
+	MoE       cuda.MoEShape // moe_fp4 cases: the grouped GEMM's shape
 }
 
 // ---- helpers ----

@@ -9,6 +9,7 @@ import (
 	"github.com/megamoe/megamoe/backend"
 	"github.com/megamoe/megamoe/backend/cpu"
 	"github.com/megamoe/megamoe/backend/gpu"
+	"github.com/megamoe/megamoe/cuda"
 	"github.com/megamoe/megamoe/rope"
 )
 
@@ -59,6 +60,27 @@ func TestCheckOpsTiny(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestCheckOpsExpertsDecF16: the routed-expert ops against the CPU with the
+// decode MoE GEMM forced to moe_fp4_decf16 (where it applies: 8-row tiles).
+func TestCheckOpsExpertsDecF16(t *testing.T) {
+	g := openGPU(t)
+	if err := g.Context().SetKernelChoice(cuda.KernelChoice{MoE: cuda.PathDecF16}); err != nil {
+		t.Fatal(err)
+	}
+	seed := rand.Uint64()
+	t.Logf("seed %d", seed)
+	rows := CheckOps(g, tinyDims(), backend.Faithful, seed, "experts", t)
+	if len(rows) == 0 {
+		t.Fatal("no rows")
+	}
+	for _, r := range rows {
+		t.Log(FormatRow(r))
+		if !r.Pass {
+			t.Errorf("failed: %s", FormatRow(r))
+		}
 	}
 }
 
