@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"path"
 	"regexp"
+	"slices"
 	"sort"
 	"strings"
 )
@@ -166,4 +167,24 @@ func SM100PTX(n *NVRTC, name string) (string, error) {
 	}
 	b.WriteString(ptx)
 	return b.String(), nil
+}
+
+// emuSM100Image is the module image for the emulated sm_100a device, whose
+// PTX an NVRTC older than 12.8 cannot write: the committed fixture of a
+// tcgen05 kernel, else nil and the compute_90a target (the portable and
+// non-TMA kernels' PTX; the Hopper TMA kernels are never picked on 10.x).
+// Elsewhere it is nil and the device's own target.
+func (c *Context) emuSM100Image(name string) ([]byte, string, error) {
+	arch := c.dev.Arch()
+	if !c.dev.Emulated() || c.dev.Major != 10 || c.nvrtc.Major > 12 || c.nvrtc.Major == 12 && c.nvrtc.Minor >= 8 {
+		return nil, arch, nil
+	}
+	if !slices.Contains(SM100Kernels, name) {
+		return nil, "compute_90a", nil
+	}
+	f, err := LoadSM100Fixture(name)
+	if err != nil {
+		return nil, arch, err
+	}
+	return []byte(f.PTX), arch, nil
 }
