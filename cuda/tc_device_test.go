@@ -24,6 +24,7 @@ func TestTCKernels(t *testing.T) {
 	cases := []kcheck.Case{
 		kcheck.LinearCase(1, 128, 128, 1),
 		kcheck.LinearCase(5, 264, 256, 5),
+		kcheck.LinearCase(20, 128, 128, 20),
 		kcheck.LinearCase(40, 136, 384, 40),
 		kcheck.MoECase(4, 6, 128, 256, cuda.MXFP4, kcheck.RouteUniform, 6),
 		kcheck.MoECase(8, 40, 264, 128, cuda.MXFP4, kcheck.RouteSkewed, 40),
@@ -37,6 +38,7 @@ func TestTCKernels(t *testing.T) {
 	for _, c := range cases {
 		t.Run(c.Component+" "+c.Shape, func(t *testing.T) {
 			r := kcheck.Run(env, c)
+			t.Log(kcheck.Row(r))
 			if r.Err != nil || !r.Pass {
 				t.Errorf("%s", kcheck.Row(r))
 			}

@@ -29,13 +29,21 @@ DEV void tc_mbar_arrive(u64* bar) {
 DEV void tc_mbar_arrive_tx(u64* bar, u32 bytes) {
 	asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(smem_addr(bar)), "r"(bytes) : "memory");
 }
-DEV void tc_mbar_wait(u64* bar, u32 parity) {
+DEV u32 tc_mbar_try(u64* bar, u32 parity) {
+	u32 ok;
 	asm volatile(
-		"{\n.reg .pred P1;\nTC_WAIT:\n"
-		"mbarrier.try_wait.parity.shared::cta.b64 P1, [%0], %1;\n"
-		"@P1 bra TC_DONE;\nbra TC_WAIT;\nTC_DONE:\n}\n" ::"r"(smem_addr(bar)),
-		"r"(parity)
+		"{\n.reg .pred %%tcp;\n"
+		"mbarrier.try_wait.parity.shared::cta.b64 %%tcp, [%1], %2;\n"
+		"selp.u32 %0, 1, 0, %%tcp;\n}\n"
+		: "=r"(ok)
+		: "r"(smem_addr(bar)), "r"(parity)
 		: "memory");
+	return ok;
+}
+// Wait until the phase of the given parity has completed.
+DEV void tc_mbar_wait(u64* bar, u32 parity) {
+	while (!tc_mbar_try(bar, parity)) {
+	}
 }
 // Generic-proxy shared-memory writes become visible to the async proxy
 // (tcgen05.mma and tcgen05.cp read shared memory through it).
@@ -87,8 +95,8 @@ DEV u32 tc_idesc_mxf8(int M, int N, u32 sf_id) {
 // D[tmem d] (+)= (A * SFA)(B * SFB)^T over K = 32, A and B from shared memory.
 DEV void tc_mma_mxf8(u32 d, u64 adesc, u64 bdesc, u32 idesc, u32 sfa, u32 sfb, u32 accumulate) {
 	asm volatile(
-		"{\n.reg .pred p;\nsetp.ne.b32 p, %6, 0;\n"
-		"tcgen05.mma.cta_group::1.kind::mxf8f6f4.block_scale [%0], %1, %2, %3, [%4], [%5], p;\n}\n" ::"r"(d),
+		"{\n.reg .pred %%tcacc;\nsetp.ne.b32 %%tcacc, %6, 0;\n"
+		"tcgen05.mma.cta_group::1.kind::mxf8f6f4.block_scale [%0], %1, %2, %3, [%4], [%5], %%tcacc;\n}\n" ::"r"(d),
 		"l"(adesc), "l"(bdesc), "r"(idesc), "r"(sfa), "r"(sfb), "r"(accumulate)
 		: "memory");
 }
