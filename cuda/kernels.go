@@ -405,7 +405,7 @@ func (p moePlan) scratchBytes(sh MoEShape) int {
 	b := p.tileBytes()
 	switch {
 	case sh.Rows <= 0:
-	case p.path == PathWG:
+	case p.path == PathWG || p.path == PathTC && sh.Format == NVFP4:
 		b += 2 * sh.Rows * sh.K
 	case p.splits > 1:
 		b += 4 * p.splits * sh.Rows * sh.N
@@ -563,7 +563,7 @@ func moeFP4Tiles(s *Stream, y, xq, xs, w, wscale, gscale DevicePtr, sh MoEShape,
 		nv = 1
 	}
 	if path == PathTC {
-		return moeFP4TC(s, y, xq, xs, w, wscale, sh, p, scratch)
+		return moeFP4TC(s, y, xq, xs, w, wscale, gscale, sh, p, scratch)
 	}
 	if path == PathWG {
 		return moeFP4WG(s, y, xq, xs, w, wscale, gscale, nv, sh, p, scratch)

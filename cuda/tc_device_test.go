@@ -7,7 +7,8 @@ import (
 	"github.com/megamoe/megamoe/cuda/kcheck"
 )
 
-// The sm_100a tcgen05 kernels against their CPU twins at small shapes: token
+// The sm_100a tcgen05 kernels (FP8 linear; MoE over MXFP4 and NVFP4 experts)
+// against their CPU twins at small shapes: token
 // tails, column tails, experts without rows, rows no expert owns, several
 // experts, every token tile (16 to 128). It runs on a compute capability
 // 10.x GPU, or on the emulated one (scripts/emu-test.sh with
@@ -29,9 +30,13 @@ func TestTCKernels(t *testing.T) {
 		kcheck.MoECase(4, 6, 128, 256, cuda.MXFP4, kcheck.RouteUniform, 6),
 		kcheck.MoECase(8, 40, 264, 128, cuda.MXFP4, kcheck.RouteSkewed, 40),
 		kcheck.MoECase(3, 150, 136, 256, cuda.MXFP4, kcheck.RouteGap, 150),
+		kcheck.MoECase(4, 6, 128, 256, cuda.NVFP4, kcheck.RouteUniform, 6),
+		kcheck.MoECase(8, 40, 264, 128, cuda.NVFP4, kcheck.RouteSkewed, 40),
+		kcheck.MoECase(3, 150, 136, 256, cuda.NVFP4, kcheck.RouteGap, 150),
 	}
 	if !testing.Short() {
-		cases = append(cases, kcheck.LinearCase(130, 256, 256, 130), kcheck.MoECase(2, 300, 128, 128, cuda.MXFP4, kcheck.RouteWideScales, 300))
+		cases = append(cases, kcheck.LinearCase(130, 256, 256, 130), kcheck.MoECase(2, 300, 128, 128, cuda.MXFP4, kcheck.RouteWideScales, 300),
+			kcheck.MoECase(2, 300, 128, 128, cuda.NVFP4, kcheck.RouteWideScales, 300))
 	}
 	env := &kcheck.Env{Ctx: ses.Ctx, S: ses.S, Seed: 38}
 	defer env.Close()

@@ -34,13 +34,16 @@ func TestTCPlan(t *testing.T) {
 		}
 	}
 	for _, bt := range tcTiles {
-		if s := tcSmem(bt); s > 232448 || s%8 != 0 {
-			t.Errorf("tcSmem(%d) = %d: over sm_100's opt-in limit or unaligned", bt, s)
+		for _, bf16 := range []bool{false, true} {
+			if s := tcSmem(bt, bf16); s > 232448 || s%8 != 0 {
+				t.Errorf("tcSmem(%d, %v) = %d: over sm_100's opt-in limit or unaligned", bt, bf16, s)
+			}
 		}
 	}
 	// MoE: the tile list of the tcgen05 path fits the scratch of the paths
 	// MoEScratchBytes sizes without a device (decode and tiled shapes).
-	for _, sh := range []MoEShape{{Experts: 256, Rows: 6, N: 4096, K: 2048}, {Experts: 256, Rows: 6 * 4096, N: 4096, K: 2048}, {Experts: 8, Rows: 3, N: 256, K: 128}} {
+	for _, sh := range []MoEShape{{Experts: 256, Rows: 6, N: 4096, K: 2048}, {Experts: 256, Rows: 6 * 4096, N: 4096, K: 2048}, {Experts: 8, Rows: 3, N: 256, K: 128},
+		{Experts: 256, Rows: 6 * 4096, N: 4096, K: 2048, Format: NVFP4}} {
 		tcb := planMoE(sh, PathTC, 148).scratchBytes(sh)
 		other := 0
 		for _, p := range moePaths(sh) {

@@ -36,7 +36,7 @@ DEV void linear_fp8_tc_body(u16* __restrict__ y, float* __restrict__ yf, const T
 			if (yf) yf[(size_t)m * N + n] = bf16_to_f32(h);
 		}
 	};
-	tc_gemm<BT>(items, K / 128, mapX, mapW, item, fill, store);
+	tc_gemm<BT, false>(items, K / 128, mapX, mapW, item, fill, store);
 }
 #define LINEAR_TC_BODY(BT) linear_fp8_tc_body<BT>(y, yf, &mapX, &mapW, xs, ws, M, N, K)
 #else

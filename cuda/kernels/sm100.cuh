@@ -92,6 +92,21 @@ DEV u32 tc_idesc_mxf8(int M, int N, u32 sf_id) {
 	return ((u32)(N >> 3) << 17) | (1u << 23) | ((u32)(M >> 4) << 24) | (sf_id << 29) | (sf_id << 4);
 }
 
+// Instruction descriptor of kind::f16 (CUTLASS InstrDescriptor): D fp32
+// (bits 4-5 = 1), A and B bf16 (type 1 at bits 7 and 10), K-major.
+DEV u32 tc_idesc_bf16(int M, int N) {
+	return (1u << 4) | (1u << 7) | (1u << 10) | ((u32)(N >> 3) << 17) | ((u32)(M >> 4) << 24);
+}
+
+// D[tmem d] (+)= A B^T over K = 16 bf16 values, A and B from shared memory.
+DEV void tc_mma_bf16(u32 d, u64 adesc, u64 bdesc, u32 idesc, u32 accumulate) {
+	asm volatile(
+		"{\n.reg .pred %%tcacc;\nsetp.ne.b32 %%tcacc, %4, 0;\n"
+		"tcgen05.mma.cta_group::1.kind::f16 [%0], %1, %2, %3, %%tcacc;\n}\n" ::"r"(d),
+		"l"(adesc), "l"(bdesc), "r"(idesc), "r"(accumulate)
+		: "memory");
+}
+
 // D[tmem d] (+)= (A * SFA)(B * SFB)^T over K = 32, A and B from shared memory.
 DEV void tc_mma_mxf8(u32 d, u64 adesc, u64 bdesc, u32 idesc, u32 sfa, u32 sfb, u32 accumulate) {
 	asm volatile(

@@ -1,6 +1,8 @@
 // The persistent warp-specialised GEMM of the sm_100a kernels (swap-AB:
 // 128 weight rows are the MMA's M, a tile of BT tokens its N, K in blocks of
-// 128 e4m3 values with ue8m0 scales per 32). docs/blackwell.md has the design.
+// 128: e4m3 values with ue8m0 scales per 32 (kind::mxf8f6f4.block_scale), or
+// with BF16 bf16 values as two 64-K swizzle atoms (kind::f16, no scales)).
+// docs/blackwell.md has the design.
 //
 //   warps 0-3 (loaders): wait empty[s]; fill() writes the weight tile (when
 //     it is not loaded by TMA) and the two scale-factor atoms; thread 0 then
@@ -17,11 +19,12 @@ struct TcItem {
 	int e, m0, m1, n0; // expert, token rows [m0, m1), first weight row
 };
 
-template <int BT>
+template <int BT, bool BF16 = false>
 struct TcCfg {
 	static_assert(BT == 16 || BT == 32 || BT == 64 || BT == 128, "token tile");
 	static constexpr int STAGES = BT >= 128 ? 3 : 4;
-	static constexpr int W = 128 * 128, X = BT * 128, SF = 512;
+	static constexpr int EB = BF16 ? 2 : 1; // bytes an element: 128 K are EB 128-byte atoms a row
+	static constexpr int W = EB * 128 * 128, X = EB * BT * 128, SF = 512;
 	static constexpr int STAGE = W + X + 2 * SF; // a multiple of 1024: every W and X starts on 1024 bytes
 	static constexpr int ACC_COLS = 2 * BT + 8;  // two accumulators, SFA, SFB
 	static constexpr int COLS = ACC_COLS <= 32 ? 32 : ACC_COLS <= 64 ? 64 : ACC_COLS <= 128 ? 128 : ACC_COLS <= 256 ? 256 : 512;
@@ -30,9 +33,9 @@ struct TcCfg {
 };
 
 #ifdef SM100A
-template <int BT, class ItemF, class FillF, class StoreF>
+template <int BT, bool BF16, class ItemF, class FillF, class StoreF>
 DEV void tc_gemm(int items, int nkb, const TmaMap* mapX, const TmaMap* mapW, ItemF item, FillF fill, StoreF store) {
-	using C = TcCfg<BT>;
+	using C = TcCfg<BT, BF16>;
 	extern __shared__ __align__(1024) u8 smem_raw[];
 	u8* smem = smem_raw + ((1024u - (smem_addr(smem_raw) & 1023u)) & 1023u);
 	u64* full = reinterpret_cast<u64*>(smem + C::STAGES * C::STAGE);
@@ -77,7 +80,9 @@ DEV void tc_gemm(int items, int nkb, const TmaMap* mapX, const TmaMap* mapW, Ite
 				tc_fence_async_smem();
 				if (t == 0) {
 					tc_mbar_arrive_tx(&full[s], bytes);
-					tc_tma_load2d(Xs, mapX, &full[s], kb * 128, ti.m0);
+#pragma unroll
+					for (int a = 0; a < C::EB; a++) // bf16: the two 64-K atoms of the 256-byte block
+						tc_tma_load2d(Xs + a * (C::X / C::EB), mapX, &full[s], (kb * C::EB + a) * 128, ti.m0);
 					if (mapW) tc_tma_load2d(Ws, mapW, &full[s], kb * 128, ti.n0);
 				} else {
 					tc_mbar_arrive(&full[s]);
@@ -99,12 +104,22 @@ DEV void tc_gemm(int items, int nkb, const TmaMap* mapX, const TmaMap* mapW, Ite
 					const u8* Ws = smem + s * C::STAGE;
 					const u8* Xs = Ws + C::W;
 					const u8* SFA = Xs + C::X;
-					tc_cp_sf(sfa, tc_desc_sf(SFA));
-					tc_cp_sf(sfb, tc_desc_sf(SFA + C::SF));
-					const u64 da = tc_desc_sw128(Ws), db = tc_desc_sw128(Xs);
+					if (BF16) {
 #pragma unroll
-					for (int kk = 0; kk < 4; kk++) // 32 bytes of K: +2 in the descriptors' address field
-						tc_mma_mxf8(d, da + 2 * kk, db + 2 * kk, tc_idesc_mxf8(128, BT, kk), sfa, sfb, (kb | kk) != 0);
+						for (int a = 0; a < 2; a++) {
+							const u64 da = tc_desc_sw128(Ws + a * (C::W / 2)), db = tc_desc_sw128(Xs + a * (C::X / 2));
+#pragma unroll
+							for (int kk = 0; kk < 4; kk++) // 16 bf16 of K: 32 bytes
+								tc_mma_bf16(d, da + 2 * kk, db + 2 * kk, tc_idesc_bf16(128, BT), (kb | a | kk) != 0);
+						}
+					} else {
+						tc_cp_sf(sfa, tc_desc_sf(SFA));
+						tc_cp_sf(sfb, tc_desc_sf(SFA + C::SF));
+						const u64 da = tc_desc_sw128(Ws), db = tc_desc_sw128(Xs);
+#pragma unroll
+						for (int kk = 0; kk < 4; kk++) // 32 bytes of K: +2 in the descriptors' address field
+							tc_mma_mxf8(d, da + 2 * kk, db + 2 * kk, tc_idesc_mxf8(128, BT, kk), sfa, sfb, (kb | kk) != 0);
+					}
 					tc_commit(&empty[s]);
 				}
 				tc_commit(&tfull[a]);
