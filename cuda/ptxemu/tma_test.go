@@ -1,0 +1,196 @@
+package ptxemu
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"strings"
+	"testing"
+)
+
+// tmaPTX loads one box with cp.async.bulk.tensor into a 1024-aligned
+// buffer, waits on the mbarrier its bytes complete, and copies the buffer
+// out. Thread 0 issues; the other 31 only wait, so a copy that lands
+// before the phase completes, or a barrier that completes early, shows.
+const tmaPTX = `
+.shared .align 1024 .b8 sm[16384];
+.shared .align 8 .b64 bar;
+
+.visible .entry tmaload(.param .u64 out, .param .u64 tmap, .param .u32 c0, .param .u32 c1, .param .u32 c2, .param .u32 tx, .param .u32 n)
+{
+	.reg .b32 %r<20>;
+	.reg .b64 %rd<10>;
+	.reg .pred %p<4>;
+
+	ld.param.u64 %rd1, [out];
+	ld.param.u64 %rd2, [tmap];
+	ld.param.u32 %r11, [c0];
+	ld.param.u32 %r12, [c1];
+	ld.param.u32 %r13, [c2];
+	ld.param.u32 %r14, [tx];
+	ld.param.u32 %r15, [n];
+	mov.u32 %r1, %tid.x;
+	mov.u32 %r2, bar;
+	mov.u32 %r3, sm;
+	setp.ne.s32 %p1, %r1, 0;
+	@%p1 bra SYNC;
+	mbarrier.init.shared::cta.b64 [%r2], 1;
+	fence.mbarrier_init.release.cluster;
+	fence.proxy.async.shared::cta;
+SYNC:
+	bar.sync 0;
+	@%p1 bra WAIT;
+	mbarrier.arrive.expect_tx.shared::cta.b64 _, [%r2], %r14;
+	COPY
+WAIT:
+	mbarrier.try_wait.parity.shared::cta.b64 %p2, [%r2], 0;
+	@!%p2 bra WAIT;
+	shl.b32 %r4, %r1, 2;
+LOOP:
+	setp.ge.u32 %p3, %r4, %r15;
+	@%p3 bra DONE;
+	add.s32 %r5, %r3, %r4;
+	ld.shared.u32 %r6, [%r5];
+	cvt.u64.u32 %rd3, %r4;
+	add.s64 %rd4, %rd1, %rd3;
+	st.global.u32 [%rd4], %r6;
+	add.s32 %r4, %r4, 128;
+	bra.uni LOOP;
+DONE:
+	ret;
+}
+`
+
+func tmaKernel(rank int) string {
+	co := []string{"%r11", "%r12", "%r13"}[:rank]
+	cp := fmt.Sprintf("cp.async.bulk.tensor.%dd.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%%r3], [%%rd2, {%s}], [%%r2];",
+		rank, strings.Join(co, ", "))
+	return strings.Replace(tmaPTX, "COPY", cp, 1)
+}
+
+// TestTMALoad checks box loads against an independent model of the
+// shared-memory image (CUTLASS cute/atom/copy_traits_sm90_tma_swizzle.hpp:
+// the 128-byte swizzle XORs a row's 16-byte chunk index with row % 8, the
+// 64-byte swizzle with (row/2) % 4, for rows of the swizzle's width),
+// out-of-bounds elements zero, and 4-bit 16U4_ALIGN16B elements unpacked to
+// 8 data bytes and 8 zero bytes per 16.
+func TestTMALoad(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		m      TensorMap
+		coords [3]int32
+	}{
+		{"2d 128B swizzle, edge", TensorMap{DType: TMAUint8, Rank: 2, Dims: [5]uint64{200, 40}, Strides: [5]uint64{0, 208}, Box: [5]uint32{128, 16}, Swizzle: 3}, [3]int32{128, 32, 0}},
+		{"2d 64B swizzle", TensorMap{DType: TMAUint8, Rank: 2, Dims: [5]uint64{64, 24}, Strides: [5]uint64{0, 64}, Box: [5]uint32{64, 16}, Swizzle: 2}, [3]int32{0, 3, 0}},
+		{"3d no swizzle, negative start", TensorMap{DType: 1, Rank: 3, Dims: [5]uint64{24, 5, 6}, Strides: [5]uint64{0, 48, 240}, Box: [5]uint32{16, 4, 3}}, [3]int32{-8, 2, 4}},
+		{"2d e2m1 unpacked, 128B swizzle", TensorMap{DType: TMA16U4Align16, Rank: 2, Dims: [5]uint64{256, 20}, Strides: [5]uint64{0, 128}, Box: [5]uint32{128, 16}, Swizzle: 3}, [3]int32{128, 8, 0}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			d := NewDevice()
+			mod := loadPTX100(t, d, tmaKernel(tc.m.Rank))
+			m := tc.m
+			size := int(m.Strides[m.Rank-1] * m.Dims[m.Rank-1])
+			gp, gb := devBuf(t, d, size)
+			rng := rand.New(rand.NewPCG(1, uint64(len(tc.name))))
+			for i := range gb {
+				gb[i] = byte(rng.Uint32())
+			}
+			m.Addr = gp
+			enc, err := EncodeTensorMap(m)
+			if err != nil {
+				t.Fatal(err)
+			}
+			mp, mb := devBuf(t, d, 128)
+			copy(mb, enc[:])
+			want, tx := tmaModel(m, gb, tc.coords)
+			out, ob := devBuf(t, d, len(want))
+			mustLaunch(t, d, mod, "tmaload", Dim{1, 1, 1}, Dim{32, 1, 1}, 0,
+				params(out, mp, uint32(tc.coords[0]), uint32(tc.coords[1]), uint32(tc.coords[2]), uint32(tx), uint32(len(want))))
+			for i := range want {
+				if ob[i] != want[i] {
+					t.Fatalf("shared byte %d = %#x, want %#x", i, ob[i], want[i])
+				}
+			}
+			// a wrong byte count leaves the phase open: the waiters deadlock
+			err = launch(t, d, mod, "tmaload", Dim{1, 1, 1}, Dim{32, 1, 1}, 0,
+				params(out, mp, uint32(tc.coords[0]), uint32(tc.coords[1]), uint32(tc.coords[2]), uint32(tx+16), uint32(len(want))))
+			if err == nil || !strings.Contains(err.Error(), "deadlock") {
+				t.Errorf("expect_tx of %d bytes for a %d-byte box: %v, want a deadlock", tx+16, tx, err)
+			}
+		})
+	}
+}
+
+// tmaModel is the expected shared-memory image of a box and the bytes it
+// completes on the barrier.
+func tmaModel(m TensorMap, g []byte, c [3]int32) ([]byte, int) {
+	four := m.DType == TMA16U4Align16
+	esz := 1
+	if m.DType == 1 {
+		esz = 2
+	}
+	rowB := int(m.Box[0]) * esz
+	rows := int(m.Box[1])
+	if m.Rank == 3 {
+		rows *= int(m.Box[2])
+	}
+	img := make([]byte, rows*rowB)
+	for r := range rows {
+		y, z := int(c[1])+r%int(m.Box[1]), int(c[2])+r/int(m.Box[1])
+		for i := range int(m.Box[0]) {
+			x := int(c[0]) + i
+			if x < 0 || x >= int(m.Dims[0]) || y < 0 || y >= int(m.Dims[1]) || m.Rank == 3 && (z < 0 || z >= int(m.Dims[2])) {
+				continue
+			}
+			row := y*int(m.Strides[1]) + z*int(m.Strides[2])
+			if four {
+				nib := g[row+x/2] >> (4 * (x % 2)) & 15
+				img[r*rowB+16*(i/16)+i%16/2] |= nib << (4 * (i % 2))
+				continue
+			}
+			copy(img[r*rowB+i*esz:r*rowB+(i+1)*esz], g[row+x*esz:])
+		}
+	}
+	tx := len(img)
+	if four {
+		tx /= 2
+	}
+	out := make([]byte, len(img))
+	for r := range rows {
+		for kb := range rowB {
+			chunk := kb / 16
+			switch m.Swizzle {
+			case 3:
+				chunk ^= r % 8
+			case 2:
+				chunk ^= r / 2 % 4
+			}
+			out[r*rowB+chunk*16+kb%16] = img[r*rowB+kb]
+		}
+	}
+	return out, tx
+}
+
+func TestEncodeTensorMapChecks(t *testing.T) {
+	ok := TensorMap{DType: TMAUint8, Rank: 2, Addr: 1 << 20, Dims: [5]uint64{256, 64}, Strides: [5]uint64{0, 256}, Box: [5]uint32{128, 64}, Swizzle: 3}
+	if _, err := EncodeTensorMap(ok); err != nil {
+		t.Fatalf("valid map: %v", err)
+	}
+	for _, tc := range []struct {
+		name string
+		edit func(*TensorMap)
+		want string
+	}{
+		{"misaligned", func(m *TensorMap) { m.Addr += 8 }, "16-byte aligned"},
+		{"stride", func(m *TensorMap) { m.Strides[1] = 200 }, "multiple of 16"},
+		{"box", func(m *TensorMap) { m.Box[1] = 300 }, "outside 1..256"},
+		{"swizzle span", func(m *TensorMap) { m.Box[0] = 256 }, "swizzle span"},
+		{"rank", func(m *TensorMap) { m.Rank = 6 }, "rank"},
+		{"dtype", func(m *TensorMap) { m.DType = 15 }, "data type"},
+	} {
+		m := ok
+		tc.edit(&m)
+		if _, err := EncodeTensorMap(m); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: %v, want an error naming %q", tc.name, err, tc.want)
+		}
+	}
+}
