@@ -19,6 +19,7 @@ const ummaPTX = `
 .shared .align 1024 .b8 smB[32768];
 .shared .align 16 .b8 smSF[1024];
 .shared .align 8 .b64 bar;
+.shared .align 8 .b64 bar2;
 .shared .align 4 .b32 tbase;
 
 .visible .entry mma(.param .u64 out, .param .u64 ga, .param .u64 gb, .param .u64 gsf, .param .u64 ahi, .param .u64 bhi,
@@ -379,19 +380,49 @@ func runUMMA(t *testing.T, c ummaCase, tma bool) {
 		}
 	}
 	d := NewDevice()
-	body := strings.NewReplacer("LOAD", copyLoad, "SFLOAD", "", "MMAS", c.mmaSteps(steps, c.sfLayout), "WAITPAR", "0",
-		"NBYTES", fmt.Sprint(4*c.n), "NCOLS", fmt.Sprint(c.n)).Replace(ummaPTX)
-	mod := loadPTX100(t, d, body)
 	up := func(b []byte) uint64 {
 		p, buf := devBuf(t, d, len(b))
 		copy(buf, b)
 		return p
 	}
-	pa := up(append(image(ab, c.swz), make([]byte, 16384)...)[:16384])
-	pb := up(append(image(bb, c.swz), make([]byte, 32768)...)[:32768])
+	load, sfload := copyLoad, ""
+	var pa, pb, mapA, mapB uint64
+	if tma {
+		// A row-major e4m3 and B packed e2m1 in global memory, the scale
+		// factors as 512-byte atoms (CUTLASS Sm1xxBlockScaledBasicChunk:
+		// byte (i%32)*16 + (i/32)*4 + j) for tcgen05.cp 32x128b.warpx4
+		ga, gb, atoms := make([]byte, 128*c.m), make([]byte, 64*c.n), make([]byte, 1024)
+		for m := range c.m {
+			copy(ga[128*m:], ab[m])
+			for j := range nsf {
+				atoms[m%32*16+m/32*4+j] = sfa[m][j]
+			}
+		}
+		for n := range c.n {
+			for k := range K {
+				gb[64*n+k/2] |= bb[n][16*(k/16)+k%16/2] >> (4 * (k % 2)) & 15 << (4 * (k % 2))
+			}
+			for j := range nsf {
+				atoms[512+n%32*16+n/32*4+j] = sfb[n][j]
+			}
+		}
+		words = make([]byte, len(words)) // tcgen05.st writes zeros; the copies land after it
+		pga, pgb := up(ga), up(gb)
+		pb = up(atoms)
+		mapA = upMap(t, d, TensorMap{DType: TMAUint8, Rank: 2, Addr: pga, Dims: [5]uint64{128, uint64(c.m)}, Strides: [5]uint64{0, 128}, Box: [5]uint32{128, uint32(c.m)}, Swizzle: 3})
+		mapB = upMap(t, d, TensorMap{DType: TMA16U4Align16, Rank: 2, Addr: pgb, Dims: [5]uint64{128, uint64(c.n)}, Strides: [5]uint64{0, 64}, Box: [5]uint32{128, uint32(c.n)}, Swizzle: 3})
+		load = tmaSFCopy
+		sfload = strings.ReplaceAll(tmaIssue, "TX", fmt.Sprint(128*c.m+64*c.n))
+	} else {
+		pa = up(append(image(ab, c.swz), make([]byte, 16384)...)[:16384])
+		pb = up(append(image(bb, c.swz), make([]byte, 32768)...)[:32768])
+	}
+	body := strings.NewReplacer("LOAD", load, "SFLOAD", sfload, "MMAS", c.mmaSteps(steps, c.sfLayout), "WAITPAR", "0",
+		"NBYTES", fmt.Sprint(4*c.n), "NCOLS", fmt.Sprint(c.n)).Replace(ummaPTX)
+	mod := loadPTX100(t, d, body)
 	psf := up(words)
 	out, ob := devBuf(t, d, 128*4*c.n)
-	mustLaunch(t, d, mod, "mma", Dim{1, 1, 1}, Dim{128, 1, 1}, 0, params(out, pa, pb, psf, descHi(c.swz), descHi(c.swz), c.idesc(), uint64(0), uint64(0)))
+	mustLaunch(t, d, mod, "mma", Dim{1, 1, 1}, Dim{128, 1, 1}, 0, params(out, pa, pb, psf, descHi(c.swz), descHi(c.swz), c.idesc(), mapA, mapB))
 	got := u32s(ob)
 	for m := range c.m {
 		lane := m
@@ -417,4 +448,73 @@ func runUMMA(t *testing.T, c ummaCase, tma bool) {
 			}
 		}
 	}
+}
+
+func upMap(t *testing.T, d *Device, m TensorMap) uint64 {
+	t.Helper()
+	enc, err := EncodeTensorMap(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, b := devBuf(t, d, 128)
+	copy(b, enc[:])
+	return p
+}
+
+// tmaSFCopy copies the two scale-factor atoms (gb) to smSF with plain stores.
+const tmaSFCopy = `
+	shl.b32 %r7, %r1, 2;
+	mov.u32 %r96, smSF;
+	setp.ge.u32 %p1, %r7, 1024;
+	@%p1 bra SFD;
+	cvt.u64.u32 %rd7, %r7;
+	add.s64 %rd8, %rd3, %rd7;
+	ld.global.u32 %r8, [%rd8];
+	add.s32 %r10, %r96, %r7;
+	st.shared.u32 [%r10], %r8;
+	add.s32 %r7, %r7, 512;
+	setp.ge.u32 %p1, %r7, 1024;
+	@%p1 bra SFD;
+	add.s64 %rd8, %rd8, 512;
+	ld.global.u32 %r8, [%rd8];
+	add.s32 %r10, %r10, 512;
+	st.shared.u32 [%r10], %r8;
+SFD:
+`
+
+// tmaIssue (thread 0) loads A and B with TMA on a second barrier, waits,
+// and copies the scale-factor atoms into tensor memory (DeepGEMM sm100
+// make_sf_desc: no swizzle, SBO 128 bytes).
+const tmaIssue = `
+	mov.u32 %r95, bar2;
+	mbarrier.init.shared::cta.b64 [%r95], 1;
+	fence.mbarrier_init.release.cluster;
+	mbarrier.arrive.expect_tx.shared::cta.b64 _, [%r95], TX;
+	mov.u32 %r91, 0;
+	cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%r3], [%rd30, {%r91, %r91}], [%r95];
+	cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%r4], [%rd31, {%r91, %r91}], [%r95];
+TW:
+	mbarrier.try_wait.parity.shared::cta.b64 %p7, [%r95], 0;
+	@!%p7 bra TW;
+	tcgen05.fence::after_thread_sync;
+	mov.u32 %r92, smSF;
+	cvt.u64.u32 %rd20, %r92;
+	shr.u64 %rd20, %rd20, 4;
+	mov.b64 %rd22, 0x400800000000;
+	or.b64 %rd21, %rd20, %rd22;
+	add.s32 %r93, %r11, 256;
+	tcgen05.cp.cta_group::1.32x128b.warpx4 [%r93], %rd21;
+	add.s64 %rd23, %rd21, 32;
+	add.s32 %r94, %r11, 260;
+	tcgen05.cp.cta_group::1.32x128b.warpx4 [%r94], %rd23;
+`
+
+// TestTinyGEMMTile is the pieces together: TMA loads of A (e4m3) and B
+// (e2m1, 16U4_ALIGN16B) on an mbarrier with their byte count, scale
+// factors copied to tensor memory by tcgen05.cp, one thread issuing the
+// block-scaled MMAs (the MXFP4 expert path: kind::mxf8f6f4, ue8m0 per 32)
+// and committing to a second barrier, four warps loading D with tcgen05.ld.
+func TestTinyGEMMTile(t *testing.T) {
+	runUMMA(t, ummaCase{name: "tile", kind: "mxf8f6f4.block_scale.block32", m: 128, n: 64, bFmt: 5, a: kindE4M3, b: kindE2U,
+		k: 32, swz: true, vec: 32}, true)
 }
