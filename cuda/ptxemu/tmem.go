@@ -179,25 +179,42 @@ func (m *tmemState) dealloc(addr uint32, n int) error {
 	return nil
 }
 
-// parseLdSt reads .shape and .xN of tcgen05.ld/st.
-func parseLdSt(in *inst) (shape string, num int, err error) {
+// ldstShape is a tcgen05.ld/st shape: the lanes it spans, registers and
+// columns per .x1, and where register j of thread t goes (lane and column
+// offsets, from CUTLASS cute/atom/copy_traits_sm100.hpp SM100_TMEM_LOAD_*
+// DstLayout; .xN repeats along columns).
+type ldstShape struct {
+	lanes, regs, cols int
+	at                func(t, j int) (lane, col int)
+}
+
+var ldstShapes = map[string]ldstShape{
+	"32x32b":  {32, 1, 1, func(t, j int) (int, int) { return t, j }},
+	"16x64b":  {16, 1, 2, func(t, j int) (int, int) { return 8*(t%2) + t/4, t/2%2 + 2*j }},
+	"16x128b": {16, 2, 4, func(t, j int) (int, int) { return t/4 + 8*(j%2), t%4 + 4*(j/2) }},
+	"16x256b": {16, 4, 8, func(t, j int) (int, int) { return t/4 + 8*(j/2%2), 2*(t%4) + j%2 + 8*(j/4) }},
+}
+
+// parseLdSt reads .shape and .num of tcgen05.ld/st.
+func parseLdSt(in *inst) (sh ldstShape, num int, err error) {
+	name := ""
 	for _, m := range in.mods {
 		switch {
-		case m == "32x32b" || m == "16x64b" || m == "16x128b" || m == "16x256b" || m == "16x32bx2":
-			shape = m
+		case ldstShapes[m].at != nil:
+			name = m
+		case m == "16x32bx2":
+			return sh, 0, unsupported("tcgen05.%s shape %s", in.mods[0], m)
 		case len(m) > 1 && m[0] == 'x' && m[1] >= '0' && m[1] <= '9':
 			num, err = strconv.Atoi(m[1:])
 		case strings.HasPrefix(m, "pack::") || strings.HasPrefix(m, "unpack::"):
-			return "", 0, unsupported("tcgen05.%s .%s", in.mods[0], m)
+			return sh, 0, unsupported("tcgen05.%s .%s", in.mods[0], m)
 		}
 	}
-	if err != nil || num < 1 || num > 128 || num&(num-1) != 0 {
-		return "", 0, fmt.Errorf("tcgen05 ld/st: bad .num in %s", in.text)
+	sh = ldstShapes[name]
+	if name == "" || err != nil || num < 1 || num > 128 || num&(num-1) != 0 || num*sh.regs > 128 {
+		return sh, 0, fmt.Errorf("tcgen05 ld/st: bad shape or .num in %s", in.text)
 	}
-	if shape != "32x32b" {
-		return "", 0, unsupported("tcgen05 ld/st shape %s", shape)
-	}
-	return shape, num, nil
+	return sh, num, nil
 }
 
 // laneWindow checks a tcgen05.ld/st address against the warp's lane
@@ -212,11 +229,11 @@ func (t *thread) laneWindow(addr uint32, lanes int) (lane, col int) {
 	return lane, col
 }
 
-// decTmemLdSt: tcgen05.ld.sync.aligned.32x32b.xN.b32 {r..}, [taddr] and
-// tcgen05.st ... [taddr], {r..}: thread i of the warp reaches lane base+i,
-// register j column col+j.
+// decTmemLdSt: tcgen05.ld.sync.aligned.shape.xN.b32 {r..}, [taddr] and
+// tcgen05.st.sync.aligned.shape.xN.b32 [taddr], {r..} for the shapes
+// 32x32b, 16x64b, 16x128b and 16x256b.
 func decTmemLdSt(in *inst, store bool) error {
-	_, num, err := parseLdSt(in)
+	sh, num, err := parseLdSt(in)
 	if err != nil {
 		return err
 	}
@@ -231,22 +248,25 @@ func decTmemLdSt(in *inst, store bool) error {
 	if in.args[ri].kind != oVec {
 		regs = in.args[ri : ri+1]
 	}
-	if len(regs) != num {
-		return fmt.Errorf("tcgen05.%s .x%d needs %d registers, has %d", in.mods[0], num, num, len(regs))
+	if len(regs) != num*sh.regs {
+		return fmt.Errorf("tcgen05.%s .x%d needs %d registers, has %d", in.mods[0], num, num*sh.regs, len(regs))
 	}
 	in.exec = func(t *thread, in *inst) {
-		lane, col := t.laneWindow(uint32(t.addr(&in.args[ai])), 32)
-		lane += t.lane
+		lane, col := t.laneWindow(uint32(t.addr(&in.args[ai])), sh.lanes)
+		t.tmemLocked(func(m *tmemState) error { return m.checkCols(col, num*sh.cols) })
+		cell := func(j int) (int, int) {
+			l, c := sh.at(t.lane, j%sh.regs)
+			return lane + l, col + c + j/sh.regs*sh.cols
+		}
 		if store {
-			vals := make([]uint32, num)
+			vals := make([]uint32, len(regs))
 			for j := range vals {
 				vals[j] = uint32(t.get(&regs[j]))
 			}
-			t.tmemLocked(func(m *tmemState) error { return m.checkCols(col, num) })
 			t.tc.sts = append(t.tc.sts, func() {
 				t.tmemLocked(func(m *tmemState) error {
 					for j, v := range vals {
-						*m.cell(lane, col+j) = v
+						*m.cell(cell(j)) = v
 					}
 					return nil
 				})
@@ -254,11 +274,8 @@ func decTmemLdSt(in *inst, store bool) error {
 			return
 		}
 		t.tmemLocked(func(m *tmemState) error {
-			if err := m.checkCols(col, num); err != nil {
-				return err
-			}
 			for j := range regs {
-				t.tc.lds = append(t.tc.lds, tmemLoad{&regs[j], *m.cell(lane, col+j)})
+				t.tc.lds = append(t.tc.lds, tmemLoad{&regs[j], *m.cell(cell(j))})
 			}
 			return nil
 		})

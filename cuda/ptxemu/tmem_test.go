@@ -1,6 +1,7 @@
 package ptxemu
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 )
@@ -99,6 +100,100 @@ func TestTmemFaults(t *testing.T) {
 			err := launch(t, d, m, "k", Dim{1, 1, 1}, Dim{64, 1, 1}, 0, nil)
 			if err == nil || !strings.Contains(err.Error(), tc.want) {
 				t.Errorf("launch error %v, want one naming %q", err, tc.want)
+			}
+		})
+	}
+}
+
+// ldShapePTX fills 64 columns of lanes 0..31 with lane*1000+column
+// (32x32b.x64), then loads SHAPE at lane 16 (0 for 32x32b), column 4 and
+// writes the registers out.
+const ldShapePTX = `
+.shared .align 4 .b32 tbase;
+
+.visible .entry shape(.param .u64 out)
+{
+	.reg .b32 %r<200>;
+	.reg .b64 %rd<8>;
+
+	ld.param.u64 %rd1, [out];
+	mov.u32 %r1, %tid.x;
+	mov.u32 %r3, tbase;
+	tcgen05.alloc.cta_group::1.sync.aligned.shared::cta.b32 [%r3], 64;
+	bar.sync 0;
+	ld.shared.u32 %r4, [%r3];
+	mul.lo.u32 %r5, %r1, 1000;
+	FILL
+	tcgen05.st.sync.aligned.32x32b.x64.b32 [%r4], {STREGS};
+	tcgen05.wait::st.sync.aligned;
+	tcgen05.fence::before_thread_sync;
+	bar.sync 0;
+	tcgen05.fence::after_thread_sync;
+	add.s32 %r6, %r4, ADDR;
+	tcgen05.ld.sync.aligned.SHAPE.b32 {LDREGS}, [%r6];
+	tcgen05.wait::ld.sync.aligned;
+	mul.wide.u32 %rd2, %r1, 64;
+	add.s64 %rd3, %rd1, %rd2;
+	STORES
+	bar.sync 0;
+	tcgen05.dealloc.cta_group::1.sync.aligned.b32 %r4, 64;
+	ret;
+}
+`
+
+// TestTmemLdShapes checks each load shape against CUTLASS's thread/value
+// layouts (cute/atom/copy_traits_sm100.hpp, Copy_Traits<SM100_TMEM_LOAD_*>
+// DstLayout), written here as the bit each (thread, value) reads: bit i of
+// the rows-by-bits block, lane i / bits, column (i % bits) / 32.
+func TestTmemLdShapes(t *testing.T) {
+	for _, tc := range []struct {
+		shape string
+		regs  int
+		bits  int // row bits of the whole .xN block
+		bit   func(t, j int) int
+	}{
+		{"32x32b.x2", 2, 64, func(t, j int) int { return 64*t + 32*j }},
+		{"16x64b.x1", 1, 64, func(t, j int) int { return 512*(t%2) + 32*(t/2%2) + 64*(t/4) }},
+		{"16x128b.x1", 2, 128, func(t, j int) int { return 32*(t%4) + 128*(t/4) + 1024*j }},
+		{"16x128b.x2", 4, 256, func(t, j int) int { return 32*(t%4) + 256*(t/4) + 2048*(j%2) + 128*(j/2) }},
+		{"16x256b.x1", 4, 256, func(t, j int) int { return 64*(t%4) + 256*(t/4) + 32*(j%2) + 2048*(j/2) }},
+		{"16x256b.x2", 8, 512, func(t, j int) int { return 64*(t%4) + 512*(t/4) + 32*(j%2) + 4096*(j/2%2) + 256*(j/4) }},
+	} {
+		t.Run(tc.shape, func(t *testing.T) {
+			var fill, st, ld, stores strings.Builder
+			for c := range 64 {
+				fmt.Fprintf(&fill, "add.s32 %%r%d, %%r5, %d;\n\t", 100+c, c)
+				if c > 0 {
+					st.WriteString(", ")
+				}
+				fmt.Fprintf(&st, "%%r%d", 100+c)
+			}
+			for j := range tc.regs {
+				if j > 0 {
+					ld.WriteString(", ")
+				}
+				fmt.Fprintf(&ld, "%%r%d", 10+j)
+				fmt.Fprintf(&stores, "st.global.u32 [%%rd3+%d], %%r%d;\n\t", 4*j, 10+j)
+			}
+			base, addr := 16, "0x100004"
+			if strings.HasPrefix(tc.shape, "32x32b") {
+				base, addr = 0, "4"
+			}
+			src := strings.NewReplacer("ADDR", addr, "FILL", fill.String(), "STREGS", st.String(), "SHAPE", tc.shape, "LDREGS", ld.String(),
+				"STORES", stores.String()).Replace(ldShapePTX)
+			d := NewDevice()
+			m := loadPTX100(t, d, src)
+			out, ob := devBuf(t, d, 32*64)
+			mustLaunch(t, d, m, "shape", Dim{1, 1, 1}, Dim{32, 1, 1}, 0, params(out))
+			got := u32s(ob)
+			for th := range 32 {
+				for j := range tc.regs {
+					i := tc.bit(th, j)
+					want := uint32((base+i/tc.bits)*1000 + 4 + i%tc.bits/32)
+					if g := got[th*16+j]; g != want {
+						t.Errorf("thread %d register %d = %d, want %d", th, j, g, want)
+					}
+				}
 			}
 		})
 	}
