@@ -518,3 +518,53 @@ func TestTinyGEMMTile(t *testing.T) {
 	runUMMA(t, ummaCase{name: "tile", kind: "mxf8f6f4.block_scale.block32", m: 128, n: 64, bFmt: 5, a: kindE4M3, b: kindE2U,
 		k: 32, swz: true, vec: 32}, true)
 }
+
+// TestUMMAFaults: descriptors the hardware rejects or the emulator does not
+// model fail the launch with a message naming the field.
+func TestUMMAFaults(t *testing.T) {
+	f16 := ummaCase{kind: "f16", m: 128, n: 64, k: 16, swz: true}
+	f8 := ummaCase{kind: "f8f6f4", m: 128, n: 64, k: 32, swz: true}
+	mx := ummaCase{kind: "mxf8f6f4.block_scale.block32", m: 128, n: 64, bFmt: 5, k: 32, swz: true, vec: 32}
+	nv := ummaCase{kind: "mxf4nvf4.block_scale.block16", m: 128, n: 64, aFmt: 1, bFmt: 1, k: 64, swz: true, vec: 16, ue4m3: true}
+	for _, tc := range []struct {
+		name  string
+		c     ummaCase
+		idesc func(uint32) uint32
+		ahi   func(uint64) uint64
+		want  string
+	}{
+		{"wgmma descriptor", f16, nil, func(h uint64) uint64 { return h&^(7<<46|7<<61) | 1<<62 }, "bits 46-48"},
+		{"base offset", f16, nil, func(h uint64) uint64 { return h | 1<<49 }, "base offset"},
+		{"128B swizzle with 32B atoms", f16, nil, func(h uint64) uint64 { return h&^(7<<61) | 1<<61 }, "32B atoms"},
+		{"MN-major A", f16, func(i uint32) uint32 { return i | 1<<15 }, nil, "MN-major"},
+		{"N=24 for M=128", f16, func(i uint32) uint32 { return i&^(0x3f<<17) | 3<<17 }, nil, "N=24 invalid"},
+		{"M=256 on one CTA", f16, func(i uint32) uint32 { return i&^(0x1f<<24) | 16<<24 }, nil, "M=256"},
+		{"f16 accumulator", f16, func(i uint32) uint32 { return i &^ (3 << 4) }, nil, "only F32"},
+		{"fp6 operand", f8, func(i uint32) uint32 { return i | 3<<7 }, nil, "e2m1 (5) are emulated"},
+		{"ue4m3 for mxf8f6f4", mx, func(i uint32) uint32 { return i &^ (1 << 23) }, nil, "ue4m3 scale factors need"},
+		{"block16 scale id", nv, func(i uint32) uint32 { return i | 1<<29 }, nil, "scale-factor ids"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := tc.c
+			idesc, ahi := c.idesc(), descHi(c.swz)
+			if tc.idesc != nil {
+				idesc = tc.idesc(idesc)
+			}
+			if tc.ahi != nil {
+				ahi = tc.ahi(ahi)
+			}
+			d := NewDevice()
+			body := strings.NewReplacer("LOAD", copyLoad, "SFLOAD", "", "MMAS", c.mmaSteps(1, c.sfLayout), "WAITPAR", "0",
+				"NBYTES", fmt.Sprint(4*c.n), "NCOLS", fmt.Sprint(c.n)).Replace(ummaPTX)
+			mod := loadPTX100(t, d, body)
+			pa, _ := devBuf(t, d, 16384)
+			pb, _ := devBuf(t, d, 32768)
+			psf, _ := devBuf(t, d, 128*128)
+			out, _ := devBuf(t, d, 128*4*c.n)
+			err := launch(t, d, mod, "mma", Dim{1, 1, 1}, Dim{128, 1, 1}, 0, params(out, pa, pb, psf, ahi, descHi(c.swz), idesc, uint64(0), uint64(0)))
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("launch error %v, want one naming %q", err, tc.want)
+			}
+		})
+	}
+}
