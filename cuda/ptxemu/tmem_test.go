@@ -198,3 +198,112 @@ func TestTmemLdShapes(t *testing.T) {
 		})
 	}
 }
+
+// cpPTX fills 4 KB of shared memory from global memory, copies it into
+// tensor memory with tcgen05.cp SHAPE (no swizzle, LBO 128, SBO 256) and
+// commits; each thread then loads 8 columns of its lane.
+const cpPTX = `
+.shared .align 1024 .b8 sm[4096];
+.shared .align 8 .b64 bar;
+.shared .align 4 .b32 tbase;
+
+.visible .entry cp(.param .u64 out, .param .u64 in)
+{
+	.reg .b32 %r<40>;
+	.reg .b64 %rd<10>;
+	.reg .pred %p<4>;
+
+	ld.param.u64 %rd1, [out];
+	ld.param.u64 %rd2, [in];
+	mov.u32 %r1, %tid.x;
+	shr.u32 %r2, %r1, 5;
+	mov.u32 %r3, sm;
+	mov.u32 %r5, bar;
+	mov.u32 %r6, tbase;
+	shl.b32 %r7, %r1, 2;
+CP:
+	setp.ge.u32 %p1, %r7, 4096;
+	@%p1 bra CPD;
+	cvt.u64.u32 %rd3, %r7;
+	add.s64 %rd4, %rd2, %rd3;
+	ld.global.u32 %r8, [%rd4];
+	add.s32 %r9, %r3, %r7;
+	st.shared.u32 [%r9], %r8;
+	add.s32 %r7, %r7, 512;
+	bra.uni CP;
+CPD:
+	setp.ne.s32 %p2, %r2, 0;
+	@%p2 bra ALLOCD;
+	tcgen05.alloc.cta_group::1.sync.aligned.shared::cta.b32 [%r6], 32;
+ALLOCD:
+	setp.ne.s32 %p3, %r1, 0;
+	@%p3 bra INITD;
+	mbarrier.init.shared::cta.b64 [%r5], 1;
+INITD:
+	fence.proxy.async.shared::cta;
+	tcgen05.fence::before_thread_sync;
+	bar.sync 0;
+	tcgen05.fence::after_thread_sync;
+	ld.shared.u32 %r11, [%r6];
+	@%p3 bra WAIT;
+	cvt.u64.u32 %rd5, %r3;
+	shr.u64 %rd5, %rd5, 4;
+	mov.b64 %rd6, 0x401000080000;
+	or.b64 %rd7, %rd5, %rd6;
+	tcgen05.cp.cta_group::1.SHAPE [%r11], %rd7;
+	tcgen05.commit.cta_group::1.mbarrier::arrive::one.shared::cluster.b64 [%r5];
+WAIT:
+	mbarrier.try_wait.parity.shared::cta.b64 %p1, [%r5], 0;
+	@!%p1 bra WAIT;
+	tcgen05.fence::after_thread_sync;
+	shl.b32 %r12, %r2, 21;
+	add.s32 %r13, %r11, %r12;
+	tcgen05.ld.sync.aligned.32x32b.x8.b32 {%r20, %r21, %r22, %r23, %r24, %r25, %r26, %r27}, [%r13];
+	tcgen05.wait::ld.sync.aligned;
+	mul.wide.u32 %rd8, %r1, 32;
+	add.s64 %rd9, %rd1, %rd8;
+	st.global.v4.u32 [%rd9], {%r20, %r21, %r22, %r23};
+	st.global.v4.u32 [%rd9+16], {%r24, %r25, %r26, %r27};
+	tcgen05.fence::before_thread_sync;
+	bar.sync 0;
+	@%p2 bra END;
+	tcgen05.dealloc.cta_group::1.sync.aligned.b32 %r11, 32;
+END:
+	ret;
+}
+`
+
+// TestTmemCp: row r of the copied matrix lands in lane r (the 32 rows
+// repeated in each lane quarter with .warpx4), 4 bytes a column, its
+// 16-byte chunks read from the PTX ISA's no-swizzle canonical layout (8x16
+// -byte core matrices, LBO apart along the row, SBO apart every 8 rows).
+func TestTmemCp(t *testing.T) {
+	for _, tc := range []struct {
+		shape       string
+		rows, bytes int
+	}{
+		{"128x256b", 128, 32},
+		{"128x128b", 128, 16},
+		{"32x128b.warpx4", 32, 16},
+	} {
+		t.Run(tc.shape, func(t *testing.T) {
+			d := NewDevice()
+			m := loadPTX100(t, d, strings.ReplaceAll(cpPTX, "SHAPE", tc.shape))
+			in, ib := devBuf(t, d, 4096)
+			for i := range ib {
+				ib[i] = byte(i*7 + i>>8)
+			}
+			out, ob := devBuf(t, d, 128*32)
+			mustLaunch(t, d, m, "cp", Dim{1, 1, 1}, Dim{128, 1, 1}, 0, params(out, in))
+			for lane := range 128 {
+				r := lane % tc.rows
+				for kb := range tc.bytes {
+					want := ib[r/8*256+kb/16*128+r%8*16+kb%16]
+					if g := ob[lane*32+kb]; g != want {
+						t.Fatalf("lane %d byte %d = %#x, want %#x", lane, kb, g, want)
+					}
+				}
+			}
+		})
+	}
+}
