@@ -194,3 +194,91 @@ func TestEncodeTensorMapChecks(t *testing.T) {
 		}
 	}
 }
+
+// A 2-CTA cluster: rank 0 multicasts one box to both CTAs (each expects
+// the bytes on its own barrier at the same offset), then rank 1 arrives on
+// rank 0's second barrier through mapa, which rank 0 waits for.
+const multicastPTX = `
+.shared .align 1024 .b8 sm[2048];
+.shared .align 8 .b64 bar;
+.shared .align 8 .b64 bar2;
+
+.visible .entry mc(.param .u64 out, .param .u64 tmap)
+.explicitcluster
+.reqnctapercluster 2, 1, 1
+{
+	.reg .b32 %r<20>;
+	.reg .b64 %rd<10>;
+	.reg .pred %p<6>;
+	.reg .b16 %rs<2>;
+
+	ld.param.u64 %rd1, [out];
+	ld.param.u64 %rd2, [tmap];
+	mov.u32 %r1, %tid.x;
+	mov.u32 %r2, bar;
+	mov.u32 %r3, sm;
+	mov.u32 %r4, bar2;
+	mov.u32 %r5, %cluster_ctarank;
+	setp.ne.s32 %p1, %r1, 0;
+	@%p1 bra SYNC;
+	mbarrier.init.shared::cta.b64 [%r2], 1;
+	mbarrier.init.shared::cta.b64 [%r4], 1;
+	fence.mbarrier_init.release.cluster;
+	mbarrier.arrive.expect_tx.shared::cta.b64 _, [%r2], 2048;
+SYNC:
+	barrier.cluster.arrive.release.aligned;
+	barrier.cluster.wait.acquire.aligned;
+	@%p1 bra WAIT;
+	setp.ne.s32 %p2, %r5, 0;
+	@%p2 bra REMOTE;
+	mov.u32 %r6, 0;
+	mov.u16 %rs1, 3;
+	cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes.multicast::cluster [%r3], [%rd2, {%r6, %r6}], [%r2], %rs1;
+W2:
+	mbarrier.try_wait.parity.shared::cta.b64 %p3, [%r4], 0;
+	@!%p3 bra W2;
+	bra.uni WAIT;
+REMOTE:
+	mapa.shared::cluster.u32 %r7, %r4, 0;
+	mbarrier.arrive.release.cluster.shared::cluster.b64 _, [%r7];
+WAIT:
+	mbarrier.try_wait.parity.shared::cta.b64 %p4, [%r2], 0;
+	@!%p4 bra WAIT;
+	shl.b32 %r8, %r1, 2;
+	mul.wide.u32 %rd3, %r5, 2048;
+	add.s64 %rd4, %rd1, %rd3;
+LOOP:
+	setp.ge.u32 %p5, %r8, 2048;
+	@%p5 bra DONE;
+	add.s32 %r9, %r3, %r8;
+	ld.shared.u32 %r10, [%r9];
+	cvt.u64.u32 %rd5, %r8;
+	add.s64 %rd6, %rd4, %rd5;
+	st.global.u32 [%rd6], %r10;
+	add.s32 %r8, %r8, 128;
+	bra.uni LOOP;
+DONE:
+	ret;
+}
+`
+
+func TestTMAMulticast(t *testing.T) {
+	d := NewDevice()
+	mod := loadPTX100(t, d, multicastPTX)
+	m := TensorMap{DType: TMAUint8, Rank: 2, Dims: [5]uint64{128, 16}, Strides: [5]uint64{0, 128}, Box: [5]uint32{128, 16}, Swizzle: 3}
+	gp, gb := devBuf(t, d, 2048)
+	for i := range gb {
+		gb[i] = byte(i * 13)
+	}
+	m.Addr = gp
+	want, _ := tmaModel(m, gb, [3]int32{})
+	out, ob := devBuf(t, d, 2*2048)
+	mustLaunch(t, d, mod, "mc", Dim{4, 1, 1}, Dim{32, 1, 1}, 0, params(out, upMap(t, d, m)))
+	for rank := range 2 {
+		for i, w := range want {
+			if g := ob[rank*2048+i]; g != w {
+				t.Fatalf("CTA %d byte %d = %#x, want %#x", rank, i, g, w)
+			}
+		}
+	}
+}
