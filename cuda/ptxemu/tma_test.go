@@ -282,3 +282,61 @@ func TestTMAMulticast(t *testing.T) {
 		}
 	}
 }
+
+// bulkStorePTX brings 2 KB into shared memory with the 1-D bulk copy, then
+// writes it as a 128x16 box (128-byte swizzle) at row row0 with a TMA
+// tensor store.
+const bulkStorePTX = `
+.shared .align 1024 .b8 sm[2048];
+.shared .align 8 .b64 bar;
+
+.visible .entry bs(.param .u64 src, .param .u64 tmap, .param .u32 row0)
+{
+	.reg .b32 %r<10>;
+	.reg .b64 %rd<4>;
+	.reg .pred %p<2>;
+
+	ld.param.u64 %rd1, [src];
+	ld.param.u64 %rd2, [tmap];
+	ld.param.u32 %r4, [row0];
+	mov.u32 %r2, bar;
+	mov.u32 %r3, sm;
+	mbarrier.init.shared::cta.b64 [%r2], 1;
+	mbarrier.arrive.expect_tx.shared::cta.b64 _, [%r2], 2048;
+	cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%r3], [%rd1], 2048, [%r2];
+W:
+	mbarrier.try_wait.parity.shared::cta.b64 %p1, [%r2], 0;
+	@!%p1 bra W;
+	mov.u32 %r5, 0;
+	cp.async.bulk.tensor.2d.global.shared::cta.tile.bulk_group [%rd2, {%r5, %r4}], [%r3];
+	cp.async.bulk.commit_group;
+	cp.async.bulk.wait_group.read 0;
+	ret;
+}
+`
+
+// TestBulkCopyAndTMAStore: the box's row r, 16-byte chunk c is read from
+// shared chunk c ^ r%8 of row r; rows past the tensor are not written.
+func TestBulkCopyAndTMAStore(t *testing.T) {
+	d := NewDevice()
+	mod := loadPTX100(t, d, bulkStorePTX)
+	sp, sb := devBuf(t, d, 2048)
+	for i := range sb {
+		sb[i] = byte(i*5 + i>>7)
+	}
+	const rows, row0 = 20, 8
+	gp, gb := devBuf(t, d, rows*128)
+	m := TensorMap{DType: TMAUint8, Rank: 2, Addr: gp, Dims: [5]uint64{128, rows}, Strides: [5]uint64{0, 128}, Box: [5]uint32{128, 16}, Swizzle: 3}
+	mustLaunch(t, d, mod, "bs", Dim{1, 1, 1}, Dim{1, 1, 1}, 0, params(sp, upMap(t, d, m), uint32(row0)))
+	for y := range rows {
+		for kb := range 128 {
+			want := byte(0xff)
+			if r := y - row0; r >= 0 {
+				want = sb[r*128+(kb/16^r%8)*16+kb%16]
+			}
+			if g := gb[y*128+kb]; g != want {
+				t.Fatalf("global row %d byte %d = %#x, want %#x", y, kb, g, want)
+			}
+		}
+	}
+}

@@ -287,14 +287,13 @@ func (c ummaCase) idesc() uint32 {
 	return id
 }
 
-// sfLayout places step s's scale factors: mxf8f6f4 (one a row and step)
-// walks the 4 bytes of one column set with the ids; nvf4 .block16 (four a
-// row and step, id 0) takes a column set a step.
+// sfLayout places step s's scale factors: a step takes per = k/vec bytes
+// of a column's word, so 4/per steps share a set of columns (SFA at 256+,
+// SFB at 260+) with ids 0, per, ..; the next steps take the next set.
 func (c ummaCase) sfLayout(s int) (colA, colB, id int) {
-	if c.k/c.vec == 1 {
-		return 256, 260, s
-	}
-	return 256 + 8*s, 260 + 8*s, 0
+	per := c.k / c.vec
+	group := s / (4 / per)
+	return 256 + 8*group, 260 + 8*group, s % (4 / per) * per
 }
 
 // TestUMMA runs tcgen05.mma of each kind over 4 K-steps and compares D
@@ -308,6 +307,7 @@ func TestUMMA(t *testing.T) {
 		{name: "bf16 M64 N32", kind: "f16", m: 64, n: 32, aFmt: 1, bFmt: 1, a: kindBF16, b: kindBF16, k: 16, swz: true},
 		{name: "e4m3 x -e5m2 no swizzle", kind: "f8f6f4", m: 128, n: 48, bFmt: 1, a: kindE4M3, b: kindE5M2, k: 32, negB: true},
 		{name: "mxf8f6f4 e4m3 x e2m1", kind: "mxf8f6f4.block_scale.block32", m: 128, n: 64, bFmt: 5, a: kindE4M3, b: kindE2U, k: 32, swz: true, vec: 32},
+		{name: "mxf4 block32 ue8m0", kind: "mxf4.block_scale.block32", m: 128, n: 32, aFmt: 1, bFmt: 1, a: kindE2M1, b: kindE2M1, k: 64, swz: true, vec: 32},
 		{name: "mxf4nvf4 block16 ue4m3", kind: "mxf4nvf4.block_scale.block16", m: 128, n: 96, aFmt: 1, bFmt: 1, a: kindE2M1, b: kindE2M1, k: 64, swz: true, vec: 16, ue4m3: true},
 	} {
 		t.Run(c.name, func(t *testing.T) { runUMMA(t, c, false) })
