@@ -122,3 +122,51 @@ func TestMbarrierFaults(t *testing.T) {
 		})
 	}
 }
+
+// elect.sync names the lowest lane of the member mask as leader, on every
+// member lane, and sets the predicate on the leader only.
+func TestElect(t *testing.T) {
+	src := `.visible .entry el(.param .u64 out)
+{
+	.reg .b32 %r<8>;
+	.reg .b64 %rd<4>;
+	.reg .pred %p<3>;
+
+	ld.param.u64 %rd1, [out];
+	mov.u32 %r1, %tid.x;
+	and.b32 %r2, %r1, 31;
+	mov.u32 %r3, 0xf;
+	setp.lt.u32 %p1, %r2, 4;
+	@%p1 bra ALL;
+	mov.u32 %r3, 0xfffffff0;
+ALL:
+	elect.sync %r4|%p2, %r3;
+	selp.u32 %r5, 1, 0, %p2;
+	mul.wide.u32 %rd2, %r1, 8;
+	add.s64 %rd3, %rd1, %rd2;
+	st.global.v2.u32 [%rd3], {%r4, %r5};
+	ret;
+}
+`
+	d := NewDevice()
+	m := loadPTX100(t, d, src)
+	out, ob := devBuf(t, d, 64*8)
+	mustLaunch(t, d, m, "el", Dim{1, 1, 1}, Dim{64, 1, 1}, 0, params(out))
+	got := u32s(ob)
+	for tid := range 64 {
+		lane, leader := tid%32, uint32(4)
+		if lane < 4 {
+			leader = 0
+		}
+		if got[2*tid] != leader || got[2*tid+1] != b2u32(uint32(lane) == leader) {
+			t.Errorf("thread %d: leader %d elected %d, want %d %v", tid, got[2*tid], got[2*tid+1], leader, uint32(lane) == leader)
+		}
+	}
+}
+
+func b2u32(b bool) uint32 {
+	if b {
+		return 1
+	}
+	return 0
+}

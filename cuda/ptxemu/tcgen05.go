@@ -185,13 +185,16 @@ func decCommit(in *inst) error {
 	in.exec = func(t *thread, in *inst) {
 		t.runQueue()
 		addr := t.addr(&in.args[0])
-		var bars []mbar
+		bars := []mbar{}
 		if multicast {
-			mask := uint16(t.get(&in.args[1]))
-			for r := range 16 {
-				if mask&(1<<r) != 0 {
-					bars = append(bars, t.locateMbar(spCluster, uint64(r+1)<<clusterShift|addr&(1<<clusterShift-1)))
+			if addr%8 != 0 {
+				t.illegal(fmt.Errorf("mbarrier at %#x is not 8-byte aligned", addr))
+			}
+			for _, m := range t.ctaTargets(addr, uint16(t.get(&in.args[1])), true) {
+				if m.off+8 > uint64(len(m.b.shared)) {
+					t.illegal(fmt.Errorf("mbarrier at %#x past %d bytes of shared memory", m.off, len(m.b.shared)))
 				}
+				bars = append(bars, m)
 			}
 		} else {
 			bars = append(bars, t.locateMbar(sp, addr))
