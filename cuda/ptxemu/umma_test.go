@@ -156,8 +156,8 @@ type ummaCase struct {
 	m, n       int
 	aFmt, bFmt uint32 // instruction-descriptor codes
 	a, b       elemKind
-	k          int  // elements a step
-	swz        bool // 128B swizzle, else no swizzle (LBO 128 B, SBO 1024 B)
+	k          int // elements a step
+	swz        int // swizzle span in bytes; 0: none (LBO 128 B, SBO 1024 B)
 	negB       bool
 	vec        int  // elements a scale factor (0: none)
 	ue4m3      bool // scale factors ue4m3, else ue8m0
@@ -220,19 +220,23 @@ func (e elemKind) put(row []byte, k int, c uint32) {
 	}
 }
 
-// image lays rows of 128 K-major bytes out as the canonical layouts of the
-// PTX ISA's "Shared memory matrix layout" (CUTLASS UMMA::Layout_K_SW128 /
-// Layout_K_INTER): with the 128-byte swizzle, 8-row atoms of 128-byte rows
-// 1024 bytes apart, the 16-byte chunk index XORed with the row % 8;
-// without, 8x16-byte core matrices, 128 bytes apart along K and 1024
-// along M/N.
-func image(rows [][]byte, swz bool) []byte {
-	img := make([]byte, 1024*((len(rows)+7)/8))
+// image lays K-major rows out as the canonical layouts of the PTX ISA's
+// "Shared memory matrix layout" (CUTLASS UMMA::Layout_K_SW128/SW64/SW32 and
+// Layout_K_INTER): with a swizzle of S bytes, 8-row atoms of S-byte rows
+// 8*S bytes apart, the 16-byte chunk index of row r XORed with
+// (r % 8) / (128/S); without, 8x16-byte core matrices 128 bytes apart
+// along K and 1024 along M/N.
+func image(rows [][]byte, swz int) []byte {
+	atom := 1024
+	if swz > 0 {
+		atom = 8 * swz
+	}
+	img := make([]byte, atom*((len(rows)+7)/8))
 	for r, row := range rows {
 		for kb, v := range row {
-			off := r/8*1024 + kb%16
-			if swz {
-				off += r%8*128 + (kb/16^r%8)*16
+			off := r/8*atom + kb%16
+			if swz > 0 {
+				off += r%8*swz + (kb/16^r%8/(128/swz))*16
 			} else {
 				off += kb/16*128 + r%8*16
 			}
@@ -242,11 +246,12 @@ func image(rows [][]byte, swz bool) []byte {
 	return img
 }
 
-func descHi(swz bool) uint64 {
-	if swz {
-		return 1<<16 | (1024>>4)<<32 | 1<<46 | 2<<61
+func descHi(swz int) uint64 {
+	if swz == 0 {
+		return (128>>4)<<16 | (1024>>4)<<32 | 1<<46
 	}
-	return (128>>4)<<16 | (1024>>4)<<32 | 1<<46
+	code := map[int]uint64{128: 2, 64: 4, 32: 6}[swz]
+	return 1<<16 | uint64(8*swz>>4)<<32 | 1<<46 | code<<61
 }
 
 // mmaSteps writes the MMA instructions of steps K-steps: descriptors
@@ -256,7 +261,7 @@ func descHi(swz bool) uint64 {
 func (c ummaCase) mmaSteps(steps int, sf func(step int) (colA, colB, id int)) string {
 	var b strings.Builder
 	adv := 2
-	if !c.swz {
+	if c.swz == 0 {
 		adv = 16
 	}
 	for s := range steps {
@@ -303,25 +308,30 @@ func (c ummaCase) sfLayout(s int) (colA, colB, id int) {
 // tmem_frg: lane = row for M=128, rows 16q..16q+15 in lanes 32q.. for M=64.
 func TestUMMA(t *testing.T) {
 	for _, c := range []ummaCase{
-		{name: "f16 M128 N64", kind: "f16", m: 128, n: 64, a: kindF16, b: kindF16, k: 16, swz: true},
-		{name: "bf16 M64 N32", kind: "f16", m: 64, n: 32, aFmt: 1, bFmt: 1, a: kindBF16, b: kindBF16, k: 16, swz: true},
+		{name: "f16 M128 N64", kind: "f16", m: 128, n: 64, a: kindF16, b: kindF16, k: 16, swz: 128},
+		{name: "bf16 M64 N32", kind: "f16", m: 64, n: 32, aFmt: 1, bFmt: 1, a: kindBF16, b: kindBF16, k: 16, swz: 128},
 		{name: "e4m3 x -e5m2 no swizzle", kind: "f8f6f4", m: 128, n: 48, bFmt: 1, a: kindE4M3, b: kindE5M2, k: 32, negB: true},
-		{name: "mxf8f6f4 e4m3 x e2m1", kind: "mxf8f6f4.block_scale.block32", m: 128, n: 64, bFmt: 5, a: kindE4M3, b: kindE2U, k: 32, swz: true, vec: 32},
-		{name: "mxf4 block32 ue8m0", kind: "mxf4.block_scale.block32", m: 128, n: 32, aFmt: 1, bFmt: 1, a: kindE2M1, b: kindE2M1, k: 64, swz: true, vec: 32},
-		{name: "mxf4nvf4 block16 ue4m3", kind: "mxf4nvf4.block_scale.block16", m: 128, n: 96, aFmt: 1, bFmt: 1, a: kindE2M1, b: kindE2M1, k: 64, swz: true, vec: 16, ue4m3: true},
+		{name: "f16 64B swizzle", kind: "f16", m: 128, n: 16, a: kindF16, b: kindF16, k: 16, swz: 64},
+		{name: "e5m2 x e4m3 32B swizzle", kind: "f8f6f4", m: 128, n: 32, aFmt: 1, a: kindE5M2, b: kindE4M3, k: 32, swz: 32},
+		{name: "mxf8f6f4 e4m3 x e2m1", kind: "mxf8f6f4.block_scale.block32", m: 128, n: 64, bFmt: 5, a: kindE4M3, b: kindE2U, k: 32, swz: 128, vec: 32},
+		{name: "mxf4 block32 ue8m0", kind: "mxf4.block_scale.block32", m: 128, n: 32, aFmt: 1, bFmt: 1, a: kindE2M1, b: kindE2M1, k: 64, swz: 128, vec: 32},
+		{name: "mxf4nvf4 block16 ue4m3", kind: "mxf4nvf4.block_scale.block16", m: 128, n: 96, aFmt: 1, bFmt: 1, a: kindE2M1, b: kindE2M1, k: 64, swz: 128, vec: 16, ue4m3: true},
 	} {
 		t.Run(c.name, func(t *testing.T) { runUMMA(t, c, false) })
 	}
 }
 
 func runUMMA(t *testing.T, c ummaCase, tma bool) {
-	const steps = 4
+	steps := 4 // K steps: 32 bytes each, within one swizzle row
+	if c.swz == 32 || c.swz == 64 {
+		steps = c.swz / 32
+	}
 	rng := rand.New(rand.NewPCG(7, uint64(c.m*1000+c.n)))
 	K := steps * c.k
 	gen := func(rows int, e elemKind) ([][]float64, [][]byte) {
 		vals, bytes := make([][]float64, rows), make([][]byte, rows)
 		for r := range rows {
-			vals[r], bytes[r] = make([]float64, K), make([]byte, 128)
+			vals[r], bytes[r] = make([]float64, K), make([]byte, 32*steps)
 			for k := range K {
 				code := e.random(rng)
 				vals[r][k] = e.decode(code)
@@ -516,16 +526,16 @@ TW:
 // and committing to a second barrier, four warps loading D with tcgen05.ld.
 func TestTinyGEMMTile(t *testing.T) {
 	runUMMA(t, ummaCase{name: "tile", kind: "mxf8f6f4.block_scale.block32", m: 128, n: 64, bFmt: 5, a: kindE4M3, b: kindE2U,
-		k: 32, swz: true, vec: 32}, true)
+		k: 32, swz: 128, vec: 32}, true)
 }
 
 // TestUMMAFaults: descriptors the hardware rejects or the emulator does not
 // model fail the launch with a message naming the field.
 func TestUMMAFaults(t *testing.T) {
-	f16 := ummaCase{kind: "f16", m: 128, n: 64, k: 16, swz: true}
-	f8 := ummaCase{kind: "f8f6f4", m: 128, n: 64, k: 32, swz: true}
-	mx := ummaCase{kind: "mxf8f6f4.block_scale.block32", m: 128, n: 64, bFmt: 5, k: 32, swz: true, vec: 32}
-	nv := ummaCase{kind: "mxf4nvf4.block_scale.block16", m: 128, n: 64, aFmt: 1, bFmt: 1, k: 64, swz: true, vec: 16, ue4m3: true}
+	f16 := ummaCase{kind: "f16", m: 128, n: 64, k: 16, swz: 128}
+	f8 := ummaCase{kind: "f8f6f4", m: 128, n: 64, k: 32, swz: 128}
+	mx := ummaCase{kind: "mxf8f6f4.block_scale.block32", m: 128, n: 64, bFmt: 5, k: 32, swz: 128, vec: 32}
+	nv := ummaCase{kind: "mxf4nvf4.block_scale.block16", m: 128, n: 64, aFmt: 1, bFmt: 1, k: 64, swz: 128, vec: 16, ue4m3: true}
 	for _, tc := range []struct {
 		name  string
 		c     ummaCase
