@@ -16,19 +16,30 @@ import (
 // `bench roofline` projects the GEMMs' times from bytes and FLOPs alone (no
 // GPU): max(bytes / bandwidth, FLOPs / peak) per Flash and Pro shape, for a
 // GPU and for H100 beside it, and a decode step's weight-read floor for the
-// full model. The MoE's FP4 weights run the MMA at the FP8 rate
-// (kind::mxf8f6f4 with FP8 activations, docs/blackwell.md); the FP4 column
-// is the rate kind::mxf4 would give with FP4 activations.
+// full model. The peak is the rate of the MMA our kernel runs on that GPU:
+// FP8 for the dense linears; on Blackwell FP8 for MXFP4 experts
+// (kind::mxf8f6f4) and BF16 for NVFP4 (kind::f16, docs/blackwell.md); on
+// Hopper BF16 for both (moe_fp4_wg). The FP4 column is the rate kind::mxf4
+// would give with FP4 activations.
 
 type gpuPeaks struct {
-	name          string
-	tbs, fp8, fp4 float64 // TB/s, dense PFLOP/s
+	name                string
+	tbs, bf16, fp8, fp4 float64 // TB/s, dense PFLOP/s
+	moeFP8              bool    // MXFP4 experts multiply at the FP8 rate (else BF16)
 }
 
 var rooflineGPUs = map[string]gpuPeaks{
-	"b200": {"B200", 8, 4.5, 9},
-	"h100": {"H100 SXM", 3.35, 0.989, 0.989},
-	"h200": {"H200", 4.8, 0.989, 0.989},
+	"b200": {"B200", 8, 2.25, 4.5, 9, true},
+	"h100": {"H100 SXM", 3.35, 0.989, 1.979, 0, false},
+	"h200": {"H200", 4.8, 0.989, 1.979, 0, false},
+}
+
+// moePeak is the MMA rate of our expert GEMM for the format on g.
+func (g gpuPeaks) moePeak(nvfp4 bool) float64 {
+	if g.moeFP8 && !nvfp4 {
+		return g.fp8
+	}
+	return g.bf16
 }
 
 // roofRow is one projected GEMM.
@@ -54,34 +65,40 @@ func gemmRoof(bytes, flops, tbs, pf float64) (float64, string) {
 // tokens route to under uniform routing, codes and scales per 32) of m.
 func rooflineRows(m kcheck.Model, toks []int, g, base gpuPeaks) []roofRow {
 	var rows []roofRow
-	add := func(op, shape string, t int, bytes, flops float64, fp4 bool) {
+	add := func(op, shape string, t int, bytes, flops, peak, basePeak float64, fp4 bool) {
 		r := roofRow{op: op, shape: shape, tokens: t, bytes: bytes, flops: flops}
-		r.us, r.bound = gemmRoof(bytes, flops, g.tbs, g.fp8)
+		r.us, r.bound = gemmRoof(bytes, flops, g.tbs, peak)
 		r.usFP4 = r.us
-		if fp4 {
+		if fp4 && g.fp4 > 0 {
 			r.usFP4, _ = gemmRoof(bytes, flops, g.tbs, g.fp4)
 		}
-		r.usBase, _ = gemmRoof(bytes, flops, base.tbs, base.fp8)
+		r.usBase, _ = gemmRoof(bytes, flops, base.tbs, basePeak)
 		rows = append(rows, r)
 	}
 	for _, d := range denseShapes[m.Name] {
 		for _, t := range toks {
 			n, k, tt := float64(d.n), float64(d.k), float64(t)
 			bytes := n*k + math.Ceil(n/128)*(k/128) + tt*k*(1+1.0/128) + 2*tt*n
-			add("linear_fp8", d.name, t, bytes, 2*tt*n*k, false)
+			add("linear_fp8", d.name, t, bytes, 2*tt*n*k, g.fp8, base.fp8, false)
 		}
 	}
 	e := float64(m.Experts)
-	for _, t := range toks {
-		rows_ := float64(t * m.K)
-		active := e * (1 - math.Pow(1-float64(m.K)/e, float64(t)))
-		for _, p := range []struct {
-			name string
-			n, k int
-		}{{"expert_w13", 2 * m.Inter, m.D}, {"expert_w2", m.D, m.Inter}} {
-			n, k := float64(p.n), float64(p.k)
-			bytes := active*(n*k/2+n*k/32) + rows_*k*(1+1.0/128) + 2*rows_*n
-			add("moe_mxfp4", p.name, t, bytes, 2*rows_*n*k, true)
+	for _, nv := range []bool{false, true} {
+		op, group := "moe_mxfp4", 32.0
+		if nv {
+			op, group = "moe_nvfp4", 16
+		}
+		for _, t := range toks {
+			rows_ := float64(t * m.K)
+			active := e * (1 - math.Pow(1-float64(m.K)/e, float64(t)))
+			for _, p := range []struct {
+				name string
+				n, k int
+			}{{"expert_w13", 2 * m.Inter, m.D}, {"expert_w2", m.D, m.Inter}} {
+				n, k := float64(p.n), float64(p.k)
+				bytes := active*(n*k/2+n*k/group) + rows_*k*(1+1.0/128) + 2*rows_*n
+				add(op, p.name, t, bytes, 2*rows_*n*k, g.moePeak(nv), base.moePeak(nv), true)
+			}
 		}
 	}
 	return rows
@@ -110,8 +127,8 @@ func runRoofline(args []string, stdout, stderr io.Writer) error {
 		}
 		toks = append(toks, t)
 	}
-	fmt.Fprintf(stdout, "roofline: %s %.2f TB/s, %.2f PFLOP/s FP8, %.2f FP4; beside %s %.2f TB/s, %.3f PFLOP/s FP8\n",
-		g.name, g.tbs, g.fp8, g.fp4, base.name, base.tbs, base.fp8)
+	fmt.Fprintf(stdout, "roofline: %s %.2f TB/s, %.3g PFLOP/s BF16, %.3g FP8, %.3g FP4; beside %s %.2f TB/s, %.3g BF16, %.3g FP8\n",
+		g.name, g.tbs, g.bf16, g.fp8, g.fp4, base.name, base.tbs, base.bf16, base.fp8)
 	for _, name := range strings.Split(*models, ",") {
 		var m kcheck.Model
 		switch name {

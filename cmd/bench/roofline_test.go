@@ -29,6 +29,8 @@ func TestRoofline(t *testing.T) {
 	}{
 		// 2·4096·4096·8192 FLOP at 4.5 PFLOP/s.
 		{"linear_fp8", "wo_b", 4096, 2 * 4096 * 4096 * 8192 / 4.5e15 * 1e6, "compute"},
+		// NVFP4 at 4096 tokens on B200: the BF16 MMA bounds it (2·24576·4096·4096 FLOP at 2.25 PFLOP/s).
+		{"moe_nvfp4", "expert_w13", 4096, 2 * 24576 * 4096 * 4096 / 2.25e15 * 1e6, "compute"},
 		// One token: 6 experts of 4096x4096 FP4 codes + per-32 scales, at 8 TB/s (+ the token's bytes).
 		{"moe_mxfp4", "expert_w13", 1, (6*(4096*4096/2+4096*4096/32) + 6*4096*(1+1.0/128) + 2*6*4096) / 8e12 * 1e6, "memory"},
 	} {
