@@ -319,6 +319,9 @@ func TestKernelsVsCPU(t *testing.T) {
 	if ctx.HasTMA() {
 		paths = append(paths, cuda.PathWG, cuda.PathDecWG)
 	}
+	if ctx.HasTC() {
+		paths = append(paths, cuda.PathTC)
+	}
 	for _, p := range paths {
 		name := string(p)
 		if p == cuda.PathAuto {
