@@ -12,6 +12,7 @@ const (
 	PathDecWG Path = "decwg" // decode-shaped sm_90a kernels fed by TMA
 	PathTiled Path = "tiled" // mma.sync tiles through shared memory (any sm_80+)
 	PathWG    Path = "wg"    // sm_90a TMA + wgmma kernels
+	// PathTC (tc.go): sm_100a tcgen05 kernels
 )
 
 // PathDecF16 is moe_fp4_decf16, the MoE decode kernel that unpacks FP4 without
@@ -34,9 +35,9 @@ func (c *Context) SetKernelChoice(k KernelChoice) error {
 	}
 	for _, p := range []Path{k.Linear, k.MoE} {
 		switch p {
-		case PathAuto, PathDec, PathDecF16, PathDecWG, PathTiled, PathWG:
+		case PathAuto, PathDec, PathDecF16, PathDecWG, PathTiled, PathWG, PathTC:
 		default:
-			return fmt.Errorf("cuda: kernel path %q (want dec, decf16, decwg, tiled or wg)", p)
+			return fmt.Errorf("cuda: kernel path %q (want dec, decf16, decwg, tiled, wg or tc)", p)
 		}
 	}
 	c.fnMu.Lock()
@@ -58,6 +59,9 @@ func (c *Context) kernelChoice() KernelChoice {
 // (the one it picks by itself first).
 func (c *Context) LinearPaths(m, n, k int) []Path {
 	var ps []Path
+	if c.HasTC() {
+		ps = append(ps, PathTC)
+	}
 	if m >= wgMinRow && c.HasTMA() {
 		ps = append(ps, PathWG)
 	}
@@ -81,6 +85,9 @@ func (c *Context) LinearPaths(m, n, k int) []Path {
 // MoEPaths are the paths MoEFP4 can take for a shape on this device (the one
 // it picks by itself first).
 func (c *Context) MoEPaths(sh MoEShape) []Path {
+	if c.moeTC(sh) {
+		return []Path{PathTC, PathDec}
+	}
 	if moeDecode(sh) {
 		if decF16Fits(sh) {
 			return []Path{PathDec, PathDecF16}

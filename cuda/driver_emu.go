@@ -32,7 +32,7 @@ func isEmuDriver(api driverAPI) bool {
 // is then a valid order of the graph's nodes.
 type emuDriver struct {
 	mu      sync.Mutex
-	major   int // compute capability reported: 8 (sm_80) or 9 (sm_90a without TMA)
+	major   int // compute capability reported: 8 (sm_80), 9 (sm_90a without TMA) or 10 (sm_100a)
 	dev     *ptxemu.Device
 	next    uintptr
 	hosts   map[unsafe.Pointer][]byte
@@ -70,11 +70,13 @@ type emuEvent struct {
 }
 
 // Emulated device: sm_80 (or sm_90a without TMA) instructions, H200-sized
-// shared memory and SMs.
+// shared memory and SMs; with sm_100a, B200's 148 SMs (the same shared
+// memory sizes; 256 KB of tensor memory per SM, which no attribute reports).
 const (
 	emuSMs      = 132
-	emuSmem     = 232448 // per block, opted in
-	emuSmemSM   = 233472 // per SM
+	emuSMs100   = 148
+	emuSmem     = 232448 // per block, opted in (227 KB)
+	emuSmemSM   = 233472 // per SM (228 KB)
 	emuTotalMem = 16 << 30
 	emuSmemDflt = 48 << 10 // static + dynamic shared memory without the opt-in attribute
 )
@@ -83,8 +85,11 @@ func newEmuDriver() *emuDriver {
 	dev := ptxemu.NewDevice()
 	dev.Limit = emuTotalMem // module globals count too; checked under the device's lock
 	major := 8
-	if v := os.Getenv(EmulatorEnv); strings.HasPrefix(v, "sm_90") || v == "90" {
+	switch v := os.Getenv(EmulatorEnv); {
+	case strings.HasPrefix(v, "sm_90") || v == "90":
 		major = 9 // compute_90a PTX: the H200's non-TMA code paths (FP8 mma, e4m3 cvt, clusters)
+	case strings.HasPrefix(v, "sm_100") || v == "100":
+		major = 10 // compute_100a PTX: tcgen05, tensor memory, TMA, mbarriers
 	}
 	return &emuDriver{dev: dev, major: major, next: 1, hosts: map[unsafe.Pointer][]byte{},
 		modules: map[uintptr]*ptxemu.Module{}, funcs: map[uintptr]*ptxemu.Function{},
@@ -154,7 +159,7 @@ func (e *emuDriver) primaryCtxRelease(int) int           { return 0 }
 func (e *emuDriver) ctxSynchronize(uintptr) int          { return 0 }
 func (e *emuDriver) streamSynchronize(_, _ uintptr) int  { return 0 }
 func (e *emuDriver) eventSynchronize(_, _ uintptr) int   { return 0 }
-func (e *emuDriver) hasTensorMaps() bool                 { return false }
+func (e *emuDriver) hasTensorMaps() bool                 { return e.major == 10 }
 func (e *emuDriver) hasLaunchEx() bool                   { return false }
 func (e *emuDriver) moduleUnload(_, m uintptr) int {
 	e.mu.Lock()
@@ -167,6 +172,9 @@ func (e *emuDriver) moduleUnload(_, m uintptr) int {
 }
 
 func (e *emuDriver) deviceName(int) (string, int) {
+	if e.major == 10 {
+		return "ptxemu (emulated sm_100a)", 0
+	}
 	if e.major == 9 {
 		return "ptxemu (emulated sm_90a, no TMA)", 0
 	}
@@ -183,6 +191,9 @@ func (e *emuDriver) deviceGet(ord int) (int, int) {
 func (e *emuDriver) deviceAttr(attr, dev int) (int, int) {
 	switch attr {
 	case attrMultiprocessorCount:
+		if e.major == 10 {
+			return emuSMs100, 0
+		}
 		return emuSMs, 0
 	case attrComputeMajor:
 		return e.major, 0
@@ -615,10 +626,26 @@ func (e *emuDriver) dropGraph(g uintptr) int {
 	return 0
 }
 
-func (e *emuDriver) tensorMap2D(uintptr, *TensorMap, int, DevicePtr, uint64, uint64, uint64, uint32, uint32, int) int {
-	return e.failf(cuNotSupported, "no TMA in ptxemu")
+// tensorMap2D and tensorMap3D encode ptxemu's private tensor map
+// (ptxemu.EncodeTensorMap) on the sm_100a device, the only one with TMA.
+func (e *emuDriver) tensorMap2D(_ uintptr, out *TensorMap, dtype int, addr DevicePtr, inner, outer, stride uint64, boxInner, boxOuter uint32, swizzle int) int {
+	return e.tensorMap(out, ptxemu.TensorMap{DType: dtype, Rank: 2, Addr: uint64(addr), Dims: [5]uint64{inner, outer},
+		Strides: [5]uint64{0, stride}, Box: [5]uint32{boxInner, boxOuter}, Swizzle: swizzle})
 }
 
-func (e *emuDriver) tensorMap3D(uintptr, *TensorMap, int, DevicePtr, [3]uint64, [2]uint64, [3]uint32, int) int {
-	return e.failf(cuNotSupported, "no TMA in ptxemu")
+func (e *emuDriver) tensorMap3D(_ uintptr, out *TensorMap, dtype int, addr DevicePtr, dims [3]uint64, strides [2]uint64, box [3]uint32, swizzle int) int {
+	return e.tensorMap(out, ptxemu.TensorMap{DType: dtype, Rank: 3, Addr: uint64(addr), Dims: [5]uint64{dims[0], dims[1], dims[2]},
+		Strides: [5]uint64{0, strides[0], strides[1]}, Box: [5]uint32{box[0], box[1], box[2]}, Swizzle: swizzle})
+}
+
+func (e *emuDriver) tensorMap(out *TensorMap, m ptxemu.TensorMap) int {
+	if e.major != 10 {
+		return e.failf(cuNotSupported, "no TMA in ptxemu below sm_100a (%s=sm_100a)", EmulatorEnv)
+	}
+	b, err := ptxemu.EncodeTensorMap(m)
+	if err != nil {
+		return e.fail(cuInvalidValue, err)
+	}
+	copy(unsafe.Slice((*byte)(unsafe.Pointer(&out[0])), len(b)), b[:])
+	return 0
 }

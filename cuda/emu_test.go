@@ -322,6 +322,31 @@ func TestEmuDeviceInfo(t *testing.T) {
 	if d := ctx90.Device(); d.Arch() != "compute_90a" || d.Major != 9 || ctx90.HasTMA() || ctx90.CanPDL() {
 		t.Errorf("sm_90a mode: arch %s %d.%d TMA %v PDL %v, want compute_90a 9.0 without TMA and PDL", d.Arch(), d.Major, d.Minor, ctx90.HasTMA(), ctx90.CanPDL())
 	}
+	buf, err := ctx90.Alloc(4096)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ctx90.TensorMapBytes2D(buf.Ptr, 32, 128, 8, 128); err == nil {
+		t.Error("sm_90a mode encoded a tensor map; its device has no TMA")
+	}
+	// sm_100a mode: B200's 10.0 with 148 SMs, compute_100a PTX, tensor maps
+	// (the Hopper TMA paths stay off: HasTMA means sm_90a).
+	ctx100, _ := emuSessionAs(t, "sm_100a")
+	d := ctx100.Device()
+	if d.Arch() != "compute_100a" || d.Major != 10 || d.Minor != 0 || d.SMs != 148 || d.SmemOptin != 227*1024 || d.SmemSM != 228*1024 ||
+		ctx100.HasTMA() || !strings.Contains(d.Name, "sm_100a") {
+		t.Errorf("sm_100a mode: %s arch %s %d.%d, %d SMs, smem %d/%d, HasTMA %v", d.Name, d.Arch(), d.Major, d.Minor, d.SMs, d.SmemOptin, d.SmemSM, ctx100.HasTMA())
+	}
+	buf100, err := ctx100.Alloc(4096)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ctx100.TensorMapBytes2D(buf100.Ptr, 32, 128, 8, 128); err != nil {
+		t.Errorf("sm_100a mode: tensor map: %v", err)
+	}
+	if _, err := ctx100.TensorMapBytes2D(buf100.Ptr+8, 32, 128, 8, 128); err == nil {
+		t.Error("sm_100a mode encoded a tensor map at an address not 16-byte aligned")
+	}
 }
 
 // TestEmuMemInfo: cuMemGetInfo follows the pool's cuMemAlloc/cuMemFree in

@@ -170,8 +170,12 @@ func TestKernelResources(t *testing.T) {
 		{"moe_fused", "moe_gather_q", 0}, {"moe_fused", "moe_swiglu_q", 0},
 		{"ops_f32", "rmsnorm_quant_f32", 0}, {"ops_f32", "swiglu_quant_f32", 0},
 		{"moe_route", "router_topk8", 0}, {"moe_route", "router_topk12", 0},
+		{"linear_fp8_sm100", "linear_fp8_tc16", 0}, {"linear_fp8_sm100", "linear_fp8_tc128", 0}, {"moe_fp4_sm100", "moe_fp4_tc16", 0}, {"moe_fp4_sm100", "moe_fp4_tc128", 0},
 	} {
 		if (strings.HasSuffix(k.module, "_wg") || strings.Contains(k.module, "_tdec")) && !ctx.HasTMA() {
+			continue
+		}
+		if strings.HasSuffix(k.module, "_sm100") && !ctx.HasTC() {
 			continue
 		}
 		f, err := ctx.Kernel(k.module, k.name)
@@ -315,6 +319,9 @@ func TestKernelsVsCPU(t *testing.T) {
 	paths := []cuda.Path{cuda.PathAuto, cuda.PathDec, cuda.PathTiled}
 	if ctx.HasTMA() {
 		paths = append(paths, cuda.PathWG, cuda.PathDecWG)
+	}
+	if ctx.HasTC() {
+		paths = append(paths, cuda.PathTC)
 	}
 	for _, p := range paths {
 		name := string(p)

@@ -190,6 +190,9 @@ func linearFP8(s *Stream, y, yf, xq, xs, w, ws DevicePtr, m, n, k int, scratch D
 	if ceilDiv(m, 64) > 65535 {
 		return fmt.Errorf("cuda: linear_fp8: m=%d exceeds the grid limit", m)
 	}
+	if s.tcLinear() {
+		return linearFP8TC(s, y, yf, xq, xs, w, ws, m, n, k)
+	}
 	p, choice, dec, tdec := decodePath(s, m, n, k)
 	if tdec {
 		return linearFP8TDec(s, y, yf, xq, xs, w, ws, m, n, k)
@@ -239,6 +242,9 @@ func LinearFP8PairF32(s *Stream, xq, xs DevicePtr, m, k int, a, b DecLinear) (bo
 	}
 	if a.YF == 0 || b.YF == 0 {
 		return false, fmt.Errorf("cuda: linear_fp8_dec2: no fp32 output")
+	}
+	if s.tcLinear() {
+		return false, nil
 	}
 	pa, _, deca, _ := decodePath(s, m, a.N, k)
 	pb, _, decb, _ := decodePath(s, m, b.N, k)
@@ -375,6 +381,8 @@ func planMoE(sh MoEShape, path Path, sms int) moePlan {
 		p.bm, p.colsPC = decTileRows(sh), 64
 	case PathWG:
 		p.bm = moeBlockM(sh)
+	case PathTC:
+		p.bm = tcTile(ceilDiv(sh.Rows, max(min(sh.Experts, sh.Rows), 1)))
 	}
 	p.maxTiles = ceilDiv(sh.Rows, p.bm) + min(sh.Experts, sh.Rows)
 	ctas, nkb := p.maxTiles*ceilDiv(sh.N, p.colsPC), sh.K/128
@@ -386,7 +394,7 @@ func planMoE(sh MoEShape, path Path, sms int) moePlan {
 			p.per = ceilDiv(nkb, sp)
 			p.splits = ceilDiv(nkb, p.per)
 		}
-	case PathWG:
+	case PathWG, PathTC:
 		p.splits, p.per = 1, nkb
 	default:
 		p.splits, p.per = splitK(ctas/2, nkb, sms)
@@ -402,7 +410,7 @@ func (p moePlan) scratchBytes(sh MoEShape) int {
 	b := p.tileBytes()
 	switch {
 	case sh.Rows <= 0:
-	case p.path == PathWG:
+	case p.path == PathWG || p.path == PathTC && sh.Format == NVFP4:
 		b += 2 * sh.Rows * sh.K
 	case p.splits > 1:
 		b += 4 * p.splits * sh.Rows * sh.N
@@ -424,7 +432,11 @@ func moePaths(sh MoEShape) []Path {
 // CUDA graph: the largest over the paths the shape may take on s's device.
 func MoEScratchBytes(s *Stream, sh MoEShape) int {
 	b := 0
-	for _, path := range moePaths(sh) {
+	paths := moePaths(sh)
+	if s.ctx.moeTC(sh) {
+		paths = append(paths, PathTC)
+	}
+	for _, path := range paths {
 		b = max(b, planMoE(sh, path, s.ctx.dev.SMs).scratchBytes(sh))
 	}
 	return b
@@ -435,6 +447,9 @@ func MoEScratchBytes(s *Stream, sh MoEShape) int {
 // lists and the wgmma kernel where the device has TMA.
 func (s *Stream) moePath(sh MoEShape) Path {
 	forced := s.ctx.kernelChoice().MoE
+	if s.ctx.moeTC(sh) && (forced == PathAuto || forced == PathTC) {
+		return PathTC
+	}
 	ok := moePaths(sh)
 	if forced == PathDecF16 && decF16Fits(sh) {
 		return PathDecF16 // moe_fp4_dec's plan and scratch
@@ -555,6 +570,9 @@ func moeFP4Tiles(s *Stream, y, xq, xs, w, wscale, gscale DevicePtr, sh MoEShape,
 	nv := 0
 	if sh.Format == NVFP4 {
 		nv = 1
+	}
+	if path == PathTC {
+		return moeFP4TC(s, y, xq, xs, w, wscale, gscale, sh, p, scratch)
 	}
 	if path == PathWG {
 		return moeFP4WG(s, y, xq, xs, w, wscale, gscale, nv, sh, p, scratch)

@@ -188,7 +188,10 @@ func (c *Context) Module(name string) (*Module, error) {
 	if err != nil {
 		return nil, err
 	}
-	cubin, err := c.nvrtc.CompileCached(name, src, c.dev.Arch())
+	cubin, arch, err := c.emuSM100Image(name)
+	if err == nil && cubin == nil {
+		cubin, err = c.nvrtc.CompileCached(name, src, arch)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("module %s: %w", name, err)
 	}

@@ -108,3 +108,5 @@ fi
 go test -tags megamoe_emu -count=1 -timeout 120m -run 'TestEmu|TestKernelsVsCPU|TestGraphReplay|TestStreamForkJoin|TestPoolHold|TestErrorsNameCallAndCode|TestCopiesMemsetPinned' ./cuda
 go test -tags megamoe_emu -count=1 -timeout 120m -run 'TestElementwiseOps|TestEmbedAndRope|TestHeadNorm|TestHcPreHead|TestForkRules' ./backend/gpu
 go test -tags megamoe_emu -count=1 -timeout 120m -run 'TestCheckOpsTiny' ./backend/gpu/opcheck
+# The sm_100a tcgen05 kernels (their committed PTX fixtures) on the emulated B200.
+MEGAMOE_EMU=sm_100a go test -tags megamoe_emu -count=1 -timeout 120m -run 'TestTCKernels' ./cuda

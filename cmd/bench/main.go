@@ -31,7 +31,7 @@ import (
 
 func main() {
 	cmds := map[string]func([]string, io.Writer, io.Writer) error{
-		"http": runHTTP, "stack": runStack, "kernels": runKernels, "kv": runKV, "prefix": runPrefix,
+		"http": runHTTP, "stack": runStack, "kernels": runKernels, "kv": runKV, "prefix": runPrefix, "roofline": runRoofline,
 	}
 	name, args := "http", os.Args[1:]
 	if len(args) > 0 && cmds[args[0]] != nil {

@@ -4,6 +4,10 @@
 //	    compiles every embedded kernel with NVRTC (no GPU needed) and prints a
 //	    table; --ptxas-v also prints ptxas's messages per kernel (registers,
 //	    spills, wgmma serialisation such as C7514).
+//	gpucheck --compile-only --arch sm_100a --ptx-out cuda/kernels/sm100
+//	    also writes the sm_100a PTX of the tcgen05 kernels, with the hash of
+//	    their sources, as the committed fixtures the emulator tests run
+//	    (provisional, and marked so, where NVRTC is older than 12.8).
 //	gpucheck [--model flash,pro] [--reps 20] [--moe-path decf16]
 //	    runs every kernel at the real DeepSeek-V4 Flash/Pro dimensions against
 //	    its CPU twin and prints component, shape, cosine, relative error, max
@@ -34,6 +38,7 @@ func main() {
 	archs := flag.String("arch", "sm_80,sm_90a,sm_100a", "targets for --compile-only")
 	dump := flag.String("dump", "", "with --compile-only: write <kernel>.<arch>.cubin files here")
 	ptxasV := flag.Bool("ptxas-v", false, "with --compile-only: print ptxas's resource and performance messages")
+	ptxOut := flag.String("ptx-out", "", "with --compile-only: write the sm_100a PTX fixtures of the tcgen05 kernels here")
 	models := flag.String("model", "flash,pro", "models whose dimensions to check")
 	reps := flag.Int("reps", 20, "timed launches per case (median reported)")
 	ordinal := flag.Int("device", 0, "CUDA device ordinal")
@@ -50,6 +55,9 @@ func main() {
 	var err error
 	if *compileOnly {
 		err = compileAll(strings.Split(*archs, ","), *dump, *ptxasV)
+		if *ptxOut != "" {
+			err = errors.Join(err, writeSM100PTX(*ptxOut))
+		}
 	} else {
 		err = checkAll(*ordinal, strings.Split(*models, ","), *reps, *filter, *seed, cuda.Path(*moePath))
 		if *ops {
@@ -201,5 +209,28 @@ func checkAll(ordinal int, models []string, reps int, filter string, seed uint64
 		return fmt.Errorf("%d of %d cases failed", failed, len(rows))
 	}
 	fmt.Printf("all %d cases passed\n", len(rows))
+	return nil
+}
+
+// writeSM100PTX writes kernels/sm100/<name>.ptx for every tcgen05 kernel.
+func writeSM100PTX(dir string) error {
+	n, err := cuda.LoadNVRTC()
+	if err != nil {
+		return err
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	for _, name := range cuda.SM100Kernels {
+		ptx, err := cuda.SM100PTX(n, name)
+		if err != nil {
+			return err
+		}
+		f := filepath.Join(dir, name+".ptx")
+		if err := os.WriteFile(f, []byte(ptx), 0o644); err != nil {
+			return err
+		}
+		fmt.Printf("wrote %s (%d bytes, NVRTC %d.%d)\n", f, len(ptx), n.Major, n.Minor)
+	}
 	return nil
 }

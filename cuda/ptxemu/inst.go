@@ -98,8 +98,9 @@ func (f *Function) decode(in *inst, text string) error {
 	case base == "cp" && in.has("bulk") && in.has("prefetch"):
 		in.exec = func(*thread, *inst) {} // an L2 prefetch: no effect on results
 		return nil
-	case base == "cp" && in.has("bulk"), base == "wgmma", base == "mbarrier", base == "setmaxnreg",
-		base == "stmatrix", base == "tensormap", base == "elect", base == "fence" && in.has("proxy"):
+	case base == "cp" && in.has("bulk"):
+		return f.decodeBulk(in, rest) // TMA: its own operand syntax
+	case base == "wgmma", base == "setmaxnreg", base == "stmatrix", base == "tensormap":
 		return f.deferUnsupported(in, "sm_90 instruction "+opcode)
 	case decoders[base] == nil && base != "bra" && base != "call":
 		return f.deferUnsupported(in, "instruction "+opcode)
@@ -241,6 +242,9 @@ func init() {
 		"ldmatrix":       decLdmatrix,
 		"mma":            decMma,
 		"mapa":           decMapa,
+		"mbarrier":       decMbarrier,
+		"elect":          decElect,
+		"tcgen05":        decTcgen05,
 	}
 	for _, op := range []string{"add", "sub", "mul", "mad", "fma", "div", "rem", "min", "max", "neg", "abs",
 		"and", "or", "xor", "not", "cnot", "shl", "shr", "popc", "clz", "brev", "bfe", "bfi", "prmt", "lop3", "shf",

@@ -118,6 +118,7 @@ type blockState struct {
 	warps   []*warpState
 	bars    [16]barrier
 	err     error
+	async   asyncState // mbarriers, tensor memory (sm_90/sm_100)
 }
 
 type barrier struct {
@@ -227,6 +228,9 @@ func (b *blockState) fail(err error) {
 		for _, grp := range w.groups {
 			grp.cond.Broadcast()
 		}
+	}
+	if b.async.cond != nil {
+		b.async.cond.Broadcast()
 	}
 }
 
@@ -353,5 +357,10 @@ func (t *thread) exit() {
 	}
 	if b.running == 0 && b.alive > 0 && b.err == nil {
 		b.fail(t.fault(errors.New("deadlock: the remaining threads wait on a barrier or collective that cannot complete"), false, true))
+	}
+	if b.alive == 0 && b.err == nil {
+		if err := b.async.leftover(); err != nil {
+			b.fail(t.fault(err, false, false))
+		}
 	}
 }

@@ -109,14 +109,14 @@ func TestLoadErrors(t *testing.T) {
 	}
 }
 
-// Instructions the emulator does not run (unknown ones, sm_90's mbarrier,
-// TMA, wgmma) load, so the module's other kernels run; a thread that
+// Instructions the emulator does not run (unknown ones, sm_90's wgmma,
+// sm_100's CTA pairs) load, so the module's other kernels run; a thread that
 // reaches one fails the launch with the instruction named.
 func TestUnsupportedFailsAtRun(t *testing.T) {
 	for _, tc := range []struct{ name, body, want string }{
 		{"unknown instruction", "\tfrobnicate.u32 %r1, %r2;", "frobnicate"},
-		{"sm_90 mbarrier", "\tmbarrier.init.shared.b64 [%r1], 1;", "mbarrier"},
-		{"sm_90 tma", "\tcp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%r1], [%rd1, {%r2, %r3}], [%r1];", "cp.async.bulk.tensor"},
+		{"sm_90 wgmma", "\twgmma.fence.sync.aligned;", "wgmma"},
+		{"sm_100 CTA pair", "\ttcgen05.alloc.cta_group::2.sync.aligned.shared::cta.b32 [%r1], 32;", "cta_group::2"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			src := ".visible .entry k(.param .u64 k_param_0)\n{\n\t.reg .b32 %r<4>;\n\t.reg .b64 %rd<2>;\n\t.reg .pred %p<2>;\n" +

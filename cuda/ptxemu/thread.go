@@ -32,6 +32,7 @@ type thread struct {
 	// and the committed groups, oldest first (see decCp)
 	cpIssued []func()
 	cpGroups [][]func()
+	tc       tcThread // tcgen05 work issued by this thread and not yet complete
 	// last global allocation touched, to skip the device lookup
 	cBase uint64
 	cBuf  []byte
@@ -102,6 +103,7 @@ func (t *thread) run() {
 		}
 		in.exec(t, in)
 	}
+	t.tcExit()
 	t.exit()
 }
 
