@@ -29,7 +29,7 @@ type inst struct {
 	ftz, sat bool
 }
 
-var reGuard = regexp.MustCompile(`^@(!?)(%[\w$]+)\s+`)
+var reGuard = regexp.MustCompile(`^@(!?)(%?[A-Za-z_$][\w$]*)\s+`)
 
 func (in *inst) has(m string) bool {
 	for _, x := range in.mods {

@@ -431,7 +431,10 @@ func (m *Module) parseBody(f *Function, body string) error {
 		f.shared[name] = off
 	}
 	f.sharedSize = m.fixedSize
-	stmts := splitBody(body)
+	stmts, err := unscope(splitBody(body))
+	if err != nil {
+		return fmt.Errorf("%w in %s", err, f.Name)
+	}
 	slots := map[string][2]int{} // call parameter -> its slot's size and alignment
 	type pending struct {
 		text string
@@ -628,8 +631,9 @@ var reLabel = regexp.MustCompile(`^[\w$.]+:$`)
 
 // splitBody cuts a function body into statements: instructions and
 // declarations end at ';', labels at ':' on their line. A '{' that starts a
-// statement opens a scope (inline asm blocks: "{.reg .b16 a, b; ...}") and
-// is dropped with its '}'; braces inside a statement are a vector operand.
+// statement opens a scope (inline asm blocks: "{.reg .b16 a, b; ...}"),
+// marked by a "{" statement, and its '}' by "}" (see unscope); braces
+// inside a statement are a vector operand.
 func splitBody(body string) []string {
 	var out []string
 	var cur strings.Builder
@@ -644,7 +648,7 @@ func splitBody(body string) []string {
 		c := body[i]
 		switch {
 		case c == '{' && strings.TrimSpace(cur.String()) == "":
-			// scope open
+			out = append(out, "{") // scope open
 		case c == '{':
 			depth++
 			cur.WriteByte(c)
@@ -652,7 +656,8 @@ func splitBody(body string) []string {
 			depth--
 			cur.WriteByte(c)
 		case c == '}':
-			flush() // scope close
+			flush()
+			out = append(out, "}") // scope close
 		case c == ';' && depth == 0:
 			flush()
 		case c == '\n':
