@@ -118,3 +118,89 @@ func TestDSparkRowsOption(t *testing.T) {
 		m.FreeSequence(s)
 	}
 }
+
+// TestDSparkSpeculativeRollback runs the main model and the drafter as a
+// DSpark speculative decoder does: each step drafts a block, verifies k
+// drafts of which a random number are right (Keep rows, Restore after a
+// rejection) and feeds the drafter the captured features of the verified
+// positions. Every verified row's logits and features equal plain
+// decoding's bit for bit, and the last block's logits equal those of a
+// drafter given the same context without any speculation: neither the
+// rejected rows nor the blocks leave a trace.
+func TestDSparkSpeculativeRollback(t *testing.T) {
+	const n, pre, k = 90, 20, 4
+	m := newSynth(t, checkpoint.SmallDSparkConfig(), "exact")
+	c := m.Config()
+	w := m.DSparkDim()
+	toks := prompt(n, c.Vocab, 9)
+	ref := m.Cache().NewSequence()
+	defer m.FreeSequence(ref)
+	o, err := m.Forward(&Batch{Items: []BatchItem{{Seq: ref, Tokens: toks, AllLogits: true, Hidden: true}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	refRows, refHid := o.Rows(0), o.Hidden[0]
+
+	s := m.Cache().NewSequence()
+	defer m.FreeSequence(s)
+	o, err = m.Forward(&Batch{Items: []BatchItem{{Seq: s, Tokens: toks[:pre], Hidden: true}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	fed := 0 // positions the drafter has
+	feed := func(hid []float32, from, to int) {
+		t.Helper()
+		if _, err := m.ForwardDSpark([]DSparkItem{{Seq: s, Start: from, Context: hid, Anchor: toks[to], Draft: true}}); err != nil {
+			t.Fatal(err)
+		}
+		fed = to
+	}
+	feed(o.Hidden[0], 0, pre)
+	rng := rand.New(rand.NewPCG(3, 4))
+	kept, known := pre, pre+1
+	for known+k < n-1 {
+		if err := m.Snapshot(s, true); err != nil {
+			t.Fatal(err)
+		}
+		a := rng.IntN(k + 1)
+		in := append([]int32(nil), toks[kept:known+k]...)
+		nKeep := known - kept
+		for j := nKeep + a; j < len(in); j++ {
+			in[j] = (in[j] + int32(1+rng.IntN(50))) % int32(c.Vocab)
+		}
+		o, err := m.Forward(&Batch{Items: []BatchItem{{Seq: s, Tokens: in, AllLogits: true, Hidden: true, Keep: nKeep}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for r := range nKeep + a {
+			equalRows(t, "verify row", kept+r, refRows[kept+r], o.Rows(0)[r])
+			equalRows(t, "verify row features", kept+r, refHid[(kept+r)*w:(kept+r+1)*w], o.Hidden[0][r*w:(r+1)*w])
+		}
+		if a == k {
+			kept += nKeep + k
+		} else {
+			if err := m.Restore(s, kept+nKeep, false); err != nil {
+				t.Fatal(err)
+			}
+			kept += nKeep
+		}
+		known += a + 1
+		m.Cache().Shrink(s, kept+1)
+		// The drafter gets the verified positions (replayed rows included once).
+		feed(refHid[fed*w:(known-1)*w], fed, known-1)
+	}
+	got, err := m.ForwardDSpark([]DSparkItem{{Seq: s, Start: fed, Anchor: toks[fed], Draft: true}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	plain := m.Cache().NewSequence()
+	defer m.FreeSequence(plain)
+	if _, err := m.Forward(&Batch{Items: []BatchItem{{Seq: plain, Tokens: toks[:fed]}}}); err != nil {
+		t.Fatal(err)
+	}
+	want, err := m.ForwardDSpark([]DSparkItem{{Seq: plain, Context: refHid[:fed*w], Anchor: toks[fed], Draft: true}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	equalRows(t, "block after speculation", fed, want.Logits[0], got.Logits[0])
+}
