@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"context"
 	"fmt"
 	"math"
 	"path/filepath"
@@ -312,5 +313,67 @@ func TestDSparkSamplingChiSquare(t *testing.T) {
 				t.Errorf("chi-square %.1f > %.1f (df %d)", chi, crit, df)
 			}
 		})
+	}
+}
+
+// TestSpecDSparkCancel: a request cancelled while it decodes with DSpark
+// drafts frees its cache (its snapshot included); the others decode as
+// without drafts.
+func TestSpecDSparkCancel(t *testing.T) {
+	w := loadDSpark(t)
+	cfg := Config{MaxModelLen: 512, MaxBatchTokens: 64}
+	reqs := dsparkRequests(w.Config.Vocab, 30, 9, 40)
+	want, _ := runEngine(t, dsparkModel(t, w, 0, 64<<20), cfg, reqs[1:])
+	m := dsparkModel(t, w, 0, 64<<20)
+	cfg.Speculative = SpecConfig{Method: "dspark"}
+	e, err := New(m, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan struct{})
+	go func() { e.Run(ctx); close(done) }()
+	stopped := false
+	stop := func() {
+		if !stopped {
+			cancel()
+			<-done
+			stopped = true
+		}
+	}
+	defer stop()
+	reqs[0].MaxTokens = 400
+	var streams []*Stream
+	for _, r := range reqs {
+		st, err := e.Submit(r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		streams = append(streams, st)
+	}
+	for got := 0; got < 3; { // cancel after some drafted steps
+		select {
+		case <-streams[0].Ready():
+		case <-t.Context().Done():
+			t.Fatal("no tokens")
+		}
+		for ev, ok := streams[0].Next(); ok; ev, ok = streams[0].Next() {
+			got += len(ev.Tokens)
+		}
+	}
+	streams[0].Cancel()
+	if _, fin := collect(t, streams[0]); fin != FinishCancelled {
+		t.Fatalf("cancelled stream finished %q", fin)
+	}
+	for i, st := range streams[1:] {
+		toks, _ := collect(t, st)
+		equalOutputs(t, want[i:i+1], [][]int32{toks})
+	}
+	if e.Stats().Spec.Drafted == 0 {
+		t.Error("no drafts")
+	}
+	stop()
+	if u := m.Cache().UsedBytes(); u != 0 {
+		t.Errorf("cache holds %d bytes after the others finished", u)
 	}
 }
