@@ -432,6 +432,9 @@ func (sp *speculator) run(items []Item) ([]Result, error) {
 			}
 			sp.m.Cache().Shrink(kv, it.Seq.Computed+it.N+r.kept+1)
 		}
+		if seen < it.Seq.Computed { // a prefix cache hit: the drafter's positions start after it
+			st.mtpLen, st.hidden, seen = it.Seq.Computed, st.hidden[:0], it.Seq.Computed
+		}
 		if from := max(seen-it.Seq.Computed, 0); from < valid {
 			st.hidden = append(st.hidden, hidden[i][from*w:valid*w]...)
 		}

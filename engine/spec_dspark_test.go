@@ -377,3 +377,40 @@ func TestSpecDSparkCancel(t *testing.T) {
 		t.Errorf("cache holds %d bytes after the others finished", u)
 	}
 }
+
+// TestSpecDSparkPrefixHit: a request whose prompt prefix comes from the
+// prefix cache drafts from its first decode step (the drafter's positions
+// start after the hit) and decodes as without drafts.
+func TestSpecDSparkPrefixHit(t *testing.T) {
+	if testing.Short() {
+		t.Skip("prefills a 300-token prompt twice")
+	}
+	w := loadDSpark(t)
+	cfg := Config{MaxModelLen: 512, MaxBatchTokens: 128, PrefixCaching: true}
+	req := func() *Request { return dsparkRequests(w.Config.Vocab, 300)[0] }
+	want, _ := runEngine(t, dsparkModel(t, w, 0, 64<<20), cfg, []*Request{req()})
+	cfg.Speculative = SpecConfig{Method: "dspark"}
+	m := dsparkModel(t, w, 0, 64<<20)
+	e, err := New(m, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan struct{})
+	go func() { e.Run(ctx); close(done) }()
+	defer func() { cancel(); <-done }()
+	var drafted int64
+	for i := range 2 {
+		st, err := e.Submit(req())
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, _ := collect(t, st)
+		equalOutputs(t, want, [][]int32{got})
+		s := e.Stats()
+		if i == 1 && (s.PrefixHits == 0 || s.Spec.Drafted == drafted) {
+			t.Errorf("second request: %d prefix hits, %d drafts (%d before): want both", s.PrefixHits, s.Spec.Drafted-drafted, drafted)
+		}
+		drafted = s.Spec.Drafted
+	}
+}
