@@ -208,6 +208,22 @@ func TestSpecDSparkConfigErrors(t *testing.T) {
 			t.Errorf("%+v: error %v, want %q", tc.c, err, tc.want)
 		}
 	}
+	// Before the model is built, against the checkpoint's config.
+	for _, tc := range []struct {
+		cc   *checkpoint.Config
+		c    SpecConfig
+		want string
+	}{
+		{w.Config, SpecConfig{Method: "dspark", NumTokens: 5}, "num_speculative_tokens 5 out of [1, dspark_block_size 4]"},
+		{w.Config, SpecConfig{Method: "dspark", NumTokens: 4}, ""},
+		{checkpoint.SmallConfig(), SpecConfig{Method: "dspark"}, "no DSpark drafter"},
+		{checkpoint.SmallConfig(), SpecConfig{Method: "mtp", NumTokens: 2}, ""},
+	} {
+		err := tc.c.CheckCheckpoint(tc.cc)
+		if tc.want == "" && err != nil || tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)) {
+			t.Errorf("CheckCheckpoint %+v: error %v, want %q", tc.c, err, tc.want)
+		}
+	}
 }
 
 // chainSpec is a DSpark drafter on a vocabulary of 8 for the sampling

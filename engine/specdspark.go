@@ -3,6 +3,7 @@ package engine
 import (
 	"fmt"
 
+	"github.com/megamoe/megamoe/checkpoint"
 	"github.com/megamoe/megamoe/model"
 )
 
@@ -31,6 +32,22 @@ func newDSparkDrafter(sm Speculator, c SpecConfig) (drafter, int, error) {
 		return nil, 0, fmt.Errorf("speculative config: num_speculative_tokens %d: the model was loaded with DSpark blocks of %d rows (model.Options.DSparkRows, at most dspark_block_size)", k, rows)
 	}
 	return dsparkDrafter{}, rows, nil
+}
+
+// CheckCheckpoint checks c against the checkpoint's config before the
+// model is built: the DSpark block size also sizes the drafter's window
+// rings (model.Options.DSparkRows).
+func (c SpecConfig) CheckCheckpoint(cc *checkpoint.Config) error {
+	if c.Method != "dspark" {
+		return nil
+	}
+	if !cc.HasDSpark() {
+		return fmt.Errorf("speculative config: method %q: the checkpoint has no DSpark drafter (no dspark_* config entries)", c.Method)
+	}
+	if c.NumTokens > cc.DSparkBlockSize {
+		return fmt.Errorf("speculative config: num_speculative_tokens %d out of [1, dspark_block_size %d]", c.NumTokens, cc.DSparkBlockSize)
+	}
+	return nil
 }
 
 // dsparkHint names method dspark where a DSpark checkpoint was asked for MTP.

@@ -97,6 +97,9 @@ func run(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
+	if err := spec.CheckCheckpoint(w.Config); err != nil {
+		return err
+	}
 	var prompt []int32
 	switch {
 	case f.tokens != "" && f.prompt != "":

@@ -298,6 +298,9 @@ func load(dir string, o *options, log *slog.Logger, bar *progress) (_ *checkpoin
 		return nil, nil, nil, err
 	}
 	bar.stage("preparing " + formatBytes(size) + " of weights")
+	if err := o.spec.CheckCheckpoint(w.Config); err != nil {
+		return nil, nil, nil, err
+	}
 	m, err := buildModel(w, o, log)
 	if err != nil {
 		return nil, nil, nil, err
