@@ -2,7 +2,6 @@ package gpu
 
 import (
 	"context"
-	"math/rand/v2"
 	"path/filepath"
 	"slices"
 	"testing"
@@ -12,57 +11,68 @@ import (
 	"github.com/megamoe/megamoe/model"
 )
 
-// TestDSparkDraftOnGPU runs the DSpark drafter of the small-dspark model on
-// the GPU beside the CPU reference (exact numerics): the captured target
-// features, the block logits and the Markov bias are within 1e-3 of the
-// CPU's with the same argmax per block row, and greedy decoding through
-// the engine with DSpark drafts gives the CPU's tokens, which are plain
-// decoding's.
-func TestDSparkDraftOnGPU(t *testing.T) {
-	g := openGPU(t, Options{})
+// dsparkTwins builds the small-dspark model on the CPU reference and on the
+// GPU (exact numerics).
+func dsparkTwins(t *testing.T, g *Backend) (*checkpoint.Weights, *model.Model, *model.Model) {
+	t.Helper()
 	w, st, err := checkpoint.GenerateLoad(filepath.Join(t.TempDir(), "small-dspark"), checkpoint.GenSpec{Seed: 1, Preset: "small-dspark"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer st.Close()
-	opts := model.Options{CacheBytes: 64 << 20, Numerics: "exact"}
-	mc, mg := twinModels(t, w, g, opts)
-	r := rand.New(rand.NewPCG(5, 6))
-	toks := make([]int32, 41)
-	for i := range toks {
-		toks[i] = int32(r.IntN(w.Config.Vocab))
-	}
+	t.Cleanup(func() { st.Close() })
+	mc, mg := twinModels(t, w, g, model.Options{CacheBytes: 64 << 20, Numerics: "exact"})
+	return w, mc, mg
+}
+
+// TestDSparkDrafterOnGPU runs the DSpark drafter of the small-dspark model
+// on the GPU beside the CPU reference (exact numerics; a 24-token context
+// wraps the 16-entry window): the captured target features, the block
+// logits and the Markov bias are within 1e-3 of the CPU's, with the same
+// argmax per block row.
+func TestDSparkDrafterOnGPU(t *testing.T) {
+	g := openGPU(t, Options{})
+	w, mc, mg := dsparkTwins(t, g)
+	const n = 24
+	toks := randomTokens(n+1, w.Config.Vocab, 5)
 	type drafted struct{ hid, block, bias []float32 }
 	draft := func(m *model.Model) drafted {
 		s := m.Cache().NewSequence()
 		defer m.FreeSequence(s)
-		o, err := m.Forward(&model.Batch{Items: []model.BatchItem{{Seq: s, Tokens: toks[:40], Hidden: true}}})
+		o, err := m.Forward(&model.Batch{Items: []model.BatchItem{{Seq: s, Tokens: toks[:n], Hidden: true}}})
 		must(t, err)
-		d, err := m.ForwardDSpark([]model.DSparkItem{{Seq: s, Context: o.Hidden[0], Anchor: toks[40], Draft: true}})
+		d, err := m.ForwardDSpark([]model.DSparkItem{{Seq: s, Context: o.Hidden[0], Anchor: toks[n], Draft: true}})
 		must(t, err)
-		b, err := m.MarkovBias(toks[40:41])
+		b, err := m.MarkovBias(toks[n : n+1])
 		must(t, err)
 		return drafted{o.Hidden[0], d.Logits[0], b[0]}
 	}
 	c, gp := draft(mc), draft(mg)
 	rows := mc.DSparkRows()
 	for _, x := range []struct {
-		name      string
-		cpu, gpu  []float32
-		rows      int
-		sameArgmx bool
-	}{{"captured features", c.hid, gp.hid, 40, false}, {"block logits", c.block, gp.block, rows, true}, {"markov bias", c.bias, gp.bias, 1, false}} {
+		name       string
+		cpu, gpu   []float32
+		rows       int
+		sameArgmax bool
+	}{{"captured features", c.hid, gp.hid, n, false}, {"block logits", c.block, gp.block, rows, true}, {"markov bias", c.bias, gp.bias, 1, false}} {
 		if d := worstRow(x.cpu, x.gpu, x.rows); d > 1e-3 {
 			t.Errorf("%s: rel %.3g from the CPU", x.name, d)
 		}
 		cols := len(x.cpu) / x.rows
-		for j := 0; x.sameArgmx && j < x.rows; j++ {
+		for j := 0; x.sameArgmax && j < x.rows; j++ {
 			if a, b := engine.Argmax(x.cpu[j*cols:(j+1)*cols]), engine.Argmax(x.gpu[j*cols:(j+1)*cols]); a != b {
 				t.Errorf("%s row %d: argmax cpu %d gpu %d", x.name, j, a, b)
 			}
 		}
 	}
+}
 
+// TestDSparkGreedyOnGPU: greedy decoding through the engine with DSpark
+// drafts on the GPU gives the CPU's tokens with drafts, which are plain
+// decoding's (small-dspark model, exact numerics).
+func TestDSparkGreedyOnGPU(t *testing.T) {
+	g := openGPU(t, Options{})
+	w, mc, mg := dsparkTwins(t, g)
+	toks := randomTokens(90, w.Config.Vocab, 6)
 	gen := func(m *model.Model, spec engine.SpecConfig) [][]int32 {
 		e, err := engine.New(engine.FromModel(m), engine.Config{MaxModelLen: 256, MaxBatchTokens: 64, Speculative: spec})
 		must(t, err)
