@@ -181,7 +181,7 @@ func New(w *checkpoint.Weights, be backend.Backend, opts Options) (*Model, error
 	if err != nil {
 		return nil, err
 	}
-	if w.DSpark != nil {
+	if w.DSpark != nil && !m.sharded() { // a split model does not draft
 		rows, err := dsparkRows(c, opts.DSparkRows)
 		if err != nil {
 			return nil, err
