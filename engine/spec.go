@@ -46,10 +46,14 @@ func ParseSpecConfig(s string) (SpecConfig, error) {
 }
 
 // WithNumTokens folds the --num-speculative-tokens flag n into c: method
-// mtp when c is off, a contradiction is an error; 0 leaves c unchanged.
+// mtp when c is off, the count of a DSpark config without one, a
+// contradiction is an error; 0 leaves c unchanged.
 func (c *SpecConfig) WithNumTokens(n int) error {
 	if n == 0 {
 		return nil
+	}
+	if c.Method == "dspark" && c.NumTokens == 0 {
+		c.NumTokens = n
 	}
 	if c.Enabled() && c.NumTokens != n {
 		return fmt.Errorf("--num-speculative-tokens %d contradicts --speculative-config's %d", n, c.NumTokens)
@@ -111,9 +115,9 @@ func (s SpecStats) MeanAcceptance() float64 {
 // specState is one sequence's drafting state: the drafter (the MTP block,
 // DSpark's windows) has processed positions [0, mtpLen), and hidden holds
 // the main model's drafter inputs of positions mtpLen… that it has not seen
-// yet. Those run ahead of the cache
-// after a rejection: the accepted drafts' rows were computed, then rolled
-// back to be fed again (replayed) in the next step.
+// yet. Those run ahead of the cache after a rejection: the accepted drafts'
+// rows were computed, then rolled back to be fed again (replayed) in the
+// next step.
 type specState struct {
 	kv     any // the cache handle the state belongs to (a preempted sequence gets a new one)
 	mtpLen int
