@@ -126,10 +126,17 @@ func TestDSparkRowsOption(t *testing.T) {
 // positions. Every verified row's logits and features equal plain
 // decoding's bit for bit, and the last block's logits equal those of a
 // drafter given the same context without any speculation: neither the
-// rejected rows nor the blocks leave a trace.
+// rejected rows nor the blocks leave a trace. With the fp32 store (exact
+// numerics) and the compact one (faithful).
 func TestDSparkSpeculativeRollback(t *testing.T) {
+	for _, mode := range []string{"exact", "faithful"} {
+		t.Run(mode, func(t *testing.T) { dsparkSpeculativeRollback(t, mode) })
+	}
+}
+
+func dsparkSpeculativeRollback(t *testing.T, mode string) {
 	const n, pre, k = 90, 20, 4
-	m := newSynth(t, checkpoint.SmallDSparkConfig(), "exact")
+	m := newSynth(t, checkpoint.SmallDSparkConfig(), mode)
 	c := m.Config()
 	w := m.DSparkDim()
 	toks := prompt(n, c.Vocab, 9)
