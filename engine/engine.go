@@ -69,8 +69,8 @@ type Config struct {
 	// penalties or logit bias on the model's device where it can
 	// (DrawingModel); the others, and all without it, are sampled here.
 	DeviceSampling bool
-	// Speculative drafts tokens with the checkpoint's MTP block and
-	// verifies them in the decode steps (off when NumTokens is 0).
+	// Speculative drafts tokens with the checkpoint's MTP block or DSpark
+	// drafter and verifies them in the decode steps (SpecConfig.Enabled).
 	Speculative SpecConfig
 	// PrefixCaching reuses the cache of prompt prefixes computed before
 	// (off where the model cannot: it is then cleared in Config()).

@@ -21,12 +21,14 @@ const MaxSpeculativeTokens = 8
 // SpecConfig turns on speculative decoding (vLLM's --speculative-config):
 // each decode step verifies NumTokens drafts in the same forward pass.
 type SpecConfig struct {
-	Method    string `json:"method"` // "mtp"
-	NumTokens int    `json:"num_speculative_tokens"`
+	Method string `json:"method"` // "mtp" or "dspark"
+	// NumTokens is the drafts per step: 1–8 for MTP; for DSpark at most
+	// dspark_block_size, 0 meaning dspark_block_size.
+	NumTokens int `json:"num_speculative_tokens"`
 }
 
 // Enabled reports whether drafts are on.
-func (c SpecConfig) Enabled() bool { return c.NumTokens > 0 }
+func (c SpecConfig) Enabled() bool { return c.NumTokens > 0 || c.Method == "dspark" }
 
 // ParseSpecConfig reads vLLM's JSON, e.g. {"method":"mtp","num_speculative_tokens":2}.
 // Unknown fields are errors that name them.
@@ -43,14 +45,48 @@ func ParseSpecConfig(s string) (SpecConfig, error) {
 	return c, c.Validate()
 }
 
+// WithNumTokens folds the --num-speculative-tokens flag n into c: method
+// mtp when c is off, the count of a DSpark config without one, a
+// contradiction is an error; 0 leaves c unchanged.
+func (c *SpecConfig) WithNumTokens(n int) error {
+	if n == 0 {
+		return nil
+	}
+	if c.Method == "dspark" && c.NumTokens == 0 {
+		c.NumTokens = n
+	}
+	if c.Enabled() && c.NumTokens != n {
+		return fmt.Errorf("--num-speculative-tokens %d contradicts --speculative-config's %d", n, c.NumTokens)
+	}
+	if !c.Enabled() {
+		*c = SpecConfig{Method: "mtp", NumTokens: n}
+	}
+	if err := c.Validate(); err != nil {
+		return fmt.Errorf("--num-speculative-tokens: %w", err)
+	}
+	return nil
+}
+
+// DSparkRows is model.Options.DSparkRows for c: the DSpark block rows its
+// drafts need (0: the checkpoint's dspark_block_size).
+func (c SpecConfig) DSparkRows() int {
+	if c.Method == "dspark" {
+		return c.NumTokens
+	}
+	return 0
+}
+
 // Validate checks the method and the draft count.
 func (c SpecConfig) Validate() error {
 	switch c.Method {
 	case "mtp", "deepseek_mtp":
 	case "dspark":
-		return fmt.Errorf("speculative config: method %q: DSpark drafting is not implemented yet (use \"mtp\")", c.Method)
+		if c.NumTokens < 0 || c.NumTokens > MaxDSparkTokens {
+			return fmt.Errorf("speculative config: num_speculative_tokens %d out of [1, dspark_block_size] (at most %d; 0 or absent: dspark_block_size)", c.NumTokens, MaxDSparkTokens)
+		}
+		return nil
 	default:
-		return fmt.Errorf("speculative config: method %q unsupported, want \"mtp\"", c.Method)
+		return fmt.Errorf("speculative config: method %q unsupported, want \"mtp\" or \"dspark\"", c.Method)
 	}
 	if c.NumTokens < 1 || c.NumTokens > MaxSpeculativeTokens {
 		return fmt.Errorf("speculative config: num_speculative_tokens %d out of [1, %d]", c.NumTokens, MaxSpeculativeTokens)
@@ -76,11 +112,12 @@ func (s SpecStats) MeanAcceptance() float64 {
 	return float64(s.Emitted) / float64(s.Steps)
 }
 
-// specState is one sequence's drafting state: the MTP block has processed
-// positions [0, mtpLen), and hidden holds the main model's final streams of
-// positions mtpLen… that it has not seen yet. Those run ahead of the cache
-// after a rejection: the accepted drafts' rows were computed, then rolled
-// back to be fed again (replayed) in the next step.
+// specState is one sequence's drafting state: the drafter (the MTP block,
+// DSpark's windows) has processed positions [0, mtpLen), and hidden holds
+// the main model's drafter inputs of positions mtpLen… that it has not seen
+// yet. Those run ahead of the cache after a rejection: the accepted drafts'
+// rows were computed, then rolled back to be fed again (replayed) in the
+// next step.
 type specState struct {
 	kv     any // the cache handle the state belongs to (a preempted sequence gets a new one)
 	mtpLen int
@@ -104,9 +141,22 @@ type specResult struct {
 	kept     int // draft rows the cache keeps (all or none)
 }
 
+// drafter proposes a step's drafts: mtpDrafter or dsparkDrafter
+// (specdspark.go).
+type drafter interface {
+	// propose brings the drafter up to each item's processed tokens (the
+	// hidden states queued in its specState) and drafts for the decoding
+	// items that can take drafts (snapshotting their cache first).
+	propose(sp *speculator, items []Item) ([]*proposal, error)
+}
+
+// mtpDrafter drafts with the MTP block.
+type mtpDrafter struct{}
+
 // speculator drafts and verifies for a Runner.
 type speculator struct {
 	m       Speculator
+	d       drafter
 	k       int
 	maxLen  int
 	budget  int // rows per step (drafts included)
@@ -119,7 +169,7 @@ type speculator struct {
 // specLogEvery is the interval of the acceptance log line.
 const specLogEvery = 10 * time.Second
 
-func newSpeculator(m Model, c SpecConfig, cfg Config) (*speculator, error) {
+func newSpeculator(m Model, c SpecConfig, cfg Config) (_ *speculator, err error) {
 	if err := c.Validate(); err != nil {
 		return nil, err
 	}
@@ -127,11 +177,17 @@ func newSpeculator(m Model, c SpecConfig, cfg Config) (*speculator, error) {
 	if !ok {
 		return nil, fmt.Errorf("speculative decoding: %w", errNoSpec)
 	}
-	if !sm.HasMTP() {
-		return nil, fmt.Errorf("speculative config: method %q: the checkpoint has no MTP block (num_nextn_predict_layers = 0)", c.Method)
+	var d drafter = mtpDrafter{}
+	k := c.NumTokens
+	if c.Method == "dspark" {
+		if d, k, err = newDSparkDrafter(sm, c); err != nil {
+			return nil, err
+		}
+	} else if !sm.HasMTP() {
+		return nil, fmt.Errorf("speculative config: method %q: the checkpoint has no MTP block (num_nextn_predict_layers = 0%s)", c.Method, dsparkHint(sm))
 	}
-	return &speculator{m: sm, k: c.NumTokens, maxLen: cfg.MaxModelLen, budget: cfg.MaxBatchTokens, log: cfg.Logger,
-		logged: time.Now(), stats: SpecStats{PerPos: make([]int64, c.NumTokens)}, prevLog: SpecStats{PerPos: make([]int64, c.NumTokens)}}, nil
+	return &speculator{m: sm, d: d, k: k, maxLen: cfg.MaxModelLen, budget: cfg.MaxBatchTokens, log: cfg.Logger,
+		logged: time.Now(), stats: SpecStats{PerPos: make([]int64, k)}, prevLog: SpecStats{PerPos: make([]int64, k)}}, nil
 }
 
 // state returns seq's drafting state, reset when its cache was replaced.
@@ -154,7 +210,7 @@ func (sp *speculator) drafts(it *Item) int {
 
 // propose brings the MTP block up to each sequence's processed tokens and
 // chains drafts for the decoding ones (snapshotting their cache first).
-func (sp *speculator) propose(items []Item) ([]*proposal, error) {
+func (mtpDrafter) propose(sp *speculator, items []Item) ([]*proposal, error) {
 	w := sp.m.HiddenDim()
 	props := make([]*proposal, len(items))
 	var mi []model.MTPItem
@@ -296,7 +352,7 @@ func (sp *speculator) verify(seq *Sequence, rows []float32, vocab int, p *propos
 // sequence's drafts beside the other items, then the cache of each
 // verified sequence is brought back to its emitted tokens.
 func (sp *speculator) run(items []Item) ([]Result, error) {
-	props, err := sp.propose(items)
+	props, err := sp.d.propose(sp, items)
 	if err != nil {
 		return nil, err
 	}
@@ -369,7 +425,7 @@ func (sp *speculator) run(items []Item) ([]Result, error) {
 			}
 			kv := it.Seq.KV
 			var err error
-			if r.accepted == len(p.tokens) { // every draft kept: only the MTP chain is undone
+			if r.accepted == len(p.tokens) { // every draft kept: only the drafter's state is restored
 				r.kept = r.accepted
 				err = sp.m.Restore(kv, 0, true)
 			} else { // back to the kept rows; the accepted drafts are replayed next step
@@ -379,6 +435,9 @@ func (sp *speculator) run(items []Item) ([]Result, error) {
 				return nil, err
 			}
 			sp.m.Cache().Shrink(kv, it.Seq.Computed+it.N+r.kept+1)
+		}
+		if seen < it.Seq.Computed { // a prefix cache hit: the drafter's positions start after it
+			st.mtpLen, st.hidden, seen = it.Seq.Computed, st.hidden[:0], it.Seq.Computed
 		}
 		if from := max(seen-it.Seq.Computed, 0); from < valid {
 			st.hidden = append(st.hidden, hidden[i][from*w:valid*w]...)

@@ -1,6 +1,8 @@
 package engine
 
 import (
+	"errors"
+
 	"github.com/megamoe/megamoe/kvcache"
 	"github.com/megamoe/megamoe/model"
 )
@@ -85,4 +87,14 @@ func hash(prefix []int32) uint32 {
 		h = (h ^ uint32(t)) * 16777619
 	}
 	return h >> 7
+}
+
+func (m *toySpec) DSparkRows() int { return 0 }
+
+func (m *toySpec) ForwardDSpark([]model.DSparkItem) ([][]float32, error) {
+	return nil, errors.New("toy: no DSpark drafter")
+}
+
+func (m *toySpec) MarkovBias([]int32) ([][]float32, error) {
+	return nil, errors.New("toy: no DSpark drafter")
 }

@@ -8,20 +8,28 @@ import (
 	"github.com/megamoe/megamoe/model"
 )
 
-// Speculator is a Model that drafts with its MTP block (speculative
-// decoding): forward passes that also return every row's final residual
-// streams, the MTP block, and snapshots of a sequence's cache state.
+// Speculator is a Model that drafts with its MTP block or its DSpark
+// drafter (speculative decoding): forward passes that also return every
+// row's drafter input, the drafters, and snapshots of a sequence's cache
+// state.
 type Speculator interface {
 	Model
 	// HasMTP reports whether the checkpoint has an MTP block.
 	HasMTP() bool
-	// ForwardHidden is Forward that also returns, per item, the final
-	// streams of every row, flattened rows×HiddenDim.
+	// ForwardHidden is Forward that also returns, per item, the drafter
+	// input of every row (model.BatchItem.Hidden), flattened rows×HiddenDim.
 	ForwardHidden(items []ForwardItem) (logits, hidden [][]float32, err error)
 	// ForwardMTP runs the MTP block (model.Model.ForwardMTP): per item the
 	// last row's logits and, with WantHidden, its output streams.
 	ForwardMTP(items []model.MTPItem) (logits, hidden [][]float32, err error)
 	HiddenDim() int
+	// DSparkRows is the rows of the DSpark drafter's blocks (0: no DSpark).
+	DSparkRows() int
+	// ForwardDSpark runs the DSpark drafter (model.Model.ForwardDSpark):
+	// per drafting item its block's base logits, DSparkRows rows.
+	ForwardDSpark(items []model.DSparkItem) ([][]float32, error)
+	// MarkovBias is the DSpark Markov head's bias after each token.
+	MarkovBias(prev []int32) ([][]float32, error)
 	// Snapshot and Restore: model.Model's.
 	Snapshot(s *kvcache.Sequence, mtpOnly bool) error
 	Restore(s *kvcache.Sequence, n int, mtpOnly bool) error
@@ -31,6 +39,9 @@ type Speculator interface {
 type speculative interface {
 	HasMTP() bool
 	ForwardMTP(items []model.MTPItem) (*model.Output, error)
+	DSparkRows() int
+	ForwardDSpark(items []model.DSparkItem) (*model.Output, error)
+	MarkovBias(prev []int32) ([][]float32, error)
 	Snapshot(s *kvcache.Sequence, mtpOnly bool) error
 	Restore(s *kvcache.Sequence, n int, mtpOnly bool) error
 }
@@ -51,7 +62,46 @@ func (a modelAdapter) HasMTP() bool {
 }
 
 // HiddenDim implements Speculator.
-func (a modelAdapter) HiddenDim() int { return a.m.Config().HcDim() }
+func (a modelAdapter) HiddenDim() int {
+	if c := a.m.Config(); c.HasDSpark() {
+		return c.Dim * len(c.DSparkTargetLayers)
+	}
+	return a.m.Config().HcDim()
+}
+
+// DSparkRows implements Speculator.
+func (a modelAdapter) DSparkRows() int {
+	sp, err := a.spec()
+	if err != nil {
+		return 0
+	}
+	return sp.DSparkRows()
+}
+
+// ForwardDSpark implements Speculator.
+func (a modelAdapter) ForwardDSpark(items []model.DSparkItem) ([][]float32, error) {
+	sp, err := a.spec()
+	if err != nil {
+		return nil, err
+	}
+	out, err := sp.ForwardDSpark(items)
+	if err != nil {
+		return nil, err
+	}
+	if len(out.Logits) != len(items) {
+		return nil, fmt.Errorf("engine: dspark returned %d items for %d", len(out.Logits), len(items))
+	}
+	return out.Logits, nil
+}
+
+// MarkovBias implements Speculator.
+func (a modelAdapter) MarkovBias(prev []int32) ([][]float32, error) {
+	sp, err := a.spec()
+	if err != nil {
+		return nil, err
+	}
+	return sp.MarkovBias(prev)
+}
 
 // ForwardHidden implements Speculator.
 func (a modelAdapter) ForwardHidden(items []ForwardItem) ([][]float32, [][]float32, error) {

@@ -57,9 +57,12 @@ func LayoutFromConfig(c *checkpoint.Config, blockTokens int, s Store) (Layout, e
 			l.IndexBytes = k.Bytes()
 		}
 	}
-	for i := range c.Layers + c.MTPLayers {
+	for i := range c.Layers + c.MTPLayers + c.DSparkLayers() {
 		r := c.Ratio(i)
 		k := LayerKind{Window: c.Window, HeadDim: c.HeadDim, RopeDim: c.RopeDim, Ratio: r}
+		if i >= c.Layers && c.HasDSpark() {
+			k.Window += c.DSparkBlockSize // a DSpark stage's key range spans its block too (model/dspark.go)
+		}
 		if r == 4 {
 			k.IndexDim = c.IndexHeadDim
 		}

@@ -7,6 +7,7 @@ package model
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 
@@ -44,6 +45,10 @@ type Options struct {
 	// the group: attention and routed-expert outputs are all-reduced and the
 	// head's vocabulary slices all-gathered (see Parallel).
 	Comm parallel.Comm
+	// DSparkRows is the rows of a DSpark block, the drafts per step: 1 to
+	// dspark_block_size, 0 for dspark_block_size. It sizes the drafter's
+	// window rings (window + rows entries).
+	DSparkRows int
 }
 
 // DefaultCacheBytes is the cache capacity when Options.CacheBytes is 0.
@@ -78,6 +83,7 @@ type Model struct {
 	hcHead backend.HC
 	blocks []*block
 	mtp    *mtpBlock
+	ds     *dspark // nil without a DSpark drafter
 	cache  *kvcache.Manager
 	store  backend.KVStore
 	part   *checkpoint.Part // nil: the whole model
@@ -174,6 +180,19 @@ func New(w *checkpoint.Weights, be backend.Backend, opts Options) (*Model, error
 	layout, err := kvcache.LayoutFromConfig(c, kvcache.DefaultBlockTokens, store)
 	if err != nil {
 		return nil, err
+	}
+	if w.DSpark != nil && !m.sharded() { // a split model does not draft
+		rows, err := dsparkRows(c, opts.DSparkRows)
+		if err != nil {
+			return nil, err
+		}
+		if m.ds, err = m.prepDSpark(w.DSpark, rows); err != nil {
+			return nil, fmt.Errorf("model dspark: %w", err)
+		}
+		for i := c.Layers; i < len(layout.Layers); i++ { // the rings hold the window plus the block
+			layout.StateBytes -= int64(layout.Layers[i].Window-m.ds.window) * int64(layout.EntryBytes)
+			layout.Layers[i].Window = m.ds.window
+		}
 	}
 	capBytes := opts.CacheBytes
 	if opts.SizeCache != nil {
@@ -301,7 +320,10 @@ type BatchItem struct {
 	Seq       *kvcache.Sequence
 	Tokens    []int32
 	AllLogits bool // logits of every row instead of only the last
-	Hidden    bool // also return the final residual streams of every row (for MTP)
+	// Hidden also returns every row's drafter input: the final residual
+	// streams (MTP) or, on a DSpark checkpoint, the target layers' streams
+	// averaged over hc and concatenated (DSparkDim).
+	Hidden bool
 	// Draw asks for the next token drawn on the device from the last row
 	// (Output.IDs) where the model CanDraw; the logits then stay there
 	// unless AllLogits.
@@ -315,8 +337,8 @@ type BatchItem struct {
 // Output holds per item its fp32 logits, flattened rows×vocab: one row (its
 // last token) or every row when AllLogits, nil for a drawn item without
 // AllLogits; when some item was drawn, IDs holds per item its drawn token
-// (-1 for the others); and, when BatchItem.Hidden is set, the final residual
-// streams of every row, flattened rows×(hc·d).
+// (-1 for the others); and, when BatchItem.Hidden is set, the
+// drafter inputs of every row (BatchItem.Hidden), flattened rows×HiddenDim.
 type Output struct {
 	Logits    [][]float32
 	IDs       []int32
@@ -483,7 +505,13 @@ func (m *Model) Forward(b *Batch) (*Output, error) {
 			rows = append(rows, sq.Row0+sq.Rows-1)
 		}
 	}
-	var x backend.Tensor // the final streams, kept when an item wants them
+	var x backend.Tensor      // the final streams, kept when an item wants them
+	var caps []backend.Tensor // with DSpark, the target layers' features instead
+	defer func() {
+		for _, t := range caps {
+			be.Free(t)
+		}
+	}()
 	forward := func() (backend.Tensor, error) {
 		x = be.Empty(n, c.HcDim(), backend.F32)
 		m.tr.at(-1, "", nil)
@@ -494,6 +522,13 @@ func (m *Model) Forward(b *Batch) (*Output, error) {
 		for _, blk := range m.blocks {
 			if x, err = m.runBlock(blk, x, ids, bt, fmt.Sprintf("layer %d ", blk.index)); err != nil {
 				return nil, err
+			}
+			if m.ds != nil && wantHidden(b.Items) && slices.Contains(c.DSparkTargetLayers, blk.index) {
+				cp, err := m.capture(x)
+				if err != nil {
+					return nil, err
+				}
+				caps = append(caps, cp)
 			}
 		}
 		lg, err := m.headLogits(x, rows, m.hcHead, m.norm, "")
@@ -543,18 +578,27 @@ func (m *Model) Forward(b *Batch) (*Output, error) {
 		be.Free(lg)
 	}
 	if x != nil {
-		all := make([]float32, n*c.HcDim())
-		if err := be.Download(x, all); err != nil {
+		w := c.HcDim()
+		var all []float32
+		if m.ds != nil {
+			w, out.HiddenDim = m.DSparkDim(), m.DSparkDim()
+			all, err = m.downloadCaptures(caps, n)
+			caps = nil
+		} else {
+			all = make([]float32, n*w)
+			err = be.Download(x, all)
+		}
+		be.Free(x)
+		if err != nil {
 			return nil, err
 		}
 		out.Hidden = make([][]float32, len(b.Items))
 		for i, it := range b.Items {
 			if it.Hidden {
-				sq, w := bt.Seqs[i], c.HcDim()
+				sq := bt.Seqs[i]
 				out.Hidden[i] = all[sq.Row0*w : (sq.Row0+sq.Rows)*w : (sq.Row0+sq.Rows)*w]
 			}
 		}
-		be.Free(x)
 	}
 	return out, nil
 }

@@ -76,7 +76,7 @@ func run(args []string, stdout, stderr io.Writer) error {
 	fs.IntVar(&f.ppl.window, "ppl-window", 256, "with --perplexity: tokens per evaluated window")
 	fs.IntVar(&f.ppl.tokens, "ppl-tokens", 200000, "with --perplexity: evaluate at most this many tokens (0 = all)")
 	var spec engine.SpecConfig
-	fs.Func("speculative-config", `decode through the engine with drafts, e.g. {"method":"mtp","num_speculative_tokens":2}`, func(v string) (err error) {
+	fs.Func("speculative-config", `decode through the engine with drafts, e.g. {"method":"mtp","num_speculative_tokens":2} or {"method":"dspark"}`, func(v string) (err error) {
 		spec, err = engine.ParseSpecConfig(v)
 		return err
 	})
@@ -84,7 +84,7 @@ func run(args []string, stdout, stderr io.Writer) error {
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	if err := specFlags(&spec, *numSpec); err != nil {
+	if err := spec.WithNumTokens(*numSpec); err != nil {
 		return err
 	}
 	if spec.Enabled() && (f.dump != "" || f.chunk != 0) {
@@ -95,6 +95,9 @@ func run(args []string, stdout, stderr io.Writer) error {
 	}
 	w, tok, err := loadModel(f.model)
 	if err != nil {
+		return err
+	}
+	if err := spec.CheckCheckpoint(w.Config); err != nil {
 		return err
 	}
 	var prompt []int32
@@ -129,7 +132,7 @@ func run(args []string, stdout, stderr io.Writer) error {
 	default:
 		return fmt.Errorf("--device %q, want cpu or cuda", f.device)
 	}
-	m, err := model.New(w, be, model.Options{Numerics: f.numerics, Threads: f.threads, TraceNonFinite: f.trace})
+	m, err := model.New(w, be, model.Options{Numerics: f.numerics, Threads: f.threads, TraceNonFinite: f.trace, DSparkRows: spec.DSparkRows()})
 	if err != nil {
 		return err
 	}

@@ -13,23 +13,6 @@ import (
 	"github.com/megamoe/megamoe/model"
 )
 
-// specFlags reads --speculative-config and --num-speculative-tokens into sc.
-func specFlags(sc *engine.SpecConfig, n int) error {
-	if n == 0 {
-		return nil
-	}
-	if sc.Enabled() && sc.NumTokens != n {
-		return fmt.Errorf("--num-speculative-tokens %d contradicts --speculative-config's %d", n, sc.NumTokens)
-	}
-	if !sc.Enabled() {
-		*sc = engine.SpecConfig{Method: "mtp", NumTokens: n}
-	}
-	if err := sc.Validate(); err != nil {
-		return fmt.Errorf("--num-speculative-tokens: %w", err)
-	}
-	return nil
-}
-
 // generateSpec decodes steps greedy tokens after prompt through the engine
 // with drafts (the same tokens as plain greedy decoding) and reports the
 // acceptance.
@@ -71,6 +54,6 @@ func generateSpec(m *model.Model, prompt []int32, steps int, sc engine.SpecConfi
 	fmt.Fprintln(stdout, strings.Join(ids, ","))
 	s := eng.Stats().Spec
 	fmt.Fprintf(stderr, "prefill + %d tokens with %s drafts (%d per step) in %v: %d verifications, %d of %d drafts accepted, per position %v, mean acceptance length %.2f\n",
-		len(ids), sc.Method, sc.NumTokens, took.Round(time.Millisecond), s.Steps, s.Accepted, s.Drafted, s.PerPos, s.MeanAcceptance())
+		len(ids), sc.Method, len(s.PerPos), took.Round(time.Millisecond), s.Steps, s.Accepted, s.Drafted, s.PerPos, s.MeanAcceptance())
 	return nil
 }

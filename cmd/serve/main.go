@@ -121,23 +121,15 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	fs.IntVar(&o.maxQueuedPerConn, "max-queued-per-conn", 64, "requests of one connection (HTTP/2 carries many) waiting for their first token at most; beyond, a 429 with Retry-After (0: no bound)")
 	addCapacityFlags(fs, &o)
 	numSpec := fs.Int("num-speculative-tokens", 0, "draft this many tokens per decode step with the checkpoint's MTP block (--speculative-config with method mtp)")
-	fs.Func("speculative-config", `speculative decoding as JSON, e.g. {"method":"mtp","num_speculative_tokens":2}`, func(v string) (err error) {
+	fs.Func("speculative-config", `speculative decoding as JSON, e.g. {"method":"mtp","num_speculative_tokens":2} or {"method":"dspark"}`, func(v string) (err error) {
 		o.spec, err = engine.ParseSpecConfig(v)
 		return err
 	})
 	if err := fs.Parse(args); err != nil {
 		return nil, err
 	}
-	if *numSpec != 0 {
-		if o.spec.Enabled() && o.spec.NumTokens != *numSpec {
-			return nil, fmt.Errorf("--num-speculative-tokens %d contradicts --speculative-config's %d", *numSpec, o.spec.NumTokens)
-		}
-		if !o.spec.Enabled() {
-			o.spec = engine.SpecConfig{Method: "mtp", NumTokens: *numSpec}
-		}
-		if err := o.spec.Validate(); err != nil {
-			return nil, fmt.Errorf("--num-speculative-tokens: %w", err)
-		}
+	if err := o.spec.WithNumTokens(*numSpec); err != nil {
+		return nil, err
 	}
 	if fs.NArg() > 0 {
 		return nil, fmt.Errorf("unexpected arguments %q", fs.Args())
@@ -306,6 +298,9 @@ func load(dir string, o *options, log *slog.Logger, bar *progress) (_ *checkpoin
 		return nil, nil, nil, err
 	}
 	bar.stage("preparing " + formatBytes(size) + " of weights")
+	if err := o.spec.CheckCheckpoint(w.Config); err != nil {
+		return nil, nil, nil, err
+	}
 	m, onGPU, err := buildModel(w, o, log)
 	if err != nil {
 		return nil, nil, nil, err
@@ -348,7 +343,7 @@ func formatBytes(n int64) string {
 // ranks (one GPU each with --device cuda; CPU backends otherwise), and
 // whether it runs on GPUs.
 func buildModel(w *checkpoint.Weights, o *options, log *slog.Logger) (engine.Stepper, bool, error) {
-	opts := model.Options{Numerics: o.numerics, Threads: o.threads}
+	opts := model.Options{Numerics: o.numerics, Threads: o.threads, DSparkRows: o.spec.DSparkRows()}
 	if o.tp == 1 {
 		be, err := pickBackend(o.device, gpu.Options{Graphs: o.cudaGraphs, NoSideStream: !o.sideStream}, log)
 		if err != nil {

@@ -1,0 +1,150 @@
+package engine
+
+import (
+	"fmt"
+
+	"github.com/megamoe/megamoe/checkpoint"
+	"github.com/megamoe/megamoe/model"
+)
+
+// MaxDSparkTokens bounds num_speculative_tokens for DSpark before the
+// checkpoint is known (the loader's bound on dspark_block_size).
+const MaxDSparkTokens = 64
+
+// dsparkDrafter drafts with the DSpark drafter: the captured features of
+// the positions the main model verified enter its windows, then one block
+// from the last token gives base logits for every draft at once, and the
+// Markov head chains them: draft j is chosen from its row plus the bias
+// after draft j-1 (after the last token for j = 0).
+type dsparkDrafter struct{}
+
+// newDSparkDrafter checks the DSpark configuration against the model and
+// returns the drafts per step.
+func newDSparkDrafter(sm Speculator, c SpecConfig) (drafter, int, error) {
+	rows := sm.DSparkRows()
+	if rows == 0 {
+		return nil, 0, fmt.Errorf("speculative config: method %q: the checkpoint has no DSpark drafter (no dspark_* config entries)", c.Method)
+	}
+	switch k := c.NumTokens; {
+	case k == 0:
+		return dsparkDrafter{}, rows, nil
+	case k != rows:
+		return nil, 0, fmt.Errorf("speculative config: num_speculative_tokens %d: the model was loaded with DSpark blocks of %d rows (model.Options.DSparkRows, at most dspark_block_size)", k, rows)
+	}
+	return dsparkDrafter{}, rows, nil
+}
+
+// CheckCheckpoint checks c against the checkpoint's config before the
+// model is built: the DSpark block size also sizes the drafter's window
+// rings (model.Options.DSparkRows).
+func (c SpecConfig) CheckCheckpoint(cc *checkpoint.Config) error {
+	if c.Method != "dspark" {
+		return nil
+	}
+	if !cc.HasDSpark() {
+		return fmt.Errorf("speculative config: method %q: the checkpoint has no DSpark drafter (no dspark_* config entries)", c.Method)
+	}
+	if c.NumTokens > cc.DSparkBlockSize {
+		return fmt.Errorf("speculative config: num_speculative_tokens %d out of [1, dspark_block_size %d]", c.NumTokens, cc.DSparkBlockSize)
+	}
+	return nil
+}
+
+// dsparkHint names method dspark where a DSpark checkpoint was asked for MTP.
+func dsparkHint(sm Speculator) string {
+	if sm.DSparkRows() > 0 {
+		return `; it has a DSpark drafter: use method "dspark"`
+	}
+	return ""
+}
+
+func (dsparkDrafter) propose(sp *speculator, items []Item) ([]*proposal, error) {
+	w := sp.m.HiddenDim()
+	props := make([]*proposal, len(items))
+	// The context: every queued feature row enters the windows.
+	var ctx []model.DSparkItem
+	for i := range items {
+		it := &items[i]
+		st := sp.state(it.Seq)
+		n := len(st.hidden) / w
+		if n == 0 {
+			continue
+		}
+		if st.mtpLen+n >= len(it.Seq.Tokens) {
+			return nil, fmt.Errorf("engine: sequence %d: dspark context at %d+%d of %d tokens", it.Seq.ID, st.mtpLen, n, len(it.Seq.Tokens))
+		}
+		ctx = append(ctx, model.DSparkItem{Seq: it.Seq.KV, Start: st.mtpLen, Context: st.hidden})
+	}
+	if len(ctx) > 0 {
+		if _, err := sp.m.ForwardDSpark(ctx); err != nil {
+			return nil, err
+		}
+	}
+	for i := range items {
+		if st := items[i].Seq.spec; st != nil {
+			st.mtpLen += len(st.hidden) / w
+			st.hidden = st.hidden[:0]
+		}
+	}
+	// The blocks of the decoding sequences that can hold their drafts,
+	// within the step's row budget.
+	spare := sp.budget
+	for i := range items {
+		spare -= items[i].N
+	}
+	var blk []model.DSparkItem
+	var who, ks []int
+	for i := range items {
+		it := &items[i]
+		st := sp.state(it.Seq)
+		k := min(sp.drafts(it), spare)
+		if k <= 0 || st.mtpLen != len(it.Seq.Tokens)-1 ||
+			sp.m.Cache().Reserve(it.Seq.KV, it.Seq.Computed+it.N+k) != nil || sp.m.Snapshot(it.Seq.KV, true) != nil {
+			continue // no drafts this step (no room): plain decoding
+		}
+		spare -= k
+		blk = append(blk, model.DSparkItem{Seq: it.Seq.KV, Start: st.mtpLen, Anchor: it.Seq.Tokens[st.mtpLen], Draft: true})
+		who, ks = append(who, i), append(ks, k)
+		props[i] = &proposal{}
+	}
+	if len(blk) == 0 {
+		return props, nil
+	}
+	base, err := sp.m.ForwardDSpark(blk)
+	if err != nil {
+		return nil, err
+	}
+	vocab := sp.m.Vocab()
+	for j := 0; ; j++ {
+		var prev []int32
+		var at []int
+		for c, i := range who {
+			if ks[c] <= j {
+				continue
+			}
+			p := blk[c].Anchor
+			if j > 0 {
+				p = props[i].tokens[j-1]
+			}
+			prev, at = append(prev, p), append(at, c)
+		}
+		if len(prev) == 0 {
+			return props, nil
+		}
+		bias, err := sp.m.MarkovBias(prev)
+		if err != nil {
+			return nil, err
+		}
+		if len(bias) != len(prev) {
+			return nil, fmt.Errorf("engine: markov head returned %d rows for %d tokens", len(bias), len(prev))
+		}
+		for r, c := range at {
+			row := base[c][j*vocab : (j+1)*vocab]
+			lg := make([]float32, vocab)
+			for v := range lg {
+				lg[v] = row[v] + bias[r][v]
+			}
+			props[who[c]].add(items[who[c]].Seq.Sampler, lg)
+		}
+	}
+}
