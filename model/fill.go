@@ -126,9 +126,10 @@ func (f *filler) layer(l *attention.Layer, seqs []*kvcache.Sequence, tokens int)
 }
 
 // compress runs one compressor over positions [0, tokens) of every sequence.
-// One random chunk of inputs serves all full chunks: before each, RoPE
-// rotates all its values (64-wide pairs of dims) in place by angles of the
-// chunk's positions, so that no two chunks give the same entries.
+// One random pair of inputs (A, Z) per chunk length serves every chunk of
+// that length: before each use, RoPE rotates all its values (in pairs of
+// dims, 64-wide heads) in place by angles of the chunk's positions, so that
+// no two chunks give the same entries.
 func (f *filler) compress(l *attention.Layer, c *attention.Compressor, kind backend.CompressKind, seqs []*kvcache.Sequence, tokens int) error {
 	be := f.be
 	w := backend.CompressCoff(c.Ratio) * c.Dim
@@ -137,40 +138,31 @@ func (f *filler) compress(l *attention.Layer, c *attention.Compressor, kind back
 	if w%spin.HeadDim != 0 {
 		return fmt.Errorf("inputs of width %d are no whole number of %d-wide rope heads", w, spin.HeadDim)
 	}
-	var pool [2]backend.Tensor // A, Z of fillChunk rows
-	defer freeAll(be, pool[:])
+	pools := map[int][]backend.Tensor{} // by rows: A, Z
+	defer func() {
+		for _, p := range pools {
+			freeAll(be, p)
+		}
+	}()
 	for _, s := range seqs {
 		for start := 0; start < tokens; start += fillChunk {
 			rows := min(fillChunk, tokens-start)
 			bt := batch(s, start, rows)
-			var in, tail [2]backend.Tensor
-			if rows == fillChunk {
-				for i := range pool {
-					if pool[i] == nil {
-						t, err := f.random(fillChunk, w)
-						if err != nil {
-							return err
-						}
-						pool[i] = t
-					}
-					if err := be.Rope(pool[i], spin, bt); err != nil {
-						return err
-					}
+			in := pools[rows]
+			for len(in) < 2 {
+				t, err := f.random(rows, w)
+				if err != nil {
+					return err
 				}
-				in = pool
-			} else {
-				for i := range in {
-					t, err := f.random(rows, w)
-					if err != nil {
-						freeAll(be, tail[:])
-						return err
-					}
-					in[i], tail[i] = t, t
+				in = append(in, t)
+				pools[rows] = in
+			}
+			for _, t := range in {
+				if err := be.Rope(t, spin, bt); err != nil {
+					return err
 				}
 			}
-			err := be.Compress(f.st, in[0], in[1], args, bt)
-			freeAll(be, tail[:])
-			if err != nil {
+			if err := be.Compress(f.st, in[0], in[1], args, bt); err != nil {
 				return fmt.Errorf("positions %d..%d: %w", start, start+rows-1, err)
 			}
 		}

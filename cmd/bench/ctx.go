@@ -178,7 +178,7 @@ func stackContext(f *stackFlags, full *checkpoint.Config, stdout io.Writer) erro
 			first = r.stepMs()
 		}
 		r.print(stdout, first)
-		row := r.json(be.Name(), c.Layers)
+		row := r.json(be.Name(), f.preset, c.Layers)
 		if err := json.NewEncoder(jl).Encode(row); err != nil {
 			return fmt.Errorf("--jsonl: %w", err)
 		}

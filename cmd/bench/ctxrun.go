@@ -216,6 +216,7 @@ func (r *depthResult) print(out io.Writer, first float64) {
 // depthJSON is one --jsonl line.
 type depthJSON struct {
 	Device          string    `json:"device"`
+	Preset          string    `json:"preset"`
 	Layers          int       `json:"layers"`
 	Context         int       `json:"context"`
 	Batch           int       `json:"batch"`
@@ -233,9 +234,9 @@ type depthJSON struct {
 	DecodeStepsMs   []float64 `json:"decode_steps_ms"`
 }
 
-func (r *depthResult) json(device string, layers int) depthJSON {
+func (r *depthResult) json(device, preset string, layers int) depthJSON {
 	step := r.stepMs()
-	j := depthJSON{Device: device, Layers: layers, Context: r.context, Batch: r.batch, StepMs: step,
+	j := depthJSON{Device: device, Preset: preset, Layers: layers, Context: r.context, Batch: r.batch, StepMs: step,
 		AttentionMs: r.attnUs / 1e3, IndexerMs: r.idxUs / 1e3, IndexerBytes: r.idxBytes, IndexerFloorMs: r.floorUs / 1e3,
 		PrefillTokens: r.prefillTokens, PrefillTokS: r.prefillTokS(), FillSeconds: r.fill.Seconds(),
 		AttentionShare: share(r.attnUs/1e3, step), IndexerShare: share(r.idxUs/1e3, step), IndexerPerFloor: share(r.idxUs, r.floorUs)}
