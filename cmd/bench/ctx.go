@@ -194,8 +194,7 @@ func stackContext(f *stackFlags, full *checkpoint.Config, stdout io.Writer) erro
 // fit in the GPU's free memory, naming the longest context that would.
 func fitsDevice(g *gpu.Backend, c *checkpoint.Config, formats checkpoint.FormatFunc, layout kvcache.Layout, f *stackFlags, capacity int64) error {
 	seqs := f.batch + 1
-	longest := slices.Max(f.ctx.depths)
-	ws, err := g.StepWorkspace(c, gpu.StepShape{Rows: max(f.prefill, f.batch), Seqs: seqs, Context: longest, Graphs: f.graphs})
+	ws, err := g.StepWorkspace(c, gpu.StepShape{Rows: max(f.prefill, f.batch), Seqs: seqs, Context: slices.Max(f.ctx.depths), Graphs: f.graphs})
 	if err != nil {
 		return err
 	}
@@ -206,14 +205,24 @@ func fitsDevice(g *gpu.Backend, c *checkpoint.Config, formats checkpoint.FormatF
 	// Pool size classes add a few % to the weights; the store sets aside
 	// every slot's state beside the blocks; the fill's random inputs and
 	// the op timing's L2 flush take a few hundred MiB more.
-	weights := int64(1.03 * float64(checkpoint.TotalBytes(checkpoint.Tensors(c, formats))))
-	other := ws + int64(seqs)*layout.StateBytes + 1<<30
-	if weights+capacity+other <= int64(free) {
+	m := deviceMemory{free: int64(free), weights: int64(1.03 * float64(checkpoint.TotalBytes(checkpoint.Tensors(c, formats)))),
+		cache: capacity, other: ws + int64(seqs)*layout.StateBytes + 1<<30}
+	return m.check(layout, f, g.Device().Name)
+}
+
+// deviceMemory is what bench stack --context needs of a device, in bytes.
+type deviceMemory struct{ free, weights, cache, other int64 }
+
+// check returns nil when everything fits in free, else an error naming the
+// longest depth that fits at f's batch.
+func (m deviceMemory) check(layout kvcache.Layout, f *stackFlags, device string) error {
+	if m.weights+m.cache+m.other <= m.free {
 		return nil
 	}
-	fit := kvcache.NewManager(layout, int64(free)-weights-other).MaxTokens(seqs)
+	seqs, longest := f.batch+1, slices.Max(f.ctx.depths)
+	fit := kvcache.NewManager(layout, max(m.free-m.weights-m.other, 0)).MaxTokens(seqs)
 	return fmt.Errorf("--context %d at --batch %d does not fit on %s: weights %s + KV cache %s (%d sequences of %d tokens) + step workspace and scratch %s > %s free; at most %d tokens a sequence fit (lower --context, --batch or --layers)",
-		longest, f.batch, g.Device().Name, gib(weights), gib(capacity), seqs, longest, gib(other), gib(int64(free)), fit)
+		longest, f.batch, device, gib(m.weights), gib(m.cache), seqs, longest, gib(m.other), gib(m.free), fit)
 }
 
 // hostCopyRate is the host's memmove rate in GB/s, read and write counted

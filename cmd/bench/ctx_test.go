@@ -158,3 +158,42 @@ func TestParseDepths(t *testing.T) {
 		}
 	}
 }
+
+// TestDeviceMemoryCheck: a shape that fits passes; one that does not is
+// refused with the longest depth that fits at its batch.
+func TestDeviceMemoryCheck(t *testing.T) {
+	full, err := checkpoint.PresetConfig("flash")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := checkpoint.CutLayers(full, 4, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	layout, err := kvcache.LayoutFromConfig(c, kvcache.DefaultBlockTokens, kvcache.StoreCompact)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := &stackFlags{batch: 8, ctx: contextFlags{depths: []int{4096, 1 << 20}}}
+	cache := 9 * kvcache.NewManager(layout, 0).BytesFor(1<<20)
+	const gb = 1 << 30
+	for _, tc := range []struct {
+		name string
+		free int64
+		want string // "" fits
+	}{
+		{"fits", 20 * gb, ""},
+		{"exactly", 16*gb + cache, ""},
+		{"short", 16*gb + cache/2, `^--context 1048576 at --batch 8 does not fit on H: .* at most (52[0-9]{4}) tokens a sequence fit`},
+		{"nothing left", 15 * gb, `at most 0 tokens a sequence fit`},
+	} {
+		m := deviceMemory{free: tc.free, weights: 15 * gb, cache: cache, other: gb}
+		err := m.check(layout, f, "H")
+		switch {
+		case tc.want == "" && err != nil:
+			t.Errorf("%s: %v", tc.name, err)
+		case tc.want != "" && (err == nil || !regexp.MustCompile(tc.want).MatchString(err.Error())):
+			t.Errorf("%s: got %v, want %s", tc.name, err, tc.want)
+		}
+	}
+}
