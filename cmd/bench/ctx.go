@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -82,6 +81,8 @@ func checkContextFlags(fs *flag.FlagSet, f *stackFlags) error {
 	switch {
 	case f.tp > 1 || f.profile || f.variants != nil || f.prefillSeqs > 1:
 		return errors.New("--context runs on one device, without --profile, --variants or --prefill-seqs (it times the attention and indexer ops itself)")
+	case f.decode < 1:
+		return errors.New("--context needs --decode >= 1 (the step it times)")
 	case f.layers == 0 && f.preset != "small":
 		return errors.New("--context needs --layers N (all layers only on the small preset)")
 	}
@@ -118,6 +119,15 @@ func stackContext(f *stackFlags, full *checkpoint.Config, stdout io.Writer) erro
 	capacity := int64(seqs) * kvcache.NewManager(layout, 0).BytesFor(longest)
 	formats := formatsOf(f.format)
 
+	var jl io.Writer = io.Discard
+	if f.ctx.jsonl != "" {
+		fh, err := os.Create(f.ctx.jsonl)
+		if err != nil {
+			return fmt.Errorf("--jsonl: %w", err)
+		}
+		defer fh.Close()
+		jl = fh
+	}
 	be, closeBE, err := openBackend(f)
 	if err != nil {
 		return err
@@ -148,8 +158,6 @@ func stackContext(f *stackFlags, full *checkpoint.Config, stdout io.Writer) erro
 	if err != nil {
 		return fmt.Errorf("load: %w", err)
 	}
-	w = nil
-	runtime.GC()
 	fmt.Fprintf(stdout, "preset %s  layers %d/%d  mtp %v  format %s  device %s  numerics %s  batch %d\n",
 		f.preset, c.Layers, full.Layers, c.MTPLayers > 0, f.format, be.Name(), f.numerics, f.batch)
 	fmt.Fprintf(stdout, "weights %s (checkpoint bytes)  kv cache %s (%d sequences of %d tokens, %s store)  generate and load %v  copy rate %.0f GB/s\n",
@@ -157,15 +165,6 @@ func stackContext(f *stackFlags, full *checkpoint.Config, stdout io.Writer) erro
 	fmt.Fprintf(stdout, "per depth N: the batch filled to N-%d, %d untimed + %d timed decode steps (median), 1 step timing attention and indexer ops alone; prefill: chunk of %d tokens ending at N, after an untimed one\n",
 		steps, decodeWarm, f.decode, f.prefill)
 
-	var jl io.Writer = io.Discard
-	if f.ctx.jsonl != "" {
-		fh, err := os.Create(f.ctx.jsonl)
-		if err != nil {
-			return fmt.Errorf("--jsonl: %w", err)
-		}
-		defer fh.Close()
-		jl = fh
-	}
 	printDepthHeader(stdout)
 	var first float64
 	for i, n := range f.ctx.depths {

@@ -131,6 +131,8 @@ func TestStackContextBadFlags(t *testing.T) {
 		{"--context", "1K", "--tensor-parallel", "2"},
 		{"--context", "1K", "--batch", "2", "--prefill-seqs", "2"},
 		{"--context", "1K", "--preset", "flash"}, // no --layers
+		{"--context", "1K", "--decode", "0"},
+		{"--context", "1K", "--jsonl", "/nonexistent/dir/x.jsonl"},
 	} {
 		if err := runStack(append(slices.Clone(cpu), args...), io.Discard, io.Discard); err == nil {
 			t.Errorf("%v accepted", args)
