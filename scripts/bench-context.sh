@@ -22,7 +22,7 @@ export LD_LIBRARY_PATH=/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
 nvidia-smi --query-gpu=name,driver_version,clocks.max.sm,memory.total --format=csv,noheader | tee "$out/gpu.txt"
 git log -1 --format='commit %h %cs' 2>/dev/null | tee -a "$out/gpu.txt"
 for b in 1 8; do
-	timeout 255 "$bin/bench" stack --preset flash --layers 4 --device cuda --batch "$b" --context "$depths" \
+	timeout 240 "$bin/bench" stack --preset flash --layers 4 --device cuda --batch "$b" --context "$depths" \
 		--prefill 2048 --decode 16 --jsonl "$out/context-b$b.jsonl" > "$out/context-b$b.txt" 2>&1
 	echo "bench stack --context $depths --batch $b: rc=$?"
 	cat "$out/context-b$b.txt"
