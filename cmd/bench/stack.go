@@ -37,6 +37,7 @@ type stackFlags struct {
 	tp                               int
 	reserveGiB                       float64
 	variants                         []variant // --variants
+	ctx                              contextFlags
 	// corrupt, if set (tests), edits the weights before the model is built.
 	corrupt func(*checkpoint.Weights)
 }
@@ -68,6 +69,7 @@ func parseStack(args []string, stderr io.Writer) (*stackFlags, error) {
 	fs.IntVar(&f.tp, "tensor-parallel", 1, "ranks (GPUs 0..N-1 over NCCL with --device cuda, else CPU backends); needs --layers unless --preset small or small-tp")
 	fs.Float64Var(&f.reserveGiB, "reserve-gib", 8, "GPU memory kept free for activations when --layers is 0")
 	synth := fs.String("model", "", "synth:PRESET[:LAYERS], serve's name of the model: sets --preset and --layers")
+	addContextFlags(fs, &f.ctx)
 	vars := fs.String("variants", "", "time the plan once per variant on one model (weights generated once): runs separated by ';', each 'label=names' or 'names', names 'no-side' (every op on the main stream), 'moe-decf16' (moe_fp4_decf16 for the decode MoE GEMMs) or '' or 'default' (the defaults); e.g. 'default;no-side;default'")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
@@ -112,6 +114,9 @@ func parseStack(args []string, stderr io.Writer) (*stackFlags, error) {
 	case f.variants != nil && (f.tp > 1 || f.profile || f.trace || f.device != "cuda" || sideSet):
 		return nil, errors.New("--variants runs on one CUDA device, without --profile, --trace-nonfinite or --side-stream (each variant sets its own)")
 	}
+	if err := checkContextFlags(fs, &f); err != nil {
+		return nil, err
+	}
 	if f.format != checkpoint.GenOfficial && f.format != checkpoint.GenNVFP4 {
 		return nil, fmt.Errorf("--format %q, want %s or %s", f.format, checkpoint.GenOfficial, checkpoint.GenNVFP4)
 	}
@@ -142,6 +147,9 @@ func stack(f *stackFlags, stdout, stderr io.Writer) error {
 	}
 	if f.tp > 1 {
 		return stackParallel(f, full, stdout)
+	}
+	if f.ctx.depths != nil {
+		return stackContext(f, full, stdout)
 	}
 	formats := formatsOf(f.format)
 
