@@ -327,6 +327,10 @@ type Backend interface {
 	// state; Part selects) of layers [From, To) from slot Src to slot Dst:
 	// a snapshot that speculative steps restore. Blocks are not copied.
 	CopySlot(s KVStore, a SlotCopy) error
+	// CopyBlock copies block src's compressed entries and indexer keys (every
+	// layer) into block dst: the prefix cache's copy-on-write of a partial
+	// block that a new sequence appends into.
+	CopyBlock(s KVStore, dst, src int32) error
 
 	// Embed writes embed[ids[r]] into every one of `streams` segments of out row r.
 	Embed(e Embedding, ids []int32, streams int, out Tensor) error

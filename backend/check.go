@@ -159,6 +159,17 @@ func CheckCopySlot(s KVStore, a SlotCopy) error {
 	return nil
 }
 
+// CheckCopyBlock checks CopyBlock's block ids.
+func CheckCopyBlock(s KVStore, dst, src int32) error {
+	if isNil(s) {
+		return fmt.Errorf("copy block: no kv store")
+	}
+	if n := int32(s.Spec().MaxBlocks); dst < 0 || dst >= n || src < 0 || src >= n {
+		return fmt.Errorf("copy block: blocks %d <- %d of %d", dst, src, n)
+	}
+	return nil
+}
+
 // CheckEmbed checks Embed's arguments, the token ids included.
 func CheckEmbed(e Embedding, ids []int32, streams int, out Tensor) error {
 	if isNil(e) {

@@ -105,6 +105,10 @@ func TestCheck(t *testing.T) {
 		{"copy slot", CheckCopySlot(kv, WholeSlot(kv, 1, 0)), ""},
 		{"copy slot range", CheckCopySlot(kv, WholeSlot(kv, 2, 0)), "copy slot: slots 0 <- 2 of 2"},
 		{"copy slot negative", CheckCopySlot(kv, WholeSlot(kv, 0, -1)), "slots -1 <- 0 of 2"},
+		{"copy block", CheckCopyBlock(kv, 3, 0), ""},
+		{"copy block range", CheckCopyBlock(kv, 4, 0), "copy block: blocks 4 <- 0 of 4"},
+		{"copy block negative", CheckCopyBlock(kv, 0, -1), "blocks 0 <- -1"},
+		{"copy block nil", CheckCopyBlock(nil, 0, 0), "copy block: no kv store"},
 
 		{"embed", CheckEmbed(&emb{10, 8}, []int32{0, 9}, 4, f(2, 32)), ""},
 		{"embed id", CheckEmbed(&emb{10, 8}, []int32{0, 10}, 4, f(2, 32)), "token id 10 outside vocab 10"},

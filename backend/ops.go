@@ -29,7 +29,7 @@ var Ops = []OpInfo{
 
 	{"PrepareLinear", Prepare}, {"PrepareVec", Prepare}, {"PrepareMat", Prepare}, {"PrepareHC", Prepare},
 	{"PrepareEmbedding", Prepare}, {"PrepareIDTable", Prepare}, {"PrepareExperts", Prepare},
-	{"NewKVStore", Prepare}, {"ResetSlot", Prepare}, {"CopySlot", Prepare},
+	{"NewKVStore", Prepare}, {"ResetSlot", Prepare}, {"CopySlot", Prepare}, {"CopyBlock", Prepare},
 
 	{"Embed", Compute}, {"RMSNorm", Compute}, {"HeadNorm", Compute},
 	{"HcPre", Compute}, {"HcPost", Compute}, {"HcHead", Compute}, {"AddStreams", Compute},

@@ -20,6 +20,10 @@ type Cache interface {
 	PrefixCaching() bool
 	Match(s *kvcache.Sequence, tokens []int32, salt string) int
 	Commit(s *kvcache.Sequence, tokens []int32)
+	// Keep hands an ending sequence's partial last block and state slot to
+	// the cache (before it is freed), so that a prompt extending its tokens
+	// hits up to their end.
+	Keep(s *kvcache.Sequence, tokens []int32)
 }
 
 // SchedulerConfig bounds one step.
@@ -208,6 +212,7 @@ func (s *Scheduler) item(seq *Sequence, n int) Item {
 // preempt frees seq's cache and puts it at the head of the queue.
 func (s *Scheduler) preempt(seq *Sequence) {
 	s.running = slices.DeleteFunc(s.running, func(x *Sequence) bool { return x == seq })
+	s.cache.Keep(seq.KV, seq.Tokens[:seq.Computed]) // its readmission hits up to here
 	s.free(seq.KV)
 	seq.KV, seq.Computed, seq.Status = nil, 0, Waiting
 	seq.Preempted++
@@ -226,6 +231,8 @@ func (s *Scheduler) Postprocess(items []Item, results []Result, err error) {
 			continue // finished or preempted meanwhile
 		}
 		if err != nil {
+			s.free(seq.KV) // its state may be half written: not for the cache
+			seq.KV = nil
 			s.finish(seq, FinishError, err)
 			continue
 		}
@@ -299,11 +306,13 @@ func (s *Scheduler) finish(seq *Sequence, reason FinishReason, err error) {
 	seq.stream.push(Event{Finish: reason, Err: err})
 }
 
-// retire drops seq from both queues and frees its cache.
+// retire drops seq from both queues and frees its cache, whose end the
+// prefix cache keeps.
 func (s *Scheduler) retire(seq *Sequence) {
 	s.running = slices.DeleteFunc(s.running, func(x *Sequence) bool { return x == seq })
 	s.waiting = slices.DeleteFunc(s.waiting, func(x *Sequence) bool { return x == seq })
 	if seq.KV != nil {
+		s.cache.Keep(seq.KV, seq.Tokens[:seq.Computed])
 		s.free(seq.KV)
 		seq.KV = nil
 	}

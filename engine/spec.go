@@ -193,7 +193,9 @@ func newSpeculator(m Model, c SpecConfig, cfg Config) (_ *speculator, err error)
 // state returns seq's drafting state, reset when its cache was replaced.
 func (sp *speculator) state(seq *Sequence) *specState {
 	if seq.spec == nil || seq.spec.kv != any(seq.KV) {
-		seq.spec = &specState{kv: seq.KV}
+		// A prefix cache hit starts the MTP block at the hit: its state
+		// came with the snapshot (drafts are verified either way).
+		seq.spec = &specState{kv: seq.KV, mtpLen: seq.Computed}
 	}
 	return seq.spec
 }

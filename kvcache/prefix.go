@@ -14,9 +14,13 @@ import (
 type Hash [sha256.Size]byte
 
 // SlotCopy is a pending CopySlot of the backend store: the state of slot Src
-// into slot Dst. The model runs them, in order, before its next step's ops
-// and before any slot reset (Manager.TakeCopies).
-type SlotCopy struct{ Src, Dst int }
+// into slot Dst, or with Block a CopyBlock of block Src into block Dst. The
+// model runs them, in order, before its next step's ops and before any slot
+// reset (Manager.TakeCopies).
+type SlotCopy struct {
+	Src, Dst int
+	Block    bool
+}
 
 // cachedBlock is a full block of committed tokens known by its hash. Shared
 // by reference count; evictable (in the LRU) at zero references. snap is
@@ -32,10 +36,12 @@ type cachedBlock struct {
 	snapEl  *list.Element // in lru while snap >= 0
 }
 
-// lruItem is a block (snap false) or the snapshot of a block in the LRU.
+// lruItem is a block (snap false), the snapshot of a block, or a partial
+// block with its snapshot (p set) in the LRU.
 type lruItem struct {
 	b    *cachedBlock
 	snap bool
+	p    *partialBlock
 }
 
 // prefixCache is the Manager's content-addressed state (guarded by its mu).
@@ -45,8 +51,9 @@ type prefixCache struct {
 	on        bool
 	byHash    map[Hash]*cachedBlock
 	byBlock   map[int32]*cachedBlock
-	lru       *list.List // front: evicted first
-	evictable int64      // bytes of unreferenced blocks and of snapshots
+	partials  map[Hash][]*partialBlock // by the chain hash before them
+	lru       *list.List               // front: evicted first
+	evictable int64                    // bytes of unreferenced blocks and of snapshots
 	copies    []SlotCopy
 }
 
@@ -74,6 +81,7 @@ func (m *Manager) EnablePrefixCaching() error {
 	m.pc.on = true
 	m.pc.byHash = map[Hash]*cachedBlock{}
 	m.pc.byBlock = map[int32]*cachedBlock{}
+	m.pc.partials = map[Hash][]*partialBlock{}
 	m.pc.lru = list.New()
 	return nil
 }
@@ -118,10 +126,11 @@ func (m *Manager) root(salt string) Hash {
 	return sha256.Sum256(append(m.pc.seed[:], salt...))
 }
 
-// Match looks up the longest cached prefix of tokens that ends on a block
-// boundary with a state snapshot and leaves at least one token to compute,
-// and gives s its blocks (shared) and a slot restored from the snapshot
-// (queued copy). It returns the number of tokens s now holds (s.Len()).
+// Match looks up the longest cached prefix of tokens that leaves at least
+// one token to compute and ends on a block boundary with a state snapshot or
+// at the end of a kept partial block (Keep), and gives s its full blocks
+// (shared), a slot restored from the snapshot and, for a partial block, a
+// copy of it (queued copies). It returns the number of tokens s now holds (s.Len()).
 // salt isolates tenants: blocks are only found under the same salt. s must
 // be new (no slot, no blocks); with prefix caching off it returns 0.
 func (m *Manager) Match(s *Sequence, tokens []int32, salt string) int {
@@ -136,6 +145,14 @@ func (m *Manager) Match(s *Sequence, tokens []int32, salt string) int {
 	s.root = h
 	var path []*cachedBlock
 	best := 0
+	var part *partialBlock // the longest partial hit, after path[:partAt]
+	partAt := 0
+	consider := func(parent Hash, full int) {
+		if p := m.longestPartial(parent, tokens, full); p != nil && (part == nil || full*bt+len(p.tokens) > partAt*bt+len(part.tokens)) {
+			part, partAt = p, full
+		}
+	}
+	consider(h, 0)
 	for i := 0; (i+1)*bt < len(tokens); i++ {
 		h = chainHash(h, tokens[i*bt:(i+1)*bt])
 		b := m.pc.byHash[h]
@@ -147,6 +164,15 @@ func (m *Manager) Match(s *Sequence, tokens []int32, salt string) int {
 		if b.snap >= 0 {
 			best = len(path)
 		}
+		consider(h, len(path))
+	}
+	if part != nil && partAt*bt+len(part.tokens) > best*bt {
+		s.hashes = s.hashes[:partAt]
+		if !m.matchPartial(s, path[:partAt], part) {
+			s.hashes = nil
+			return 0
+		}
+		return s.len
 	}
 	s.hashes = s.hashes[:best]
 	if best == 0 {
@@ -260,6 +286,10 @@ func (m *Manager) makeRoom(bytes int64) bool {
 
 func (m *Manager) evictOldest() {
 	it := m.pc.lru.Remove(m.pc.lru.Front()).(lruItem)
+	if it.p != nil {
+		m.evictPartial(it.p)
+		return
+	}
 	b := it.b
 	if !it.snap {
 		b.blockEl = nil
@@ -302,13 +332,14 @@ func (m *Manager) slotFree() bool {
 	return true
 }
 
-// evictSnapshot evicts the least recently used snapshot, if any.
+// evictSnapshot evicts the least recently used snapshot (of a block or a
+// partial block), if any.
 func (m *Manager) evictSnapshot() bool {
 	if m.pc.lru == nil {
 		return false
 	}
 	for e := m.pc.lru.Front(); e != nil; e = e.Next() {
-		if it := e.Value.(lruItem); it.snap {
+		if it := e.Value.(lruItem); it.snap || it.p != nil {
 			m.pc.lru.MoveToFront(e)
 			m.evictOldest()
 			return true

@@ -444,7 +444,15 @@ func (m *Model) prepare(items []BatchItem, mtp bool) (*backend.Batch, []int32, e
 	}
 	// Prefix cache snapshots and restores, before any slot is reset or written.
 	for _, c := range m.cache.TakeCopies() {
-		if err := m.be.CopySlot(m.store, backend.WholeSlot(m.store, c.Src, c.Dst)); err != nil {
+		var err error
+		switch {
+		case c.Src == c.Dst: // the source was evicted and handed back as the destination
+		case c.Block:
+			err = m.be.CopyBlock(m.store, int32(c.Dst), int32(c.Src))
+		default:
+			err = m.be.CopySlot(m.store, backend.WholeSlot(m.store, c.Src, c.Dst))
+		}
+		if err != nil {
 			return nil, nil, fmt.Errorf("model: %w", err)
 		}
 	}

@@ -153,6 +153,39 @@ func (b *Backend) CopySlot(s backend.KVStore, a backend.SlotCopy) error {
 	return nil
 }
 
+// CopyBlock implements backend.Backend. A source block never written is
+// all zeros, as a fresh one reads.
+func (b *Backend) CopyBlock(s backend.KVStore, dst, src int32) error {
+	if err := backend.CheckCopyBlock(s, dst, src); err != nil {
+		return err
+	}
+	if dst == src {
+		return nil
+	}
+	k, err := store(s)
+	if err != nil {
+		return err
+	}
+	from, err := k.block(src)
+	if err != nil {
+		return fmt.Errorf("copy block: %w", err)
+	}
+	to, err := k.block(dst)
+	if err != nil {
+		return fmt.Errorf("copy block: %w", err)
+	}
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	for i := range to.layers {
+		d, s := &to.layers[i], &from.layers[i]
+		copy(d.kv, s.kv)
+		copy(d.ik, s.ik)
+		copy(d.kvC, s.kvC)
+		copy(d.ikC, s.ikC)
+	}
+	return nil
+}
+
 func (k *kvStore) slot(id int) (*slotState, error) {
 	if id < 0 || id >= len(k.slots) || k.slots[id] == nil {
 		return nil, fmt.Errorf("kv store: slot %d not initialised", id)

@@ -222,6 +222,36 @@ func (b *Backend) CopySlot(s backend.KVStore, a backend.SlotCopy) error {
 	return nil
 }
 
+// CopyBlock implements backend.Backend: device-to-device copies of the
+// block's entries and index keys per compressed layer.
+func (b *Backend) CopyBlock(s backend.KVStore, dst, src int32) error {
+	if err := backend.CheckCopyBlock(s, dst, src); err != nil {
+		return err
+	}
+	if dst == src {
+		return nil
+	}
+	k, err := b.store(s)
+	if err != nil {
+		return err
+	}
+	for i := range k.layers {
+		kl := &k.layers[i]
+		for _, c := range []struct {
+			buf   *cuda.Buffer
+			bytes int
+		}{{kl.kv, kl.per * kl.eb}, {kl.ik, kl.per * kl.kb}} {
+			if c.buf == nil || c.bytes == 0 {
+				continue
+			}
+			if err := b.s.CopyDtoD(c.buf.Ptr.Add(int(dst)*c.bytes), c.buf.Ptr.Add(int(src)*c.bytes), c.bytes); err != nil {
+				return fmt.Errorf("copy block %d <- %d: %w", dst, src, err)
+			}
+		}
+	}
+	return nil
+}
+
 // checkSeqs validates the slots of bt and (with blocks) that its block tables
 // cover the entries (end/ratio of them) the step may touch in layer l.
 func (k *kvStore) checkSeqs(bt *backend.Batch, layer int, blocks bool) error {

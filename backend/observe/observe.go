@@ -216,6 +216,11 @@ func (o *Backend) ResetSlot(s backend.KVStore, slot int) error { return o.be.Res
 // CopySlot implements backend.Backend.
 func (o *Backend) CopySlot(s backend.KVStore, a backend.SlotCopy) error { return o.be.CopySlot(s, a) }
 
+// CopyBlock implements backend.Backend.
+func (o *Backend) CopyBlock(s backend.KVStore, dst, src int32) error {
+	return o.be.CopyBlock(s, dst, src)
+}
+
 // Fork implements backend.Backend: fn runs at once.
 func (o *Backend) Fork(rows int, bt *backend.Batch, fn func() error) error { return fn() }
 

@@ -13,6 +13,7 @@ import (
 	"github.com/megamoe/megamoe/checkpoint"
 	"github.com/megamoe/megamoe/engine"
 	"github.com/megamoe/megamoe/model"
+	"github.com/megamoe/megamoe/models"
 )
 
 // prefixFlags are the options of `bench prefix`.
@@ -45,8 +46,20 @@ func parsePrefix(args []string, stderr io.Writer) (*prefixFlags, error) {
 	fs.IntVar(&f.answer, "answer", 40, "generated tokens a turn, resent with the next turn")
 	fs.IntVar(&f.batchTokens, "max-num-batched-tokens", 512, "tokens per engine step")
 	fs.Float64Var(&f.cacheGiB, "kv-cache-gib", 2, "KV cache capacity")
+	synth := fs.String("model", "", "synth:PRESET[:LAYERS], serve's name of the model: sets --preset and --layers")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
+	}
+	if *synth != "" {
+		spec, err := models.ParseSynth(*synth)
+		if err != nil {
+			return nil, err
+		}
+		c, err := spec.Config()
+		if err != nil {
+			return nil, err
+		}
+		f.stack.preset, f.stack.layers = spec.Preset, c.Layers
 	}
 	switch {
 	case fs.NArg() > 0:
@@ -94,8 +107,7 @@ func runPrefix(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(stdout, "preset %s  layers %d  device %s  numerics %s  max-num-batched-tokens %d\n",
-		f.stack.preset, c.Layers, f.stack.device, f.stack.numerics, f.batchTokens)
+	device := f.stack.device
 	rng := rand.New(rand.NewPCG(f.stack.seed, 0x70726566))
 	shared := randTokens(rng, f.prefix, c.Vocab)
 	var reqs [][]int32 // the first one fills the cache
@@ -112,6 +124,11 @@ func runPrefix(args []string, stdout, stderr io.Writer) error {
 		if err != nil {
 			return err
 		}
+		if i == 0 {
+			device = be.Name()
+			fmt.Fprintf(stdout, "preset %s  layers %d  device %s  numerics %s  max-num-batched-tokens %d\n",
+				f.stack.preset, c.Layers, device, f.stack.numerics, f.batchTokens)
+		}
 		m, err := model.New(w, be, model.Options{Numerics: f.stack.numerics, Threads: f.stack.threads, CacheBytes: int64(f.cacheGiB * (1 << 30))})
 		if err != nil {
 			closeBE()
@@ -124,6 +141,7 @@ func runPrefix(args []string, stdout, stderr io.Writer) error {
 		}
 	}
 	res[0].print(stdout, res[1], f)
+	res[0].table(stdout, res[1], f, fmt.Sprintf("%s, %d layers, %s, %s numerics", f.stack.preset, c.Layers, device, f.stack.numerics))
 	return nil
 }
 
@@ -236,4 +254,21 @@ func (r prefixResult) print(out io.Writer, on prefixResult, f *prefixFlags) {
 		fmt.Fprintf(out, "  after turn 1: %d prompt tokens, %d recomputed (%.1f %%); TTFT sum %.0f ms off, %.0f ms on\n",
 			p, p-h, 100*float64(p-h)/float64(p), meanMs(r.turnTTFT[1:])*float64(len(r.turnTTFT)-1), meanMs(on.turnTTFT[1:])*float64(len(on.turnTTFT)-1))
 	}
+}
+
+// table prints the summary as a Markdown table (docs/performance.md's).
+func (r prefixResult) table(out io.Writer, on prefixResult, f *prefixFlags, what string) {
+	warmOff, warmOn := meanMs(r.ttft[1:]), meanMs(on.ttft[1:])
+	fmt.Fprintf(out, "\n| scenario (%s) | without the cache | with the cache |\n|---|---|---|\n", what)
+	fmt.Fprintf(out, "| %d-token shared prefix + %d distinct tokens, %d requests after the first: prefill tokens computed | %d | %d |\n",
+		f.prefix, f.suffix, f.requests, sum(r.prompt[1:]), sum(on.prompt[1:])-sum(on.cached[1:]))
+	fmt.Fprintf(out, "| the same: mean TTFT | %.1f ms | %.1f ms (%.1f %%) |\n", warmOff, warmOn, 100*warmOn/warmOff)
+	if len(r.turnLen) < 2 {
+		return
+	}
+	p, h := sum(on.turnLen[1:]), sum(on.turnHit[1:])
+	fmt.Fprintf(out, "| %d-turn chat (%d-token first prompt, %d new tokens and a %d-token answer a turn): prompt tokens computed after turn 1 | %d | %d (%.1f %%) |\n",
+		f.turns, f.firstTurn, f.turnTokens, f.answer, sum(r.turnLen[1:]), p-h, 100*float64(p-h)/float64(p))
+	n := float64(len(r.turnTTFT) - 1)
+	fmt.Fprintf(out, "| the same: TTFT of turns 2–%d, summed | %.1f ms | %.1f ms |\n", f.turns, meanMs(r.turnTTFT[1:])*n, meanMs(on.turnTTFT[1:])*n)
 }

@@ -23,8 +23,9 @@ func TestPrefixSmallCPU(t *testing.T) {
 	for _, re := range []string{
 		`(?m)^shared prefix: 300 \+ 5 tokens, 1 requests after the first$`,
 		`(?m)^  prefill tokens computed: 305 without, 49 with \(cached \[256\]\)$`,
-		`(?m)^  2 +478 +256 `, // turn 1: 75 + 200 tokens, 3 generated, 200 more
-		`(?m)^  after turn 1: 478 prompt tokens, 222 recomputed`,
+		`(?m)^  2 +478 +277 `, // turn 1: 75 + 200 tokens, 3 generated (2 computed), 200 more
+		`(?m)^  after turn 1: 478 prompt tokens, 201 recomputed`, // the new 200 and the answer's last token
+		`(?m)^\| 2-turn chat .*: prompt tokens computed after turn 1 \| 478 \| 201 \(42\.1 %\) \|$`,
 	} {
 		if !regexp.MustCompile(re).MatchString(out.String()) {
 			t.Errorf("output lacks %s:\n%s", re, out.String())
@@ -44,10 +45,15 @@ func TestParsePrefix(t *testing.T) {
 		{[]string{"--kv-cache-gib", "0"}, "--kv-cache-gib"},
 		{[]string{"--first-turn", "-1"}, "--first-turn"},
 		{[]string{"x"}, "unexpected arguments"},
+		{[]string{"--model", "synth:flash:99"}, "layers"},
+		{[]string{"--model", "synth:flash:4", "--device", "cuda"}, ""},
 	} {
 		_, err := parsePrefix(tc.args, io.Discard)
 		if (tc.want == "") != (err == nil) || err != nil && !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%q: %v, want %q", tc.args, err, tc.want)
 		}
+	}
+	if f, err := parsePrefix([]string{"--model", "synth:flash:4"}, io.Discard); err != nil || f.stack.preset != "flash" || f.stack.layers != 4 {
+		t.Errorf("--model synth:flash:4: %+v, %v", f, err)
 	}
 }

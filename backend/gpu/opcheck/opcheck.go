@@ -133,6 +133,7 @@ var opGroups = []opGroup{
 	{name: "hadamard_fp4", run: checkHadamard},
 	{name: "kv_path compress indexer_topk sparse_attention write_window", run: checkKVPath},
 	{name: "copy_slot", run: checkCopySlot},
+	{name: "copy_block", run: checkCopyBlock},
 	{name: "router", run: checkRouter},
 	{name: "experts", run: checkExperts},
 	{name: "swiglu combine add_streams scale", run: checkElementwise},

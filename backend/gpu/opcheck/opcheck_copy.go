@@ -15,7 +15,14 @@ import (
 // in one batch (slot 1 in a block of its own, sharing the full one). On each
 // backend the two sequences' attention outputs must be identical, and the
 // GPU's must match the CPU's.
-func checkCopySlot(p *Pair, d OpDims, _ *embedTable) {
+func checkCopySlot(p *Pair, d OpDims, _ *embedTable) { checkCopy(p, d, 0) }
+
+// checkCopyBlock is a hit on a partial block: slot 0 fills one block and
+// `tail` rows of the next, which CopyBlock copies for slot 1 (copy-on-write)
+// beside the CopySlot; both continue inside that block.
+func checkCopyBlock(p *Pair, d OpDims, _ *embedTable) { checkCopy(p, d, 37) }
+
+func checkCopy(p *Pair, d OpDims, tail int) {
 	const blockTokens = 256
 	D, H, ID := d.HeadDim, d.Heads, d.IndexHeadDim
 	spec := backend.KVSpec{BlockTokens: blockTokens, MaxBlocks: 3, MaxSlots: 2, Layers: []backend.LayerKV{
@@ -73,26 +80,30 @@ func checkCopySlot(p *Pair, d OpDims, _ *embedTable) {
 		}
 		p.allocs = p.allocs[:keep]
 	}
-	fill := seqBatch([]backend.SeqInfo{{Slot: 0, Blocks: []int32{0, 1}, Rows: blockTokens}})
+	fill := seqBatch([]backend.SeqInfo{{Slot: 0, Blocks: []int32{0, 1}, Rows: blockTokens + tail}})
 	for layer, l := range spec.Layers {
 		if l.Ratio > 0 {
-			compress(layer, l, fill, 1, blockTokens)
+			compress(layer, l, fill, 1, blockTokens+tail)
 		}
-		kvr := p.Rand(blockTokens, D, 1)
+		kvr := p.Rand(blockTokens+tail, D, 1)
 		p.cpu("write window", p.C.WriteWindow(kv.C, layer, kvr.C, fill))
 		p.gpu("write window", func() error { return p.G.WriteWindow(kv.G, layer, kvr.G, fill) })
 		free()
 	}
 	p.cpu("copy slot", p.C.CopySlot(kv.C, backend.WholeSlot(kv.C, 0, 1)))
 	p.gpu("copy slot", func() error { return p.G.CopySlot(kv.G, backend.WholeSlot(kv.G, 0, 1)) })
+	if tail > 0 {
+		p.cpu("copy block", p.C.CopyBlock(kv.C, 2, 1))
+		p.gpu("copy block", func() error { return p.G.CopyBlock(kv.G, 2, 1) })
+	}
 	p.takeDur()
-	start := blockTokens
+	start := blockTokens + tail
 	for _, n := range []int{5, 1, 3} {
 		bt := seqBatch([]backend.SeqInfo{
 			{Slot: 0, Blocks: []int32{0, 1}, Start: start, Rows: n},
 			{Slot: 1, Blocks: []int32{0, 2}, Start: start, Row0: n, Rows: n}})
 		for layer, l := range spec.Layers {
-			tag := fmt.Sprintf("copy_slot %d rows at %d ratio %d", n, start, l.Ratio)
+			tag := fmt.Sprintf("copy %d rows at %d ratio %d", n, start, l.Ratio)
 			if l.Ratio > 0 {
 				compress(layer, l, bt, 2, n)
 			}

@@ -151,13 +151,16 @@ func TestPresetDims(t *testing.T) {
 	}
 }
 
-// TestCopySlotGPU runs the copy slot group alone (the prefix cache's
-// snapshot and restore), in both numerics.
+// TestCopySlotGPU runs the copy groups alone (the prefix cache's snapshot
+// and restore, and the copy-on-write of a partial block), in both numerics.
 func TestCopySlotGPU(t *testing.T) {
-	for _, mode := range []backend.Numerics{backend.Faithful, backend.Exact} {
-		t.Run(mode.String(), func(t *testing.T) {
+	for _, c := range []struct {
+		group string
+		mode  backend.Numerics
+	}{{"copy_slot", backend.Faithful}, {"copy_slot", backend.Exact}, {"copy_block", backend.Faithful}, {"copy_block", backend.Exact}} {
+		t.Run(c.group+"/"+c.mode.String(), func(t *testing.T) {
 			g := openGPU(t)
-			rows := CheckOps(g, tinyDims(), mode, 1, "copy_slot", t)
+			rows := CheckOps(g, tinyDims(), c.mode, 1, c.group, t)
 			if len(rows) < 9 {
 				t.Errorf("only %d rows", len(rows))
 			}
