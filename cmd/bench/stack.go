@@ -37,6 +37,8 @@ type stackFlags struct {
 	tp                               int
 	reserveGiB                       float64
 	variants                         []variant // --variants
+	spec                             engine.SpecConfig
+	acceptRate                       float64 // forced draft acceptance (< 0: by the logits)
 	// corrupt, if set (tests), edits the weights before the model is built.
 	corrupt func(*checkpoint.Weights)
 }
@@ -68,6 +70,11 @@ func parseStack(args []string, stderr io.Writer) (*stackFlags, error) {
 	fs.IntVar(&f.tp, "tensor-parallel", 1, "ranks (GPUs 0..N-1 over NCCL with --device cuda, else CPU backends); needs --layers unless --preset small or small-tp")
 	fs.Float64Var(&f.reserveGiB, "reserve-gib", 8, "GPU memory kept free for activations when --layers is 0")
 	synth := fs.String("model", "", "synth:PRESET[:LAYERS], serve's name of the model: sets --preset and --layers")
+	fs.Func("speculative-config", `also time decode steps with drafts, e.g. {"method":"mtp","num_speculative_tokens":2} (builds the MTP block)`, func(v string) (err error) {
+		f.spec, err = engine.ParseSpecConfig(v)
+		return err
+	})
+	fs.Float64Var(&f.acceptRate, "accept-rate", -1, "with --speculative-config: accept each draft with this probability regardless of the logits (a test hook: random weights accept ~nothing); default: greedy verification")
 	vars := fs.String("variants", "", "time the plan once per variant on one model (weights generated once): runs separated by ';', each 'label=names' or 'names', names 'no-side' (every op on the main stream) or '' or 'default' (the defaults); e.g. 'default;no-side;default'")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
@@ -92,6 +99,7 @@ func parseStack(args []string, stderr io.Writer) (*stackFlags, error) {
 	if fs.NArg() > 0 {
 		return nil, fmt.Errorf("unexpected arguments %q", fs.Args())
 	}
+	f.mtp = f.mtp || f.spec.Enabled()
 	sideSet := false
 	fs.Visit(func(fl *flag.Flag) { sideSet = sideSet || fl.Name == "side-stream" })
 	switch {
@@ -109,6 +117,10 @@ func parseStack(args []string, stderr io.Writer) (*stackFlags, error) {
 		return nil, errors.New("--tensor-parallel > 1 needs --layers N")
 	case f.tp > 1 && (f.profile || f.trace):
 		return nil, errors.New("--profile and --trace-nonfinite run on one rank only")
+	case f.acceptRate >= 0 && !f.spec.Enabled() || f.acceptRate > 1:
+		return nil, errors.New("--accept-rate needs --speculative-config and must be in [0, 1]")
+	case f.spec.Enabled() && (f.tp > 1 || f.variants != nil):
+		return nil, errors.New("--speculative-config runs on one rank, without --variants")
 	case f.variants != nil && (f.tp > 1 || f.profile || f.trace || f.device != "cuda" || sideSet):
 		return nil, errors.New("--variants runs on one CUDA device, without --profile, --trace-nonfinite or --side-stream (each variant sets its own)")
 	}
@@ -229,6 +241,10 @@ func stack(f *stackFlags, stdout, stderr io.Writer) error {
 		return runVariants(m, g, f, c, formats, copyGBs, stdout)
 	}
 	r, err := runPlan(m, f, prof, nil)
+	var sr *specStackResult
+	if err == nil && f.spec.Enabled() {
+		sr, err = runSpecPlan(m, f)
+	}
 	graphs := ""
 	if onGPU {
 		graphs = fmt.Sprintf("programmatic dependent launch: %v (steps of <= 16 rows)\n", g.PDL())
@@ -271,6 +287,9 @@ func stack(f *stackFlags, stdout, stderr io.Writer) error {
 		return fmt.Errorf("profile: %w", prof.err)
 	}
 	r.print(stdout, f)
+	if sr != nil {
+		sr.print(stdout, f, r)
+	}
 	printFloor(stdout, r, c, formats, f.batch, copyGBs)
 	fmt.Fprint(stdout, graphs)
 	if prof != nil {
@@ -303,6 +322,9 @@ func cacheFor(c *checkpoint.Config, f *stackFlags) int64 {
 		return 0 // model.New reports the same error
 	}
 	per := kvcache.NewManager(layout, 0).BytesFor(f.prefill + f.decode)
+	if k := f.spec.NumTokens; k > 0 { // steps with drafts take up to k+1 tokens, one more untimed, and a snapshot slot
+		per = max(per, kvcache.NewManager(layout, 0).BytesFor(f.prefill+(f.decode+1)*(k+1)+k+1)+layout.StateBytes)
+	}
 	return int64(f.batch+f.prefillSeqs) * per
 }
 
