@@ -186,3 +186,66 @@ func TestForwardDrawRows(t *testing.T) {
 		t.Errorf("a model that cannot draw returned ids")
 	}
 }
+
+// TestForwardMTPDraws: MTP items with Draw get the token drawn from the
+// logits a plain ForwardMTP returns, and no logits; the others their logits.
+func TestForwardMTPDraws(t *testing.T) {
+	c := checkpoint.SmallConfig()
+	if c.MTPLayers == 0 {
+		t.Fatal("the small config has no MTP block")
+	}
+	w := genWeights(t, c, 2)
+	be := &drawingBackend{countingBackend: &countingBackend{Backend: cpu.New(cpu.Options{}), live: map[backend.Tensor]string{}}}
+	m, err := New(w, be, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ref, err := New(w, cpu.New(cpu.Options{}), Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	draws := []*backend.Draw{{}, {Temp: 1.1, TopK: 9, U: 0.61}, nil}
+	var mi, ri []MTPItem
+	for i, d := range draws {
+		toks := prompt(6, c.Vocab, uint64(20+i))
+		var items []MTPItem
+		for _, mod := range []*Model{m, ref} {
+			s := mod.Cache().NewSequence()
+			defer mod.FreeSequence(s)
+			out, err := mod.Forward(&Batch{Items: []BatchItem{{Seq: s, Tokens: toks[:5], Hidden: true}}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			items = append(items, MTPItem{Seq: s, Hidden: out.Hidden[0], Next: toks[1:6], Draw: d})
+		}
+		mi, ri = append(mi, items[0]), append(ri, items[1])
+		ri[i].Draw = nil
+	}
+	calls := be.calls
+	before := len(be.live)
+	got, err := m.ForwardMTP(mi)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, err := ref.ForwardMTP(ri)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if be.calls != calls+1 {
+		t.Errorf("%d SampleDraw calls, want 1", be.calls-calls)
+	}
+	for i, d := range draws {
+		if d == nil {
+			if got.IDs[i] != -1 || !slices.Equal(got.Logits[i], want.Logits[i]) {
+				t.Errorf("item %d: id %d and logits equal %v, want -1 and the plain logits", i, got.IDs[i], slices.Equal(got.Logits[i], want.Logits[i]))
+			}
+			continue
+		}
+		if id := drawRef(want.Logits[i], c.Vocab, []backend.Draw{*d})[0]; got.IDs[i] != id || got.Logits[i] != nil {
+			t.Errorf("item %d: drew %d (logits returned %v), want %d and no logits", i, got.IDs[i], got.Logits[i] != nil, id)
+		}
+	}
+	if len(be.live) != before {
+		t.Errorf("ForwardMTP left %d tensors allocated: %s", len(be.live)-before, be.sites())
+	}
+}
