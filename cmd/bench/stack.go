@@ -59,7 +59,7 @@ func parseStack(args []string, stderr io.Writer) (*stackFlags, error) {
 	fs.Uint64Var(&f.seed, "seed", 1, "weight and token seed")
 	fs.StringVar(&f.numerics, "numerics", "faithful", "faithful | exact")
 	fs.IntVar(&f.threads, "threads", 0, "CPU backend workers (0 = GOMAXPROCS)")
-	fs.BoolVar(&f.draw, "draw", false, "decode steps take the greedy token drawn on the device (only ids come back, as serve --device-sampling does) instead of downloading every logits row; their logits are then not checked for NaN")
+	fs.BoolVar(&f.draw, "draw", false, "decode steps take the greedy token drawn on the device (only ids come back, as serve --device-sampling does) instead of downloading every logits row; their logits are then not checked for NaN (with --speculative-config also the drafts and the verifying rows)")
 	fs.BoolVar(&f.timeGraphs, "time-graphs", false, "time every replayed decode step on the device (two CUDA events a step) and print its median next to the step's wall time: the rest is host work and transfers")
 	fs.BoolVar(&f.mtp, "mtp", false, "also build (and upload) the MTP block")
 	fs.BoolVar(&f.trace, "trace-nonfinite", false, "check every sub-layer for NaN/Inf from the start (otherwise only on a rerun after a failure)")

@@ -7,6 +7,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/megamoe/megamoe/backend"
 	"github.com/megamoe/megamoe/engine"
 	"github.com/megamoe/megamoe/kvcache"
 	"github.com/megamoe/megamoe/model"
@@ -55,7 +56,7 @@ func runSpecPlan(m *model.Model, f *stackFlags) (*specStackResult, error) {
 	r := &specStackResult{perPos: make([]int, k)}
 	for step := range f.decode + 1 {
 		t := time.Now()
-		st, err := specStep(m, seqs, k, f.acceptRate, rng)
+		st, err := specStep(m, seqs, k, f.acceptRate, f.draw, rng)
 		if err != nil {
 			return nil, fmt.Errorf("speculative step %d: %w", step, err)
 		}
@@ -110,15 +111,21 @@ func specPrefill(m *model.Model, f *stackFlags, seqs []*specSeq, rng *rand.Rand)
 	return nil
 }
 
-// specStep runs one draft+verify step over all sequences.
-func specStep(m *model.Model, seqs []*specSeq, k int, acceptRate float64, rng *rand.Rand) (*specStackResult, error) {
+// specStep runs one draft+verify step over all sequences. With draw, the
+// drafts and the verifying rows' greedy tokens are drawn on the device where
+// the model can: only ids come back.
+func specStep(m *model.Model, seqs []*specSeq, k int, acceptRate float64, draw bool, rng *rand.Rand) (*specStackResult, error) {
 	c := m.Config()
 	w, vocab := c.HcDim(), c.Vocab
+	var greedy *backend.Draw
+	if draw {
+		greedy = &backend.Draw{}
+	}
 	// The MTP block catches up (its last row gives draft 1), then chains.
 	mi := make([]model.MTPItem, len(seqs))
 	for i, s := range seqs {
 		n := len(s.hidden) / w
-		mi[i] = model.MTPItem{Seq: s.kv, Start: s.mtpLen, Hidden: s.hidden, Next: s.toks[s.mtpLen+1 : s.mtpLen+n+1], WantHidden: true, Ahead: true}
+		mi[i] = model.MTPItem{Seq: s.kv, Start: s.mtpLen, Hidden: s.hidden, Next: s.toks[s.mtpLen+1 : s.mtpLen+n+1], WantHidden: true, Ahead: true, Draw: greedy}
 		s.mtpLen += n
 		s.hidden = nil
 	}
@@ -134,23 +141,24 @@ func specStep(m *model.Model, seqs []*specSeq, k int, acceptRate float64, rng *r
 		if err := m.Snapshot(s.kv, true); err != nil {
 			return nil, err
 		}
-		drafts[i] = []int32{engine.Argmax(out.Logits[i])}
+		drafts[i] = []int32{token(out, i, -1, vocab)}
 	}
 	for d := 1; d < k; d++ {
 		for i, s := range seqs {
-			mi[i] = model.MTPItem{Seq: s.kv, Start: len(s.toks) - 1 + d - 1, Hidden: out.Hidden[i], Next: drafts[i][d-1 : d], WantHidden: true, Draft: true}
+			mi[i] = model.MTPItem{Seq: s.kv, Start: len(s.toks) - 1 + d - 1, Hidden: out.Hidden[i], Next: drafts[i][d-1 : d], WantHidden: true, Draft: true, Draw: greedy}
 		}
 		if out, err = m.ForwardMTP(mi); err != nil {
 			return nil, fmt.Errorf("mtp draft %d: %w", d+1, err)
 		}
 		for i := range seqs {
-			drafts[i] = append(drafts[i], engine.Argmax(out.Logits[i]))
+			drafts[i] = append(drafts[i], token(out, i, -1, vocab))
 		}
 	}
 	// One forward pass verifies every sequence's drafts.
 	b := &model.Batch{Items: make([]model.BatchItem, len(seqs))}
 	for i, s := range seqs {
-		b.Items[i] = model.BatchItem{Seq: s.kv, Tokens: append(slices.Clone(s.pending), drafts[i]...), AllLogits: true, Hidden: true, Keep: len(s.pending)}
+		b.Items[i] = model.BatchItem{Seq: s.kv, Tokens: append(slices.Clone(s.pending), drafts[i]...), AllLogits: !draw, DrawRows: draw,
+			Hidden: true, Keep: len(s.pending)}
 	}
 	vout, err := m.Forward(b)
 	if err != nil {
@@ -159,22 +167,21 @@ func specStep(m *model.Model, seqs []*specSeq, k int, acceptRate float64, rng *r
 	st := &specStackResult{perPos: make([]int, k)}
 	for i, s := range seqs {
 		n := len(s.pending)
-		rows := vout.Logits[i]
-		if len(rows) != (n+k)*vocab {
-			return nil, fmt.Errorf("sequence %d: %d logits for %d rows", i, len(rows), n+k)
+		if vout.RowIDs == nil && len(vout.Logits[i]) != (n+k)*vocab {
+			return nil, fmt.Errorf("sequence %d: %d logits for %d rows", i, len(vout.Logits[i]), n+k)
 		}
 		a := 0
 		for ; a < k; a++ {
 			ok := acceptRate >= 0 && rng.Float64() < acceptRate
 			if acceptRate < 0 {
-				ok = engine.Argmax(rows[(n-1+a)*vocab:(n+a)*vocab]) == drafts[i][a]
+				ok = token(vout, i, n-1+a, vocab) == drafts[i][a]
 			}
 			if !ok {
 				break
 			}
 			st.perPos[a]++
 		}
-		bonus := engine.Argmax(rows[(n-1+a)*vocab : (n+a)*vocab])
+		bonus := token(vout, i, n-1+a, vocab)
 		start := s.kv.Len() - n - k
 		if a == k { // every draft kept: only the MTP chain is undone
 			err = m.Restore(s.kv, 0, true)
@@ -199,6 +206,20 @@ func specStep(m *model.Model, seqs []*specSeq, k int, acceptRate float64, rng *r
 		st.accepted += a
 	}
 	return st, nil
+}
+
+// token is item i's greedy token of row r (-1: its only row): drawn on the
+// device, or the argmax of its logits.
+func token(out *model.Output, i, r, vocab int) int32 {
+	switch {
+	case r < 0 && out.IDs != nil && out.IDs[i] >= 0:
+		return out.IDs[i]
+	case r < 0:
+		return engine.Argmax(out.Logits[i])
+	case out.RowIDs != nil:
+		return out.RowIDs[i][r]
+	}
+	return engine.Argmax(out.Logits[i][r*vocab : (r+1)*vocab])
 }
 
 func (r *specStackResult) print(out io.Writer, f *stackFlags, plain *stackResult) {

@@ -52,11 +52,14 @@ func testSpecStepRollback(t *testing.T, open func(*testing.T) backend.Backend, n
 		name       string
 		acceptRate float64
 		k          int
+		draw       bool // tokens drawn on the device where the model can
 	}{
-		{"greedy", -1, 2},
-		{"forced 0.6", 0.6, 3},
-		{"all accepted", 1, 2},
-		{"none accepted", 0, 1},
+		{"greedy", -1, 2, false},
+		{"greedy drawn", -1, 2, true},
+		{"forced 0.6", 0.6, 3, false},
+		{"forced 0.6 drawn", 0.6, 3, true},
+		{"all accepted", 1, 2, false},
+		{"none accepted", 0, 1, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			be := open(t)
@@ -88,7 +91,7 @@ func testSpecStepRollback(t *testing.T, open func(*testing.T) backend.Backend, n
 			}
 			emitted := 0
 			for range f.decode {
-				st, err := specStep(m, seqs, tc.k, tc.acceptRate, rng)
+				st, err := specStep(m, seqs, tc.k, tc.acceptRate, tc.draw, rng)
 				if err != nil {
 					t.Fatal(err)
 				}
