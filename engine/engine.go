@@ -37,6 +37,9 @@ type ForwardItem struct {
 	// Keep > 0: the rows after the first Keep are speculative drafts
 	// (model.BatchItem.Keep).
 	Keep int
+	// DrawRows asks a verifying model for every row's greedy token drawn on
+	// its device (model.BatchItem.DrawRows).
+	DrawRows bool
 }
 
 // Model is what the engine needs from a model: a batched forward pass that

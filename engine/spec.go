@@ -107,6 +107,7 @@ type specResult struct {
 // speculator drafts and verifies for a Runner.
 type speculator struct {
 	m       Speculator
+	drawer  rowDrawer // nil: verifications download logits rows
 	k       int
 	maxLen  int
 	budget  int // rows per step (drafts included)
@@ -130,7 +131,7 @@ func newSpeculator(m Model, c SpecConfig, cfg Config) (*speculator, error) {
 	if !sm.HasMTP() {
 		return nil, fmt.Errorf("speculative config: method %q: the checkpoint has no MTP block (num_nextn_predict_layers = 0)", c.Method)
 	}
-	return &speculator{m: sm, k: c.NumTokens, maxLen: cfg.MaxModelLen, budget: cfg.MaxBatchTokens, log: cfg.Logger,
+	return &speculator{m: sm, drawer: newRowDrawer(sm, cfg), k: c.NumTokens, maxLen: cfg.MaxModelLen, budget: cfg.MaxBatchTokens, log: cfg.Logger,
 		logged: time.Now(), stats: SpecStats{PerPos: make([]int64, c.NumTokens)}, prevLog: SpecStats{PerPos: make([]int64, c.NumTokens)}}, nil
 }
 
@@ -307,9 +308,12 @@ func (sp *speculator) run(items []Item) ([]Result, error) {
 		if p := props[i]; p != nil {
 			fwd[i].Tokens = append(slices.Clip(fwd[i].Tokens), p.tokens...)
 			fwd[i].AllLogits, fwd[i].Keep = true, it.N
+			if sp.drawer != nil && drawsRows(it.Seq) {
+				fwd[i].AllLogits, fwd[i].DrawRows = false, true
+			}
 		}
 	}
-	logits, hidden, err := sp.m.ForwardHidden(fwd)
+	logits, hidden, drawn, err := sp.forward(fwd)
 	if err != nil {
 		sp.rollbackAll(items, props)
 		return nil, err
@@ -324,12 +328,16 @@ func (sp *speculator) run(items []Item) ([]Result, error) {
 	g.SetLimit(runtime.GOMAXPROCS(0))
 	for i := range items {
 		it := &items[i]
-		rows := fwd[i].AllLogits
+		rows := fwd[i].AllLogits || fwd[i].DrawRows
 		want := vocab
 		if rows {
 			want = len(fwd[i].Tokens) * vocab
 		}
-		if len(logits[i]) != want || len(hidden[i]) != len(fwd[i].Tokens)*w {
+		byID := drawn != nil && drawn[i] != nil
+		if byID && len(drawn[i]) != len(fwd[i].Tokens) {
+			return nil, fmt.Errorf("engine: item %d: %d drawn tokens for %d rows", i, len(drawn[i]), len(fwd[i].Tokens))
+		}
+		if !byID && len(logits[i]) != want || len(hidden[i]) != len(fwd[i].Tokens)*w {
 			return nil, fmt.Errorf("engine: item %d: %d logits and %d hidden values for %d tokens", i, len(logits[i]), len(hidden[i]), len(fwd[i].Tokens))
 		}
 		g.Go(func() error {
@@ -340,7 +348,12 @@ func (sp *speculator) run(items []Item) ([]Result, error) {
 				return nil
 			}
 			var err error
-			if spec[i], err = sp.verify(it.Seq, logits[i][(it.N-1)*vocab:], vocab, props[i]); err != nil {
+			if byID {
+				spec[i], err = sp.verifyDrawn(it.Seq, drawn[i][it.N-1:], vocab, props[i])
+			} else {
+				spec[i], err = sp.verify(it.Seq, logits[i][(it.N-1)*vocab:], vocab, props[i])
+			}
+			if err != nil {
 				res[i].Err = err
 			}
 			return nil

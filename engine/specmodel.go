@@ -55,15 +55,21 @@ func (a modelAdapter) HiddenDim() int { return a.m.Config().HcDim() }
 
 // ForwardHidden implements Speculator.
 func (a modelAdapter) ForwardHidden(items []ForwardItem) ([][]float32, [][]float32, error) {
+	logits, hidden, _, err := a.ForwardVerify(items)
+	return logits, hidden, err
+}
+
+// ForwardVerify implements rowDrawer.
+func (a modelAdapter) ForwardVerify(items []ForwardItem) ([][]float32, [][]float32, [][]int32, error) {
 	b := &model.Batch{Items: make([]model.BatchItem, len(items))}
 	for i, it := range items {
-		b.Items[i] = model.BatchItem{Seq: it.Seq, Tokens: it.Tokens, AllLogits: it.AllLogits, Hidden: true, Keep: it.Keep}
+		b.Items[i] = model.BatchItem{Seq: it.Seq, Tokens: it.Tokens, AllLogits: it.AllLogits, Hidden: true, Keep: it.Keep, DrawRows: it.DrawRows}
 	}
 	out, err := a.m.Forward(b)
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
-	return out.Logits, out.Hidden, nil
+	return out.Logits, out.Hidden, out.RowIDs, nil
 }
 
 // ForwardMTP implements Speculator.

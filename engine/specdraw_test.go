@@ -1,0 +1,91 @@
+package engine
+
+import (
+	"fmt"
+	"testing"
+
+	"github.com/megamoe/megamoe/backend"
+)
+
+// drawingToySpec is toySpec whose verifications draw every row's greedy
+// token with the sample kernel's CPU twin, as model.Model does on a GPU.
+type drawingToySpec struct {
+	*toySpec
+	drawnRows int
+}
+
+func (m *drawingToySpec) CanDraw() bool { return true }
+
+func (m *drawingToySpec) ForwardVerify(items []ForwardItem) ([][]float32, [][]float32, [][]int32, error) {
+	all := make([]ForwardItem, len(items))
+	for i, it := range items {
+		all[i] = it
+		all[i].AllLogits = it.AllLogits || it.DrawRows
+	}
+	logits, hidden, err := m.ForwardHidden(all)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	var rows [][]int32
+	for i, it := range items {
+		if !it.DrawRows {
+			continue
+		}
+		if rows == nil {
+			rows = make([][]int32, len(items))
+		}
+		for r := range it.Tokens {
+			rows[i] = append(rows[i], drawOne(logits[i][r*m.vocab:(r+1)*m.vocab], backend.Draw{}))
+		}
+		m.drawnRows += len(it.Tokens)
+		if !it.AllLogits {
+			logits[i] = nil
+		}
+	}
+	return logits, hidden, rows, nil
+}
+
+// TestSpecDeviceDraws: with DeviceSampling, greedy verifications take the
+// rows' tokens drawn on the device and give plain decoding's outputs, with
+// stop tokens and max_tokens inside a step; requests the host must sample
+// (logprobs, penalties, sampling) verify on the host beside them.
+func TestSpecDeviceDraws(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		params func(i int) SamplingParams
+		drawn  bool // some rows drawn on the device
+	}{
+		{"greedy", func(int) SamplingParams { return SamplingParams{} }, true},
+		{"mixed", func(i int) SamplingParams {
+			switch i % 3 {
+			case 1:
+				return SamplingParams{Logprobs: true}
+			case 2:
+				return SamplingParams{FrequencyPenalty: 0.5}
+			}
+			return SamplingParams{}
+		}, true},
+		{"logprobs only", func(int) SamplingParams { return SamplingParams{Logprobs: true} }, false},
+	} {
+		for _, missOf := range []uint32{0, 3} {
+			t.Run(fmt.Sprintf("%s miss=%d", tc.name, missOf), func(t *testing.T) {
+				reqs := toyRequests(6, 20, tc.params)
+				plain, _ := runEngine(t, newToy(t, 1<<20), Config{MaxModelLen: 4096, MaxBatchTokens: 16}, reqs)
+				reqs = toyRequests(6, 20, tc.params)
+				reqs[2].StopTokens = []int32{plain[2][5]}
+				reqs[3].MaxTokens = 7
+				want, _ := runEngine(t, newToy(t, 1<<20), Config{MaxModelLen: 4096, MaxBatchTokens: 16}, reqs)
+				m := &drawingToySpec{toySpec: newToySpec(newToy(t, 1<<20), missOf)}
+				got, e := runEngine(t, m, Config{MaxModelLen: 4096, MaxBatchTokens: 16, DeviceSampling: true,
+					Speculative: SpecConfig{Method: "mtp", NumTokens: 3}}, reqs)
+				equalOutputs(t, want, got)
+				if st := e.Stats().Spec; st.Accepted == 0 {
+					t.Errorf("no draft accepted: %+v", st)
+				}
+				if (m.drawnRows > 0) != tc.drawn {
+					t.Errorf("%d rows drawn on the device, want some: %v", m.drawnRows, tc.drawn)
+				}
+			})
+		}
+	}
+}
