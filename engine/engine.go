@@ -150,6 +150,7 @@ func New(m Model, cfg Config) (*Engine, error) {
 		if runner.spec, err = newSpeculator(m, cfg.Speculative, cfg); err != nil {
 			return nil, fmt.Errorf("engine: %w", err)
 		}
+		runner.spec.drawer = newRowDrawer(runner.spec.m, cfg)
 	}
 	return &Engine{cfg: cfg, model: m, sched: sched, runner: runner, log: cfg.Logger,
 		wake: make(chan struct{}, 1), byID: map[int64]*Sequence{},

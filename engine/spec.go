@@ -107,7 +107,6 @@ type specResult struct {
 // speculator drafts and verifies for a Runner.
 type speculator struct {
 	m       Speculator
-	drawer  rowDrawer // nil: verifications download logits rows
 	k       int
 	maxLen  int
 	budget  int // rows per step (drafts included)
@@ -115,6 +114,7 @@ type speculator struct {
 	log     *slog.Logger
 	logged  time.Time
 	prevLog SpecStats
+	drawer  rowDrawer // nil: verifications download logits rows
 }
 
 // specLogEvery is the interval of the acceptance log line.
@@ -131,7 +131,7 @@ func newSpeculator(m Model, c SpecConfig, cfg Config) (*speculator, error) {
 	if !sm.HasMTP() {
 		return nil, fmt.Errorf("speculative config: method %q: the checkpoint has no MTP block (num_nextn_predict_layers = 0)", c.Method)
 	}
-	return &speculator{m: sm, drawer: newRowDrawer(sm, cfg), k: c.NumTokens, maxLen: cfg.MaxModelLen, budget: cfg.MaxBatchTokens, log: cfg.Logger,
+	return &speculator{m: sm, k: c.NumTokens, maxLen: cfg.MaxModelLen, budget: cfg.MaxBatchTokens, log: cfg.Logger,
 		logged: time.Now(), stats: SpecStats{PerPos: make([]int64, c.NumTokens)}, prevLog: SpecStats{PerPos: make([]int64, c.NumTokens)}}, nil
 }
 
