@@ -33,12 +33,12 @@ type stackFlags struct {
 	seed                             uint64
 	mtp, trace, profile, graphs, pdl bool
 	draw                             bool
+	spec                             engine.SpecConfig
+	acceptRate                       float64 // forced draft acceptance (< 0: by the logits)
 	timeGraphs, side                 bool
 	tp                               int
 	reserveGiB                       float64
 	variants                         []variant // --variants
-	spec                             engine.SpecConfig
-	acceptRate                       float64 // forced draft acceptance (< 0: by the logits)
 	// corrupt, if set (tests), edits the weights before the model is built.
 	corrupt func(*checkpoint.Weights)
 }
@@ -60,6 +60,11 @@ func parseStack(args []string, stderr io.Writer) (*stackFlags, error) {
 	fs.StringVar(&f.numerics, "numerics", "faithful", "faithful | exact")
 	fs.IntVar(&f.threads, "threads", 0, "CPU backend workers (0 = GOMAXPROCS)")
 	fs.BoolVar(&f.draw, "draw", false, "decode steps take the greedy token drawn on the device (only ids come back, as serve --device-sampling does) instead of downloading every logits row; their logits are then not checked for NaN (with --speculative-config also the drafts and the verifying rows)")
+	fs.Func("speculative-config", `also time decode steps with drafts, e.g. {"method":"mtp","num_speculative_tokens":2} (builds the MTP block)`, func(v string) (err error) {
+		f.spec, err = engine.ParseSpecConfig(v)
+		return err
+	})
+	fs.Float64Var(&f.acceptRate, "accept-rate", -1, "with --speculative-config: accept each draft with this probability regardless of the logits (a test hook: random weights accept ~nothing); default: greedy verification")
 	fs.BoolVar(&f.timeGraphs, "time-graphs", false, "time every replayed decode step on the device (two CUDA events a step) and print its median next to the step's wall time: the rest is host work and transfers")
 	fs.BoolVar(&f.mtp, "mtp", false, "also build (and upload) the MTP block")
 	fs.BoolVar(&f.trace, "trace-nonfinite", false, "check every sub-layer for NaN/Inf from the start (otherwise only on a rerun after a failure)")
@@ -70,11 +75,6 @@ func parseStack(args []string, stderr io.Writer) (*stackFlags, error) {
 	fs.IntVar(&f.tp, "tensor-parallel", 1, "ranks (GPUs 0..N-1 over NCCL with --device cuda, else CPU backends); needs --layers unless --preset small or small-tp")
 	fs.Float64Var(&f.reserveGiB, "reserve-gib", 8, "GPU memory kept free for activations when --layers is 0")
 	synth := fs.String("model", "", "synth:PRESET[:LAYERS], serve's name of the model: sets --preset and --layers")
-	fs.Func("speculative-config", `also time decode steps with drafts, e.g. {"method":"mtp","num_speculative_tokens":2} (builds the MTP block)`, func(v string) (err error) {
-		f.spec, err = engine.ParseSpecConfig(v)
-		return err
-	})
-	fs.Float64Var(&f.acceptRate, "accept-rate", -1, "with --speculative-config: accept each draft with this probability regardless of the logits (a test hook: random weights accept ~nothing); default: greedy verification")
 	vars := fs.String("variants", "", "time the plan once per variant on one model (weights generated once): runs separated by ';', each 'label=names' or 'names', names 'no-side' (every op on the main stream) or '' or 'default' (the defaults); e.g. 'default;no-side;default'")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
