@@ -171,13 +171,13 @@ func (sp *speculator) propose(items []Item) ([]*proposal, error) {
 			return nil, fmt.Errorf("engine: sequence %d: mtp at %d+%d of %d tokens", it.Seq.ID, st.mtpLen, n, len(it.Seq.Tokens))
 		}
 		mi = append(mi, model.MTPItem{Seq: it.Seq.KV, Start: st.mtpLen, Hidden: st.hidden,
-			Next: it.Seq.Tokens[st.mtpLen+1 : st.mtpLen+n+1], WantHidden: true, Ahead: true})
+			Next: it.Seq.Tokens[st.mtpLen+1 : st.mtpLen+n+1], WantHidden: true, Ahead: true, Draw: sp.mtpDraw(it.Seq)})
 		who = append(who, i)
 	}
 	if len(mi) == 0 {
 		return props, nil
 	}
-	logits, hidden, err := sp.m.ForwardMTP(mi)
+	logits, hidden, ids, err := sp.mtp(mi)
 	if err != nil {
 		return nil, err
 	}
@@ -204,7 +204,7 @@ func (sp *speculator) propose(items []Item) ([]*proposal, error) {
 		}
 		spare -= k
 		props[i] = &proposal{}
-		props[i].add(it.Seq.Sampler, logits[j])
+		props[i].addDrawn(it.Seq.Sampler, logits[j], ids, j)
 		chains = append(chains, chain{i: i, k: k, h: hidden[j]})
 	}
 	for d := 1; ; d++ {
@@ -217,19 +217,19 @@ func (sp *speculator) propose(items []Item) ([]*proposal, error) {
 			it := &items[ch.i]
 			p := props[ch.i]
 			mi = append(mi, model.MTPItem{Seq: it.Seq.KV, Start: len(it.Seq.Tokens) - 1 + d - 1, Hidden: ch.h,
-				Next: p.tokens[d-1 : d], WantHidden: true, Draft: true})
+				Next: p.tokens[d-1 : d], WantHidden: true, Draft: true, Draw: sp.mtpDraw(it.Seq)})
 			who = append(who, c)
 		}
 		if len(mi) == 0 {
 			return props, nil
 		}
-		logits, hidden, err := sp.m.ForwardMTP(mi)
+		logits, hidden, ids, err := sp.mtp(mi)
 		if err != nil {
 			return nil, err
 		}
 		for j, c := range who {
 			chains[c].h = hidden[j]
-			props[chains[c].i].add(items[chains[c].i].Seq.Sampler, logits[j])
+			props[chains[c].i].addDrawn(items[chains[c].i].Seq.Sampler, logits[j], ids, j)
 		}
 	}
 }

@@ -74,18 +74,24 @@ func (a modelAdapter) ForwardVerify(items []ForwardItem) ([][]float32, [][]float
 
 // ForwardMTP implements Speculator.
 func (a modelAdapter) ForwardMTP(items []model.MTPItem) ([][]float32, [][]float32, error) {
+	logits, hidden, _, err := a.ForwardMTPDraw(items)
+	return logits, hidden, err
+}
+
+// ForwardMTPDraw implements rowDrawer.
+func (a modelAdapter) ForwardMTPDraw(items []model.MTPItem) ([][]float32, [][]float32, []int32, error) {
 	sp, err := a.spec()
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	out, err := sp.ForwardMTP(items)
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
-	if len(out.Logits) != len(items) {
-		return nil, nil, fmt.Errorf("engine: mtp returned %d rows for %d items", len(out.Logits), len(items))
+	if len(out.Logits) != len(items) || out.IDs != nil && len(out.IDs) != len(items) {
+		return nil, nil, nil, fmt.Errorf("engine: mtp returned %d rows and %d ids for %d items", len(out.Logits), len(out.IDs), len(items))
 	}
-	return out.Logits, out.Hidden, nil
+	return out.Logits, out.Hidden, out.IDs, nil
 }
 
 // Snapshot implements Speculator.
