@@ -232,12 +232,7 @@ func (l *Layer) Forward(be backend.Backend, st backend.KVStore, a backend.Tensor
 		return nil
 	}
 	defer be.Join() // error paths; runs before the frees above
-	if sp != nil {
-		// Its sub-batches and snapshots stay on one stream.
-		if err := kvSide(); err != nil {
-			return nil, err
-		}
-	} else if err := be.Fork(n, b, kvSide); err != nil {
+	if err := be.Fork(n, b, kvSide); err != nil {
 		return nil, err
 	}
 	// q_norm, then wq_b and the indexer's wq_b, which read its output.

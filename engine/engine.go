@@ -37,6 +37,9 @@ type ForwardItem struct {
 	// Keep > 0: the rows after the first Keep are speculative drafts
 	// (model.BatchItem.Keep).
 	Keep int
+	// DrawRows asks a verifying model for every row's greedy token drawn on
+	// its device (model.BatchItem.DrawRows).
+	DrawRows bool
 }
 
 // Model is what the engine needs from a model: a batched forward pass that
@@ -147,6 +150,7 @@ func New(m Model, cfg Config) (*Engine, error) {
 		if runner.spec, err = newSpeculator(m, cfg.Speculative, cfg); err != nil {
 			return nil, fmt.Errorf("engine: %w", err)
 		}
+		runner.spec.drawer = newRowDrawer(runner.spec.m, cfg)
 	}
 	return &Engine{cfg: cfg, model: m, sched: sched, runner: runner, log: cfg.Logger,
 		wake: make(chan struct{}, 1), byID: map[int64]*Sequence{},

@@ -164,6 +164,7 @@ type speculator struct {
 	log     *slog.Logger
 	logged  time.Time
 	prevLog SpecStats
+	drawer  rowDrawer // nil: verifications download logits rows
 }
 
 // specLogEvery is the interval of the acceptance log line.
@@ -228,13 +229,13 @@ func (mtpDrafter) propose(sp *speculator, items []Item) ([]*proposal, error) {
 			return nil, fmt.Errorf("engine: sequence %d: mtp at %d+%d of %d tokens", it.Seq.ID, st.mtpLen, n, len(it.Seq.Tokens))
 		}
 		mi = append(mi, model.MTPItem{Seq: it.Seq.KV, Start: st.mtpLen, Hidden: st.hidden,
-			Next: it.Seq.Tokens[st.mtpLen+1 : st.mtpLen+n+1], WantHidden: true, Ahead: true})
+			Next: it.Seq.Tokens[st.mtpLen+1 : st.mtpLen+n+1], WantHidden: true, Ahead: true, Draw: sp.mtpDraw(it.Seq)})
 		who = append(who, i)
 	}
 	if len(mi) == 0 {
 		return props, nil
 	}
-	logits, hidden, err := sp.m.ForwardMTP(mi)
+	logits, hidden, ids, err := sp.mtp(mi)
 	if err != nil {
 		return nil, err
 	}
@@ -261,7 +262,7 @@ func (mtpDrafter) propose(sp *speculator, items []Item) ([]*proposal, error) {
 		}
 		spare -= k
 		props[i] = &proposal{}
-		props[i].add(it.Seq.Sampler, logits[j])
+		props[i].addDrawn(it.Seq.Sampler, logits[j], ids, j)
 		chains = append(chains, chain{i: i, k: k, h: hidden[j]})
 	}
 	for d := 1; ; d++ {
@@ -274,19 +275,19 @@ func (mtpDrafter) propose(sp *speculator, items []Item) ([]*proposal, error) {
 			it := &items[ch.i]
 			p := props[ch.i]
 			mi = append(mi, model.MTPItem{Seq: it.Seq.KV, Start: len(it.Seq.Tokens) - 1 + d - 1, Hidden: ch.h,
-				Next: p.tokens[d-1 : d], WantHidden: true, Draft: true})
+				Next: p.tokens[d-1 : d], WantHidden: true, Draft: true, Draw: sp.mtpDraw(it.Seq)})
 			who = append(who, c)
 		}
 		if len(mi) == 0 {
 			return props, nil
 		}
-		logits, hidden, err := sp.m.ForwardMTP(mi)
+		logits, hidden, ids, err := sp.mtp(mi)
 		if err != nil {
 			return nil, err
 		}
 		for j, c := range who {
 			chains[c].h = hidden[j]
-			props[chains[c].i].add(items[chains[c].i].Seq.Sampler, logits[j])
+			props[chains[c].i].addDrawn(items[chains[c].i].Seq.Sampler, logits[j], ids, j)
 		}
 	}
 }
@@ -365,9 +366,12 @@ func (sp *speculator) run(items []Item) ([]Result, error) {
 		if p := props[i]; p != nil {
 			fwd[i].Tokens = append(slices.Clip(fwd[i].Tokens), p.tokens...)
 			fwd[i].AllLogits, fwd[i].Keep = true, it.N
+			if sp.drawer != nil && drawsRows(it.Seq) {
+				fwd[i].AllLogits, fwd[i].DrawRows = false, true
+			}
 		}
 	}
-	logits, hidden, err := sp.m.ForwardHidden(fwd)
+	logits, hidden, drawn, err := sp.forward(fwd)
 	if err != nil {
 		sp.rollbackAll(items, props)
 		return nil, err
@@ -382,12 +386,16 @@ func (sp *speculator) run(items []Item) ([]Result, error) {
 	g.SetLimit(runtime.GOMAXPROCS(0))
 	for i := range items {
 		it := &items[i]
-		rows := fwd[i].AllLogits
+		rows := fwd[i].AllLogits || fwd[i].DrawRows
 		want := vocab
 		if rows {
 			want = len(fwd[i].Tokens) * vocab
 		}
-		if len(logits[i]) != want || len(hidden[i]) != len(fwd[i].Tokens)*w {
+		byID := drawn != nil && drawn[i] != nil
+		if byID && len(drawn[i]) != len(fwd[i].Tokens) {
+			return nil, fmt.Errorf("engine: item %d: %d drawn tokens for %d rows", i, len(drawn[i]), len(fwd[i].Tokens))
+		}
+		if !byID && len(logits[i]) != want || len(hidden[i]) != len(fwd[i].Tokens)*w {
 			return nil, fmt.Errorf("engine: item %d: %d logits and %d hidden values for %d tokens", i, len(logits[i]), len(hidden[i]), len(fwd[i].Tokens))
 		}
 		g.Go(func() error {
@@ -398,7 +406,12 @@ func (sp *speculator) run(items []Item) ([]Result, error) {
 				return nil
 			}
 			var err error
-			if spec[i], err = sp.verify(it.Seq, logits[i][(it.N-1)*vocab:], vocab, props[i]); err != nil {
+			if byID {
+				spec[i], err = sp.verifyDrawn(it.Seq, drawn[i][it.N-1:], vocab, props[i])
+			} else {
+				spec[i], err = sp.verify(it.Seq, logits[i][(it.N-1)*vocab:], vocab, props[i])
+			}
+			if err != nil {
 				res[i].Err = err
 			}
 			return nil

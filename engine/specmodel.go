@@ -105,31 +105,43 @@ func (a modelAdapter) MarkovBias(prev []int32) ([][]float32, error) {
 
 // ForwardHidden implements Speculator.
 func (a modelAdapter) ForwardHidden(items []ForwardItem) ([][]float32, [][]float32, error) {
+	logits, hidden, _, err := a.ForwardVerify(items)
+	return logits, hidden, err
+}
+
+// ForwardVerify implements rowDrawer.
+func (a modelAdapter) ForwardVerify(items []ForwardItem) ([][]float32, [][]float32, [][]int32, error) {
 	b := &model.Batch{Items: make([]model.BatchItem, len(items))}
 	for i, it := range items {
-		b.Items[i] = model.BatchItem{Seq: it.Seq, Tokens: it.Tokens, AllLogits: it.AllLogits, Hidden: true, Keep: it.Keep}
+		b.Items[i] = model.BatchItem{Seq: it.Seq, Tokens: it.Tokens, AllLogits: it.AllLogits, Hidden: true, Keep: it.Keep, DrawRows: it.DrawRows}
 	}
 	out, err := a.m.Forward(b)
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
-	return out.Logits, out.Hidden, nil
+	return out.Logits, out.Hidden, out.RowIDs, nil
 }
 
 // ForwardMTP implements Speculator.
 func (a modelAdapter) ForwardMTP(items []model.MTPItem) ([][]float32, [][]float32, error) {
+	logits, hidden, _, err := a.ForwardMTPDraw(items)
+	return logits, hidden, err
+}
+
+// ForwardMTPDraw implements rowDrawer.
+func (a modelAdapter) ForwardMTPDraw(items []model.MTPItem) ([][]float32, [][]float32, []int32, error) {
 	sp, err := a.spec()
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	out, err := sp.ForwardMTP(items)
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
-	if len(out.Logits) != len(items) {
-		return nil, nil, fmt.Errorf("engine: mtp returned %d rows for %d items", len(out.Logits), len(items))
+	if len(out.Logits) != len(items) || out.IDs != nil && len(out.IDs) != len(items) {
+		return nil, nil, nil, fmt.Errorf("engine: mtp returned %d rows and %d ids for %d items", len(out.Logits), len(out.IDs), len(items))
 	}
-	return out.Logits, out.Hidden, nil
+	return out.Logits, out.Hidden, out.IDs, nil
 }
 
 // Snapshot implements Speculator.

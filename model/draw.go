@@ -13,13 +13,14 @@ func (m *Model) CanDraw() bool {
 }
 
 // drawTokens draws the tokens of the items that ask for it from the logits
-// lg (one row per item, every row of an AllLogits item) on the device; nil
-// when there is none or the model cannot draw. Rows nobody draws from take
-// the greedy rule (one argmax pass each) and are not used.
-func (m *Model) drawTokens(lg backend.Tensor, items []BatchItem) ([]int32, error) {
+// lg (one row per item, every row of an AllLogits or DrawRows item) on the
+// device, and every row's of the DrawRows items; nil when there is none or
+// the model cannot draw. Rows nobody draws from take the greedy rule (one
+// argmax pass each) and are not used.
+func (m *Model) drawTokens(lg backend.Tensor, items []BatchItem) ([]int32, [][]int32, error) {
 	ds := backend.Sampler(m.be)
 	if ds == nil || m.sharded() || !anyDraw(items) {
-		return nil, nil
+		return nil, nil, nil
 	}
 	var (
 		draws []backend.Draw
@@ -27,7 +28,7 @@ func (m *Model) drawTokens(lg backend.Tensor, items []BatchItem) ([]int32, error
 	)
 	for i, it := range items {
 		cnt := 1
-		if it.AllLogits {
+		if it.AllLogits || it.DrawRows {
 			cnt = len(it.Tokens)
 		}
 		draws = append(draws, make([]backend.Draw, cnt)...)
@@ -38,21 +39,29 @@ func (m *Model) drawTokens(lg backend.Tensor, items []BatchItem) ([]int32, error
 	}
 	got := make([]int32, len(draws))
 	if err := ds.SampleDraw(lg, draws, got); err != nil {
-		return nil, fmt.Errorf("model: draw: %w", err)
+		return nil, nil, fmt.Errorf("model: draw: %w", err)
 	}
 	ids := make([]int32, len(items))
+	var rows [][]int32
 	for i, it := range items {
 		ids[i] = -1
-		if it.Draw != nil {
+		if it.Draw != nil || it.DrawRows {
 			ids[i] = got[last[i]]
 		}
+		if it.DrawRows {
+			if rows == nil {
+				rows = make([][]int32, len(items))
+			}
+			n := len(it.Tokens)
+			rows[i] = got[last[i]-n+1 : last[i]+1 : last[i]+1]
+		}
 	}
-	return ids, nil
+	return ids, rows, nil
 }
 
 func anyDraw(items []BatchItem) bool {
 	for _, it := range items {
-		if it.Draw != nil {
+		if it.Draw != nil || it.DrawRows {
 			return true
 		}
 	}

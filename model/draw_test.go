@@ -117,3 +117,135 @@ func TestForwardDraws(t *testing.T) {
 		}
 	}
 }
+
+// TestForwardDrawRows: a DrawRows item gets the greedy token of every row
+// (its last row under Draw) and no logits unless AllLogits; on a model that
+// cannot draw it gets every row's logits instead.
+func TestForwardDrawRows(t *testing.T) {
+	c := checkpoint.SmallConfig()
+	w := genWeights(t, c, 1)
+	be := &drawingBackend{countingBackend: &countingBackend{Backend: cpu.New(cpu.Options{}), live: map[backend.Tensor]string{}}}
+	m, err := New(w, be, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ref, err := New(w, cpu.New(cpu.Options{}), Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	items := []struct {
+		n    int
+		draw *backend.Draw
+		all  bool
+	}{
+		{4, nil, false}, // greedy rows
+		{3, &backend.Draw{Temp: 0.9, U: 0.4}, false}, // the last row sampled
+		{2, nil, true},  // ids and logits
+		{1, nil, false}, // one row
+	}
+	var mb, rb, nb Batch
+	for i, it := range items {
+		toks := prompt(it.n, c.Vocab, uint64(i+3))
+		s, r, nd := m.Cache().NewSequence(), ref.Cache().NewSequence(), ref.Cache().NewSequence()
+		defer m.FreeSequence(s)
+		defer ref.FreeSequence(r)
+		defer ref.FreeSequence(nd)
+		mb.Items = append(mb.Items, BatchItem{Seq: s, Tokens: toks, DrawRows: true, Draw: it.draw, AllLogits: it.all})
+		rb.Items = append(rb.Items, BatchItem{Seq: r, Tokens: toks, AllLogits: true})
+		nb.Items = append(nb.Items, BatchItem{Seq: nd, Tokens: toks, DrawRows: true})
+	}
+	got, err := m.Forward(&mb)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, err := ref.Forward(&rb)
+	if err != nil {
+		t.Fatal(err)
+	}
+	undrawn, err := ref.Forward(&nb)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, it := range items {
+		d := make([]backend.Draw, it.n)
+		if it.draw != nil {
+			d[it.n-1] = *it.draw
+		}
+		wantIDs := drawRef(want.Logits[i], c.Vocab, d)
+		if !slices.Equal(got.RowIDs[i], wantIDs) || got.IDs[i] != wantIDs[it.n-1] {
+			t.Errorf("item %d: rows drew %v (last %d), want %v", i, got.RowIDs[i], got.IDs[i], wantIDs)
+		}
+		if it.all != (got.Logits[i] != nil) || it.all && !slices.Equal(got.Logits[i], want.Logits[i]) {
+			t.Errorf("item %d: logits returned %v, want %v and equal to a plain forward's", i, got.Logits[i] != nil, it.all)
+		}
+		if !slices.Equal(undrawn.Logits[i], want.Logits[i]) {
+			t.Errorf("item %d: a model that cannot draw returned %d logits, want every row's %d", i, len(undrawn.Logits[i]), len(want.Logits[i]))
+		}
+	}
+	if undrawn.RowIDs != nil || undrawn.IDs != nil {
+		t.Errorf("a model that cannot draw returned ids")
+	}
+}
+
+// TestForwardMTPDraws: MTP items with Draw get the token drawn from the
+// logits a plain ForwardMTP returns, and no logits; the others their logits.
+func TestForwardMTPDraws(t *testing.T) {
+	c := checkpoint.SmallConfig()
+	if c.MTPLayers == 0 {
+		t.Fatal("the small config has no MTP block")
+	}
+	w := genWeights(t, c, 2)
+	be := &drawingBackend{countingBackend: &countingBackend{Backend: cpu.New(cpu.Options{}), live: map[backend.Tensor]string{}}}
+	m, err := New(w, be, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ref, err := New(w, cpu.New(cpu.Options{}), Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	draws := []*backend.Draw{{}, {Temp: 1.1, TopK: 9, U: 0.61}, nil}
+	var mi, ri []MTPItem
+	for i, d := range draws {
+		toks := prompt(6, c.Vocab, uint64(20+i))
+		var items []MTPItem
+		for _, mod := range []*Model{m, ref} {
+			s := mod.Cache().NewSequence()
+			defer mod.FreeSequence(s)
+			out, err := mod.Forward(&Batch{Items: []BatchItem{{Seq: s, Tokens: toks[:5], Hidden: true}}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			items = append(items, MTPItem{Seq: s, Hidden: out.Hidden[0], Next: toks[1:6], Draw: d})
+		}
+		mi, ri = append(mi, items[0]), append(ri, items[1])
+		ri[i].Draw = nil
+	}
+	calls := be.calls
+	before := len(be.live)
+	got, err := m.ForwardMTP(mi)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, err := ref.ForwardMTP(ri)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if be.calls != calls+1 {
+		t.Errorf("%d SampleDraw calls, want 1", be.calls-calls)
+	}
+	for i, d := range draws {
+		if d == nil {
+			if got.IDs[i] != -1 || !slices.Equal(got.Logits[i], want.Logits[i]) {
+				t.Errorf("item %d: id %d and logits equal %v, want -1 and the plain logits", i, got.IDs[i], slices.Equal(got.Logits[i], want.Logits[i]))
+			}
+			continue
+		}
+		if id := drawRef(want.Logits[i], c.Vocab, []backend.Draw{*d})[0]; got.IDs[i] != id || got.Logits[i] != nil {
+			t.Errorf("item %d: drew %d (logits returned %v), want %d and no logits", i, got.IDs[i], got.Logits[i] != nil, id)
+		}
+	}
+	if len(be.live) != before {
+		t.Errorf("ForwardMTP left %d tensors allocated: %s", len(be.live)-before, be.sites())
+	}
+}

@@ -328,6 +328,12 @@ type BatchItem struct {
 	// (Output.IDs) where the model CanDraw; the logits then stay there
 	// unless AllLogits.
 	Draw *backend.Draw
+	// DrawRows draws a token from every row on the device where the model
+	// CanDraw (Output.RowIDs): greedy for all rows but the last, which follows
+	// Draw (greedy without it); the logits stay there unless AllLogits. A
+	// greedy verification of drafts needs only these. Where the model cannot
+	// draw, Logits holds every row instead.
+	DrawRows bool
 	// Keep > 0 makes the rows after the first Keep speculative: the cache
 	// state after the first Keep rows is kept in the sequence's spare slot
 	// (Snapshot reserves it), so that Restore undoes the others.
@@ -342,6 +348,7 @@ type BatchItem struct {
 type Output struct {
 	Logits    [][]float32
 	IDs       []int32
+	RowIDs    [][]int32 // per DrawRows item drawn on the device, every row's token
 	Hidden    [][]float32
 	Vocab     int
 	HiddenDim int
@@ -505,7 +512,7 @@ func (m *Model) Forward(b *Batch) (*Output, error) {
 	var rows []int
 	for i, it := range b.Items {
 		sq := bt.Seqs[i]
-		if it.AllLogits {
+		if it.AllLogits || it.DrawRows {
 			for r := range sq.Rows {
 				rows = append(rows, sq.Row0+r)
 			}
@@ -562,7 +569,7 @@ func (m *Model) Forward(b *Batch) (*Output, error) {
 		m.cache.Advance(it.Seq, len(it.Tokens))
 	}
 	out := &Output{Logits: make([][]float32, len(b.Items)), Vocab: c.Vocab, HiddenDim: c.HcDim()}
-	if out.IDs, err = m.drawTokens(lg, b.Items); err != nil {
+	if out.IDs, out.RowIDs, err = m.drawTokens(lg, b.Items); err != nil {
 		be.Free(lg)
 		return nil, err
 	}
@@ -574,7 +581,7 @@ func (m *Model) Forward(b *Batch) (*Output, error) {
 		k := 0
 		for i, it := range b.Items {
 			cnt := 1
-			if it.AllLogits {
+			if it.AllLogits || it.DrawRows {
 				cnt = len(it.Tokens)
 			}
 			if keepsLogits(it, out.IDs, i) {

@@ -23,6 +23,10 @@ type MTPItem struct {
 	// WantHidden also returns the block's output streams of the last row
 	// (Output.Hidden), the hidden state a chained draft feeds back in.
 	WantHidden bool
+	// Draw asks for the last row's token drawn on the device where the
+	// model CanDraw (Output.IDs; its logits then stay there), as
+	// BatchItem.Draw.
+	Draw *backend.Draw
 	// Draft marks chained drafts (their hidden state is the block's own
 	// output); Ahead allows positions beyond the main model's cache (the
 	// rows a speculative step computed and then rolled back). Draft implies
@@ -55,7 +59,7 @@ func (m *Model) ForwardMTP(items []MTPItem) (*Output, error) {
 		if it.Start < 0 || !it.Draft && !it.Ahead && it.Start+len(it.Next) > it.Seq.Len() {
 			return nil, fmt.Errorf("model mtp: item %d: positions %d..%d beyond the %d processed tokens", i, it.Start, it.Start+len(it.Next)-1, it.Seq.Len())
 		}
-		bi[i] = BatchItem{Seq: it.Seq, Tokens: it.Next, AllLogits: it.AllLogits}
+		bi[i] = BatchItem{Seq: it.Seq, Tokens: it.Next, AllLogits: it.AllLogits, Draw: it.Draw}
 	}
 	bt, ids, err := m.prepare(bi, true)
 	if err != nil {
@@ -128,22 +132,36 @@ func (m *Model) ForwardMTP(items []MTPItem) (*Output, error) {
 			rows = append(rows, sq.Row0+sq.Rows-1)
 		}
 	}
-	logits, err := m.logits(xm, rows, p.hcHead, p.norm, "mtp ")
+	lg, err := m.headLogits(xm, rows, p.hcHead, p.norm, "mtp ")
 	if err != nil {
 		return nil, err
 	}
 	out := &Output{Logits: make([][]float32, len(items)), Vocab: c.Vocab, HiddenDim: w}
-	if err := m.mtpHidden(xm, bt, items, out); err != nil {
+	if out.IDs, _, err = m.drawTokens(lg, bi); err != nil {
+		be.Free(lg)
 		return nil, err
 	}
-	k := 0
-	for i, it := range items {
-		cnt := 1
-		if it.AllLogits {
-			cnt = len(it.Next)
+	if allDrawn(bi, out.IDs) {
+		be.Free(lg)
+	} else {
+		logits, err := m.downloadLogits(lg, len(rows), "mtp ")
+		if err != nil {
+			return nil, err
 		}
-		out.Logits[i] = logits[k*c.Vocab : (k+cnt)*c.Vocab : (k+cnt)*c.Vocab]
-		k += cnt
+		k := 0
+		for i, it := range items {
+			cnt := 1
+			if it.AllLogits {
+				cnt = len(it.Next)
+			}
+			if keepsLogits(bi[i], out.IDs, i) {
+				out.Logits[i] = logits[k*c.Vocab : (k+cnt)*c.Vocab : (k+cnt)*c.Vocab]
+			}
+			k += cnt
+		}
+	}
+	if err := m.mtpHidden(xm, bt, items, out); err != nil {
+		return nil, err
 	}
 	for _, t := range []backend.Tensor{e, en, ep, x, xh, hp} {
 		be.Free(t)

@@ -90,8 +90,14 @@ func (d *devBatch) place(p cuda.DevicePtr) {
 	d.Blocks = d.Seq.Add(4 * d.Rows)
 }
 
-// deviceBatch returns bt's device layout (uploading it if it changed); while
-// a step is recorded, the recording's fixed layout.
+// batchLayouts is how many device layouts deviceBatch keeps: a step with
+// speculative rows alternates, layer by layer, between its batch and the two
+// sub-batches of its stateful ops (kept rows, drafts).
+const batchLayouts = 4
+
+// deviceBatch returns bt's device layout (uploading it unless one of the
+// last batchLayouts layouts is the same); while a step is recorded, the
+// recording's fixed layout.
 func (b *Backend) deviceBatch(bt *backend.Batch) (*devBatch, error) {
 	b.pdlFor(bt)
 	if c := b.rec; c != nil {
@@ -106,12 +112,16 @@ func (b *Backend) deviceBatch(bt *backend.Batch) (*devBatch, error) {
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if b.batch.buf != nil && slices.Equal(b.batch.host, host) {
-		return &b.batch, nil
+	for i, c := range b.batches {
+		if slices.Equal(c.host, host) { // most recent first
+			copy(b.batches[1:i+1], b.batches[:i])
+			b.batches[0] = c
+			return c, nil
+		}
 	}
-	if b.batch.buf != nil {
-		b.batch.buf.Free()
-		b.batch.buf = nil
+	if n := len(b.batches); n == batchLayouts {
+		b.batches[n-1].buf.Free() // reused in stream order (cuda.Pool)
+		b.batches = b.batches[:n-1]
 	}
 	buf, err := b.upload(cuda.Bytes(host))
 	if err != nil {
@@ -119,6 +129,6 @@ func (b *Backend) deviceBatch(bt *backend.Batch) (*devBatch, error) {
 	}
 	d.host, d.buf = host, buf
 	d.place(buf.Ptr)
-	b.batch = d
-	return &b.batch, nil
+	b.batches = slices.Insert(b.batches, 0, &d)
+	return &d, nil
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"slices"
 	"testing"
 
 	"github.com/megamoe/megamoe/backend"
@@ -92,11 +93,14 @@ func TestElementwiseOps(t *testing.T) {
 				must(t, p.G.Combine(g.G, u.G, o2.G))
 				p.Check("combine "+tag, o2, 1e-3)
 
-				rows := []int{sh.rows - 1, 0, sh.rows / 2}
-				o3 := p.Out(len(rows), sh.d)
-				must(t, p.C.GatherRows(g.C, rows, o3.C))
-				must(t, p.G.GatherRows(g.G, rows, o3.G))
-				p.Check("gather "+tag, o3, 0)
+				// Single rows, and runs of consecutive ones (copied at once).
+				for _, rows := range [][]int{{sh.rows - 1, 0, sh.rows / 2}, {0, 1, 2, 1, 2, sh.rows - 1, 0}} {
+					rows = slices.DeleteFunc(rows, func(r int) bool { return r >= sh.rows })
+					o3 := p.Out(len(rows), sh.d)
+					must(t, p.C.GatherRows(g.C, rows, o3.C))
+					must(t, p.G.GatherRows(g.G, rows, o3.G))
+					p.Check(fmt.Sprintf("gather %v %s", rows, tag), o3, 0)
+				}
 
 				// hc post: mix = post | comb.
 				n := sh.n

@@ -99,10 +99,17 @@ func (b *Backend) GatherRows(x backend.Tensor, rows []int, out backend.Tensor) e
 		return err
 	}
 	xt, ot := t[0], t[1]
-	for i, r := range rows {
-		if err := b.s.CopyDtoD(ot.Row(i), xt.Row(r), 4*xt.cols); err != nil {
+	// One copy per run of consecutive rows: a verification's rows and the
+	// parts of a speculative step are runs.
+	for i := 0; i < len(rows); {
+		j := i + 1
+		for j < len(rows) && rows[j] == rows[j-1]+1 {
+			j++
+		}
+		if err := b.s.CopyDtoD(ot.Row(i), xt.Row(rows[i]), 4*xt.cols*(j-i)); err != nil {
 			return fmt.Errorf("gather: %w", err)
 		}
+		i = j
 	}
 	return nil
 }

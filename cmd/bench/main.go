@@ -16,6 +16,10 @@
 // computed of requests sharing a long prefix and of a multi-turn conversation,
 // with the cache off and on, on one model of a preset (prefix.go).
 //
+// `bench spec [flags]` measures the MTP drafts' acceptance on a trained model
+// (the embedded small one by default): chat prompts answered through the
+// engine with N drafts per step at temperatures 0 and 1 (spec.go).
+//
 // `bench kernels [flags]` times our GEMM kernels (FP8 dense, FP4 grouped MoE)
 // at the Flash and Pro shapes and 1 to 4096 tokens next to the measured copy
 // bandwidth, each case also checked against its CPU twin (kernels.go);
@@ -31,7 +35,7 @@ import (
 
 func main() {
 	cmds := map[string]func([]string, io.Writer, io.Writer) error{
-		"http": runHTTP, "stack": runStack, "kernels": runKernels, "kv": runKV, "prefix": runPrefix, "roofline": runRoofline,
+		"http": runHTTP, "stack": runStack, "kernels": runKernels, "kv": runKV, "prefix": runPrefix, "roofline": runRoofline, "spec": runSpec,
 	}
 	name, args := "http", os.Args[1:]
 	if len(args) > 0 && cmds[args[0]] != nil {

@@ -33,6 +33,8 @@ type stackFlags struct {
 	seed                             uint64
 	mtp, trace, profile, graphs, pdl bool
 	draw                             bool
+	spec                             engine.SpecConfig
+	acceptRate                       float64 // forced draft acceptance (< 0: by the logits)
 	timeGraphs, side                 bool
 	tp                               int
 	reserveGiB                       float64
@@ -58,7 +60,12 @@ func parseStack(args []string, stderr io.Writer) (*stackFlags, error) {
 	fs.Uint64Var(&f.seed, "seed", 1, "weight and token seed")
 	fs.StringVar(&f.numerics, "numerics", "faithful", "faithful | exact")
 	fs.IntVar(&f.threads, "threads", 0, "CPU backend workers (0 = GOMAXPROCS)")
-	fs.BoolVar(&f.draw, "draw", false, "decode steps take the greedy token drawn on the device (only ids come back, as serve --device-sampling does) instead of downloading every logits row; their logits are then not checked for NaN")
+	fs.BoolVar(&f.draw, "draw", false, "decode steps take the greedy token drawn on the device (only ids come back, as serve --device-sampling does) instead of downloading every logits row; their logits are then not checked for NaN (with --speculative-config also the drafts and the verifying rows)")
+	fs.Func("speculative-config", `also time decode steps with drafts, e.g. {"method":"mtp","num_speculative_tokens":2} (builds the MTP block)`, func(v string) (err error) {
+		f.spec, err = engine.ParseSpecConfig(v)
+		return err
+	})
+	fs.Float64Var(&f.acceptRate, "accept-rate", -1, "with --speculative-config: accept each draft with this probability regardless of the logits (a test hook: random weights accept ~nothing); default: greedy verification")
 	fs.BoolVar(&f.timeGraphs, "time-graphs", false, "time every replayed decode step on the device (two CUDA events a step) and print its median next to the step's wall time: the rest is host work and transfers")
 	fs.BoolVar(&f.mtp, "mtp", false, "also build (and upload) the MTP block")
 	fs.BoolVar(&f.trace, "trace-nonfinite", false, "check every sub-layer for NaN/Inf from the start (otherwise only on a rerun after a failure)")
@@ -94,6 +101,7 @@ func parseStack(args []string, stderr io.Writer) (*stackFlags, error) {
 	if fs.NArg() > 0 {
 		return nil, fmt.Errorf("unexpected arguments %q", fs.Args())
 	}
+	f.mtp = f.mtp || f.spec.Enabled()
 	sideSet := false
 	fs.Visit(func(fl *flag.Flag) { sideSet = sideSet || fl.Name == "side-stream" })
 	switch {
@@ -111,6 +119,10 @@ func parseStack(args []string, stderr io.Writer) (*stackFlags, error) {
 		return nil, errors.New("--tensor-parallel > 1 needs --layers N")
 	case f.tp > 1 && (f.profile || f.trace):
 		return nil, errors.New("--profile and --trace-nonfinite run on one rank only")
+	case f.acceptRate >= 0 && !f.spec.Enabled() || f.acceptRate > 1:
+		return nil, errors.New("--accept-rate needs --speculative-config and must be in [0, 1]")
+	case f.spec.Enabled() && (f.tp > 1 || f.variants != nil):
+		return nil, errors.New("--speculative-config runs on one rank, without --variants")
 	case f.variants != nil && (f.tp > 1 || f.profile || f.trace || f.device != "cuda" || sideSet):
 		return nil, errors.New("--variants runs on one CUDA device, without --profile, --trace-nonfinite or --side-stream (each variant sets its own)")
 	}
@@ -237,6 +249,10 @@ func stack(f *stackFlags, stdout, stderr io.Writer) error {
 		return runVariants(m, g, f, c, formats, copyGBs, stdout)
 	}
 	r, err := runPlan(m, f, prof, nil)
+	var sr *specStackResult
+	if err == nil && f.spec.Enabled() {
+		sr, err = runSpecPlan(m, f)
+	}
 	graphs := ""
 	if onGPU {
 		graphs = fmt.Sprintf("programmatic dependent launch: %v (steps of <= 16 rows)\n", g.PDL())
@@ -279,6 +295,9 @@ func stack(f *stackFlags, stdout, stderr io.Writer) error {
 		return fmt.Errorf("profile: %w", prof.err)
 	}
 	r.print(stdout, f)
+	if sr != nil {
+		sr.print(stdout, f, r)
+	}
 	printFloor(stdout, r, c, formats, f.batch, copyGBs)
 	fmt.Fprint(stdout, graphs)
 	if prof != nil {
@@ -311,6 +330,9 @@ func cacheFor(c *checkpoint.Config, f *stackFlags) int64 {
 		return 0 // model.New reports the same error
 	}
 	per := kvcache.NewManager(layout, 0).BytesFor(f.prefill + f.decode)
+	if k := f.spec.NumTokens; k > 0 { // steps with drafts take up to k+1 tokens, one more untimed, and a snapshot slot
+		per = max(per, kvcache.NewManager(layout, 0).BytesFor(f.prefill+(f.decode+1)*(k+1)+k+1)+layout.StateBytes)
+	}
 	return int64(f.batch+f.prefillSeqs) * per
 }
 

@@ -1,0 +1,257 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"slices"
+	"time"
+
+	"github.com/megamoe/megamoe/backend"
+	"github.com/megamoe/megamoe/engine"
+	"github.com/megamoe/megamoe/kvcache"
+	"github.com/megamoe/megamoe/model"
+)
+
+// Decode steps with MTP drafts (--speculative-config): the engine's step
+// (engine/spec.go) driven on the model directly. Each step brings the MTP
+// block up to the sequence's tokens, chains the drafts, verifies them in one
+// forward pass of k+1 rows per sequence beside the kept rows, accepts a
+// prefix of them and rolls the cache back to the emitted tokens.
+
+// specSeq is one sequence's drafting state.
+type specSeq struct {
+	kv      *kvcache.Sequence
+	toks    []int32   // prompt and generated tokens
+	pending []int32   // tokens not yet in the cache (replayed drafts, then the last token)
+	mtpLen  int       // positions the MTP block has processed
+	hidden  []float32 // the main model's final streams of positions mtpLen…
+}
+
+// specStackResult is what the timed steps with drafts did.
+type specStackResult struct {
+	steps    []time.Duration
+	emitted  int // tokens emitted by the timed steps
+	drafted  int
+	accepted int
+	perPos   []int
+}
+
+// runSpecPlan prefills --batch fresh sequences of random tokens and runs
+// --decode timed steps with drafts after one untimed step (the MTP block's
+// first use). Drafts are the MTP block's argmax; a draft is accepted with
+// probability --accept-rate regardless of the logits, or, without it, when
+// it is the target row's argmax (greedy verification).
+func runSpecPlan(m *model.Model, f *stackFlags) (*specStackResult, error) {
+	rng := rand.New(rand.NewPCG(f.seed, 0x73706563))
+	seqs := make([]*specSeq, f.batch)
+	for i := range seqs {
+		seqs[i] = &specSeq{kv: m.Cache().NewSequence()}
+		defer m.FreeSequence(seqs[i].kv)
+	}
+	if err := specPrefill(m, f, seqs, rng); err != nil {
+		return nil, err
+	}
+	k := f.spec.NumTokens
+	r := &specStackResult{perPos: make([]int, k)}
+	for step := range f.decode + 1 {
+		t := time.Now()
+		st, err := specStep(m, seqs, k, f.acceptRate, f.draw, rng)
+		if err != nil {
+			return nil, fmt.Errorf("speculative step %d: %w", step, err)
+		}
+		if step == 0 {
+			continue
+		}
+		r.steps = append(r.steps, time.Since(t))
+		r.emitted += st.emitted
+		r.drafted += st.drafted
+		r.accepted += st.accepted
+		for j, a := range st.perPos {
+			r.perPos[j] += a
+		}
+	}
+	return r, nil
+}
+
+// specPrefill prefills seqs with random prompts of --prefill tokens in steps
+// of --prefill-seqs sequences, takes each one's next token (argmax) and runs
+// the MTP block over the prompt.
+func specPrefill(m *model.Model, f *stackFlags, seqs []*specSeq, rng *rand.Rand) error {
+	c := m.Config()
+	w := c.HcDim()
+	for i0 := 0; i0 < len(seqs); i0 += f.prefillSeqs {
+		group := seqs[i0:min(i0+f.prefillSeqs, len(seqs))]
+		b := &model.Batch{}
+		for _, s := range group {
+			s.toks = randTokens(rng, f.prefill, c.Vocab)
+			b.Items = append(b.Items, model.BatchItem{Seq: s.kv, Tokens: s.toks, Hidden: true})
+		}
+		out, err := m.Forward(b)
+		if err != nil {
+			return fmt.Errorf("speculative prefill %d..%d: %w", i0, i0+len(group)-1, err)
+		}
+		var mi []model.MTPItem
+		for j, s := range group {
+			s.toks = append(s.toks, engine.Argmax(out.Last(j)))
+			s.pending = s.toks[len(s.toks)-1:]
+			s.hidden = out.Hidden[j]
+			if f.prefill > 1 { // the MTP block catches up with the prompt now, untimed
+				n := f.prefill - 1
+				mi = append(mi, model.MTPItem{Seq: s.kv, Hidden: s.hidden[:n*w], Next: s.toks[1 : n+1]})
+				s.mtpLen, s.hidden = n, s.hidden[n*w:]
+			}
+		}
+		if len(mi) > 0 {
+			if _, err := m.ForwardMTP(mi); err != nil {
+				return fmt.Errorf("speculative prefill %d..%d: mtp: %w", i0, i0+len(group)-1, err)
+			}
+		}
+	}
+	return nil
+}
+
+// specStep runs one draft+verify step over all sequences. With draw, the
+// drafts and the verifying rows' greedy tokens are drawn on the device where
+// the model can: only ids come back.
+func specStep(m *model.Model, seqs []*specSeq, k int, acceptRate float64, draw bool, rng *rand.Rand) (*specStackResult, error) {
+	c := m.Config()
+	w, vocab := c.HcDim(), c.Vocab
+	var greedy *backend.Draw
+	if draw {
+		greedy = &backend.Draw{}
+	}
+	// The MTP block catches up (its last row gives draft 1), then chains.
+	mi := make([]model.MTPItem, len(seqs))
+	for i, s := range seqs {
+		n := len(s.hidden) / w
+		mi[i] = model.MTPItem{Seq: s.kv, Start: s.mtpLen, Hidden: s.hidden, Next: s.toks[s.mtpLen+1 : s.mtpLen+n+1], WantHidden: true, Ahead: true, Draw: greedy}
+		s.mtpLen += n
+		s.hidden = nil
+	}
+	out, err := m.ForwardMTP(mi)
+	if err != nil {
+		return nil, fmt.Errorf("mtp: %w", err)
+	}
+	drafts := make([][]int32, len(seqs))
+	for i, s := range seqs {
+		if err := m.Cache().Reserve(s.kv, s.kv.Len()+len(s.pending)+k); err != nil {
+			return nil, err
+		}
+		if err := m.Snapshot(s.kv, true); err != nil {
+			return nil, err
+		}
+		drafts[i] = []int32{token(out, i, -1, vocab)}
+	}
+	for d := 1; d < k; d++ {
+		for i, s := range seqs {
+			mi[i] = model.MTPItem{Seq: s.kv, Start: len(s.toks) - 1 + d - 1, Hidden: out.Hidden[i], Next: drafts[i][d-1 : d], WantHidden: true, Draft: true, Draw: greedy}
+		}
+		if out, err = m.ForwardMTP(mi); err != nil {
+			return nil, fmt.Errorf("mtp draft %d: %w", d+1, err)
+		}
+		for i := range seqs {
+			drafts[i] = append(drafts[i], token(out, i, -1, vocab))
+		}
+	}
+	// One forward pass verifies every sequence's drafts.
+	b := &model.Batch{Items: make([]model.BatchItem, len(seqs))}
+	for i, s := range seqs {
+		b.Items[i] = model.BatchItem{Seq: s.kv, Tokens: append(slices.Clone(s.pending), drafts[i]...), AllLogits: !draw, DrawRows: draw,
+			Hidden: true, Keep: len(s.pending)}
+	}
+	vout, err := m.Forward(b)
+	if err != nil {
+		return nil, fmt.Errorf("verify: %w", err)
+	}
+	st := &specStackResult{perPos: make([]int, k)}
+	for i, s := range seqs {
+		n := len(s.pending)
+		if vout.RowIDs == nil && len(vout.Logits[i]) != (n+k)*vocab {
+			return nil, fmt.Errorf("sequence %d: %d logits for %d rows", i, len(vout.Logits[i]), n+k)
+		}
+		a := 0
+		for ; a < k; a++ {
+			ok := acceptRate >= 0 && rng.Float64() < acceptRate
+			if acceptRate < 0 {
+				ok = token(vout, i, n-1+a, vocab) == drafts[i][a]
+			}
+			if !ok {
+				break
+			}
+			st.perPos[a]++
+		}
+		bonus := token(vout, i, n-1+a, vocab)
+		start := s.kv.Len() - n - k
+		if a == k { // every draft kept: only the MTP chain is undone
+			err = m.Restore(s.kv, 0, true)
+		} else { // back to the kept rows; the accepted drafts are replayed next step
+			err = m.Restore(s.kv, start+n, false)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("sequence %d: %w", i, err)
+		}
+		kept := 0
+		if a == k {
+			kept = k
+		}
+		m.Cache().Shrink(s.kv, start+n+kept+1)
+		// The MTP block has seen positions before start+n-1; rows n-1… up
+		// to the last accepted draft are right.
+		s.hidden = slices.Clone(vout.Hidden[i][(n-1)*w : (n+a)*w])
+		s.toks = append(append(s.toks, drafts[i][:a]...), bonus)
+		s.pending = slices.Clone(s.toks[len(s.toks)-1-(a-kept):])
+		st.emitted += a + 1
+		st.drafted += k
+		st.accepted += a
+	}
+	return st, nil
+}
+
+// token is item i's greedy token of row r (-1: its only row): drawn on the
+// device, or the argmax of its logits.
+func token(out *model.Output, i, r, vocab int) int32 {
+	switch {
+	case r < 0 && out.IDs != nil && out.IDs[i] >= 0:
+		return out.IDs[i]
+	case r < 0:
+		return engine.Argmax(out.Logits[i])
+	case out.RowIDs != nil:
+		return out.RowIDs[i][r]
+	}
+	return engine.Argmax(out.Logits[i][r*vocab : (r+1)*vocab])
+}
+
+func (r *specStackResult) print(out io.Writer, f *stackFlags, plain *stackResult) {
+	if len(r.steps) == 0 {
+		fmt.Fprintln(out, "speculative: 0 steps")
+		return
+	}
+	how := "greedy verification against the target's argmax"
+	if f.acceptRate >= 0 {
+		how = fmt.Sprintf("forced acceptance: each draft accepted with probability %.2f regardless of the logits (--accept-rate)", f.acceptRate)
+	}
+	var total time.Duration
+	for _, d := range r.steps {
+		total += d
+	}
+	s := slices.Clone(r.steps)
+	slices.Sort(s)
+	tps := float64(r.emitted) / max(total.Seconds(), 1e-9)
+	fmt.Fprintf(out, "speculative %s N=%d (%s)\n", f.spec.Method, f.spec.NumTokens, how)
+	per := make([]string, len(r.perPos))
+	for j, a := range r.perPos {
+		per[j] = fmt.Sprintf("%.3f", float64(a)/float64(len(s)*f.batch))
+	}
+	fmt.Fprintf(out, "draft+verify %d steps × batch %d in %v: %.1f tok/s  step median %.2f ms  min %.2f ms  max %.2f ms  mean acceptance length %.3f  per position %v\n",
+		len(s), f.batch, total.Round(time.Millisecond), tps, ms(s[len(s)/2]), ms(s[0]), ms(s[len(s)-1]),
+		float64(r.emitted)/float64(len(s)*f.batch), per)
+	var plainTotal time.Duration
+	for _, d := range plain.steps {
+		plainTotal += d
+	}
+	if len(plain.steps) > 0 && plainTotal > 0 {
+		ptps := float64(len(plain.steps)*f.batch) / plainTotal.Seconds()
+		fmt.Fprintf(out, "speculative vs plain decoding: %.1f / %.1f tok/s = %.2fx\n", tps, ptps, tps/ptps)
+	}
+}

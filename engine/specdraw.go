@@ -1,0 +1,111 @@
+package engine
+
+import (
+	"fmt"
+	"slices"
+
+	"github.com/megamoe/megamoe/backend"
+	"github.com/megamoe/megamoe/model"
+)
+
+// Greedy drafts and verifications on the device (Config.DeviceSampling): a
+// greedy sequence's drafts and verifying rows come back as their argmax
+// tokens, the rule of the host's greedy sample, instead of logits rows.
+
+// rowDrawer is a Speculator that draws greedy drafts and every row's greedy
+// token of a verification on its device (model.MTPItem.Draw,
+// model.BatchItem.DrawRows).
+type rowDrawer interface {
+	CanDraw() bool
+	// ForwardVerify is ForwardHidden that also returns, per item with
+	// DrawRows, every row's greedy token (and then no logits), or nil rows
+	// where the model drew none.
+	ForwardVerify(items []ForwardItem) (logits, hidden [][]float32, rows [][]int32, err error)
+	// ForwardMTPDraw is ForwardMTP that also returns, per item with Draw,
+	// its drawn token (and then no logits; -1 for the others, nil where
+	// none was drawn).
+	ForwardMTPDraw(items []model.MTPItem) (logits, hidden [][]float32, ids []int32, err error)
+}
+
+// newRowDrawer returns m's rowDrawer when the engine samples on the device
+// and m can, else nil.
+func newRowDrawer(m Speculator, cfg Config) rowDrawer {
+	if d, ok := m.(rowDrawer); ok && cfg.DeviceSampling && d.CanDraw() {
+		return d
+	}
+	return nil
+}
+
+// drawsRows reports whether seq's verification can take device-drawn
+// tokens: greedy, with nothing the host applies to the logits (penalties,
+// bias, logprobs, min_tokens, a grammar).
+func drawsRows(seq *Sequence) bool {
+	d, ok := seq.Sampler.DeviceDraw()
+	return ok && d.Temp == 0 && seq.grammar == nil
+}
+
+// mtpDraw is the draw of seq's drafts: greedy on the device, or nil (the
+// host drafts from the logits; a sampled draft also needs its distribution).
+func (sp *speculator) mtpDraw(seq *Sequence) *backend.Draw {
+	if sp.drawer == nil || seq.Sampler.p.Temperature != 0 {
+		return nil
+	}
+	return &backend.Draw{}
+}
+
+// mtp runs the MTP block; ids is nil unless the model drew some drafts.
+func (sp *speculator) mtp(items []model.MTPItem) (logits, hidden [][]float32, ids []int32, err error) {
+	if sp.drawer != nil {
+		return sp.drawer.ForwardMTPDraw(items)
+	}
+	logits, hidden, err = sp.m.ForwardMTP(items)
+	return logits, hidden, nil, err
+}
+
+// addDrawn adds the draft drawn on the device (ids[j]), else drafts from
+// the logits (add).
+func (p *proposal) addDrawn(s *Sampler, logits []float32, ids []int32, j int) {
+	if ids != nil && ids[j] >= 0 {
+		p.tokens = append(p.tokens, ids[j])
+		return
+	}
+	p.add(s, logits)
+}
+
+// forward runs the verifying pass; rows is nil unless the model drew some.
+func (sp *speculator) forward(fwd []ForwardItem) (logits, hidden [][]float32, rows [][]int32, err error) {
+	if sp.drawer != nil {
+		return sp.drawer.ForwardVerify(fwd)
+	}
+	logits, hidden, err = sp.m.ForwardHidden(fwd)
+	return logits, hidden, nil, err
+}
+
+// verifyDrawn is verify for a greedy sequence whose rows' tokens were drawn
+// on the device: ids[j] is the token after the j-th input from the last
+// kept row on.
+func (sp *speculator) verifyDrawn(seq *Sequence, ids []int32, vocab int, p *proposal) (specResult, error) {
+	var out specResult
+	for j := 0; j <= len(p.tokens); j++ {
+		if ids[j] < 0 || int(ids[j]) >= vocab {
+			return out, fmt.Errorf("engine: sequence %d: drawn token %d outside the vocabulary", seq.ID, ids[j])
+		}
+		tok := Sampled{ID: ids[j]}
+		accepted := j < len(p.tokens) && tok.ID == p.tokens[j]
+		out.tokens = append(out.tokens, tok)
+		seq.Sampler.Accept(tok.ID)
+		var err error
+		if out.ended, err = seq.grammar.accept(tok.ID); err != nil {
+			return out, err
+		}
+		if accepted {
+			out.accepted++
+		}
+		n := len(out.tokens)
+		if !accepted || out.ended || slices.Contains(seq.Req.StopTokens, tok.ID) ||
+			seq.Generated()+n >= seq.Req.MaxTokens || len(seq.Tokens)+n >= sp.maxLen {
+			return out, nil
+		}
+	}
+	return out, nil
+}
