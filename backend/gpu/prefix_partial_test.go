@@ -3,11 +3,9 @@ package gpu
 import (
 	"math"
 	"math/rand/v2"
-	"path/filepath"
 	"slices"
 	"testing"
 
-	"github.com/megamoe/megamoe/checkpoint"
 	"github.com/megamoe/megamoe/kvcache"
 	"github.com/megamoe/megamoe/model"
 )
@@ -20,20 +18,8 @@ import (
 func TestPrefixPartialOnGPU(t *testing.T) {
 	for _, numerics := range []string{"faithful", "exact"} {
 		t.Run(numerics, func(t *testing.T) {
-			g := openGPU(t, Options{})
-			w, st, err := checkpoint.GenerateLoad(filepath.Join(t.TempDir(), "m"), checkpoint.GenSpec{Seed: 1})
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer st.Close()
-			m, err := model.New(w, g, model.Options{Numerics: numerics, CacheBytes: 64 << 20})
-			if err != nil {
-				t.Fatal(err)
-			}
+			m, w := prefixModel(t, numerics)
 			cache := m.Cache()
-			if err := cache.EnablePrefixCaching(); err != nil {
-				t.Fatal(err)
-			}
 			r := rand.New(rand.NewPCG(7, 8))
 			rnd := func(n int) []int32 {
 				v := make([]int32, n)

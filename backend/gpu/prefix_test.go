@@ -18,20 +18,8 @@ import (
 func TestPrefixCacheOnGPU(t *testing.T) {
 	for _, numerics := range []string{"faithful", "exact"} {
 		t.Run(numerics, func(t *testing.T) {
-			g := openGPU(t, Options{})
-			w, st, err := checkpoint.GenerateLoad(filepath.Join(t.TempDir(), "m"), checkpoint.GenSpec{Seed: 1})
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer st.Close()
-			m, err := model.New(w, g, model.Options{Numerics: numerics, CacheBytes: 64 << 20})
-			if err != nil {
-				t.Fatal(err)
-			}
+			m, w := prefixModel(t, numerics)
 			cache := m.Cache()
-			if err := cache.EnablePrefixCaching(); err != nil {
-				t.Fatal(err)
-			}
 			r := rand.New(rand.NewPCG(5, 6))
 			rnd := func(n int) []int32 {
 				v := make([]int32, n)
@@ -89,4 +77,24 @@ func TestPrefixCacheOnGPU(t *testing.T) {
 			}
 		})
 	}
+}
+
+// prefixModel is the small checkpoint on the GPU in the given numerics with
+// prefix caching on.
+func prefixModel(t *testing.T, numerics string) (*model.Model, *checkpoint.Weights) {
+	t.Helper()
+	g := openGPU(t, Options{})
+	w, st, err := checkpoint.GenerateLoad(filepath.Join(t.TempDir(), "m"), checkpoint.GenSpec{Seed: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	m, err := model.New(w, g, model.Options{Numerics: numerics, CacheBytes: 64 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Cache().EnablePrefixCaching(); err != nil {
+		t.Fatal(err)
+	}
+	return m, w
 }

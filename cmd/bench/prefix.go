@@ -13,7 +13,6 @@ import (
 	"github.com/megamoe/megamoe/checkpoint"
 	"github.com/megamoe/megamoe/engine"
 	"github.com/megamoe/megamoe/model"
-	"github.com/megamoe/megamoe/models"
 )
 
 // prefixFlags are the options of `bench prefix`.
@@ -50,16 +49,8 @@ func parsePrefix(args []string, stderr io.Writer) (*prefixFlags, error) {
 	if err := fs.Parse(args); err != nil {
 		return nil, err
 	}
-	if *synth != "" {
-		spec, err := models.ParseSynth(*synth)
-		if err != nil {
-			return nil, err
-		}
-		c, err := spec.Config()
-		if err != nil {
-			return nil, err
-		}
-		f.stack.preset, f.stack.layers = spec.Preset, c.Layers
+	if err := f.stack.setSynth(*synth); err != nil {
+		return nil, err
 	}
 	switch {
 	case fs.NArg() > 0:

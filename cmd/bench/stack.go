@@ -81,16 +81,8 @@ func parseStack(args []string, stderr io.Writer) (*stackFlags, error) {
 	if err := fs.Parse(args); err != nil {
 		return nil, err
 	}
-	if *synth != "" {
-		spec, err := models.ParseSynth(*synth)
-		if err != nil {
-			return nil, err
-		}
-		c, err := spec.Config()
-		if err != nil {
-			return nil, err
-		}
-		f.preset, f.layers = spec.Preset, c.Layers
+	if err := f.setSynth(*synth); err != nil {
+		return nil, err
 	}
 	if *vars != "" {
 		var err error
@@ -569,4 +561,22 @@ func randTokens(rng *rand.Rand, n, vocab int) []int32 {
 		toks[k] = int32(rng.IntN(vocab))
 	}
 	return toks
+}
+
+// setSynth sets --preset and --layers from serve's name of a synthetic model
+// (synth:PRESET[:LAYERS]); an empty name changes nothing.
+func (f *stackFlags) setSynth(name string) error {
+	if name == "" {
+		return nil
+	}
+	spec, err := models.ParseSynth(name)
+	if err != nil {
+		return err
+	}
+	c, err := spec.Config()
+	if err != nil {
+		return err
+	}
+	f.preset, f.layers = spec.Preset, c.Layers
+	return nil
 }
