@@ -334,21 +334,29 @@ func (sp *speculator) verify(seq *Sequence, rows []float32, vocab int, p *propos
 			id, accepted = s.acceptDraft(p.tokens[j], s.targetDist(row, mask), p.q[j])
 			tok = s.withLogprobs(row, id)
 		}
-		out.tokens = append(out.tokens, tok)
-		s.Accept(tok.ID)
-		if out.ended, err = seq.grammar.accept(tok.ID); err != nil {
+		if stop, err := out.take(seq, tok, accepted, sp.maxLen); stop || err != nil {
 			return out, err
-		}
-		if accepted {
-			out.accepted++
-		}
-		n := len(out.tokens)
-		if !accepted || out.ended || slices.Contains(seq.Req.StopTokens, tok.ID) ||
-			seq.Generated()+n >= seq.Req.MaxTokens || len(seq.Tokens)+n >= sp.maxLen {
-			return out, nil
 		}
 	}
 	return out, nil
+}
+
+// take appends tok to the walk over seq's drafts (accepted: it was the
+// draft) and reports whether the walk stops there: after a rejection, or a
+// token that ends the sequence.
+func (out *specResult) take(seq *Sequence, tok Sampled, accepted bool, maxLen int) (bool, error) {
+	out.tokens = append(out.tokens, tok)
+	seq.Sampler.Accept(tok.ID)
+	var err error
+	if out.ended, err = seq.grammar.accept(tok.ID); err != nil {
+		return true, err
+	}
+	if accepted {
+		out.accepted++
+	}
+	n := len(out.tokens)
+	return !accepted || out.ended || slices.Contains(seq.Req.StopTokens, tok.ID) ||
+		seq.Generated()+n >= seq.Req.MaxTokens || len(seq.Tokens)+n >= maxLen, nil
 }
 
 // run is Runner.Run with drafts: one forward pass verifies every decoding

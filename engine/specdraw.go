@@ -2,7 +2,6 @@ package engine
 
 import (
 	"fmt"
-	"slices"
 
 	"github.com/megamoe/megamoe/backend"
 	"github.com/megamoe/megamoe/model"
@@ -92,19 +91,8 @@ func (sp *speculator) verifyDrawn(seq *Sequence, ids []int32, vocab int, p *prop
 		}
 		tok := Sampled{ID: ids[j]}
 		accepted := j < len(p.tokens) && tok.ID == p.tokens[j]
-		out.tokens = append(out.tokens, tok)
-		seq.Sampler.Accept(tok.ID)
-		var err error
-		if out.ended, err = seq.grammar.accept(tok.ID); err != nil {
+		if stop, err := out.take(seq, tok, accepted, sp.maxLen); stop || err != nil {
 			return out, err
-		}
-		if accepted {
-			out.accepted++
-		}
-		n := len(out.tokens)
-		if !accepted || out.ended || slices.Contains(seq.Req.StopTokens, tok.ID) ||
-			seq.Generated()+n >= seq.Req.MaxTokens || len(seq.Tokens)+n >= sp.maxLen {
-			return out, nil
 		}
 	}
 	return out, nil
