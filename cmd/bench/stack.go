@@ -243,7 +243,7 @@ func stack(f *stackFlags, stdout, stderr io.Writer) error {
 	r, err := runPlan(m, f, prof, nil)
 	var sr *specStackResult
 	if err == nil && f.spec.Enabled() {
-		sr, err = runSpecPlan(m, f)
+		sr, err = runSpecPlan(m, f, prof)
 	}
 	graphs := ""
 	if onGPU {
@@ -294,6 +294,9 @@ func stack(f *stackFlags, stdout, stderr io.Writer) error {
 	fmt.Fprint(stdout, graphs)
 	if prof != nil {
 		fmt.Fprintln(stdout, r.profiles)
+		if sr != nil {
+			fmt.Fprintln(stdout, sr.profile)
+		}
 	}
 	return nil
 }

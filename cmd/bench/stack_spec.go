@@ -5,6 +5,7 @@ import (
 	"io"
 	"math/rand/v2"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/megamoe/megamoe/backend"
@@ -35,6 +36,7 @@ type specStackResult struct {
 	drafted  int
 	accepted int
 	perPos   []int
+	profile  string // the per-op breakdown of the timed steps (--profile)
 }
 
 // runSpecPlan prefills --batch fresh sequences of random tokens and runs
@@ -42,7 +44,7 @@ type specStackResult struct {
 // first use). Drafts are the MTP block's argmax; a draft is accepted with
 // probability --accept-rate regardless of the logits, or, without it, when
 // it is the target row's argmax (greedy verification).
-func runSpecPlan(m *model.Model, f *stackFlags) (*specStackResult, error) {
+func runSpecPlan(m *model.Model, f *stackFlags, prof *timedBackend) (*specStackResult, error) {
 	rng := rand.New(rand.NewPCG(f.seed, 0x73706563))
 	seqs := make([]*specSeq, f.batch)
 	for i := range seqs {
@@ -54,7 +56,11 @@ func runSpecPlan(m *model.Model, f *stackFlags) (*specStackResult, error) {
 	}
 	k := f.spec.NumTokens
 	r := &specStackResult{perPos: make([]int, k)}
+	var wall time.Duration
 	for step := range f.decode + 1 {
+		if step == 1 && prof != nil {
+			prof.reset()
+		}
 		t := time.Now()
 		st, err := specStep(m, seqs, k, f.acceptRate, f.draw, rng)
 		if err != nil {
@@ -64,12 +70,18 @@ func runSpecPlan(m *model.Model, f *stackFlags) (*specStackResult, error) {
 			continue
 		}
 		r.steps = append(r.steps, time.Since(t))
+		wall += r.steps[len(r.steps)-1]
 		r.emitted += st.emitted
 		r.drafted += st.drafted
 		r.accepted += st.accepted
 		for j, a := range st.perPos {
 			r.perPos[j] += a
 		}
+	}
+	if prof != nil && f.decode > 0 {
+		var b strings.Builder
+		prof.print(&b, fmt.Sprintf("speculative step (batch %d, k %d)", f.batch, k), f.decode, wall)
+		r.profile = b.String()
 	}
 	return r, nil
 }

@@ -87,7 +87,7 @@ var (
 	reDirective = regexp.MustCompile(`(?m)^\s*\.(version|target|address_size)\b[^\n]*$`)
 	reVarDecl   = regexp.MustCompile(`^(?:\.(?:visible|extern|weak)\s+)*\.(global|shared|const|local)\s+(?:\.align\s+(\d+)\s+)?\.(\w+)\s+([\w$.]+)(?:\[(\d*)\])?`)
 	reRegDecl   = regexp.MustCompile(`^\.reg\s+\.(\w+)\s+(%?[\w$]+)(?:<(\d+)>)?$`)
-	reParamDcl  = regexp.MustCompile(`^\.param\s+(?:\.align\s+(\d+)\s+)?\.(\w+)\s+([\w$]+)(?:\[(\d+)\])?$`)
+	reParamDcl  = regexp.MustCompile(`^\.param\s+(?:\.align\s+(\d+)\s+)?\.(\w+)\s+(?:\.ptr\s+(?:\.(?:global|const|local|shared)\s+)?(?:\.align\s+\d+\s+)?)?([\w$]+)(?:\[(\d+)\])?$`)
 )
 
 // typeSize is the byte size of a PTX fundamental type name (no dot).
