@@ -648,6 +648,23 @@ func (m *Model) logits(x backend.Tensor, rows []int, hc backend.HC, norm backend
 	return m.downloadLogits(lg, len(rows), prefix)
 }
 
+// HeadLogits computes the main head's logits [len(rows), local vocab] of rows
+// of the final streams x [N, hc·d] on the device: the head of a step alone,
+// for benchmarks. The caller frees the result.
+func (m *Model) HeadLogits(x backend.Tensor, rows []int) (backend.Tensor, error) {
+	if x == nil || x.Cols() != m.cfg.HcDim() || len(rows) == 0 {
+		return nil, fmt.Errorf("model: head logits: want streams of width %d and rows", m.cfg.HcDim())
+	}
+	for _, r := range rows {
+		if r < 0 || r >= x.Rows() {
+			return nil, fmt.Errorf("model: head logits: row %d outside [0, %d)", r, x.Rows())
+		}
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.headLogits(x, rows, m.hcHead, m.norm, "")
+}
+
 // headLogits computes this rank's logits [len(rows), local vocab] on the device.
 func (m *Model) headLogits(x backend.Tensor, rows []int, hc backend.HC, norm backend.Vec, prefix string) (backend.Tensor, error) {
 	be, c := m.be, m.cfg

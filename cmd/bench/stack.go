@@ -233,17 +233,24 @@ func stack(f *stackFlags, stdout, stderr io.Writer) error {
 		}
 	}
 	g, onGPU := be.(*gpu.Backend)
+	fr := &floorReport{cut: c, full: full, formats: formats, batch: f.batch, copyGBs: copyGBs}
 	if f.variants != nil {
 		defer closeBE()
 		if !onGPU {
 			return errors.New("--variants needs the cuda device")
 		}
-		return runVariants(m, g, f, c, formats, copyGBs, stdout)
+		if fr.headMs, err = timeHead(m, g, f.batch); err != nil {
+			return err
+		}
+		return runVariants(m, g, f, fr, stdout)
 	}
 	r, err := runPlan(m, f, prof, nil)
 	var sr *specStackResult
 	if err == nil && f.spec.Enabled() {
 		sr, err = runSpecPlan(m, f, prof)
+	}
+	if err == nil && onGPU && f.decode > 0 {
+		fr.headMs, err = timeHead(m, g, f.batch)
 	}
 	graphs := ""
 	if onGPU {
@@ -290,7 +297,7 @@ func stack(f *stackFlags, stdout, stderr io.Writer) error {
 	if sr != nil {
 		sr.print(stdout, f, r)
 	}
-	printFloor(stdout, r, c, formats, f.batch, copyGBs)
+	fr.print(stdout, r.steps)
 	fmt.Fprint(stdout, graphs)
 	if prof != nil {
 		fmt.Fprintln(stdout, r.profiles)

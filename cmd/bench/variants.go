@@ -4,11 +4,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"slices"
 	"strings"
 
 	"github.com/megamoe/megamoe/backend/gpu"
-	"github.com/megamoe/megamoe/checkpoint"
 	"github.com/megamoe/megamoe/cuda"
 	"github.com/megamoe/megamoe/engine"
 )
@@ -57,8 +55,7 @@ func parseVariants(list string) ([]variant, error) {
 // runVariants times the plan once per variant on one model: the weights are
 // generated and uploaded once, and every variant runs in the same process
 // (fresh sequences, its own warm-up and graph recordings).
-func runVariants(m engine.Stepper, g *gpu.Backend, f *stackFlags, c *checkpoint.Config, formats checkpoint.FormatFunc,
-	copyGBs float64, stdout io.Writer) error {
+func runVariants(m engine.Stepper, g *gpu.Backend, f *stackFlags, fr *floorReport, stdout io.Writer) error {
 	var errs []error
 	for _, v := range f.variants {
 		if err := g.SetSideStream(!v.noSide); err != nil {
@@ -78,7 +75,7 @@ func runVariants(m engine.Stepper, g *gpu.Backend, f *stackFlags, c *checkpoint.
 			errs = append(errs, fmt.Errorf("variant %s: %w", v.label, err))
 		} else {
 			r.print(stdout, f)
-			printFloor(stdout, r, c, formats, f.batch, copyGBs)
+			fr.print(stdout, r.steps)
 		}
 		if st := g.GraphStats(); f.graphs {
 			fmt.Fprintf(stdout, "cuda graphs: %d recorded, %d steps replayed, %d eager (the prefills too)\n",
@@ -89,17 +86,4 @@ func runVariants(m engine.Stepper, g *gpu.Backend, f *stackFlags, c *checkpoint.
 		}
 	}
 	return errors.Join(errs...)
-}
-
-// printFloor prints the decode steps' median against the weight-read floor.
-func printFloor(out io.Writer, r *stackResult, c *checkpoint.Config, formats checkpoint.FormatFunc, batch int, copyGBs float64) {
-	if copyGBs <= 0 || len(r.steps) == 0 {
-		return
-	}
-	fb := decodeFloorBytes(c, formats, batch)
-	floor := float64(fb) / (copyGBs * 1e9)
-	s := slices.Clone(r.steps)
-	slices.Sort(s)
-	fmt.Fprintf(out, "decode floor: %s of weights per step at the copy rate %.0f GB/s = %.3f ms; step median %.2f× the floor\n",
-		gib(fb), copyGBs, floor*1e3, s[len(s)/2].Seconds()/floor)
 }
