@@ -251,11 +251,7 @@ func (l *Layer) Forward(be backend.Backend, st backend.KVStore, a backend.Tensor
 		return nil, err
 	}
 	if ix := l.Idx; ix != nil {
-		err := be.Rope(qi, backend.RopeArgs{Freqs: l.Rope, HeadDim: ix.Dim}, b)
-		if err == nil {
-			err = be.HadamardFP4(qi, ix.Dim)
-		}
-		if err := wrap("indexer q", err); err != nil {
+		if err := wrap("indexer q", be.RopeHadamardFP4(qi, backend.RopeArgs{Freqs: l.Rope, HeadDim: ix.Dim}, b)); err != nil {
 			return nil, err
 		}
 	}

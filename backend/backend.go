@@ -404,6 +404,8 @@ type Backend interface {
 	SwiGLULinear(g, u Tensor, limit float32, h Tensor, w Linear, out Tensor) error
 	// HeadNormRope: HeadNorm(x, a.HeadDim, eps), then Rope(x, a, b).
 	HeadNormRope(x Tensor, eps float32, a RopeArgs, b *Batch) error
+	// RopeHadamardFP4: Rope(x, a, b), then HadamardFP4(x, a.HeadDim).
+	RopeHadamardFP4(x Tensor, a RopeArgs, b *Batch) error
 	// NormRopeKVQuant: RMSNorm(x, w, eps, out), Rope(out, a, b), KVQuant(out, nope, block).
 	NormRopeKVQuant(x Tensor, w Vec, eps float32, a RopeArgs, nope, block int, b *Batch, out Tensor) error
 	// ExpertsCombine: Experts(f, e, weights, ids, a) into an fp32

@@ -370,6 +370,14 @@ func CheckHadamardFP4(x Tensor, headDim int) error {
 	return nil
 }
 
+// CheckRopeHadamardFP4 checks RopeHadamardFP4's arguments: its parts'.
+func CheckRopeHadamardFP4(x Tensor, a RopeArgs, b *Batch) error {
+	if err := CheckRope(x, a, b); err != nil {
+		return err
+	}
+	return CheckHadamardFP4(x, a.HeadDim)
+}
+
 // checkLayer returns the spec of cache layer `layer` of s.
 func checkLayer(op string, s KVStore, layer int, b *Batch) (LayerKV, error) {
 	if isNil(s) {

@@ -39,7 +39,7 @@ var Ops = []OpInfo{
 	{"Router", Compute}, {"Experts", Compute}, {"SwiGLU", Compute}, {"Combine", Compute}, {"GatherRows", Compute},
 
 	{"Linears", Fused}, {"NormLinears", Fused}, {"HcPreNormLinears", Fused}, {"SwiGLULinear", Fused},
-	{"HeadNormRope", Fused}, {"NormRopeKVQuant", Fused}, {"ExpertsCombine", Fused},
+	{"HeadNormRope", Fused}, {"NormRopeKVQuant", Fused}, {"RopeHadamardFP4", Fused}, {"ExpertsCombine", Fused},
 
 	{"Fork", Schedule}, {"Join", Schedule}, {"RecordStep", Schedule},
 }

@@ -169,3 +169,19 @@ func HadamardFP4F32(s *Stream, x DevicePtr, segs, hd int, sc float32, fp4 bool) 
 	a := new(Args).Ptr(x).I32(hd).F32(sc).I32(b2i(fp4))
 	return launch(s, "hc_f32", "hadamard_fp4_f32", Dim3{uint32(segs), 1, 1}, Dim3{uint32(threads), 1, 1}, 4*hd, a)
 }
+
+// RopeHadamardFP4F32 is RopeF32 (the last rd values of every head) then
+// HadamardFP4F32 on x [rows, heads*hd] in one launch, bit for bit the two
+// (faithful: RopeF32's faithful and HadamardFP4F32's fp4).
+func RopeHadamardFP4F32(s *Stream, x, pos, f32, f64 DevicePtr, rows, heads, hd, rd int, sc float32, inverse, faithful bool) error {
+	segs := int64(rows) * int64(heads)
+	if rows < 0 || heads <= 0 || hd <= 0 || hd&(hd-1) != 0 || hd > 16384 || rd <= 0 || rd%2 != 0 || rd > hd || segs > 1<<31-1 {
+		return fmt.Errorf("cuda: rope_hadamard_fp4_f32: bad shape rows=%d heads=%d hd=%d rd=%d (hd a power of two ≤ 16384, rd even ≤ hd)", rows, heads, hd, rd)
+	}
+	if segs == 0 {
+		return nil
+	}
+	threads := min(max(hd/2, 32), 256)
+	a := new(Args).Ptr(x).Ptr(pos).Ptr(f32).Ptr(f64).I32(heads).I32(hd).I32(rd).I32(b2i(inverse)).F32(sc).I32(b2i(faithful))
+	return launch(s, "hc_f32", "rope_hadamard_fp4_f32", Dim3{uint32(segs), 1, 1}, Dim3{uint32(threads), 1, 1}, 4*hd, a)
+}

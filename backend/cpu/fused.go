@@ -57,6 +57,14 @@ func (b *Backend) HeadNormRope(x backend.Tensor, eps float32, a backend.RopeArgs
 	return b.Rope(x, a, bt)
 }
 
+// RopeHadamardFP4 implements backend.Backend.
+func (b *Backend) RopeHadamardFP4(x backend.Tensor, a backend.RopeArgs, bt *backend.Batch) error {
+	if err := b.Rope(x, a, bt); err != nil {
+		return err
+	}
+	return b.HadamardFP4(x, a.HeadDim)
+}
+
 // NormRopeKVQuant implements backend.Backend.
 func (b *Backend) NormRopeKVQuant(x backend.Tensor, w backend.Vec, eps float32, a backend.RopeArgs, nope, block int, bt *backend.Batch, out backend.Tensor) error {
 	if err := b.RMSNorm(x, w, eps, out); err != nil {

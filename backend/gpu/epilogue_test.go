@@ -194,3 +194,70 @@ func TestNormRopeKVQuant(t *testing.T) {
 		})
 	}
 }
+
+// TestRopeHadamardFP4: the fused indexer q epilogue gives the bits of Rope
+// then HadamardFP4 on the GPU, and the CPU's result within rope's tolerance
+// (faithful: a bf16 step of the rope can move an FP4 value a whole e2m1
+// step).
+func TestRopeHadamardFP4(t *testing.T) {
+	f := opcheck.FlashDims()
+	lims := map[backend.Numerics]float64{backend.Faithful: 2e-2, backend.Exact: 2e-3}
+	for _, mode := range hcModes {
+		t.Run(mode.String(), func(t *testing.T) {
+			p := newPair(t, mode)
+			for _, d := range []struct {
+				name          string
+				heads, hd, rd int
+				theta         float64
+				yarn          *rope.YaRN
+			}{
+				{"flash indexer", f.IndexHeads, f.IndexHeadDim, f.RopeDim, f.CompressTheta, f.YaRN},
+				{"small", 2, 32, 16, 10000, nil},
+				{"rope over the whole head", 1, 64, 64, 10000, nil},
+			} {
+				fr, err := rope.New(d.rd, d.theta, d.yarn)
+				must(t, err)
+				for _, bc := range epilogueBatches() {
+					n := bc.bt.Rows()
+					heads := d.heads
+					if n > 3 {
+						heads = min(heads, 3) // the head count only indexes; keep emulation short
+					}
+					for _, inv := range bc.inverse {
+						tag := fmt.Sprintf("%s %s %dx%dx%d inverse=%v", d.name, bc.name, n, heads, d.hd, inv)
+						v := make([]float32, n*heads*d.hd)
+						for i := range v { // per-head magnitudes 1e-3…1e2, and all-zero heads (the FP4 amax floor)
+							if h := i / d.hd; h%7 != 6 {
+								v[i] = num.RoundBF16(float32(p.Rng.NormFloat64() * math.Pow(10, float64(h%6)-3)))
+							}
+						}
+						a := backend.RopeArgs{Freqs: fr, HeadDim: d.hd, Inverse: inv}
+						x, sep := p.From(n, heads*d.hd, v), p.From(n, heads*d.hd, v)
+						must(t, p.G.RopeHadamardFP4(x.G, a, bc.bt))
+						must(t, p.G.Rope(sep.G, a, bc.bt))
+						must(t, p.G.HadamardFP4(sep.G, d.hd))
+						fusedSameBits(t, p.G, "rope hadamard "+tag, x.G, sep.G)
+						must(t, p.C.RopeHadamardFP4(x.C, a, bc.bt))
+						p.Check("rope hadamard "+tag, x, lims[mode])
+					}
+				}
+			}
+			bt := opcheck.StepBatch([]int{0}, []int{1})
+			fr, err := rope.New(16, 10000, nil)
+			must(t, err)
+			for _, c := range []struct {
+				name string
+				cols int
+				a    backend.RopeArgs
+			}{
+				{"head dim 48 (not a power of two)", 96, backend.RopeArgs{Freqs: fr, HeadDim: 48}},
+				{"rope dims 16 > head dim 8", 16, backend.RopeArgs{Freqs: fr, HeadDim: 8}},
+				{"no frequencies", 64, backend.RopeArgs{HeadDim: 64}},
+			} {
+				if err := p.G.RopeHadamardFP4(p.Rand(1, c.cols, 1).G, c.a, bt); err == nil {
+					t.Errorf("rope hadamard accepted %s", c.name)
+				}
+			}
+		})
+	}
+}

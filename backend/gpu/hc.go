@@ -133,6 +133,26 @@ func (b *Backend) HeadNorm(x backend.Tensor, headDim int, eps float32) error {
 	return cuda.HeadNormF32(b.s, xt.ptr, xt.rows*xt.cols/headDim, headDim, eps, b.faithful())
 }
 
+// RopeHadamardFP4 implements backend.Backend: the indexer's q epilogue in one
+// launch instead of two, the same bits (the kernels share their device code).
+func (b *Backend) RopeHadamardFP4(x backend.Tensor, a backend.RopeArgs, bt *backend.Batch) error {
+	xt, err := backend.As[*Tensor](backend.CheckRopeHadamardFP4(x, a, bt), "rope hadamard", x)
+	if err != nil {
+		return err
+	}
+	tab, err := b.ropeFreqs(a.Freqs)
+	if err != nil {
+		return fmt.Errorf("rope hadamard: %w", err)
+	}
+	db, err := b.deviceBatch(bt)
+	if err != nil {
+		return fmt.Errorf("rope hadamard: %w", err)
+	}
+	sc := float32(1 / math.Sqrt(float64(a.HeadDim))) // HadamardFP4's scale
+	return cuda.RopeHadamardFP4F32(b.s, xt.ptr, db.Pos, tab.f32.Ptr, tab.f64.Ptr, xt.rows, xt.cols/a.HeadDim, a.HeadDim,
+		tab.dim, sc, a.Inverse, b.faithful())
+}
+
 // HadamardFP4 implements backend.Backend: Walsh–Hadamard per head, then bf16 +
 // FP4 (blocks of 32) simulation in faithful mode, in place.
 func (b *Backend) HadamardFP4(x backend.Tensor, headDim int) error {

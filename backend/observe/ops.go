@@ -166,6 +166,11 @@ func (o *Backend) HeadNormRope(x backend.Tensor, eps float32, a backend.RopeArgs
 	return o.op(Call{Op: "HeadNormRope", Outs: out("head norm rope", x)}, func() error { return o.be.HeadNormRope(x, eps, a, b) })
 }
 
+// RopeHadamardFP4 implements backend.Backend.
+func (o *Backend) RopeHadamardFP4(x backend.Tensor, a backend.RopeArgs, b *backend.Batch) error {
+	return o.op(Call{Op: "RopeHadamardFP4", Outs: out("rope hadamard fp4", x)}, func() error { return o.be.RopeHadamardFP4(x, a, b) })
+}
+
 // NormRopeKVQuant implements backend.Backend.
 func (o *Backend) NormRopeKVQuant(x backend.Tensor, w backend.Vec, eps float32, a backend.RopeArgs, nope, block int, b *backend.Batch, t backend.Tensor) error {
 	return o.op(Call{Op: "NormRopeKVQuant", Outs: out("kv", t), Ins: ins(x)},

@@ -576,17 +576,10 @@ DEV u32 f32_to_e2m1_code(float f) {
 	return sign | c;
 }
 
-// In-place Sylvester Walsh–Hadamard per head of hd (power of two) values,
-// scaled by sc = fp32(1/sqrt(hd)); faithful (fp4 = 1): bf16 round, then FP4
-// simulation per 32 values with scale 2^ceil(log2(max(amax, 6·2^-126)/6)) as
-// backend/cpu quantFP4. One block per head, hd floats of dynamic smem.
-extern "C" __global__ void hadamard_fp4_f32(float* __restrict__ x, int hd, float sc, int fp4)
+// The Walsh–Hadamard of hadamard_fp4_f32 on the head already in sh (hd
+// floats, visible to the block), written to h.
+DEV void hadamard_fp4_seg(float* __restrict__ h, float* sh, int hd, float sc, int fp4)
 {
-	PDL_ENTRY();
-	extern __shared__ float sh[];
-	float* h = x + (size_t)blockIdx.x * hd;
-	for (int i = threadIdx.x; i < hd; i += blockDim.x) sh[i] = h[i];
-	__syncthreads();
 	for (int s = 1; s < hd; s <<= 1) {
 		for (int p = threadIdx.x; p < hd / 2; p += blockDim.x) {
 			const int j = (p / s) * 2 * s + p % s;
@@ -621,4 +614,37 @@ extern "C" __global__ void hadamard_fp4_f32(float* __restrict__ x, int hd, float
 		const float y = e >= 128 ? __uint_as_float(0x7fc00000u) : __fmul_rn(e2m1_to_f32(f32_to_e2m1_code(q)), s);
 		if (i < hd) h[i] = y;
 	}
+}
+
+// In-place Sylvester Walsh–Hadamard per head of hd (power of two) values,
+// scaled by sc = fp32(1/sqrt(hd)); faithful (fp4 = 1): bf16 round, then FP4
+// simulation per 32 values with scale 2^ceil(log2(max(amax, 6·2^-126)/6)) as
+// backend/cpu quantFP4. One block per head, hd floats of dynamic smem.
+extern "C" __global__ void hadamard_fp4_f32(float* __restrict__ x, int hd, float sc, int fp4)
+{
+	PDL_ENTRY();
+	extern __shared__ float sh[];
+	float* h = x + (size_t)blockIdx.x * hd;
+	for (int i = threadIdx.x; i < hd; i += blockDim.x) sh[i] = h[i];
+	__syncthreads();
+	hadamard_fp4_seg(h, sh, hd, sc, fp4);
+}
+
+// The indexer's q epilogue in one launch, bit for bit rope_f32 (the last rd
+// of every head of hd values, position pos[head / heads]) and then
+// hadamard_fp4_f32: one block a head, which rotates its rope pairs in shared
+// memory before the transform (fp4 is also rope_f32's faithful).
+extern "C" __global__ void rope_hadamard_fp4_f32(float* __restrict__ x, const int* __restrict__ pos,
+	const float* __restrict__ f32, const double* __restrict__ f64, int heads, int hd, int rd, int inverse, float sc,
+	int fp4)
+{
+	PDL_ENTRY();
+	extern __shared__ float sh[];
+	float* h = x + (size_t)blockIdx.x * hd;
+	for (int i = threadIdx.x; i < hd; i += blockDim.x) sh[i] = h[i];
+	__syncthreads();
+	const int t = pos[blockIdx.x / heads];
+	for (int p = threadIdx.x; p < rd / 2; p += blockDim.x) rope_pair(sh + hd - rd + 2 * p, t, f32, f64, p, inverse, fp4);
+	__syncthreads();
+	hadamard_fp4_seg(h, sh, hd, sc, fp4);
 }

@@ -130,7 +130,7 @@ var opGroups = []opGroup{
 	{name: "rope", run: checkRope},
 	{name: "kv_quant", run: checkKVQuant},
 	{name: "head_norm_rope rmsnorm_rope_kvq", run: checkEpilogues},
-	{name: "hadamard_fp4", run: checkHadamard},
+	{name: "hadamard_fp4 rope_hadamard_fp4", run: checkHadamard},
 	{name: "kv_path compress indexer_topk sparse_attention write_window", run: checkKVPath},
 	{name: "copy_slot", run: checkCopySlot},
 	{name: "copy_block", run: checkCopyBlock},
@@ -384,6 +384,23 @@ func checkHadamard(p *Pair, d OpDims, _ *embedTable) {
 		p.cpu("hadamard", p.C.HadamardFP4(x.C, d.IndexHeadDim))
 		p.gpu("hadamard", func() error { return p.G.HadamardFP4(x.G, d.IndexHeadDim) })
 		p.Check(fmt.Sprintf("hadamard_fp4 indexer q %dx%dx%d", rows, d.IndexHeads, d.IndexHeadDim), x, 1e-6)
+	}
+	// The indexer's q epilogue as the model runs it: rope (the indexer's
+	// heads carry the main rope dims), then the transform.
+	fr, err := rope.New(d.RopeDim, d.CompressTheta, d.YaRN)
+	p.Must(err)
+	lim := 2e-3 // rope's
+	if p.C.Numerics() == backend.Faithful {
+		lim = 2e-2 // a bf16 step of the rope can move an FP4 value a whole e2m1 step
+	}
+	for _, rows := range d.Tokens {
+		bt := ropeBatch(max(rows, 2))
+		n := bt.Rows()
+		x := p.Rand(n, d.IndexHeads*d.IndexHeadDim, 1)
+		a := backend.RopeArgs{Freqs: fr, HeadDim: d.IndexHeadDim}
+		p.cpu("rope hadamard", p.C.RopeHadamardFP4(x.C, a, bt))
+		p.gpu("rope hadamard", func() error { return p.G.RopeHadamardFP4(x.G, a, bt) })
+		p.Check(fmt.Sprintf("rope_hadamard_fp4 indexer q %dx%dx%d pos 0,~1e6", n, d.IndexHeads, d.IndexHeadDim), x, lim)
 	}
 }
 
