@@ -411,6 +411,9 @@ type Backend interface {
 	// ExpertsCombine: Experts(f, e, weights, ids, a) into an fp32
 	// accumulator, then Combine(acc, shared, out).
 	ExpertsCombine(f Tensor, e Experts, weights, ids Tensor, a ExpertsArgs, shared, out Tensor) error
+	// ExpertsCombinePost: ExpertsCombine(f, e, weights, ids, a, shared, out),
+	// then HcPost(out, x, mix, h, x), the hc post that ends a block's MoE.
+	ExpertsCombinePost(f Tensor, e Experts, weights, ids Tensor, a ExpertsArgs, shared, out, x, mix Tensor, h HcArgs) error
 
 	// Scheduling: where ops run is the backend's decision.
 

@@ -40,6 +40,7 @@ var Ops = []OpInfo{
 
 	{"Linears", Fused}, {"NormLinears", Fused}, {"HcPreNormLinears", Fused}, {"SwiGLULinear", Fused},
 	{"HeadNormRope", Fused}, {"NormRopeKVQuant", Fused}, {"RopeHadamardFP4", Fused}, {"ExpertsCombine", Fused},
+	{"ExpertsCombinePost", Fused},
 
 	{"Fork", Schedule}, {"Join", Schedule}, {"RecordStep", Schedule},
 }

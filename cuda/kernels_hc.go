@@ -8,6 +8,10 @@ import "fmt"
 // hcStreams reports whether hc_f32.cu instantiates n streams.
 func hcStreams(n int) bool { return n == 1 || n == 2 || n == 4 || n == 8 }
 
+// HcStreamsUnrolled reports whether the hc kernels have an unrolled variant
+// for n streams (1, 2, 4 or 8), which the fused epilogues need.
+func HcStreamsUnrolled(n int) bool { return hcStreams(n) }
+
 // HcPreF32 collapses x [rows, n*d] with fn [(2+n)*n, n*d] and base [(2+n)*n]
 // into out [rows, d] and writes post|comb (Sinkhorn, iters rounds) into
 // mix [rows, n+n*n]. scale holds the pre, post and comb scales.

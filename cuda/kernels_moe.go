@@ -51,7 +51,7 @@ func MoEPermute(s *Stream, ids DevicePtr, nk, experts int, counts, offsets, perm
 // MoECombine: acc [rows, d] = Σ over the k slots of each row, in ascending
 // expert id, of the expert outputs y [*, d] (bf16; exact: fp32) at inv[r*k+slot].
 func MoECombine(s *Stream, acc, y, ids, inv DevicePtr, rows, k, d int, exact bool) error {
-	return moeCombine(s, acc, y, ids, inv, 0, rows, k, d, exact, false)
+	return moeCombine(s, acc, y, ids, inv, 0, rows, k, d, exact, false, nil)
 }
 
 // MoECombineShared is MoECombine followed by AddF32(out, acc, shared, rnd)
@@ -61,10 +61,27 @@ func MoECombineShared(s *Stream, out, y, ids, inv, shared DevicePtr, rows, k, d 
 	if shared == 0 {
 		return fmt.Errorf("cuda: moe_combine: no shared expert output")
 	}
-	return moeCombine(s, out, y, ids, inv, shared, rows, k, d, exact, rnd)
+	return moeCombine(s, out, y, ids, inv, shared, rows, k, d, exact, rnd, nil)
 }
 
-func moeCombine(s *Stream, acc, y, ids, inv, shared DevicePtr, rows, k, d int, exact, rnd bool) error {
+// MoEHcPost is the hc post after the MoE (spec §4.2) of MoECombineSharedPost:
+// the streams X [rows, N*D] updated in place with the rows' Mix [rows, N+N*N].
+type MoEHcPost struct {
+	X, Mix DevicePtr
+	N      int // streams: 1, 2, 4 or 8
+}
+
+// MoECombineSharedPost is MoECombineShared followed by HcPostF32(post.X,
+// post.X, out, post.Mix, rows, post.N, d, rnd) in one launch (the same bits).
+func MoECombineSharedPost(s *Stream, out, y, ids, inv, shared DevicePtr, rows, k, d int, exact, rnd bool, post MoEHcPost) error {
+	if shared == 0 || post.X == 0 || post.Mix == 0 || !hcStreams(post.N) {
+		return fmt.Errorf("cuda: moe_combine_post: shared %#x, streams %#x, mix %#x, %d streams (want 1, 2, 4 or 8)",
+			uint64(shared), uint64(post.X), uint64(post.Mix), post.N)
+	}
+	return moeCombine(s, out, y, ids, inv, shared, rows, k, d, exact, rnd, &post)
+}
+
+func moeCombine(s *Stream, acc, y, ids, inv, shared DevicePtr, rows, k, d int, exact, rnd bool, post *MoEHcPost) error {
 	if rows < 0 || k <= 0 || k > 32 || d <= 0 {
 		return fmt.Errorf("cuda: moe_combine: bad shape rows=%d k=%d d=%d (k <= 32)", rows, k, d)
 	}
@@ -78,7 +95,12 @@ func moeCombine(s *Stream, acc, y, ids, inv, shared DevicePtr, rows, k, d int, e
 		return fmt.Errorf("cuda: moe_combine: shape rows=%d d=%d exceeds the grid", rows, d)
 	}
 	a := new(Args).Ptr(acc).Ptr(y).Ptr(ids).Ptr(inv).I32(k).I32(d).I32(b2i(exact)).Ptr(shared).I32(b2i(rnd))
-	return launch(s, "moe_route", "moe_combine", Dim3{uint32(rows), uint32(ceilDiv(d, chunk)), 1}, Dim3{128, 1, 1}, 0, a)
+	name := "moe_combine"
+	if post != nil {
+		a.Ptr(post.X).Ptr(post.Mix)
+		name = fmt.Sprintf("moe_combine_post_n%d", post.N)
+	}
+	return launch(s, "moe_route", name, Dim3{uint32(rows), uint32(ceilDiv(d, chunk)), 1}, Dim3{128, 1, 1}, 0, a)
 }
 
 // MoELinearF32 is the exact-mode grouped expert linear: for every expert e and

@@ -8,6 +8,7 @@ import (
 	"github.com/megamoe/megamoe/backend"
 	"github.com/megamoe/megamoe/checkpoint"
 	"github.com/megamoe/megamoe/kvcache"
+	"github.com/megamoe/megamoe/moe"
 )
 
 // DSpark drafting (docs/speculative.md): the drafter's context is
@@ -276,14 +277,11 @@ func (m *Model) dsparkStage(b *block, x backend.Tensor, ids []int32, bt, att *ba
 	if err := be.HcPreNormLinears(x, b.hcFFN, m.hc, b.ffnNorm, m.eps, an, mix, nil, nil); err != nil {
 		return fmt.Errorf("%shc_pre+ffn_norm: %w", prefix, err)
 	}
-	f, err := b.ffn.Forward(be, an, ids)
+	f, err := b.ffn.ForwardPost(be, an, ids, &moe.Post{X: x, Mix: mix, Args: m.hc})
 	if err != nil {
 		return fmt.Errorf("%s%w", prefix, err)
 	}
-	defer be.Free(f)
-	if err := be.HcPost(f, x, mix, m.hc, x); err != nil {
-		return fmt.Errorf("%shc_post ffn: %w", prefix, err)
-	}
+	be.Free(f)
 	return nil
 }
 

@@ -409,14 +409,12 @@ func (m *Model) runBlock(b *block, x backend.Tensor, ids []int32, bt *backend.Ba
 	if err := be.HcPreNormLinears(x, b.hcFFN, m.hc, b.ffnNorm, m.eps, an, mix, nil, nil); err != nil {
 		return nil, fmt.Errorf("%shc_pre+ffn_norm: %w", prefix, err)
 	}
-	f, err := b.ffn.Forward(be, an, ids)
+	// The MoE ends with the ffn site's hc post (x updated in place).
+	f, err := b.ffn.ForwardPost(be, an, ids, &moe.Post{X: x, Mix: mix, Args: m.hc})
 	if err != nil {
 		return nil, fmt.Errorf("%s%w", prefix, err)
 	}
-	defer be.Free(f)
-	if err := be.HcPost(f, x, mix, m.hc, x); err != nil {
-		return nil, fmt.Errorf("%shc_post ffn: %w", prefix, err)
-	}
+	be.Free(f)
 	return x, nil
 }
 

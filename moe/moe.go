@@ -91,6 +91,26 @@ func (l *Layer) Route(be backend.Backend, f backend.Tensor, ids []int32) (backen
 // them (Backend.ExpertsCombine). With expert parallel the routed sum is
 // all-reduced over the ranks before the shared expert is added.
 func (l *Layer) Forward(be backend.Backend, f backend.Tensor, ids []int32) (backend.Tensor, error) {
+	return l.forward(be, f, ids, nil)
+}
+
+// Post is the hc post that follows a block's MoE (spec §4.2): the streams X
+// updated in place from the MoE's output with the site's Mix.
+type Post struct {
+	X, Mix backend.Tensor
+	Args   backend.HcArgs
+}
+
+// ForwardPost is Forward, then the hc post p of its output
+// (Backend.ExpertsCombinePost, where no all-reduce comes between them).
+func (l *Layer) ForwardPost(be backend.Backend, f backend.Tensor, ids []int32, p *Post) (backend.Tensor, error) {
+	if p == nil {
+		return nil, fmt.Errorf("moe: no hc post")
+	}
+	return l.forward(be, f, ids, p)
+}
+
+func (l *Layer) forward(be backend.Backend, f backend.Tensor, ids []int32, p *Post) (backend.Tensor, error) {
 	n, d := f.Rows(), f.Cols()
 	var s backend.Tensor
 	defer func() {
@@ -109,16 +129,19 @@ func (l *Layer) Forward(be backend.Backend, f backend.Tensor, ids []int32) (back
 	defer be.Free(w)
 	defer be.Free(e)
 	out := be.Empty(n, d, backend.F32)
-	if err := l.combine(be, f, w, e, s, out); err != nil {
+	if err := l.combine(be, f, w, e, s, out, p); err != nil {
 		be.Free(out)
 		return nil, fmt.Errorf("moe: %w", err)
 	}
 	return out, nil
 }
 
-// combine writes out = bf16(Σ routed experts + s).
-func (l *Layer) combine(be backend.Backend, f, w, e, s, out backend.Tensor) error {
+// combine writes out = bf16(Σ routed experts + s), then runs p if set.
+func (l *Layer) combine(be backend.Backend, f, w, e, s, out backend.Tensor, p *Post) error {
 	ea := backend.ExpertsArgs{Limit: l.Limit, Offset: l.ExpertLo, Partial: l.Reduce != nil}
+	if l.Reduce == nil && p != nil {
+		return be.ExpertsCombinePost(f, l.Experts, w, e, ea, s, out, p.X, p.Mix, p.Args)
+	}
 	if l.Reduce == nil {
 		return be.ExpertsCombine(f, l.Experts, w, e, ea, s, out)
 	}
@@ -133,7 +156,13 @@ func (l *Layer) combine(be backend.Backend, f, w, e, s, out backend.Tensor) erro
 	if err := l.Reduce(acc); err != nil {
 		return fmt.Errorf("all-reduce: %w", err)
 	}
-	return be.Combine(acc, s, out)
+	if err := be.Combine(acc, s, out); err != nil || p == nil {
+		return err
+	}
+	if err := be.HcPost(out, p.X, p.Mix, p.Args, p.X); err != nil {
+		return fmt.Errorf("hc_post: %w", err)
+	}
+	return nil
 }
 
 // shared runs the shared expert on f: w2(SwiGLU(w1 f, w3 f)) [N, d].

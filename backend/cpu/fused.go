@@ -76,6 +76,14 @@ func (b *Backend) NormRopeKVQuant(x backend.Tensor, w backend.Vec, eps float32, 
 	return b.KVQuant(out, nope, block)
 }
 
+// ExpertsCombinePost implements backend.Backend.
+func (b *Backend) ExpertsCombinePost(f backend.Tensor, e backend.Experts, weights, ids backend.Tensor, a backend.ExpertsArgs, shared, out, x, mix backend.Tensor, h backend.HcArgs) error {
+	if err := b.ExpertsCombine(f, e, weights, ids, a, shared, out); err != nil {
+		return err
+	}
+	return b.HcPost(out, x, mix, h, x)
+}
+
 // ExpertsCombine implements backend.Backend.
 func (b *Backend) ExpertsCombine(f backend.Tensor, e backend.Experts, weights, ids backend.Tensor, a backend.ExpertsArgs, shared, out backend.Tensor) error {
 	acc := b.Empty(out.Rows(), out.Cols(), backend.F32)

@@ -199,7 +199,7 @@ func (b *Backend) Router(f backend.Tensor, gate backend.Linear, a backend.Router
 // Expert ids outside [0, E) are reported only with a.Trace (the check needs a
 // download); otherwise such pairs contribute nothing.
 func (b *Backend) Experts(f backend.Tensor, e backend.Experts, weights, ids backend.Tensor, a backend.ExpertsArgs, acc backend.Tensor) error {
-	return b.experts(f, e, weights, ids, a, acc, nil)
+	return b.experts(f, e, weights, ids, a, acc, nil, nil)
 }
 
 // ExpertsCombine implements backend.Backend: Experts whose moe_combine
@@ -208,12 +208,32 @@ func (b *Backend) ExpertsCombine(f backend.Tensor, e backend.Experts, weights, i
 	if shared == nil {
 		return fmt.Errorf("experts: no shared expert output")
 	}
-	return b.experts(f, e, weights, ids, a, out, shared)
+	return b.experts(f, e, weights, ids, a, out, shared, nil)
+}
+
+// ExpertsCombinePost implements backend.Backend: the hc post runs in the
+// combine's launch where its streams are unrolled (1, 2, 4 or 8), else as
+// its own op after it.
+func (b *Backend) ExpertsCombinePost(f backend.Tensor, e backend.Experts, weights, ids backend.Tensor, a backend.ExpertsArgs, shared, out, x, mix backend.Tensor, h backend.HcArgs) error {
+	if shared == nil {
+		return fmt.Errorf("experts: no shared expert output")
+	}
+	t, err := backend.Tensors[*Tensor](backend.CheckHcPost(out, x, mix, h, x), "experts hc post", x, mix)
+	if err != nil {
+		return err
+	}
+	if !cuda.HcStreamsUnrolled(h.Streams) {
+		if err := b.experts(f, e, weights, ids, a, out, shared, nil); err != nil {
+			return err
+		}
+		return b.HcPost(out, x, mix, h, x)
+	}
+	return b.experts(f, e, weights, ids, a, out, shared, &cuda.MoEHcPost{X: t[0].ptr, Mix: t[1].ptr, N: h.Streams})
 }
 
 // experts runs the routed experts into acc, or with shared into acc =
-// rbf(Σ + shared).
-func (b *Backend) experts(f backend.Tensor, e backend.Experts, weights, ids backend.Tensor, a backend.ExpertsArgs, acc, shared backend.Tensor) error {
+// rbf(Σ + shared), and with post (and shared) also its hc post.
+func (b *Backend) experts(f backend.Tensor, e backend.Experts, weights, ids backend.Tensor, a backend.ExpertsArgs, acc, shared backend.Tensor, post *cuda.MoEHcPost) error {
 	ex, t, err := backend.Args[*experts, *Tensor](backend.CheckExperts(f, e, weights, ids, a, acc), "experts", e, f, weights, ids, acc)
 	if err != nil {
 		return err
@@ -349,7 +369,11 @@ func (b *Backend) experts(f backend.Tensor, e backend.Experts, weights, ids back
 		if err := b.Join(); err != nil {
 			return fmt.Errorf("experts: %w", err)
 		}
-		err = cuda.MoECombineShared(b.s, at.ptr, y, lids, inv, sp, n, K, d, exact, b.faithful())
+		if post != nil {
+			err = cuda.MoECombineSharedPost(b.s, at.ptr, y, lids, inv, sp, n, K, d, exact, b.faithful(), *post)
+		} else {
+			err = cuda.MoECombineShared(b.s, at.ptr, y, lids, inv, sp, n, K, d, exact, b.faithful())
+		}
 	} else {
 		err = cuda.MoECombine(b.s, at.ptr, y, lids, inv, n, K, d, exact)
 	}

@@ -177,6 +177,14 @@ func (o *Backend) NormRopeKVQuant(x backend.Tensor, w backend.Vec, eps float32, 
 		func() error { return o.be.NormRopeKVQuant(x, w, eps, a, nope, block, b, t) })
 }
 
+// ExpertsCombinePost implements backend.Backend.
+func (o *Backend) ExpertsCombinePost(f backend.Tensor, e backend.Experts, weights, ids backend.Tensor, a backend.ExpertsArgs, shared, t, x, mix backend.Tensor, h backend.HcArgs) error {
+	return o.op(Call{Op: "ExpertsCombinePost", Outs: []Out{{"experts combine", t}, {"hc_post", x}}, Ins: ins(f, shared)}, func() error {
+		a.Trace = a.Trace || o.trace
+		return o.be.ExpertsCombinePost(f, e, weights, ids, a, shared, t, x, mix, h)
+	})
+}
+
 // ExpertsCombine implements backend.Backend.
 func (o *Backend) ExpertsCombine(f backend.Tensor, e backend.Experts, weights, ids backend.Tensor, a backend.ExpertsArgs, shared, t backend.Tensor) error {
 	return o.op(Call{Op: "ExpertsCombine", Outs: out("experts combine", t), Ins: ins(f, shared)}, func() error {

@@ -119,7 +119,9 @@ func TestStackBadFlags(t *testing.T) {
 // TestStackProfile: --profile prints a prefill and a decode breakdown whose
 // rows name the ops the served path runs, fused ones included, with per-step
 // call counts that follow from its 6 layers (every layer runs
-// experts_combine once per step).
+// experts_combine_post once per step, which holds the ffn site's hc post, so
+// hc_post runs once a layer; the 3 layers with an indexer run
+// rope_hadamard_fp4).
 func TestStackProfile(t *testing.T) {
 	var out bytes.Buffer
 	args := []string{"--preset", "small", "--device", "cpu", "--prefill", "16", "--decode", "2", "--profile"}
@@ -129,7 +131,9 @@ func TestStackProfile(t *testing.T) {
 	for _, re := range []string{
 		`(?m)^profile prefill: 1 steps, [0-9.]+ ms/step wall \(profiled\), ops [0-9.]+ ms/step, host and transfers -?[0-9.]+ ms/step$`,
 		`(?m)^profile decode \(batch 1\): 2 steps, `,
-		`(?m)^  experts_combine +[0-9.]+ ms/step +[0-9.]+% +6\.0 calls/step$`,
+		`(?m)^  experts_combine_post +[0-9.]+ ms/step +[0-9.]+% +6\.0 calls/step$`,
+		`(?m)^  hc_post +[0-9.]+ ms/step +[0-9.]+% +6\.0 calls/step$`,
+		`(?m)^  rope_hadamard_fp4 +[0-9.]+ ms/step +[0-9.]+% +3\.0 calls/step$`,
 		`(?m)^  norm_linears attn\.wq_b 768x128[ a-z_.0-9x]* +[0-9.]+ ms/step`,
 		`(?m)^  hc_pre_norm_linears attn\.wq_a 128x256 attn\.wkv 128x256 +[0-9.]+ ms/step +[0-9.]+% +6\.0 calls/step$`,
 		`(?m)^  sparse_attention +[0-9.]+ ms/step +[0-9.]+% +6\.0 calls/step$`,

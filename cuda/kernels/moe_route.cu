@@ -3,6 +3,7 @@
 // order, (the gather and SwiGLU between the grouped FP4 GEMMs are in
 // moe_fused.cu) and the per-row combine in ascending expert id.
 #include "moe_route.cuh"
+#include "hc_post.cuh"
 
 // a (index ia) ranks before b (index ib): larger first, ties to the lower
 // index, NaN after every number (the CPU's insertion top-k gives this order).
@@ -188,11 +189,22 @@ DEV void combine_rows4(float4& a, const T* __restrict__ y, const int* order, int
 // rbf(a + shared[i], rnd).
 DEV float combine_out(float a, const float* __restrict__ sh, int i, int rnd) { return sh ? rbf(a + sh[i], rnd) : a; }
 
-extern "C" __global__ void __launch_bounds__(COMBINE_THREADS) moe_combine(
-	float* __restrict__ acc, const void* __restrict__ y, const int* __restrict__ ids,
-	const int* __restrict__ inv, int K, int d, int exact, const float* __restrict__ shared, int rnd)
+// With HC streams (HC > 0), hc post (hc_post_at) of the stored value ov of
+// element i of row r into the row's streams hx with its mix row.
+template <int HC>
+DEV void combine_post(float ov, float* hx, const float* __restrict__ mix, int r, int d, int i, int rnd)
 {
-	PDL_ENTRY();
+	if constexpr (HC > 0) {
+		const size_t row = (size_t)r * HC * d;
+		hc_post_at<HC>(hx + row, hx + row, ov, mix + (size_t)r * (HC + HC * HC), d, i, rnd);
+	}
+}
+
+template <int HC>
+DEV void moe_combine_rows(float* __restrict__ acc, const void* __restrict__ y, const int* __restrict__ ids,
+	const int* __restrict__ inv, int K, int d, int exact, const float* __restrict__ shared, int rnd, float* hx,
+	const float* __restrict__ mix)
+{
 	__shared__ int order[32]; // y rows of the valid slots, ascending id
 	__shared__ int nvalid;
 	const int r = blockIdx.x;
@@ -226,6 +238,10 @@ extern "C" __global__ void __launch_bounds__(COMBINE_THREADS) moe_combine(
 			a = make_float4(rbf(a.x + s.x, rnd), rbf(a.y + s.y, rnd), rbf(a.z + s.z, rnd), rbf(a.w + s.w, rnd));
 		}
 		*reinterpret_cast<float4*>(ar + i) = a;
+		combine_post<HC>(a.x, hx, mix, r, d, i, rnd);
+		combine_post<HC>(a.y, hx, mix, r, d, i + 1, rnd);
+		combine_post<HC>(a.z, hx, mix, r, d, i + 2, rnd);
+		combine_post<HC>(a.w, hx, mix, r, d, i + 3, rnd);
 		return;
 	}
 	// Scalar: elements i0 + t*COMBINE_THREADS, t < 4, of the chunk; raw bits
@@ -253,6 +269,35 @@ extern "C" __global__ void __launch_bounds__(COMBINE_THREADS) moe_combine(
 #pragma unroll
 	for (int t = 0; t < 4; t++) {
 		const int i = i0 + t * COMBINE_THREADS;
-		if (i < d) ar[i] = combine_out(a[t], sr, i, rnd);
+		if (i < d) {
+			const float ov = combine_out(a[t], sr, i, rnd);
+			ar[i] = ov;
+			combine_post<HC>(ov, hx, mix, r, d, i, rnd);
+		}
 	}
 }
+
+extern "C" __global__ void __launch_bounds__(COMBINE_THREADS) moe_combine(
+	float* __restrict__ acc, const void* __restrict__ y, const int* __restrict__ ids,
+	const int* __restrict__ inv, int K, int d, int exact, const float* __restrict__ shared, int rnd)
+{
+	PDL_ENTRY();
+	moe_combine_rows<0>(acc, y, ids, inv, K, d, exact, shared, rnd, nullptr, nullptr);
+}
+
+// moe_combine, then hc post (spec §4.2) of its output row into the row's N
+// streams hx [rows, N*d] in place, with mix [rows, N+N*N]: bit for bit
+// moe_combine and hc_post_f32_nN, one launch.
+#define MOE_COMBINE_POST(N)                                                                                  \
+	extern "C" __global__ void __launch_bounds__(COMBINE_THREADS) moe_combine_post_n##N(                    \
+		float* __restrict__ acc, const void* __restrict__ y, const int* __restrict__ ids,                     \
+		const int* __restrict__ inv, int K, int d, int exact, const float* __restrict__ shared, int rnd,      \
+		float* hx, const float* __restrict__ mix)                                                             \
+	{                                                                                                        \
+		PDL_ENTRY();                                                                                         \
+		moe_combine_rows<N>(acc, y, ids, inv, K, d, exact, shared, rnd, hx, mix);                            \
+	}
+MOE_COMBINE_POST(1)
+MOE_COMBINE_POST(2)
+MOE_COMBINE_POST(4)
+MOE_COMBINE_POST(8)

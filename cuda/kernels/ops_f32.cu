@@ -2,6 +2,7 @@
 // (backend/gpu). `rnd` = 1 rounds results to bf16 like the faithful CPU
 // reference (backend/cpu); 0 keeps fp32 (exact mode).
 #include "rowops.cuh"
+#include "hc_post.cuh"
 
 // One block per segment of d values: y = w * (x * rsqrt(mean(x^2) + eps))
 // (rowops.cuh).
@@ -224,30 +225,17 @@ extern "C" __global__ void hc_post_f32(
 	}
 }
 
-// hc_post_f32 for n = N, unrolled: its n inputs and the row's n+n·n mix
-// values are loaded at once into registers (hc_post_f32 keeps res on the
-// stack and loads each mix value in the add chain that uses it), then the
-// same expressions, contracted alike: the same bits.
+// hc_post_f32 for n = N, unrolled (hc_post_at: hc_post_f32 keeps res on the
+// stack and loads each mix value in the add chain that uses it), the same
+// expressions, contracted alike: the same bits.
 template <int N>
 DEV void hc_post_n(float* out, const float* x, const float* __restrict__ o, const float* __restrict__ mix, int d, int rnd)
 {
 	const int r = blockIdx.y;
 	const int i = blockIdx.x * blockDim.x + threadIdx.x;
 	if (i >= d) return;
-	const float* m = mix + (size_t)r * (N + N * N);
-	float res[N], mm[N + N * N];
-#pragma unroll
-	for (int j = 0; j < N; j++) res[j] = x[(size_t)r * N * d + (size_t)j * d + i];
-	const float ov = o[(size_t)r * d + i];
-#pragma unroll
-	for (int q = 0; q < N + N * N; q++) mm[q] = m[q];
-#pragma unroll
-	for (int k = 0; k < N; k++) {
-		float s = 0.0f;
-#pragma unroll
-		for (int j = 0; j < N; j++) s += mm[N + j * N + k] * res[j];
-		out[(size_t)r * N * d + (size_t)k * d + i] = rbf(mm[k] * ov + s, rnd);
-	}
+	const size_t row = (size_t)r * N * d;
+	hc_post_at<N>(out + row, x + row, o[(size_t)r * d + i], mix + (size_t)r * (N + N * N), d, i, rnd);
 }
 
 #define HC_POST_N(N)                                                                                           \

@@ -266,6 +266,15 @@ func checkExperts(p *Pair, d OpDims, _ *embedTable) {
 			p.cpu("experts combine", p.C.ExpertsCombine(x.C, ce, w.C, ids.C, a, sh.C, o.C))
 			p.gpu("experts combine", func() error { return p.G.ExpertsCombine(x.G, ge, w.G, ids.G, a, sh.G, o.G) })
 			p.Check(fmt.Sprintf("experts_combine %v K=%d n=%d %dx%d", f, d.TopK, n, d.Dim, d.Inter), o, lim)
+			// The block's MoE as the model runs it: the combine, then the ffn
+			// site's hc post of its output into the streams.
+			hs, mix, o2 := p.Rand(n, d.HcMult*d.Dim, 1), p.Rand(n, d.HcMult+d.HcMult*d.HcMult, 0.5), p.Out(n, d.Dim)
+			h := p.hcArgs(d)
+			p.cpu("experts combine post", p.C.ExpertsCombinePost(x.C, ce, w.C, ids.C, a, sh.C, o2.C, hs.C, mix.C, h))
+			p.gpu("experts combine post", func() error { return p.G.ExpertsCombinePost(x.G, ge, w.G, ids.G, a, sh.G, o2.G, hs.G, mix.G, h) })
+			tag := fmt.Sprintf("%v K=%d n=%d %dx%d streams %d", f, d.TopK, n, d.Dim, d.Inter, d.HcMult)
+			p.Check("experts_combine_post "+tag, o2, lim)
+			p.Check("experts_combine_post hc_post "+tag, hs, lim)
 		}
 		p.Release()
 	}
