@@ -11,6 +11,18 @@ import (
 // three; the kernels share their device code with the separate ops' kernels
 // (cuda/kernels/rowops.cuh), so the results are the same bits.
 
+// SetSplitFused runs RopeHadamardFP4 and ExpertsCombinePost as their
+// separate ops (on) or in one launch each (off, the default) for the steps
+// that follow, so that tools can time both in one process. Recorded steps
+// keep what they captured: see DropGraphs.
+func (b *Backend) SetSplitFused(on bool) error {
+	if err := b.Join(); err != nil {
+		return err
+	}
+	b.split = on
+	return nil
+}
+
 // HeadNormRope implements backend.Backend.
 func (b *Backend) HeadNormRope(x backend.Tensor, eps float32, a backend.RopeArgs, bt *backend.Batch) error {
 	xt, err := f32(x, bt.Rows(), -1, "head norm rope")

@@ -140,6 +140,12 @@ func (b *Backend) RopeHadamardFP4(x backend.Tensor, a backend.RopeArgs, bt *back
 	if err != nil {
 		return err
 	}
+	if b.split {
+		if err := b.Rope(x, a, bt); err != nil {
+			return err
+		}
+		return b.HadamardFP4(x, a.HeadDim)
+	}
 	tab, err := b.ropeFreqs(a.Freqs)
 	if err != nil {
 		return fmt.Errorf("rope hadamard: %w", err)

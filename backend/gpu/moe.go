@@ -212,8 +212,8 @@ func (b *Backend) ExpertsCombine(f backend.Tensor, e backend.Experts, weights, i
 }
 
 // ExpertsCombinePost implements backend.Backend: the hc post runs in the
-// combine's launch where its streams are unrolled (1, 2, 4 or 8), else as
-// its own op after it.
+// combine's launch where its streams are unrolled (1, 2, 4 or 8), else (and
+// with SetSplitFused) as its own op after it.
 func (b *Backend) ExpertsCombinePost(f backend.Tensor, e backend.Experts, weights, ids backend.Tensor, a backend.ExpertsArgs, shared, out, x, mix backend.Tensor, h backend.HcArgs) error {
 	if shared == nil {
 		return fmt.Errorf("experts: no shared expert output")
@@ -222,7 +222,7 @@ func (b *Backend) ExpertsCombinePost(f backend.Tensor, e backend.Experts, weight
 	if err != nil {
 		return err
 	}
-	if !cuda.HcStreamsUnrolled(h.Streams) {
+	if b.split || !cuda.HcStreamsUnrolled(h.Streams) {
 		if err := b.experts(f, e, weights, ids, a, out, shared, nil); err != nil {
 			return err
 		}

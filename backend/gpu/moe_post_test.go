@@ -12,11 +12,12 @@ import (
 // TestExpertsCombinePost: ExpertsCombinePost (the hc post in moe_combine's
 // launch) gives the bits of ExpertsCombine then HcPost on the GPU, for every
 // unrolled stream count and one that is not (3: the separate ops), and the
-// CPU's result within the experts' tolerance.
+// CPU's result within the experts' tolerance; so does SetSplitFused's path.
 func TestExpertsCombinePost(t *testing.T) {
 	for _, mode := range []backend.Numerics{backend.Faithful, backend.Exact} {
 		t.Run(mode.String(), func(t *testing.T) {
 			p := newPair(t, mode)
+			g := p.G.(*Backend)
 			tol := 2e-2
 			if mode == backend.Exact {
 				tol = 1e-4
@@ -27,8 +28,11 @@ func TestExpertsCombinePost(t *testing.T) {
 			must(t, err)
 			ge, err := p.G.PrepareExperts("moe", ex, dim, inter)
 			must(t, err)
-			for _, c := range []struct{ streams, n int }{{4, 1}, {4, 17}, {1, 3}, {2, 5}, {8, 2}, {3, 2}} {
-				tag := fmt.Sprintf("streams %d n=%d", c.streams, c.n)
+			for _, c := range []struct {
+				streams, n int
+				split      bool
+			}{{4, 1, false}, {4, 17, false}, {1, 3, false}, {2, 5, false}, {8, 2, false}, {3, 2, false}, {4, 3, true}} {
+				tag := fmt.Sprintf("streams %d n=%d split=%v", c.streams, c.n, c.split)
 				idv, wv := opcheck.Routing(p, c.n, E, K)
 				ids, w := p.IDs(c.n, K, idv), p.From(c.n, K, wv)
 				x, s := p.Rand(c.n, dim, 1), p.Rand(c.n, dim, 1)
@@ -41,7 +45,9 @@ func TestExpertsCombinePost(t *testing.T) {
 				h := backend.HcArgs{Streams: c.streams, Sinkhorn: 20, Eps: 1e-6, NormEps: 1e-6}
 				a := backend.ExpertsArgs{Limit: 2}
 				got, want := p.Out(c.n, dim), p.Out(c.n, dim)
+				must(t, g.SetSplitFused(c.split))
 				must(t, p.G.ExpertsCombinePost(x.G, ge, w.G, ids.G, a, s.G, got.G, hs.G, mix.G, h))
+				must(t, g.SetSplitFused(false))
 				must(t, p.G.ExpertsCombine(x.G, ge, w.G, ids.G, a, s.G, want.G))
 				must(t, p.G.HcPost(want.G, sep.G, mix.G, h, sep.G))
 				fusedSameBits(t, p.G, "experts combine post output "+tag, got.G, want.G)

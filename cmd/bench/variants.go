@@ -12,17 +12,21 @@ import (
 )
 
 // variant is one run of --variants: noSide runs every op on the main stream;
-// moe forces the MoE GEMM's kernel path (cuda.KernelChoice) where it applies.
+// moe forces the MoE GEMM's kernel path (cuda.KernelChoice) where it applies;
+// unfused runs RopeHadamardFP4 and ExpertsCombinePost as their parts
+// (gpu.Backend.SetSplitFused).
 type variant struct {
-	label  string
-	noSide bool
-	moe    cuda.Path
+	label   string
+	noSide  bool
+	moe     cuda.Path
+	unfused bool
 }
 
 // parseVariants reads --variants: runs separated by ';', each "label=names"
 // or just "names" (its own label), names "no-side" (no side stream),
-// "moe-decf16" (moe_fp4_decf16 for the decode MoE GEMMs) or "" or "default"
-// (the default run).
+// "moe-decf16" (moe_fp4_decf16 for the decode MoE GEMMs), "unfused" (the
+// indexer's q epilogue and the MoE's hc post as separate launches) or "" or
+// "default" (the default run).
 func parseVariants(list string) ([]variant, error) {
 	var vs []variant
 	for _, item := range strings.Split(list, ";") {
@@ -40,8 +44,10 @@ func parseVariants(list string) ([]variant, error) {
 				v.noSide = true
 			case "moe-decf16":
 				v.moe = cuda.PathDecF16
+			case "unfused":
+				v.unfused = true
 			default:
-				return nil, fmt.Errorf("--variants %q: unknown %q (want no-side, moe-decf16 or default)", item, n)
+				return nil, fmt.Errorf("--variants %q: unknown %q (want no-side, moe-decf16, unfused or default)", item, n)
 			}
 		}
 		if v.label = label; v.label == "" {
@@ -59,6 +65,9 @@ func runVariants(m engine.Stepper, g *gpu.Backend, f *stackFlags, fr *floorRepor
 	var errs []error
 	for _, v := range f.variants {
 		if err := g.SetSideStream(!v.noSide); err != nil {
+			return err
+		}
+		if err := g.SetSplitFused(v.unfused); err != nil {
 			return err
 		}
 		if err := g.Context().SetKernelChoice(cuda.KernelChoice{MoE: v.moe}); err != nil {
