@@ -50,8 +50,7 @@ func (r *readFlush) free() {
 // read flush then reads the buffer once more, so that the memset's dirty
 // lines are gone before the first timed launch).
 func (e *Env) flushL2(i int) error {
-	first := e.flush == nil
-	if first {
+	if e.flush == nil {
 		var err error
 		if e.flush, err = e.Ctx.Alloc(flushBytes); err != nil {
 			return err
@@ -61,21 +60,25 @@ func (e *Env) flushL2(i int) error {
 		return e.S.Memset8(e.flush.Ptr, byte(i), flushBytes)
 	}
 	rows := flushBytes / 4 / flushVocab
-	if first {
-		e.rf = &readFlush{}
-		var err error
-		if e.rf.ids, err = e.Ctx.Alloc(4 * rows); err != nil {
-			return err
+	if e.rf == nil {
+		rf := &readFlush{}
+		err := func() (err error) {
+			if rf.ids, err = e.Ctx.Alloc(4 * rows); err != nil {
+				return err
+			}
+			if rf.zeros, err = e.Ctx.Alloc(4 * rows); err != nil {
+				return err
+			}
+			if err := e.S.Memset8(rf.zeros.Ptr, 0, 4*rows); err != nil {
+				return err
+			}
+			return e.S.Memset8(e.flush.Ptr, 0x3c, flushBytes) // finite logits
+		}()
+		if err != nil {
+			rf.free()
+			return fmt.Errorf("read flush: %w", err)
 		}
-		if e.rf.zeros, err = e.Ctx.Alloc(4 * rows); err != nil {
-			return err
-		}
-		if err := e.S.Memset8(e.rf.zeros.Ptr, 0, 4*rows); err != nil {
-			return err
-		}
-		if err := e.S.Memset8(e.flush.Ptr, 0x3c, flushBytes); err != nil { // finite logits
-			return err
-		}
+		e.rf = rf
 		if err := e.drawFlush(rows); err != nil {
 			return err
 		}
