@@ -210,7 +210,7 @@ func TestStackPrefillSeqs(t *testing.T) {
 // TestParseVariants: --variants names each run's side stream and MoE path,
 // labels the runs, and refuses unknown names and what it cannot combine with.
 func TestParseVariants(t *testing.T) {
-	got, err := parseVariants("default; no-side ;ns=no-side,default;;moe-decf16;m=moe-decf16,no-side")
+	got, err := parseVariants("default; no-side ;ns=no-side,default;;moe-decf16;m=moe-decf16,no-side;moe-dec")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -221,6 +221,7 @@ func TestParseVariants(t *testing.T) {
 		{label: "default"},
 		{label: "moe-decf16", moe: cuda.PathDecF16},
 		{label: "m", noSide: true, moe: cuda.PathDecF16},
+		{label: "moe-dec", moe: cuda.PathDec},
 	}
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("parseVariants = %+v\nwant %+v", got, want)
