@@ -19,6 +19,10 @@ const (
 // conversion instructions, on lists of 8-row tiles (a MoE path only).
 const PathDecF16 Path = "decf16"
 
+// PathDecMap is moe_fp4_dec's CTA finding its own tile from the offsets
+// (moe_fp4_decm), on lists of 8-row tiles: no tile_map launch (a MoE path only).
+const PathDecMap Path = "decmap"
+
 // KernelChoice forces the GEMM paths of a context (benchmarks and tests that
 // compare the paths on one shape); the zero value lets the planners choose.
 type KernelChoice struct {
@@ -30,14 +34,14 @@ type KernelChoice struct {
 // where they apply (the decode kernels take only decode shapes; a forced
 // wgmma path on a device without TMA is an error at launch).
 func (c *Context) SetKernelChoice(k KernelChoice) error {
-	if k.Linear == PathDecF16 {
+	if k.Linear == PathDecF16 || k.Linear == PathDecMap {
 		return fmt.Errorf("cuda: kernel path %q is a MoE path, not a linear one", k.Linear)
 	}
 	for _, p := range []Path{k.Linear, k.MoE} {
 		switch p {
-		case PathAuto, PathDec, PathDecF16, PathDecWG, PathTiled, PathWG, PathTC:
+		case PathAuto, PathDec, PathDecF16, PathDecMap, PathDecWG, PathTiled, PathWG, PathTC:
 		default:
-			return fmt.Errorf("cuda: kernel path %q (want dec, decf16, decwg, tiled, wg or tc)", p)
+			return fmt.Errorf("cuda: kernel path %q (want dec, decf16, decmap, decwg, tiled, wg or tc)", p)
 		}
 	}
 	c.fnMu.Lock()
@@ -90,7 +94,7 @@ func (c *Context) MoEPaths(sh MoEShape) []Path {
 	}
 	if moeDecode(sh) {
 		if decF16Fits(sh) {
-			return []Path{PathDec, PathDecF16}
+			return []Path{PathDecMap, PathDec, PathDecF16}
 		}
 		return []Path{PathDec}
 	}

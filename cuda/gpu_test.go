@@ -162,6 +162,7 @@ func TestKernelResources(t *testing.T) {
 	}{
 		{"linear_fp8", "linear_fp8", 24}, {"linear_fp8", "linear_fp8_dec", 0}, {"linear_fp8", "linear_fp8_dec2", 0}, {"linear_fp8_tdec", "linear_fp8_tdec", 0}, {"linear_fp8_tdec3", "linear_fp8_tdec3", 0},
 		{"moe_fp4", "moe_fp4_gemm", 0}, {"moe_fp4_dec", "moe_fp4_dec", 0}, {"moe_fp4_dec", "moe_fp4_dec_nv", 8}, {"moe_fp4_dec", "moe_fp4_dec16", 0}, {"moe_fp4_dec", "moe_fp4_dec16_nv", 16},
+		{"moe_fp4_dec", "moe_fp4_decm", 0}, {"moe_fp4_dec", "moe_fp4_decm_nv", 8},
 		{"rmsnorm", "rmsnorm_bf16", 0}, {"ops_f32", "rmsnorm_f32", 0},
 		{"hc_f32", "hc_pre_part_f32_n4", 0}, {"hc_f32", "hc_pre_fin_f32_n4", 0}, {"hc_f32", "hc_pre_fin_norm_f32_n4", 0},
 		{"linear_fp8_wg", "linear_fp8_wg", 0}, {"moe_fp4_wg", "moe_fp4_wg32", 0}, {"moe_fp4_wg", "moe_fp4_wg128", 0},
@@ -330,7 +331,7 @@ func TestKernelsVsCPU(t *testing.T) {
 		}
 		choices = append(choices, choice{name, cuda.KernelChoice{Linear: p, MoE: p}})
 	}
-	choices = append(choices, choice{"decf16", cuda.KernelChoice{MoE: cuda.PathDecF16}})
+	choices = append(choices, choice{"decf16", cuda.KernelChoice{MoE: cuda.PathDecF16}}, choice{"decmap", cuda.KernelChoice{MoE: cuda.PathDecMap}})
 	for _, ch := range choices {
 		if err := ctx.SetKernelChoice(ch.kc); err != nil {
 			t.Fatal(err)
@@ -340,7 +341,7 @@ func TestKernelsVsCPU(t *testing.T) {
 				continue
 			}
 			// A MoE-only path: its own shapes only (elsewhere it runs another path's kernel).
-			if ch.kc.MoE == cuda.PathDecF16 && (c.Component != "moe_fp4" || !slices.Contains(ctx.MoEPaths(c.MoE), cuda.PathDecF16)) {
+			if (ch.kc.MoE == cuda.PathDecF16 || ch.kc.MoE == cuda.PathDecMap) && (c.Component != "moe_fp4" || !slices.Contains(ctx.MoEPaths(c.MoE), ch.kc.MoE)) {
 				continue
 			}
 			t.Run(ch.name+"/"+c.Component+"/"+strings.ReplaceAll(c.Shape, " ", "_"), func(t *testing.T) {

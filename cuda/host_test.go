@@ -244,6 +244,45 @@ func TestMoEDecF16Path(t *testing.T) {
 	}
 }
 
+// TestMoEDecMapPath: decode lists of 8-row tiles take decmap by default
+// (moe_fp4_dec's plan, so the scratch the shape was given), 16-row ones and
+// a forced dec moe_fp4_dec; decmap is no linear path.
+func TestMoEDecMapPath(t *testing.T) {
+	s := planStream(hopperSMs)
+	for _, c := range []struct {
+		sh           MoEShape
+		forced, want Path
+	}{
+		{MoEShape{Experts: 256, Rows: 6, N: 4096, K: 4096}, PathAuto, PathDecMap},                 // Flash w13, 1 token
+		{MoEShape{Experts: 256, Rows: 48, N: 4096, K: 2048, Format: NVFP4}, PathAuto, PathDecMap}, // w2, 8 tokens
+		{MoEShape{Experts: 384, Rows: 48, N: 6144, K: 7168}, PathAuto, PathDecMap},                // Pro w13, 8 tokens
+		{MoEShape{Experts: 256, Rows: 2048, N: 4096, K: 4096}, PathAuto, PathDecMap},              // 8 rows an expert
+		{MoEShape{Experts: 256, Rows: 512 * 6, N: 4096, K: 4096}, PathAuto, PathDec},              // 16-row tiles
+		{MoEShape{Experts: 256, Rows: 512 * 6, N: 4096, K: 4096}, PathDecMap, PathDec},
+		{MoEShape{Experts: 256, Rows: 6, N: 4096, K: 4096}, PathDec, PathDec},
+		{MoEShape{Experts: 256, Rows: 6, N: 4096, K: 4096}, PathDecMap, PathDecMap},
+	} {
+		if err := s.ctx.SetKernelChoice(KernelChoice{MoE: c.forced}); err != nil {
+			t.Fatal(err)
+		}
+		got := s.moePath(c.sh)
+		if got != c.want {
+			t.Errorf("moePath(%+v) forced %q = %q, want %q", c.sh, c.forced, got, c.want)
+		}
+		if got == PathDecMap {
+			if m, d := planMoE(c.sh, PathDecMap, hopperSMs), planMoE(c.sh, PathDec, hopperSMs); m != (moePlan{PathDecMap, 8, d.maxTiles, d.colsPC, d.splits, d.per}) {
+				t.Errorf("planMoE(%+v): decmap %+v, dec %+v: want the same 8-row plan", c.sh, m, d)
+			}
+			if ps := s.ctx.MoEPaths(c.sh); ps[0] != PathDecMap {
+				t.Errorf("MoEPaths(%+v) = %v, want decmap first", c.sh, ps)
+			}
+		}
+	}
+	if err := s.ctx.SetKernelChoice(KernelChoice{Linear: PathDecMap}); err == nil {
+		t.Error("SetKernelChoice(Linear: decmap): no error")
+	}
+}
+
 // TestPlanLinearDec: decode shapes run linear_fp8_dec in one wave of warps
 // where the K slices allow it, each slice at least 2 blocks, the CTA's warps
 // an exact multiple of its slices.

@@ -364,9 +364,9 @@ func decTileRows(sh MoEShape) int {
 	return 8
 }
 
-// decF16Fits reports whether moe_fp4_decf16 can run a shape: a decode-shaped
-// list of 8-row tiles (at most 8 rows per expert on average), where it
-// takes moe_fp4_dec's plan, and so its scratch.
+// decF16Fits reports whether moe_fp4_decf16 and moe_fp4_decm (decmap) can
+// run a shape: a decode-shaped list of 8-row tiles (at most 8 rows per expert
+// on average), where they take moe_fp4_dec's plan, and so its scratch.
 func decF16Fits(sh MoEShape) bool { return moeDecode(sh) && decTileRows(sh) == 8 }
 
 // decCTAsPerSM sets the decode kernel's grid below which K is split: about
@@ -377,7 +377,7 @@ const decCTAsPerSM = 8
 func planMoE(sh MoEShape, path Path, sms int) moePlan {
 	p := moePlan{path: path, bm: 64, colsPC: 128}
 	switch path {
-	case PathDec, PathDecF16:
+	case PathDec, PathDecF16, PathDecMap:
 		p.bm, p.colsPC = decTileRows(sh), 64
 	case PathWG:
 		p.bm = moeBlockM(sh)
@@ -387,7 +387,7 @@ func planMoE(sh MoEShape, path Path, sms int) moePlan {
 	p.maxTiles = ceilDiv(sh.Rows, p.bm) + min(sh.Experts, sh.Rows)
 	ctas, nkb := p.maxTiles*ceilDiv(sh.N, p.colsPC), sh.K/128
 	switch path {
-	case PathDec, PathDecF16:
+	case PathDec, PathDecF16, PathDecMap:
 		p.splits, p.per = 1, nkb
 		if target := decCTAsPerSM * max(sms, 1); ctas < target && nkb > 1 {
 			sp := min(nkb, ceilDiv(target, ctas))
@@ -443,16 +443,17 @@ func MoEScratchBytes(s *Stream, sh MoEShape) int {
 }
 
 // moePath picks the path of a launch: the forced one (KernelChoice) where
-// the scratch was sized for it (the decode kernel always), else the decode kernel for decode-shaped
-// lists and the wgmma kernel where the device has TMA.
+// the scratch was sized for it (the decode kernel always), else the decode
+// kernel for decode-shaped lists (decmap on 8-row tiles: no tile_map launch)
+// and the wgmma kernel where the device has TMA.
 func (s *Stream) moePath(sh MoEShape) Path {
 	forced := s.ctx.kernelChoice().MoE
 	if s.ctx.moeTC(sh) && (forced == PathAuto || forced == PathTC) {
 		return PathTC
 	}
 	ok := moePaths(sh)
-	if forced == PathDecF16 && decF16Fits(sh) {
-		return PathDecF16 // moe_fp4_dec's plan and scratch
+	if (forced == PathDecF16 || forced == PathDecMap) && decF16Fits(sh) {
+		return forced // moe_fp4_dec's plan and scratch
 	}
 	if forced != PathAuto {
 		for _, p := range ok {
@@ -460,14 +461,17 @@ func (s *Stream) moePath(sh MoEShape) Path {
 				return p
 			}
 		}
-		if forced == PathDec || forced == PathDecF16 && moeDecode(sh) {
+		if forced == PathDec || (forced == PathDecF16 || forced == PathDecMap) && moeDecode(sh) {
 			// The decode kernel needs only the tile list, which every scratch
-			// holds; decf16 on 16-row tiles is moe_fp4_dec's.
+			// holds; decf16 and decmap on 16-row tiles are moe_fp4_dec's.
 			return PathDec
 		}
 		// A tiled path for a decode-shaped list: its scratch has no room, so auto.
 	}
 	if ok[0] == PathDec {
+		if decF16Fits(sh) {
+			return PathDecMap
+		}
 		return PathDec
 	}
 	if s.ctx.HasTMA() {
@@ -505,13 +509,15 @@ func MoEFP4(s *Stream, y, xq, xs, offsets, w, wscale, gscale DevicePtr, sh MoESh
 type MoETileList struct {
 	offsets      DevicePtr
 	bm, maxTiles int
+	inKernel     bool // decmap: nothing written, the GEMM finds its tiles
 }
 
 // Plan is the list's rows per tile and its capacity in tiles.
 func (l MoETileList) Plan() (rows, maxTiles int) { return l.bm, l.maxTiles }
 
 // MoETiles writes the token tiles of the rows behind offsets into scratch
-// (sized by MoEScratchBytes) for the path sh takes.
+// (sized by MoEScratchBytes) for the path sh takes; on decmap it launches
+// nothing, as the GEMM's CTAs find their tiles in the offsets.
 func MoETiles(s *Stream, offsets DevicePtr, sh MoEShape, scratch DevicePtr) (MoETileList, error) {
 	if err := checkMoEShape(sh); err != nil {
 		return MoETileList{}, err
@@ -522,6 +528,9 @@ func MoETiles(s *Stream, offsets DevicePtr, sh MoEShape, scratch DevicePtr) (MoE
 	p := s.moePlan(sh)
 	if p.maxTiles > 65535 || sh.Experts > 1<<20 {
 		return MoETileList{}, fmt.Errorf("cuda: moe_fp4_gemm: %d rows exceed the grid limit", sh.Rows)
+	}
+	if p.path == PathDecMap {
+		return MoETileList{offsets: offsets, bm: p.bm, maxTiles: p.maxTiles, inKernel: true}, nil
 	}
 	a := new(Args).Ptr(offsets).I32(sh.Experts).I32(sh.Rows).Ptr(scratch).I32(p.maxTiles).I32(p.bm)
 	if err := launch(s, "moe_fp4", "moe_tile_map", Dim3{1, 1, 1}, Dim3{1024, 1, 1}, 0, a); err != nil {
@@ -567,6 +576,9 @@ func moeFP4Tiles(s *Stream, y, xq, xs, w, wscale, gscale DevicePtr, sh MoEShape,
 	if p.bm != tl.bm || p.maxTiles != tl.maxTiles {
 		return fmt.Errorf("cuda: moe_fp4_gemm: tile list of %d-row tiles (%d) built for another shape than %+v (%d-row tiles, %d)", tl.bm, tl.maxTiles, sh, p.bm, p.maxTiles)
 	}
+	if tl.inKernel && path != PathDecMap {
+		return fmt.Errorf("cuda: moe_fp4_gemm: the tile list of %+v was left to the decmap kernel, but the launch takes path %q (the kernel choice changed in between)", sh, path)
+	}
 	nv := 0
 	if sh.Format == NVFP4 {
 		nv = 1
@@ -582,8 +594,14 @@ func moeFP4Tiles(s *Stream, y, xq, xs, w, wscale, gscale DevicePtr, sh MoEShape,
 		part = scratch.Add(p.tileBytes())
 	}
 	grid := Dim3{uint32(ceilDiv(sh.N, p.colsPC)), uint32(p.maxTiles), uint32(p.splits)}
-	b := new(Args).Ptr(y).Ptr(xq).Ptr(xs).Ptr(scratch).Ptr(w).Ptr(wscale).Ptr(gscale)
-	decode := path == PathDec || path == PathDecF16
+	b := new(Args).Ptr(y).Ptr(xq).Ptr(xs)
+	if path == PathDecMap {
+		b.Ptr(tl.offsets).I32(sh.Experts) // moe_fp4_decm reads the offsets, not a list
+	} else {
+		b.Ptr(scratch)
+	}
+	b.Ptr(w).Ptr(wscale).Ptr(gscale)
+	decode := path == PathDec || path == PathDecF16 || path == PathDecMap
 	if !decode {
 		b.I32(nv) // the decode kernels have an entry point per format instead
 	}
@@ -598,6 +616,8 @@ func moeFP4Tiles(s *Stream, y, xq, xs, w, wscale, gscale DevicePtr, sh MoEShape,
 		switch {
 		case path == PathDecF16:
 			module, name = "moe_fp4_decf16", "moe_fp4_decf16"
+		case path == PathDecMap:
+			name = "moe_fp4_decm"
 		case p.bm == 16:
 			name += "16"
 		}

@@ -1,6 +1,7 @@
 package cuda
 
 import (
+	"bytes"
 	"fmt"
 	"math/rand/v2"
 	"testing"
@@ -274,5 +275,67 @@ func (in *fixupInputs) zero(t *testing.T, s *Stream) {
 		if b != 0 {
 			t.Fatalf("counter %d not reset", i/4)
 		}
+	}
+}
+
+// TestMoEDecMap: decmap (tiles found in the kernel, no tile_map launch) gives
+// moe_fp4_dec's bits, with and without split K, over column and token tails,
+// experts without rows, unowned rows and more experts than the CTA has
+// threads; MoETiles writes nothing for it, and a list left to the kernel is
+// refused by another path.
+func TestMoEDecMap(t *testing.T) {
+	ctx, s := testDevice(t)
+	seed := rand.Uint64()
+	t.Logf("seed %d", seed)
+	rng := rand.New(rand.NewPCG(seed, 5))
+	for _, c := range []struct {
+		E, rows, n, k, lead, tail int
+		f                         FP4Format
+	}{
+		{8, 1, 256, 512, 0, 0, MXFP4},   // split K
+		{8, 3, 264, 384, 0, 0, NVFP4},   // column tail
+		{16, 25, 256, 384, 3, 5, MXFP4}, // unowned rows
+		{4, 30, 128, 256, 0, 0, NVFP4},  // experts of several tiles, token tails
+		{200, 7, 64, 256, 0, 0, MXFP4},  // two experts a thread, most without rows
+		{384, 12, 128, 128, 2, 1, NVFP4},
+	} {
+		sh := MoEShape{Experts: c.E, Rows: c.rows, N: c.n, K: c.k, Format: c.f}
+		t.Run(fmt.Sprintf("E%d_M%d_n%d_k%d_%v", c.E, c.rows, c.n, c.k, c.f), func(t *testing.T) {
+			if !decF16Fits(sh) {
+				t.Fatalf("%+v: not a list of 8-row decode tiles", sh)
+			}
+			choose := func(p Path) {
+				t.Helper()
+				if err := ctx.SetKernelChoice(KernelChoice{MoE: p}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			defer choose(PathAuto)
+			in := newFixupInputs(t, ctx, s, rng, sh, c.lead, c.tail)
+			choose(PathDec)
+			want := in.run(t, s, true)
+			choose(PathDecMap)
+			in.same(t, "decmap, reduce", in.run(t, s, true), want)
+			in.same(t, "decmap, fixup", in.run(t, s, false), want)
+			in.same(t, "decmap, graph", in.graph(t, s), want)
+			list := make([]byte, 16)
+			if err := s.CopyDtoH(list, in.scratch.Ptr); err != nil {
+				t.Fatal(err)
+			}
+			if err := s.Synchronize(); err != nil {
+				t.Fatal(err)
+			}
+			if !bytes.Equal(list, bytes.Repeat([]byte{0xff}, 16)) {
+				t.Errorf("MoETiles wrote a tile list (% x) for decmap", list)
+			}
+			tl, err := MoETiles(s, in.off.Ptr, sh, in.scratch.Ptr)
+			if err != nil {
+				t.Fatal(err)
+			}
+			choose(PathDec)
+			if err := moeFP4Tiles(s, in.y.Ptr, in.xq.Ptr, in.xs.Ptr, in.w.Ptr, in.ws.Ptr, in.gs.Ptr, sh, in.scratch.Ptr, tl, true); err == nil {
+				t.Error("moe_fp4_dec ran on a tile list left to decmap")
+			}
+		})
 	}
 }

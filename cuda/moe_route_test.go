@@ -89,10 +89,13 @@ func (b routeBufs) args(a cuda.MoERouteArgs, mode string) cuda.MoERouteArgs {
 // TestMoERoute: MoERoute's counts, offsets, permutation and tile list
 // against host twins, and its gathered fp32 rows against x, with the tile
 // list and FP8 gather of faithful mode, the fp32 gather too (trace) or alone
-// (exact); outputs are poisoned first, so a row left unwritten shows.
+// (exact); outputs are poisoned first, so a row left unwritten shows. The
+// decode path is forced: decmap writes no list (its kernel finds the tiles).
 func TestMoERoute(t *testing.T) {
 	ctx, s := gpu(t)
 	d := devBufs{t, ctx, s}
+	must(t, ctx.SetKernelChoice(cuda.KernelChoice{MoE: cuda.PathDec}))
+	t.Cleanup(func() { must(t, ctx.SetKernelChoice(cuda.KernelChoice{})) })
 	seed := rand.Uint64()
 	t.Logf("seed %d", seed)
 	rng := rand.New(rand.NewPCG(seed, 3))

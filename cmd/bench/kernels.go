@@ -63,10 +63,15 @@ func runKernels(args []string, stdout, stderr io.Writer) error {
 	reps := fs.Int("reps", 20, "timed launches per case (median)")
 	only := fs.String("only", "", "run only shapes whose op or name contains this")
 	allPaths := fs.Bool("paths", false, "time every kernel path that applies to a shape, not only the one picked")
-	onlyPath := fs.String("path", "", "with --paths: time only this path (dec, decf16, decwg, tiled, wg)")
+	onlyPath := fs.String("path", "", "with --paths: time only this path (dec, decf16, decmap, decwg, tiled, wg)")
 	jsonPath := fs.String("json", "", "also write one JSON record per line to this file")
+	flushMode := fs.String("flush", "write", "how L2 is emptied before each timed launch: write (a 128 MiB memset: L2 left dirty) or read (a 128 MiB read: L2 left clean)")
 	if err := fs.Parse(args); err != nil {
 		return err
+	}
+	flush, err := kcheck.ParseFlush(*flushMode)
+	if err != nil {
+		return fmt.Errorf("--flush: %w", err)
 	}
 	var toks []int
 	for _, s := range strings.Split(*tokens, ",") {
@@ -114,11 +119,11 @@ func runKernels(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return fmt.Errorf("copy bandwidth: %w", err)
 	}
-	fmt.Fprintf(stdout, "device-to-device copy: %.0f GB/s (1 GiB, read + write)\n", gbs)
+	fmt.Fprintf(stdout, "device-to-device copy: %.0f GB/s (1 GiB, read + write); L2 flushed by a 128 MiB %s before each launch\n", gbs, *flushMode)
 	if err := enc.Encode(kernelRecord{Kind: "copy", Shape: "1 GiB d2d", GBs: gbs, Pass: true}); err != nil {
 		return err
 	}
-	env := &kcheck.Env{Ctx: ctx, S: s, Reps: *reps, Seed: uint64(time.Now().UnixNano()), ShareWeights: true}
+	env := &kcheck.Env{Ctx: ctx, S: s, Reps: *reps, Seed: uint64(time.Now().UnixNano()), ShareWeights: true, Flush: flush}
 	defer env.Close()
 	failed := 0
 	for _, m := range ms {

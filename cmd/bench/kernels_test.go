@@ -18,6 +18,7 @@ func TestKernelsBadFlags(t *testing.T) {
 		{[]string{"--reps", "0"}, "--reps"},
 		{[]string{"--model", "mini"}, "--model"},
 		{[]string{"--nope"}, "nope"},
+		{[]string{"--flush", "clean"}, "--flush"},
 	} {
 		err := runKernels(c.args, io.Discard, io.Discard)
 		if err == nil || !strings.Contains(err.Error(), c.want) {

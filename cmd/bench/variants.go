@@ -24,9 +24,10 @@ type variant struct {
 
 // parseVariants reads --variants: runs separated by ';', each "label=names"
 // or just "names" (its own label), names "no-side" (no side stream),
-// "moe-decf16" (moe_fp4_decf16 for the decode MoE GEMMs), "unfused" (the
-// indexer's q epilogue and the MoE's hc post as separate launches) or "" or
-// "default" (the default run).
+// "moe-decf16" (moe_fp4_decf16 for the decode MoE GEMMs), "moe-dec"
+// (moe_fp4_dec after the tile_map launch, instead of the default decmap),
+// "unfused" (the indexer's q epilogue and the MoE's hc post as separate
+// launches) or "" or "default" (the default run).
 func parseVariants(list string) ([]variant, error) {
 	var vs []variant
 	for _, item := range strings.Split(list, ";") {
@@ -44,10 +45,12 @@ func parseVariants(list string) ([]variant, error) {
 				v.noSide = true
 			case "moe-decf16":
 				v.moe = cuda.PathDecF16
+			case "moe-dec":
+				v.moe = cuda.PathDec
 			case "unfused":
 				v.unfused = true
 			default:
-				return nil, fmt.Errorf("--variants %q: unknown %q (want no-side, moe-decf16, unfused or default)", item, n)
+				return nil, fmt.Errorf("--variants %q: unknown %q (want no-side, moe-decf16, moe-dec, unfused or default)", item, n)
 			}
 		}
 		if v.label = label; v.label == "" {

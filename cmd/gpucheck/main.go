@@ -47,7 +47,7 @@ func main() {
 	exact := flag.Bool("exact", false, "with --ops: also run the ops in exact numerics")
 	seed := flag.Uint64("seed", 0, "random seed (0 = from the clock)")
 	verbose := flag.Bool("v", false, "print the op comparisons' log lines")
-	moePath := flag.String("moe-path", "", "force the MoE GEMM path of the kernel cases (dec, decf16, tiled, wg); default: the planner's")
+	moePath := flag.String("moe-path", "", "force the MoE GEMM path of the kernel cases (dec, decf16, decmap, tiled, wg); default: the planner's")
 	flag.Parse()
 	if *seed == 0 {
 		*seed = uint64(time.Now().UnixNano())
@@ -154,7 +154,7 @@ func checkAll(ordinal int, models []string, reps int, filter string, seed uint64
 	}
 	fmt.Printf("modules ready in %.2fs\n", time.Since(t0).Seconds())
 	for _, k := range [][2]string{{"rmsnorm", "rmsnorm_bf16"}, {"quant", "quant_fp8_act"}, {"linear_fp8", "linear_fp8"},
-		{"moe_fp4", "moe_tile_map"}, {"moe_fp4", "moe_fp4_gemm"}, {"moe_fp4_dec", "moe_fp4_dec"}, {"moe_fp4_dec", "moe_fp4_dec_nv"},
+		{"moe_fp4", "moe_tile_map"}, {"moe_fp4", "moe_fp4_gemm"}, {"moe_fp4_dec", "moe_fp4_dec"}, {"moe_fp4_dec", "moe_fp4_dec_nv"}, {"moe_fp4_dec", "moe_fp4_decm"}, {"moe_fp4_dec", "moe_fp4_decm_nv"},
 		{"moe_fp4_decf16", "moe_fp4_decf16"}, {"moe_fp4_decf16", "moe_fp4_decf16_nv"}, {"swiglu", "swiglu_bf16"}} {
 		f, err := ctx.Kernel(k[0], k[1])
 		if err != nil {

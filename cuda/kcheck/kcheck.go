@@ -39,10 +39,13 @@ type Env struct {
 	Seed uint64 // inputs are fresh per case: Seed plus a per-case counter
 	mu   sync.Mutex
 	n    uint64
-	// flush is written before every timed launch: it evicts the inputs from
-	// the L2 (a decode step reads its weights cold) and keeps the stream busy
-	// while the launch is queued, so host launch latency stays out of the time.
+	// flush is written (or read: Flush) before every timed launch: it evicts
+	// the inputs from the L2 (a decode step reads its weights cold) and keeps
+	// the stream busy while the launch is queued, so host launch latency stays
+	// out of the time.
 	flush *cuda.Buffer
+	Flush Flush
+	rf    *readFlush
 	// ShareWeights lets MoE cases of one expert shape reuse one set of
 	// random weights (every expert filled), generated and uploaded once:
 	// benchmarks time many token counts per shape. Without it every case
@@ -67,6 +70,10 @@ func (e *Env) Close() {
 	if e.flush != nil {
 		e.flush.Free()
 		e.flush = nil
+	}
+	if e.rf != nil {
+		e.rf.free()
+		e.rf = nil
 	}
 	for k, mw := range e.weights {
 		for _, b := range []*cuda.Buffer{mw.dw, mw.dws, mw.dgs} {
@@ -196,14 +203,9 @@ func timeIt(env *Env, f func() error) (float64, error) {
 		return 0, err
 	}
 	defer end.Close()
-	if env.flush == nil {
-		if env.flush, err = env.Ctx.Alloc(flushBytes); err != nil {
-			return 0, err
-		}
-	}
 	ts := make([]float64, 0, env.Reps)
 	for i := 0; i < env.Reps; i++ {
-		if err := env.S.Memset8(env.flush.Ptr, byte(i), flushBytes); err != nil {
+		if err := env.flushL2(i); err != nil {
 			return 0, err
 		}
 		if err := start.Record(env.S); err != nil {

@@ -27,6 +27,7 @@
 // per (column block, tile), zero at launch) the tile's last CTA adds them
 // (dec_fixup); without, linear_fp8_reduce does, in the same order.
 #include "moe_dec.cuh"
+#include "moe_route.cuh"
 
 #define DS 4    // ring stages
 #define DW 4096 // weights per stage: 64 rows x 64 bytes
@@ -388,6 +389,53 @@ DEV void dec_kernel(u16* __restrict__ y, const u8* __restrict__ xq, const u8* __
 	dec_cta<NV, MT>(ring, y, xq, xs, tile.x, tile.y, tile.z, w, wscale, gscale, N, K, part, kbPer, Mtot, counters);
 }
 
+// decmap (moe_fp4_decm*): CTA t finds tile t of moe_tile_map's list (8-row
+// tiles, expert order) from the offsets itself, so that decode needs no
+// tile_map launch and no wait on it. 128 threads scan the experts' tile
+// counts; the thread whose experts hold tile t writes it. False past the
+// list's end.
+DEV bool dec_find_tile(const int* __restrict__ offsets, int E, int Mtot, int t, int4& tile, int* warpSums, int4* found)
+{
+	const int tid = threadIdx.x, lane = tid & 31, wid = tid >> 5;
+	if (tid == 0) found->x = -1; // published by the scan's barriers
+	const int per = (E + blockDim.x - 1) / blockDim.x, e0 = tid * per, e1 = min(e0 + per, E);
+	int local = 0;
+	for (int e = e0; e < e1; e++) {
+		const int b = min(max(offsets[e], 0), Mtot), en = min(max(offsets[e + 1], b), Mtot);
+		local += (en - b + 7) >> 3;
+	}
+	int k = block_excl_scan(local, lane, wid, warpSums);
+	if (t >= k && t < k + local) {
+		for (int e = e0; e < e1; e++) {
+			const int b = min(max(offsets[e], 0), Mtot), en = min(max(offsets[e + 1], b), Mtot);
+			const int nt = (en - b + 7) >> 3;
+			if (t < k + nt) {
+				const int r = b + 8 * (t - k);
+				*found = make_int4(e, r, min(r + 8, en), 0);
+				break;
+			}
+			k += nt;
+		}
+	}
+	__syncthreads();
+	tile = *found;
+	return tile.x >= 0;
+}
+
+template <bool NV>
+DEV void decm_kernel(u16* __restrict__ y, const u8* __restrict__ xq, const u8* __restrict__ xs,
+	const int* __restrict__ offsets, int E, const u8* __restrict__ w, const u8* __restrict__ wscale,
+	const float* __restrict__ gscale, int N, int K, float* __restrict__ part, int kbPer, int Mtot, int* __restrict__ counters)
+{
+	PDL_ENTRY();
+	__shared__ __align__(128) u8 ring[DS * DecGeom<1>::STAGE];
+	__shared__ int warpSums[32];
+	__shared__ int4 found;
+	int4 tile;
+	if (!dec_find_tile(offsets, E, Mtot, blockIdx.y, tile, warpSums, &found)) return;
+	dec_cta<NV, 1>(ring, y, xq, xs, tile.x, tile.y, tile.z, w, wscale, gscale, N, K, part, kbPer, Mtot, counters);
+}
+
 // MXFP4 and NVFP4 entry points: NVFP4 holds more live values (the second
 // token pass, eight scales per row) and gets 64 registers.
 extern "C" __global__ void __launch_bounds__(128, DEC_MIN_CTAS) moe_fp4_dec(
@@ -422,4 +470,21 @@ extern "C" __global__ void __launch_bounds__(128, 6) moe_fp4_dec16_nv(
 	const float* __restrict__ gscale, int N, int K, float* __restrict__ part, int kbPer, int Mtot, int* __restrict__ counters)
 {
 	dec_kernel<true, 2>(y, xq, xs, scratch, w, wscale, gscale, N, K, part, kbPer, Mtot, counters);
+}
+
+// decmap entry points (8-row tiles): moe_fp4_dec's CTA after dec_find_tile.
+extern "C" __global__ void __launch_bounds__(128, DEC_MIN_CTAS) moe_fp4_decm(
+	u16* __restrict__ y, const u8* __restrict__ xq, const u8* __restrict__ xs,
+	const int* __restrict__ offsets, int E, const u8* __restrict__ w, const u8* __restrict__ wscale,
+	const float* __restrict__ gscale, int N, int K, float* __restrict__ part, int kbPer, int Mtot, int* __restrict__ counters)
+{
+	decm_kernel<false>(y, xq, xs, offsets, E, w, wscale, gscale, N, K, part, kbPer, Mtot, counters);
+}
+
+extern "C" __global__ void __launch_bounds__(128, DEC_MIN_CTAS_NV) moe_fp4_decm_nv(
+	u16* __restrict__ y, const u8* __restrict__ xq, const u8* __restrict__ xs,
+	const int* __restrict__ offsets, int E, const u8* __restrict__ w, const u8* __restrict__ wscale,
+	const float* __restrict__ gscale, int N, int K, float* __restrict__ part, int kbPer, int Mtot, int* __restrict__ counters)
+{
+	decm_kernel<true>(y, xq, xs, offsets, E, w, wscale, gscale, N, K, part, kbPer, Mtot, counters);
 }

@@ -63,24 +63,34 @@ func TestCheckOpsTiny(t *testing.T) {
 	}
 }
 
-// TestCheckOpsExpertsDecF16: the routed-expert ops against the CPU with the
-// decode MoE GEMM forced to moe_fp4_decf16 (where it applies: 8-row tiles).
-func TestCheckOpsExpertsDecF16(t *testing.T) {
+// TestCheckOpsExpertsPaths: the routed-expert ops against the CPU with each
+// decode MoE kernel forced: moe_fp4_decf16, decmap (the default on 8-row
+// tiles) and moe_fp4_dec after a tile_map launch.
+func TestCheckOpsExpertsPaths(t *testing.T) {
 	g := openGPU(t)
-	if err := g.Context().SetKernelChoice(cuda.KernelChoice{MoE: cuda.PathDecF16}); err != nil {
-		t.Fatal(err)
-	}
-	seed := rand.Uint64()
-	t.Logf("seed %d", seed)
-	rows := CheckOps(g, tinyDims(), backend.Faithful, seed, "experts", t)
-	if len(rows) == 0 {
-		t.Fatal("no rows")
-	}
-	for _, r := range rows {
-		t.Log(FormatRow(r))
-		if !r.Pass {
-			t.Errorf("failed: %s", FormatRow(r))
+	defer func() {
+		if err := g.Context().SetKernelChoice(cuda.KernelChoice{}); err != nil {
+			t.Error(err)
 		}
+	}()
+	for _, path := range []cuda.Path{cuda.PathDecF16, cuda.PathDecMap, cuda.PathDec} {
+		t.Run(string(path), func(t *testing.T) {
+			if err := g.Context().SetKernelChoice(cuda.KernelChoice{MoE: path}); err != nil {
+				t.Fatal(err)
+			}
+			seed := rand.Uint64()
+			t.Logf("seed %d", seed)
+			rows := CheckOps(g, tinyDims(), backend.Faithful, seed, "experts", t)
+			if len(rows) == 0 {
+				t.Fatal("no rows")
+			}
+			for _, r := range rows {
+				t.Log(FormatRow(r))
+				if !r.Pass {
+					t.Errorf("failed: %s", FormatRow(r))
+				}
+			}
+		})
 	}
 }
 
