@@ -456,81 +456,147 @@ DEV u32 ord_key(float f) {
 }
 
 // Per-row top-k (descending, ties → lower index, -1 padded), one CTA of 1024
-// threads per row: radix select of the k-th key, gather, bitonic sort of
-// 64-bit (key << 32 | ~index). smem: P (pow2 ≥ k) u64.
+// threads per row: radix select of the k-th key over 8-bit digits, gather,
+// bitonic sort of 64-bit (key << 32 | ~index). smem: P (pow2 ≥ k) u64.
+// Every pass walks the row in warp chunks (warp w: a contiguous range, TK_U
+// loads in flight per lane), so the tie pass can rank ties in index order
+// with one count per warp. Lanes of a warp adding to one bin (runs of equal
+// scores: the many exact zeros after ReLU) add once; the passes stop when all
+// candidate keys share their lower bits (bf16 scores: after two digits).
+#define TK_U 8
+
+template <typename F>
+DEV void topk_walk(const float* __restrict__ sc, int c0, int c1, int lane, F f)
+{
+	for (int b = c0; b < c1; b += 32 * TK_U) {
+		u32 key[TK_U];
+#pragma unroll
+		for (int u = 0; u < TK_U; u++) {
+			const int j = b + 32 * u + lane;
+			key[u] = j < c1 ? ord_key(sc[j]) : 0u;
+		}
+#pragma unroll
+		for (int u = 0; u < TK_U; u++) {
+			const int j = b + 32 * u + lane;
+			f(j, key[u], j < c1);
+		}
+	}
+}
+
 extern "C" __global__ void __launch_bounds__(1024) indexer_topk_f32(
 	int* __restrict__ out, const float* __restrict__ scores, const int* __restrict__ pos, int ld, int topk, int ratio, int P)
 {
 	PDL_ENTRY();
 	extern __shared__ u64 cand[];
 	__shared__ int hist[256];
-	__shared__ u32 sPrefix, sMask;
-	__shared__ int sNeed, sCnt;
+	__shared__ int wcnt[32];
+	__shared__ u32 sPrefix, sMask, sLow;
+	__shared__ int sNeed, sCnt, sDone;
 	const int row = blockIdx.x;
-	const int avail = (pos[row] + 1) / ratio;
+	const int avail = min((pos[row] + 1) / ratio, ld);
 	const int k = min(topk, avail);
 	const float* sc = scores + (size_t)row * ld;
-	const int tid = threadIdx.x, nt = blockDim.x;
-	if (tid == 0) { sPrefix = 0; sMask = 0; sNeed = k; sCnt = 0; }
+	const int tid = threadIdx.x, nt = blockDim.x, lane = tid & 31, wid = tid >> 5, nw = nt >> 5;
+	const int C = (((avail + nw - 1) / nw) + 31) & ~31; // a warp's chunk
+	const int c0 = min(wid * C, avail), c1 = min(c0 + C, avail);
+	const u32 lt = (1u << lane) - 1u;
+	if (tid == 0) { sPrefix = 0; sMask = 0; sNeed = k; sCnt = 0; sDone = 0; }
 	__syncthreads();
-	if (k < avail) {
+	const bool all = k >= avail;
+	if (!all) {
 		for (int shift = 24; shift >= 0; shift -= 8) {
 			for (int i = tid; i < 256; i += nt) hist[i] = 0;
+			if (tid == 0) sLow = 0;
 			__syncthreads();
-			const u32 pre = sPrefix, msk = sMask;
-			for (int j = tid; j < avail; j += nt) {
-				u32 key = ord_key(sc[j]);
-				if ((key & msk) == pre) atomicAdd(&hist[(key >> shift) & 255], 1);
-			}
+			const u32 pre = sPrefix, msk = sMask, low = (1u << shift) - 1u;
+			u32 orl = 0;
+			topk_walk(sc, c0, c1, lane, [&](int, u32 key, bool v) {
+				v = v && (key & msk) == pre;
+				const u32 d = (key >> shift) & 255u;
+				const u32 vb = __ballot_sync(0xffffffffu, v);
+				if (vb == 0) return;
+				const int l0 = __clz(__brev(vb));
+				const u32 dl = __shfl_sync(0xffffffffu, d, l0);
+				const u32 same = __ballot_sync(0xffffffffu, v && d == dl);
+				if (lane == l0) atomicAdd(&hist[dl], __popc(same));
+				if (v && d != dl) atomicAdd(&hist[d], 1);
+				if (v) orl |= key & low;
+			});
+			for (int o = 16; o > 0; o >>= 1) orl |= __shfl_xor_sync(0xffffffffu, orl, o);
+			if (lane == 0 && orl) atomicOr(&sLow, orl);
 			__syncthreads();
-			if (tid == 0) {
-				int need = sNeed, above = 0, d = 255;
-				for (; d > 0; d--) {
-					if (above + hist[d] >= need) break;
-					above += hist[d];
+			if (wid == 0) { // the digit: warp 0 scans 8 bins a lane, from the top
+				const int need = sNeed;
+				int h[8], s = 0;
+#pragma unroll
+				for (int i = 0; i < 8; i++) {
+					h[i] = hist[255 - 8 * lane - i];
+					s += h[i];
 				}
-				sNeed = need - above;
-				sPrefix = pre | ((u32)d << shift);
-				sMask = msk | (255u << shift);
+				int incl = s; // bins above and in this lane's group
+				for (int o = 1; o < 32; o <<= 1) {
+					const int v = __shfl_up_sync(0xffffffffu, incl, o);
+					if (lane >= o) incl += v;
+				}
+				const u32 hit = __ballot_sync(0xffffffffu, incl >= need);
+				if (lane == __clz(__brev(hit))) {
+					int above = incl - s, i = 0;
+					for (; i < 7; i++) {
+						if (above + h[i] >= need) break;
+						above += h[i];
+					}
+					sNeed = need - above;
+					sPrefix = pre | ((u32)(255 - 8 * lane - i) << shift);
+					sMask = msk | (255u << shift);
+					if (sLow == 0) { // the keys left share their lower bits: all zero
+						sMask = 0xffffffffu;
+						sDone = 1;
+					}
+				}
 			}
 			__syncthreads();
+			if (sDone) break;
 		}
 	}
 	const u32 T = sPrefix;
-	const bool all = k >= avail;
-	// Keys above T (all keys when everything is selected).
-	for (int j = tid; j < avail; j += nt) {
-		u32 key = ord_key(sc[j]);
-		if (all || key > T) {
-			int c = atomicAdd(&sCnt, 1);
-			cand[c] = ((u64)key << 32) | (u64)(~(u32)j);
+	// Keys above T (all keys when everything is selected); ties at T counted per warp.
+	int ties = 0;
+	topk_walk(sc, c0, c1, lane, [&](int j, u32 key, bool v) {
+		const bool f = v && (all || key > T);
+		const u32 fb = __ballot_sync(0xffffffffu, f);
+		ties += __popc(__ballot_sync(0xffffffffu, v && !all && key == T));
+		if (fb == 0) return;
+		int base = 0;
+		if (lane == 0) base = atomicAdd(&sCnt, __popc(fb));
+		base = __shfl_sync(0xffffffffu, base, 0);
+		if (f) cand[base + __popc(fb & lt)] = ((u64)key << 32) | (u64)(~(u32)j);
+	});
+	if (lane == 0) wcnt[wid] = ties;
+	__syncthreads();
+	if (!all) { // ties at T: the lowest indices, warps in index order
+		const int need = k - sCnt, above = sCnt;
+		int before = 0;
+		for (int i = 0; i < wid; i++) before += wcnt[i];
+		if (before < need && wcnt[wid] > 0) {
+			int taken = before;
+			for (int b = c0; b < c1 && taken < need; b += 32 * TK_U) {
+				bool tie[TK_U];
+#pragma unroll
+				for (int u = 0; u < TK_U; u++) {
+					const int j = b + 32 * u + lane;
+					tie[u] = j < c1 && ord_key(sc[j]) == T;
+				}
+#pragma unroll
+				for (int u = 0; u < TK_U; u++) {
+					const u32 bal = __ballot_sync(0xffffffffu, tie[u]);
+					const int rank = taken + __popc(bal & lt);
+					if (tie[u] && rank < need) cand[above + rank] = ((u64)T << 32) | (u64)(~(u32)(b + 32 * u + lane));
+					taken += __popc(bal);
+				}
+			}
 		}
 	}
 	__syncthreads();
-	if (!all) { // ties at T: the lowest indices
-		__shared__ int wcnt[32];
-		int taken = 0;
-		const int need = sNeed;
-		for (int b0 = 0; b0 < avail && taken < need; b0 += nt) {
-			const int j = b0 + tid;
-			const bool f = j < avail && ord_key(sc[j]) == T;
-			const u32 bal = __ballot_sync(0xffffffffu, f);
-			const int lane = tid & 31, wi = tid >> 5;
-			if (lane == 0) wcnt[wi] = __popc(bal);
-			__syncthreads();
-			int before = 0, tot = 0;
-			for (int i = 0; i < (nt >> 5); i++) {
-				if (i < wi) before += wcnt[i];
-				tot += wcnt[i];
-			}
-			const int rank = taken + before + __popc(bal & ((1u << lane) - 1u));
-			const int base = sCnt;
-			if (f && rank < need) cand[base + rank] = ((u64)T << 32) | (u64)(~(u32)j);
-			__syncthreads();
-			taken += tot;
-		}
-		__syncthreads();
-	}
 	for (int i = k + tid; i < P; i += nt) cand[i] = 0;
 	__syncthreads();
 	// Bitonic sort, descending.
