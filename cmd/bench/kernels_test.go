@@ -18,6 +18,9 @@ func TestKernelsBadFlags(t *testing.T) {
 		{[]string{"--reps", "0"}, "--reps"},
 		{[]string{"--model", "mini"}, "--model"},
 		{[]string{"--nope"}, "nope"},
+		{[]string{"--context", "2"}, "--context"},
+		{[]string{"--context", "1x"}, "context"},
+		{[]string{"--batch", "0"}, "--batch"},
 	} {
 		err := runKernels(c.args, io.Discard, io.Discard)
 		if err == nil || !strings.Contains(err.Error(), c.want) {
