@@ -99,8 +99,21 @@ func CompressStateF32(s *Stream, stA, stZ, A, Z, ape, seqs DevicePtr, nseq int, 
 
 // IndexerScoresF32 writes scores [rows][ld] for the (pos+1)/ratio available
 // entries of every row (ld ≥ the largest count). keyBytes is 0 for fp32 keys
-// ik [blocks][per][hd], else the size of a compact key.
+// ik [blocks][per][hd], else the size of a compact key. Compact keys in
+// faithful numerics at hd 128 and a multiple of 16 heads run on tensor cores
+// (indexer_scores_mma, the same scores bit for bit), the rest on
+// indexer_scores_f32/kv8.
 func IndexerScoresF32(s *Stream, scores, q, w, ik, seqs, pos, seqOf, blocks DevicePtr, rows, ld, heads, hd, ratio, per, keyBytes int, faithful bool) error {
+	return indexerScores(s, scores, q, w, ik, seqs, pos, seqOf, blocks, rows, ld, heads, hd, ratio, per, keyBytes, faithful, true)
+}
+
+// IndexerScoresSIMT is IndexerScoresF32 on the CUDA-core kernels only (the
+// reference of indexer_scores_mma's checks).
+func IndexerScoresSIMT(s *Stream, scores, q, w, ik, seqs, pos, seqOf, blocks DevicePtr, rows, ld, heads, hd, ratio, per, keyBytes int, faithful bool) error {
+	return indexerScores(s, scores, q, w, ik, seqs, pos, seqOf, blocks, rows, ld, heads, hd, ratio, per, keyBytes, faithful, false)
+}
+
+func indexerScores(s *Stream, scores, q, w, ik, seqs, pos, seqOf, blocks DevicePtr, rows, ld, heads, hd, ratio, per, keyBytes int, faithful, mma bool) error {
 	if rows < 0 || ld < 0 || heads <= 0 || hd <= 0 || ratio <= 0 || per <= 0 || (keyBytes != 0 && !indexBytesOK(hd, keyBytes)) {
 		return fmt.Errorf("cuda: indexer_scores_f32: bad shape rows=%d ld=%d heads=%d hd=%d key bytes=%d", rows, ld, heads, hd, keyBytes)
 	}
@@ -110,6 +123,18 @@ func IndexerScoresF32(s *Stream, scores, q, w, ik, seqs, pos, seqOf, blocks Devi
 	// q of a row must fit in the device's shared memory per block, less the
 	// kernel's static koff[].
 	maxSmem := s.ctx.dev.SmemOptin - 1024
+	name, stride := "indexer_scores_f32", 4*hd
+	if keyBytes != 0 {
+		name, stride = "indexer_scores_kv8", keyBytes
+	}
+	a := new(Args).Ptr(scores).Ptr(q).Ptr(w).Ptr(ik).Ptr(seqs).Ptr(pos).Ptr(seqOf).Ptr(blocks).
+		I32(ld).I32(heads).I32(hd).I32(ratio).I32(per).I32(stride).I32(b2i(faithful))
+	if smem := indexerMMASmem(heads); mma && keyBytes != 0 && faithful && hd == indexerMMADim && heads%16 == 0 && s.ctx.dev.Major >= 8 && smem <= maxSmem && rows <= 1<<31-1 {
+		// One block per (row, group of 64-entry tiles), about indexerMMAPerSM
+		// blocks an SM in all: a long row is split over the whole device.
+		gy := min(ceilDiv(ld, indexerMMATile), max(1, indexerMMAPerSM*s.ctx.dev.SMs/rows), 65535)
+		return launch(s, "attn_f32", "indexer_scores_mma", Dim3{uint32(rows), uint32(gy), 1}, Dim3{128, 1, 1}, smem, a)
+	}
 	smem := indexerScoresSmem(heads, hd)
 	if heads > 1<<16 || hd > 1<<16 || smem > maxSmem || rows > 1<<31-1 {
 		return fmt.Errorf("cuda: indexer_scores_f32: shape rows=%d heads=%d hd=%d needs %d bytes of shared memory (at most %d)", rows, heads, hd, smem, maxSmem)
@@ -119,13 +144,23 @@ func IndexerScoresF32(s *Stream, scores, q, w, ik, seqs, pos, seqOf, blocks Devi
 	// indexerScoresPerSM blocks on each SM in all, each walking several tiles.
 	tiles := ceilDiv(ld, indexerScoresTile)
 	gy := min(tiles, max(1, indexerScoresPerSM*s.ctx.dev.SMs/rows))
-	name, stride := "indexer_scores_f32", 4*hd
-	if keyBytes != 0 {
-		name, stride = "indexer_scores_kv8", keyBytes
-	}
-	a := new(Args).Ptr(scores).Ptr(q).Ptr(w).Ptr(ik).Ptr(seqs).Ptr(pos).Ptr(seqOf).Ptr(blocks).
-		I32(ld).I32(heads).I32(hd).I32(ratio).I32(per).I32(stride).I32(b2i(faithful))
 	return launch(s, "attn_f32", name, Dim3{uint32(rows), uint32(gy), 1}, Dim3{128, 1, 1}, smem, a)
+}
+
+// indexer_scores_mma geometry (kernels/attn_f32.cu IXM_*): head dim, entries
+// a tile, padded smem row bytes, blocks an SM a step aims for.
+const (
+	indexerMMADim   = 128
+	indexerMMATile  = 64
+	indexerMMARow   = 144
+	indexerMMAPerSM = 4
+)
+
+// indexerMMASmem is indexer_scores_mma's dynamic shared memory: q and a
+// tile's key codes, their block exponents, w and the per-(entry, head) terms.
+// 37,376 bytes for 64 heads.
+func indexerMMASmem(heads int) int {
+	return (heads+indexerMMATile)*indexerMMARow + 4*4*(heads+indexerMMATile) + 4*heads + 4*indexerMMATile*(heads+1)
 }
 
 const (

@@ -22,8 +22,9 @@ import (
 
 // contextFlags are bench stack's options for steps at depth (--context).
 type contextFlags struct {
-	depths []int  // sequence lengths to time at; nil: plain bench stack
-	jsonl  string // also write one JSON object per depth here
+	depths []int         // sequence lengths to time at; nil: plain bench stack
+	jsonl  string        // also write one JSON object per depth here
+	warm   time.Duration // GPU: untimed runs at the first depth before it is timed
 }
 
 // contextChunk is the prefill chunk at depth when --prefill is not given.
@@ -40,6 +41,7 @@ func addContextFlags(fs *flag.FlagSet, c *contextFlags) {
 		return err
 	})
 	fs.StringVar(&c.jsonl, "jsonl", "", "with --context, also write one JSON object per depth to this file")
+	fs.DurationVar(&c.warm, "warm", 3*time.Second, "with --context on a GPU, run the first depth untimed for at least this long first (clocks settle under load)")
 }
 
 // parseDepths reads a comma-separated list of token counts, each a number
@@ -83,6 +85,8 @@ func checkContextFlags(fs *flag.FlagSet, f *stackFlags) error {
 		return errors.New("--context runs on one device, without --profile, --variants or --prefill-seqs (it times the attention and indexer ops itself)")
 	case f.decode < 1:
 		return errors.New("--context needs --decode >= 1 (the step it times)")
+	case f.ctx.warm < 0:
+		return fmt.Errorf("--warm %v: want a duration >= 0", f.ctx.warm)
 	case f.layers == 0 && f.preset != "small":
 		return errors.New("--context needs --layers N (all layers only on the small preset)")
 	}
@@ -165,6 +169,17 @@ func stackContext(f *stackFlags, full *checkpoint.Config, stdout io.Writer) erro
 	fmt.Fprintf(stdout, "per depth N: the batch filled to N-%d, %d untimed + %d timed decode steps (median), 1 step timing attention and indexer ops alone; prefill: chunk of %d tokens ending at N, after an untimed one\n",
 		steps, decodeWarm, f.decode, f.prefill)
 
+	if _, ok := be.(*gpu.Backend); ok && f.ctx.warm > 0 {
+		// A GPU idle while the weights were generated runs the first depth
+		// slower than the same depth after sustained load: settle it first.
+		t := time.Now()
+		for time.Since(t) < f.ctx.warm {
+			if _, err := runDepth(m, dt, f, f.ctx.depths[0]); err != nil {
+				return fmt.Errorf("--warm at %d tokens: %w", f.ctx.depths[0], err)
+			}
+		}
+		fmt.Fprintf(stdout, "warm-up: the first depth run untimed for %v\n", time.Since(t).Round(time.Millisecond))
+	}
 	printDepthHeader(stdout)
 	var first float64
 	for i, n := range f.ctx.depths {

@@ -42,7 +42,8 @@ func TestStackContextCPU(t *testing.T) {
 			t.Errorf("output lacks %s:\n%s", re, out.String())
 		}
 	}
-	kf, err := kvcache.NewIndexKeyFormat(checkpoint.SmallConfig().IndexHeadDim)
+	cfg := checkpoint.SmallConfig()
+	kf, err := kvcache.NewIndexKeyFormat(cfg.IndexHeadDim)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -63,7 +64,7 @@ func TestStackContextCPU(t *testing.T) {
 	}
 	if len(got) != 2 || got[0].Context != 512 || got[1].Context != 1024 || got[1].Batch != 2 || got[1].Device != "cpu" ||
 		len(got[1].DecodeStepsMs) != 2 || !(got[1].StepMs > 0 && got[1].IndexerMs > 0 && got[1].AttentionMs > 0 && got[1].PrefillTokS > 0) ||
-		got[1].IndexerBytes != 2*3*(1024/4)*int64(keyBytes) { // 2 sequences, 3 CSA layers
+		got[1].IndexerBytes != 2*3*((1024/4)*int64(keyBytes)+4*int64(cfg.IndexHeads*(cfg.IndexHeadDim+1))) { // 2 sequences, 3 CSA layers: keys, queries, weights
 		t.Errorf("jsonl %+v", got)
 	}
 }

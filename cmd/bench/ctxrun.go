@@ -163,14 +163,15 @@ func runDepth(m *model.Model, dt *depthTimer, f *stackFlags, n int) (*depthResul
 	return r, nil
 }
 
-// setFloor sets the index key bytes of a decode step at the timed step's
-// depth (n-1: its row sees n/ratio entries a CSA layer) and their read
-// time at the copy rate.
+// setFloor sets the bytes the indexer of a decode step must read at the
+// timed step's depth (n-1: its row sees n/ratio entries a CSA layer): every
+// CSA layer's index keys (e2m1 codes and scales, as stored), and each row's
+// fp32 queries and head weights; and their read time at the copy rate.
 func (r *depthResult) setFloor(l kvcache.Layout, c *checkpoint.Config, copyGBs float64) {
 	r.idxBytes = 0
 	for _, k := range l.Layers[:c.Layers] {
 		if k.IndexDim > 0 {
-			r.idxBytes += int64(r.batch) * int64(r.context/k.Ratio) * int64(l.IndexBytes)
+			r.idxBytes += int64(r.batch) * (int64(r.context/k.Ratio)*int64(l.IndexBytes) + 4*int64(c.IndexHeads)*int64(c.IndexHeadDim+1))
 		}
 	}
 	if copyGBs > 0 {

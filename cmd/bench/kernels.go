@@ -66,6 +66,13 @@ func runKernels(args []string, stdout, stderr io.Writer) error {
 	onlyPath := fs.String("path", "", "with --paths: time only this path (dec, decf16, decmap, decwg, tiled, wg)")
 	jsonPath := fs.String("json", "", "also write one JSON record per line to this file")
 	flushMode := fs.String("flush", "write", "how L2 is emptied before each timed launch: write (a 128 MiB memset: L2 left dirty) or read (a 128 MiB read: L2 left clean)")
+	ixDepths := []int{32 << 10, 128 << 10, 1 << 20}
+	fs.Func("context", "depths (tokens, e.g. 32K,128K,1M) of the indexer cases (op indexer: scores, topk, scores+topk; default 32K,128K,1M)", func(v string) error {
+		d, err := parseDepths(v)
+		ixDepths = d
+		return err
+	})
+	ixBatch := fs.String("batch", "1,8", "sequences of the indexer cases (one decode row each)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -83,6 +90,19 @@ func runKernels(args []string, stdout, stderr io.Writer) error {
 	}
 	if *reps < 1 {
 		return errors.New("--reps must be >= 1")
+	}
+	var ixBatches []int
+	for _, v := range strings.Split(*ixBatch, ",") {
+		b, err := strconv.Atoi(strings.TrimSpace(v))
+		if err != nil || b < 1 || b > 1024 {
+			return fmt.Errorf("--batch: %q is not a count in [1, 1024]", v)
+		}
+		ixBatches = append(ixBatches, b)
+	}
+	for _, d := range ixDepths {
+		if d < ixRatio || d > 1<<24 {
+			return fmt.Errorf("--context: %d tokens, want %d to %d", d, ixRatio, 1<<24)
+		}
 	}
 	var ms []kcheck.Model
 	for _, name := range strings.Split(*models, ",") {
@@ -210,6 +230,11 @@ func runKernels(args []string, stdout, stderr io.Writer) error {
 		if err := ctx.SetKernelChoice(cuda.KernelChoice{}); err != nil {
 			return err
 		}
+		n, err := runIndexerCases(env, m.Name, ixDepths, ixBatches, gbs, *only, stdout, enc)
+		if err != nil {
+			return err
+		}
+		failed += n
 	}
 	if failed > 0 {
 		return fmt.Errorf("%d kernel cases failed their check against the CPU twin", failed)

@@ -19,6 +19,9 @@ func TestKernelsBadFlags(t *testing.T) {
 		{[]string{"--model", "mini"}, "--model"},
 		{[]string{"--nope"}, "nope"},
 		{[]string{"--flush", "clean"}, "--flush"},
+		{[]string{"--context", "2"}, "--context"},
+		{[]string{"--context", "1x"}, "context"},
+		{[]string{"--batch", "0"}, "--batch"},
 	} {
 		err := runKernels(c.args, io.Discard, io.Discard)
 		if err == nil || !strings.Contains(err.Error(), c.want) {

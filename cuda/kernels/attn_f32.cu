@@ -449,6 +449,200 @@ extern "C" __global__ void __launch_bounds__(IX_THREADS) indexer_scores_kv8(IX_A
 	indexer_scores_body<true>(scores, q, wt, ik, seqs, pos, seqOf, blocks, ld, heads, hd, ratio, per, kstride, faithful);
 }
 
+// Indexer scores on tensor cores (compact keys, faithful, hd = 128, heads a
+// multiple of 16 up to 64): the same scores as indexer_scores_kv8, bit for
+// bit. An FP4-simulated q block and a key block are small integers times
+// powers of two (q: |v/2^eq| <= 12 with eq = ceil(log2(amax/12)); key: twice
+// its e2m1 value, times 2^(scale-128)), so their products, each block's sum
+// (an exact k32 e4m3 MMA of the integers, fp32 accumulate) and the CPU's fp32
+// partial sums are all exact while the four blocks' exponents eq+ek lie
+// within IXM_SPREAD of each other (the whole dot then needs at most 15 + 9
+// bits): the dot is the exact value, whatever the order. Any other (head,
+// entry) (a head that is no such q, a key with a NaN block, a wider spread)
+// takes the CPU's order in fp32 from the stored values, as indexer_scores_kv8.
+// Grid (rows, tile groups), 4 warps; a tile is IXM_TE entries, warp w's
+// 16 of them against all heads. dynamic smem: q codes [heads][IXM_RS],
+// key codes [IXM_TE][IXM_RS] (e4m3 bytes, rows padded so the fragment loads
+// of 8 rows hit distinct banks), exponents, w and the per-(entry, head) terms.
+#define IXM_TE 64
+#define IXM_RS 144
+#define IXM_ZERO 0x4000 // an all-zero block: adds nothing
+#define IXM_BAD 0x2000  // no exact path for the block
+#define IXM_SPREAD 9
+
+// e4m3 byte of an integer n, |n| <= 12 (exact).
+DEV u32 ixm_e4m3_int(int n) {
+	const u32 a = (u32)abs(n);
+	if (a == 0) return 0u;
+	const int e = 31 - __clz(a);
+	return (n < 0 ? 0x80u : 0u) | ((u32)(e + 7) << 3) | ((a << (3 - e)) & 7u);
+}
+
+// The fp32 dot of a q head and a stored key in the CPU's order (4 strided
+// partial sums), as indexer_scores_kv8.
+DEV float ixm_dot_ref(const float* __restrict__ q, const u8* __restrict__ key, int hd) {
+	float s0 = 0.0f, s1 = 0.0f, s2 = 0.0f, s3 = 0.0f;
+	for (int w = 0; w < hd / 8; w++) {
+		float4 lo, hi;
+		ld_index8(key, w, hd, lo, hi);
+		s0 = fmaf(q[8 * w], lo.x, s0);
+		s1 = fmaf(q[8 * w + 1], lo.y, s1);
+		s2 = fmaf(q[8 * w + 2], lo.z, s2);
+		s3 = fmaf(q[8 * w + 3], lo.w, s3);
+		s0 = fmaf(q[8 * w + 4], hi.x, s0);
+		s1 = fmaf(q[8 * w + 5], hi.y, s1);
+		s2 = fmaf(q[8 * w + 6], hi.z, s2);
+		s3 = fmaf(q[8 * w + 7], hi.w, s3);
+	}
+	return (s0 + s1) + (s2 + s3);
+}
+
+// The 8 e4m3 bytes (2 words) of the codes of one e2m1 word, each value doubled.
+DEV uint2 ixm_key_word(u32 c) {
+	// 2·e2m1 of magnitude codes 0..7 (0, 1, 2, 3, 4, 6, 8, 12) as e4m3 bytes.
+	const u32 t0 = 0x44403800u, t1 = 0x54504c48u;
+	u32 o[2] = {0u, 0u};
+#pragma unroll
+	for (int i = 0; i < 8; i++) {
+		const u32 q = (c >> (4 * i)) & 15u, m = q & 7u;
+		u32 b = ((m < 4 ? t0 : t1) >> (8 * (m & 3))) & 0xffu;
+		if (m != 0 && (q & 8u)) b |= 0x80u;
+		o[i >> 2] |= b << (8 * (i & 3));
+	}
+	return make_uint2(o[0], o[1]);
+}
+
+extern "C" __global__ void __launch_bounds__(128) indexer_scores_mma(IX_ARGS)
+{
+	PDL_ENTRY();
+	extern __shared__ __align__(16) u8 ixm_smem[];
+	__shared__ long long koff[IXM_TE];
+	const int row = blockIdx.x;
+	const int tid = threadIdx.x, lane = tid & 31, wid = tid >> 5;
+	const int lim = min((pos[row] + 1) / ratio, ld);
+	if ((int)blockIdx.y * IXM_TE >= lim) return; // uniform over the block, before any barrier
+	const int* bt = blocks + SQ(seqOf[row], 4);
+	u8* qb = ixm_smem;                                         // [heads][IXM_RS]
+	u8* kb = qb + heads * IXM_RS;                              // [IXM_TE][IXM_RS]
+	int* eq = reinterpret_cast<int*>(kb + IXM_TE * IXM_RS);    // [heads][4]
+	int* ek = eq + 4 * heads;                                  // [IXM_TE][4]
+	float* ws = reinterpret_cast<float*>(ek + 4 * IXM_TE);     // [heads]
+	float* vs = ws + heads;                                    // [IXM_TE][heads+1]
+	const float* qr = q + (size_t)row * heads * hd;
+	// q: lane l holds values 4l..4l+3 of a head, block l/8.
+	for (int h = wid; h < heads; h += 4) {
+		const float4 v = *reinterpret_cast<const float4*>(qr + (size_t)h * hd + 4 * lane);
+		float amax = fmaxf(fmaxf(fabsf(v.x), fabsf(v.y)), fmaxf(fabsf(v.z), fabsf(v.w)));
+		for (int o = 1; o < 8; o <<= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
+		int e = IXM_ZERO;
+		bool ok = amax == amax && amax <= KV_FLT_MAX;
+		if (ok && amax > 0.0f) {
+			e = ceil_log2_bits(amax * (1.0f / 12.0f));
+			ok = e >= -100 && e <= 100;
+		}
+		u32 word = 0u;
+		if (ok && e != IXM_ZERO) {
+			const float inv = __int_as_float((127 - e) << 23);
+			const float x[4] = {v.x * inv, v.y * inv, v.z * inv, v.w * inv};
+#pragma unroll
+			for (int i = 0; i < 4; i++) {
+				ok = ok && x[i] == rintf(x[i]) && fabsf(x[i]) <= 12.0f;
+				if (fabsf(x[i]) <= 12.0f) word |= ixm_e4m3_int((int)x[i]) << (8 * i);
+			}
+		}
+		const bool hok = __all_sync(0xffffffffu, ok);
+		*reinterpret_cast<u32*>(qb + h * IXM_RS + 4 * lane) = word;
+		if ((lane & 7) == 0) eq[4 * h + (lane >> 3)] = hok ? e : IXM_BAD;
+	}
+	for (int h = tid; h < heads; h += 128) ws[h] = wt[(size_t)row * heads + h];
+	const int g = lane >> 2, t = lane & 3;
+	for (int j0 = blockIdx.y * IXM_TE; j0 < lim; j0 += gridDim.y * IXM_TE) {
+		if (tid < IXM_TE) {
+			const int j = j0 + tid;
+			koff[tid] = j < lim ? ((long long)bt[j / per] * per + j % per) * kstride : -1;
+		}
+		__syncthreads();
+		{ // thread (entry e, half) converts 2 blocks of the key (zeros past lim)
+			const int e = tid >> 1, half = tid & 1;
+			const long long o = koff[e];
+			u32 c[8];
+#pragma unroll
+			for (int i = 0; i < 8; i++) c[i] = o >= 0 ? *reinterpret_cast<const u32*>(ik + o + 32 * half + 4 * i) : 0u;
+			u32 sc2 = o >= 0 ? (u32)ik[o + 64 + 2 * half] | ((u32)ik[o + 65 + 2 * half] << 8) : 0u;
+#pragma unroll
+			for (int i = 0; i < 8; i++) {
+				const uint2 w = ixm_key_word(c[i]);
+				*reinterpret_cast<uint2*>(kb + e * IXM_RS + 64 * half + 8 * i) = w;
+			}
+#pragma unroll
+			for (int b = 0; b < 2; b++) {
+				const u32 sb = (sc2 >> (8 * b)) & 0xffu;
+				const u32 nz = (c[4 * b] | c[4 * b + 1] | c[4 * b + 2] | c[4 * b + 3]) & 0x77777777u;
+				ek[4 * e + 2 * half + b] = sb == 0xffu ? IXM_BAD : nz == 0u ? IXM_ZERO : (int)sb - 128;
+			}
+		}
+		__syncthreads();
+#pragma unroll 1
+		for (int nt = 0; nt < 2; nt++) {
+			const int e0 = 16 * wid + 8 * nt;
+			u32 bf[4][2];
+#pragma unroll
+			for (int b = 0; b < 4; b++) {
+				const u8* kr = kb + (e0 + g) * IXM_RS + 32 * b + 4 * t;
+				bf[b][0] = *reinterpret_cast<const u32*>(kr);
+				bf[b][1] = *reinterpret_cast<const u32*>(kr + 16);
+			}
+#pragma unroll 1
+			for (int h0 = 0; h0 < heads; h0 += 16) {
+				float sum[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+				int lo[4] = {1 << 20, 1 << 20, 1 << 20, 1 << 20}, hi[4] = {-(1 << 20), -(1 << 20), -(1 << 20), -(1 << 20)};
+				u32 bad = 0u; // bit i: pair i takes the fp32 path
+#pragma unroll
+				for (int b = 0; b < 4; b++) {
+					const u8* qa = qb + (h0 + g) * IXM_RS + 32 * b + 4 * t;
+					const u32 af[4] = {*reinterpret_cast<const u32*>(qa), *reinterpret_cast<const u32*>(qa + 8 * IXM_RS),
+						*reinterpret_cast<const u32*>(qa + 16), *reinterpret_cast<const u32*>(qa + 8 * IXM_RS + 16)};
+					float c4[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+					mma_k32(c4, af, bf[b]);
+#pragma unroll
+					for (int i = 0; i < 4; i++) {
+						const int h = h0 + g + 8 * (i >> 1), e = e0 + 2 * t + (i & 1);
+						const int a = eq[4 * h + b], k = ek[4 * e + b];
+						if (a == IXM_BAD || k == IXM_BAD) {
+							bad |= 1u << i;
+						} else if (a != IXM_ZERO && k != IXM_ZERO) {
+							const int x = a + k;
+							lo[i] = min(lo[i], x);
+							hi[i] = max(hi[i], x);
+							if (x >= -120 && x <= 100) sum[i] += c4[i] * __int_as_float((x + 127) << 23);
+						}
+					}
+				}
+#pragma unroll
+				for (int i = 0; i < 4; i++) {
+					const int h = h0 + g + 8 * (i >> 1), e = e0 + 2 * t + (i & 1);
+					float d = sum[i];
+					if ((bad >> i & 1u) || (hi[i] >= lo[i] && (hi[i] - lo[i] > IXM_SPREAD || lo[i] < -120 || hi[i] > 100))) {
+						const long long o = koff[e];
+						d = o >= 0 ? ixm_dot_ref(qr + (size_t)h * hd, ik + o, hd) : 0.0f;
+					}
+					d = fmaxf(rbf(d, 1), 0.0f);
+					vs[e * (heads + 1) + h] = rbf(d * ws[h], 1);
+				}
+			}
+		}
+		__syncthreads();
+		if (tid < IXM_TE && j0 + tid < lim) {
+			const float* vr = vs + tid * (heads + 1);
+			float acc = 0.0f;
+#pragma unroll 8
+			for (int h = 0; h < heads; h++) acc += vr[h];
+			scores[(size_t)row * ld + j0 + tid] = rbf(acc, 1);
+		}
+		__syncthreads(); // kb and vs are rewritten by the next tile
+	}
+}
+
 DEV u32 ord_key(float f) {
 	u32 u = __float_as_uint(f);
 	if ((u & 0x7fffffffu) == 0u) u = 0u; // -0 ties with +0, as the CPU's comparison
@@ -456,81 +650,147 @@ DEV u32 ord_key(float f) {
 }
 
 // Per-row top-k (descending, ties → lower index, -1 padded), one CTA of 1024
-// threads per row: radix select of the k-th key, gather, bitonic sort of
-// 64-bit (key << 32 | ~index). smem: P (pow2 ≥ k) u64.
+// threads per row: radix select of the k-th key over 8-bit digits, gather,
+// bitonic sort of 64-bit (key << 32 | ~index). smem: P (pow2 ≥ k) u64.
+// Every pass walks the row in warp chunks (warp w: a contiguous range, TK_U
+// loads in flight per lane), so the tie pass can rank ties in index order
+// with one count per warp. Lanes of a warp adding to one bin (runs of equal
+// scores: the many exact zeros after ReLU) add once; the passes stop when all
+// candidate keys share their lower bits (bf16 scores: after two digits).
+#define TK_U 8
+
+template <typename F>
+DEV void topk_walk(const float* __restrict__ sc, int c0, int c1, int lane, F f)
+{
+	for (int b = c0; b < c1; b += 32 * TK_U) {
+		u32 key[TK_U];
+#pragma unroll
+		for (int u = 0; u < TK_U; u++) {
+			const int j = b + 32 * u + lane;
+			key[u] = j < c1 ? ord_key(sc[j]) : 0u;
+		}
+#pragma unroll
+		for (int u = 0; u < TK_U; u++) {
+			const int j = b + 32 * u + lane;
+			f(j, key[u], j < c1);
+		}
+	}
+}
+
 extern "C" __global__ void __launch_bounds__(1024) indexer_topk_f32(
 	int* __restrict__ out, const float* __restrict__ scores, const int* __restrict__ pos, int ld, int topk, int ratio, int P)
 {
 	PDL_ENTRY();
 	extern __shared__ u64 cand[];
 	__shared__ int hist[256];
-	__shared__ u32 sPrefix, sMask;
-	__shared__ int sNeed, sCnt;
+	__shared__ int wcnt[32];
+	__shared__ u32 sPrefix, sMask, sLow;
+	__shared__ int sNeed, sCnt, sDone;
 	const int row = blockIdx.x;
-	const int avail = (pos[row] + 1) / ratio;
+	const int avail = min((pos[row] + 1) / ratio, ld);
 	const int k = min(topk, avail);
 	const float* sc = scores + (size_t)row * ld;
-	const int tid = threadIdx.x, nt = blockDim.x;
-	if (tid == 0) { sPrefix = 0; sMask = 0; sNeed = k; sCnt = 0; }
+	const int tid = threadIdx.x, nt = blockDim.x, lane = tid & 31, wid = tid >> 5, nw = nt >> 5;
+	const int C = (((avail + nw - 1) / nw) + 31) & ~31; // a warp's chunk
+	const int c0 = min(wid * C, avail), c1 = min(c0 + C, avail);
+	const u32 lt = (1u << lane) - 1u;
+	if (tid == 0) { sPrefix = 0; sMask = 0; sNeed = k; sCnt = 0; sDone = 0; }
 	__syncthreads();
-	if (k < avail) {
+	const bool all = k >= avail;
+	if (!all) {
 		for (int shift = 24; shift >= 0; shift -= 8) {
 			for (int i = tid; i < 256; i += nt) hist[i] = 0;
+			if (tid == 0) sLow = 0;
 			__syncthreads();
-			const u32 pre = sPrefix, msk = sMask;
-			for (int j = tid; j < avail; j += nt) {
-				u32 key = ord_key(sc[j]);
-				if ((key & msk) == pre) atomicAdd(&hist[(key >> shift) & 255], 1);
-			}
+			const u32 pre = sPrefix, msk = sMask, low = (1u << shift) - 1u;
+			u32 orl = 0;
+			topk_walk(sc, c0, c1, lane, [&](int, u32 key, bool v) {
+				v = v && (key & msk) == pre;
+				const u32 d = (key >> shift) & 255u;
+				const u32 vb = __ballot_sync(0xffffffffu, v);
+				if (vb == 0) return;
+				const int l0 = __clz(__brev(vb));
+				const u32 dl = __shfl_sync(0xffffffffu, d, l0);
+				const u32 same = __ballot_sync(0xffffffffu, v && d == dl);
+				if (lane == l0) atomicAdd(&hist[dl], __popc(same));
+				if (v && d != dl) atomicAdd(&hist[d], 1);
+				if (v) orl |= key & low;
+			});
+			for (int o = 16; o > 0; o >>= 1) orl |= __shfl_xor_sync(0xffffffffu, orl, o);
+			if (lane == 0 && orl) atomicOr(&sLow, orl);
 			__syncthreads();
-			if (tid == 0) {
-				int need = sNeed, above = 0, d = 255;
-				for (; d > 0; d--) {
-					if (above + hist[d] >= need) break;
-					above += hist[d];
+			if (wid == 0) { // the digit: warp 0 scans 8 bins a lane, from the top
+				const int need = sNeed;
+				int h[8], s = 0;
+#pragma unroll
+				for (int i = 0; i < 8; i++) {
+					h[i] = hist[255 - 8 * lane - i];
+					s += h[i];
 				}
-				sNeed = need - above;
-				sPrefix = pre | ((u32)d << shift);
-				sMask = msk | (255u << shift);
+				int incl = s; // bins above and in this lane's group
+				for (int o = 1; o < 32; o <<= 1) {
+					const int v = __shfl_up_sync(0xffffffffu, incl, o);
+					if (lane >= o) incl += v;
+				}
+				const u32 hit = __ballot_sync(0xffffffffu, incl >= need);
+				if (lane == __clz(__brev(hit))) {
+					int above = incl - s, i = 0;
+					for (; i < 7; i++) {
+						if (above + h[i] >= need) break;
+						above += h[i];
+					}
+					sNeed = need - above;
+					sPrefix = pre | ((u32)(255 - 8 * lane - i) << shift);
+					sMask = msk | (255u << shift);
+					if (sLow == 0) { // the keys left share their lower bits: all zero
+						sMask = 0xffffffffu;
+						sDone = 1;
+					}
+				}
 			}
 			__syncthreads();
+			if (sDone) break;
 		}
 	}
 	const u32 T = sPrefix;
-	const bool all = k >= avail;
-	// Keys above T (all keys when everything is selected).
-	for (int j = tid; j < avail; j += nt) {
-		u32 key = ord_key(sc[j]);
-		if (all || key > T) {
-			int c = atomicAdd(&sCnt, 1);
-			cand[c] = ((u64)key << 32) | (u64)(~(u32)j);
+	// Keys above T (all keys when everything is selected); ties at T counted per warp.
+	int ties = 0;
+	topk_walk(sc, c0, c1, lane, [&](int j, u32 key, bool v) {
+		const bool f = v && (all || key > T);
+		const u32 fb = __ballot_sync(0xffffffffu, f);
+		ties += __popc(__ballot_sync(0xffffffffu, v && !all && key == T));
+		if (fb == 0) return;
+		int base = 0;
+		if (lane == 0) base = atomicAdd(&sCnt, __popc(fb));
+		base = __shfl_sync(0xffffffffu, base, 0);
+		if (f) cand[base + __popc(fb & lt)] = ((u64)key << 32) | (u64)(~(u32)j);
+	});
+	if (lane == 0) wcnt[wid] = ties;
+	__syncthreads();
+	if (!all) { // ties at T: the lowest indices, warps in index order
+		const int need = k - sCnt, above = sCnt;
+		int before = 0;
+		for (int i = 0; i < wid; i++) before += wcnt[i];
+		if (before < need && wcnt[wid] > 0) {
+			int taken = before;
+			for (int b = c0; b < c1 && taken < need; b += 32 * TK_U) {
+				bool tie[TK_U];
+#pragma unroll
+				for (int u = 0; u < TK_U; u++) {
+					const int j = b + 32 * u + lane;
+					tie[u] = j < c1 && ord_key(sc[j]) == T;
+				}
+#pragma unroll
+				for (int u = 0; u < TK_U; u++) {
+					const u32 bal = __ballot_sync(0xffffffffu, tie[u]);
+					const int rank = taken + __popc(bal & lt);
+					if (tie[u] && rank < need) cand[above + rank] = ((u64)T << 32) | (u64)(~(u32)(b + 32 * u + lane));
+					taken += __popc(bal);
+				}
+			}
 		}
 	}
 	__syncthreads();
-	if (!all) { // ties at T: the lowest indices
-		__shared__ int wcnt[32];
-		int taken = 0;
-		const int need = sNeed;
-		for (int b0 = 0; b0 < avail && taken < need; b0 += nt) {
-			const int j = b0 + tid;
-			const bool f = j < avail && ord_key(sc[j]) == T;
-			const u32 bal = __ballot_sync(0xffffffffu, f);
-			const int lane = tid & 31, wi = tid >> 5;
-			if (lane == 0) wcnt[wi] = __popc(bal);
-			__syncthreads();
-			int before = 0, tot = 0;
-			for (int i = 0; i < (nt >> 5); i++) {
-				if (i < wi) before += wcnt[i];
-				tot += wcnt[i];
-			}
-			const int rank = taken + before + __popc(bal & ((1u << lane) - 1u));
-			const int base = sCnt;
-			if (f && rank < need) cand[base + rank] = ((u64)T << 32) | (u64)(~(u32)j);
-			__syncthreads();
-			taken += tot;
-		}
-		__syncthreads();
-	}
 	for (int i = k + tid; i < P; i += nt) cand[i] = 0;
 	__syncthreads();
 	// Bitonic sort, descending.
