@@ -14,6 +14,8 @@ import (
 // CopyBlock) because the new sequence appends into the block: the cached
 // one stays intact for the next hit. The next turn of a chat, whose prompt
 // extends the previous request's tokens, hits up to their exact end.
+// KeepCopy files one more kind, copies of a running sequence's block and
+// slot at a point inside its prompt, which do take memory of their own.
 type partialBlock struct {
 	parent Hash    // chain hash of the full blocks before it (or the root)
 	tokens []int32 // 0 < len < BlockTokens
