@@ -348,6 +348,7 @@ type genSpec struct {
 	// constraint restricts the output to a grammar (structured outputs).
 	constraint *engine.Constraint
 	cacheSalt  string
+	reuseAt    int // engine Request.ReuseAt
 }
 
 func (s *Server) checkModel(name string) error {

@@ -133,7 +133,7 @@ func (s *Server) fanOut(ctx context.Context, g *genSpec, emit func(int, delta) e
 // output. ctx ending cancels the sequence.
 func (s *Server) generate(ctx context.Context, g *genSpec, emit func(delta) error) (*result, error) {
 	req := &engine.Request{Prompt: g.prompt, Params: g.params, MaxTokens: g.maxTokens, MinTokens: g.minTokens, StopTokens: g.stopIDs,
-		Constraint: g.constraint, CacheSalt: g.cacheSalt}
+		Constraint: g.constraint, CacheSalt: g.cacheSalt, ReuseAt: g.reuseAt}
 	if g.promptTop != nil {
 		req.PromptLogprobs, req.PromptTopLogprobs = true, *g.promptTop
 	}

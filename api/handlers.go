@@ -204,11 +204,13 @@ func (s *Server) chat(c *gin.Context) {
 		writeError(c, err)
 		return
 	}
-	text, err := renderChatWith(req.Messages, tools, tokenizer.ChatOptions{Thinking: thinking, ReasoningEffort: effort, ResponseFormat: format}, s.quote)
+	opts := tokenizer.ChatOptions{Thinking: thinking, ReasoningEffort: effort, ResponseFormat: format}
+	text, err := renderChatWith(req.Messages, tools, opts, s.quote)
 	if err != nil {
 		writeError(c, err)
 		return
 	}
+	rendered := text
 	text, echo, err := req.ending(text, thinking)
 	if err != nil {
 		writeError(c, err)
@@ -218,6 +220,9 @@ func (s *Server) chat(c *gin.Context) {
 	if err != nil {
 		writeError(c, err)
 		return
+	}
+	if text == rendered && s.eng.Config().PrefixCaching { // not cut by add_generation_prompt or continue_final_message
+		g.reuseAt = s.reuseAt(req.Messages, tools, opts, text, g.prompt)
 	}
 	g.thinking = thinking
 	srcs, err := req.grammarSources()

@@ -180,6 +180,9 @@ func (e *Engine) Submit(req *Request) (*Stream, error) {
 	if req.MinTokens < 0 || req.MinTokens > req.MaxTokens {
 		return nil, fmt.Errorf("engine: min tokens %d outside [0, max tokens %d]", req.MinTokens, req.MaxTokens)
 	}
+	if req.ReuseAt < 0 || req.ReuseAt > len(req.Prompt) {
+		return nil, fmt.Errorf("engine: reuse point %d outside [0, prompt length %d]", req.ReuseAt, len(req.Prompt))
+	}
 	if req.PromptTopLogprobs < 0 || req.PromptTopLogprobs > MaxTopLogprobs {
 		return nil, fmt.Errorf("engine: prompt top logprobs %d outside [0, %d]", req.PromptTopLogprobs, MaxTopLogprobs)
 	}

@@ -66,6 +66,11 @@ func TestPrefixCachePartialBlocks(t *testing.T) {
 	}{
 		{name: "next turns hit the previous request's end mid-block", cfg: Config{MaxModelLen: 2048},
 			build: turns(3, 8, p1, seqTokens(20, 22, V), seqTokens(230, 23, V)), slow: true},
+		{name: "thinking turns hit the previous prompt but its generation prefix", cfg: Config{MaxModelLen: 2048},
+			// Turn 2's prompt but its last token ends on a block boundary.
+			build: thinkingTurns(8, 3, int32(V-1), int32(V-2), seqTokens(299, 41, V), seqTokens(207, 42, V), seqTokens(20, 43, V)), slow: true},
+		{name: "chunked thinking turns", cfg: Config{MaxModelLen: 2048, MaxBatchTokens: 48},
+			build: thinkingTurns(6, 2, int32(V-1), int32(V-2), seqTokens(100, 44, V), seqTokens(150, 45, V), seqTokens(30, 46, V)), slow: true},
 		{name: "MTP drafts after a partial hit", cfg: Config{MaxModelLen: 2048, Speculative: SpecConfig{Method: "mtp", NumTokens: 2}},
 			build: turns(2, 12, p1, seqTokens(30, 29, V)), spec: true, slow: true},
 		{name: "concurrent sequences copy one partial block", cfg: Config{MaxModelLen: 2048, MaxNumSeqs: 3},

@@ -22,8 +22,9 @@ type Cache interface {
 	Commit(s *kvcache.Sequence, tokens []int32)
 	// Keep hands an ending sequence's partial last block and state slot to
 	// the cache (before it is freed), so that a prompt extending its tokens
-	// hits up to their end.
+	// hits up to their end; KeepCopy keeps copies of them while it goes on.
 	Keep(s *kvcache.Sequence, tokens []int32)
+	KeepCopy(s *kvcache.Sequence, tokens []int32)
 }
 
 // SchedulerConfig bounds one step.
@@ -180,11 +181,12 @@ func (s *Scheduler) counted(seq *Sequence, hit int) {
 	seq.stream.setCached(hit)
 }
 
-// chunk trims a prefill chunk of n tokens so that it ends on a block boundary
-// where the prefix cache takes a state snapshot: the first chunk of a
+// chunk trims a prefill chunk of n tokens so that it ends where the prefix
+// cache keeps the state: on a block boundary, the first chunk of a
 // sequence's first block at that block's end (so a short shared system
-// prompt hits), later ones at the last boundary they cross. Decode steps
-// (one token) reach every boundary anyway.
+// prompt hits), later ones at the last boundary they cross; and at the
+// request's reuse point (Request.ReuseAt). Decode steps (one token) reach
+// every boundary anyway.
 func (s *Scheduler) chunk(seq *Sequence, n int) int {
 	if n <= 1 || !s.cache.PrefixCaching() {
 		return n
@@ -193,11 +195,15 @@ func (s *Scheduler) chunk(seq *Sequence, n int) int {
 	start, end := seq.Computed, seq.Computed+n
 	switch {
 	case start < bt && end > bt:
-		return bt - start
-	case end%bt == 0 || end/bt == start/bt:
-		return n // ends on a boundary, or crosses none
+		n = bt - start
+	case end%bt == 0 || end/bt == start/bt: // ends on a boundary, or crosses none
+	default:
+		n = end/bt*bt - start
 	}
-	return end/bt*bt - start
+	if r := seq.reuseAt(); start < r && r < start+n {
+		n = r - start
+	}
+	return n
 }
 
 func (s *Scheduler) item(seq *Sequence, n int) Item {
@@ -238,6 +244,9 @@ func (s *Scheduler) Postprocess(items []Item, results []Result, err error) {
 		}
 		seq.Computed += it.N
 		s.cache.Commit(seq.KV, seq.Tokens[:seq.Computed])
+		if seq.Computed == seq.reuseAt() {
+			s.cache.KeepCopy(seq.KV, seq.Tokens[:seq.Computed])
+		}
 		r := results[i]
 		var ev Event
 		if len(r.Prompt) > 0 {
@@ -307,12 +316,15 @@ func (s *Scheduler) finish(seq *Sequence, reason FinishReason, err error) {
 }
 
 // retire drops seq from both queues and frees its cache, whose end the
-// prefix cache keeps.
+// prefix cache keeps unless it lies past the request's reuse point, where a
+// follow-up stops repeating its tokens (that point was kept instead).
 func (s *Scheduler) retire(seq *Sequence) {
 	s.running = slices.DeleteFunc(s.running, func(x *Sequence) bool { return x == seq })
 	s.waiting = slices.DeleteFunc(s.waiting, func(x *Sequence) bool { return x == seq })
 	if seq.KV != nil {
-		s.cache.Keep(seq.KV, seq.Tokens[:seq.Computed])
+		if r := seq.reuseAt(); r == 0 || seq.Computed <= r {
+			s.cache.Keep(seq.KV, seq.Tokens[:seq.Computed])
+		}
 		s.free(seq.KV)
 		seq.KV = nil
 	}

@@ -36,6 +36,12 @@ type Request struct {
 	// CacheSalt isolates the prefix cache: a request finds only blocks
 	// computed by requests with the same salt.
 	CacheSalt string
+	// ReuseAt, when in (0, len(Prompt)), is where a follow-up request stops
+	// repeating this one's tokens (a thinking chat's next turn renders the
+	// generation prefix as history, differently): the prefix cache keeps the
+	// state there, and not at the end, which no follow-up extends. 0: a
+	// follow-up may extend all of the tokens.
+	ReuseAt int
 }
 
 // Token is one generated (or, for prompt logprobs, one prompt) token.
@@ -181,3 +187,11 @@ func (s *Sequence) Generated() int { return len(s.Tokens) - s.NumPrompt }
 
 // Pending is the number of tokens not yet in the cache.
 func (s *Sequence) Pending() int { return len(s.Tokens) - s.Computed }
+
+// reuseAt is Req.ReuseAt where it lies inside the prompt, else 0.
+func (s *Sequence) reuseAt() int {
+	if r := s.Req.ReuseAt; r > 0 && r < s.NumPrompt {
+		return r
+	}
+	return 0
+}

@@ -14,6 +14,8 @@ import (
 // CopyBlock) because the new sequence appends into the block: the cached
 // one stays intact for the next hit. The next turn of a chat, whose prompt
 // extends the previous request's tokens, hits up to their exact end.
+// KeepCopy files one more kind, copies of a running sequence's block and
+// slot at a point inside its prompt, which do take memory of their own.
 type partialBlock struct {
 	parent Hash    // chain hash of the full blocks before it (or the root)
 	tokens []int32 // 0 < len < BlockTokens
@@ -53,18 +55,65 @@ func (m *Manager) Keep(s *Sequence, tokens []int32) {
 		parent = s.hashes[full-1]
 	}
 	tail := tokens[full*bt:]
-	for _, p := range m.pc.partials[parent] {
-		if slices.Equal(p.tokens, tail) {
-			m.pc.lru.MoveToBack(p.el)
-			return
-		}
+	if m.touchPartial(parent, tail) {
+		return
 	}
-	p := &partialBlock{parent: parent, tokens: slices.Clone(tail), block: s.blocks[full], snap: s.slot}
+	m.addPartial(&partialBlock{parent: parent, tokens: slices.Clone(tail), block: s.blocks[full], snap: s.slot})
 	s.blocks = slices.Delete(s.blocks, full, full+1)
 	s.slot = -1
+}
+
+// KeepCopy keeps the state of s at its current end (tokens, its s.Len()
+// computed tokens, committed) while s goes on: a new slot and a new block
+// take copies of its slot and of its partial last block (queued copies) and
+// are kept as a partial block, evictable as the others. It serves a point
+// where a follow-up request stops repeating this one's tokens (a thinking
+// chat's next turn renders the generation prefix differently). It does
+// nothing on a block boundary (Commit snapshots there), when the cache holds
+// the same end, or without room.
+func (m *Manager) KeepCopy(s *Sequence, tokens []int32) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if !m.pc.on || s == nil || s.freed || !s.prefix || s.slot < 0 || len(tokens) != s.len {
+		return
+	}
+	bt := m.layout.BlockTokens
+	full, n := s.len/bt, s.len%bt
+	if n == 0 || len(s.hashes) < full || s.committed < full || len(s.blocks) <= full {
+		return
+	}
+	parent := s.root
+	if full > 0 {
+		parent = s.hashes[full-1]
+	}
+	tail := tokens[full*bt:]
+	if m.touchPartial(parent, tail) || !m.slotFree() || !m.makeRoom(m.layout.StateBytes+m.layout.BlockBytes) {
+		return
+	}
+	p := &partialBlock{parent: parent, tokens: slices.Clone(tail), block: m.takeBlock(), snap: m.takeSlot()}
+	m.used += m.layout.StateBytes + m.layout.BlockBytes
+	m.addPartial(p)
+	m.pc.copies = append(m.pc.copies, SlotCopy{Src: s.slot, Dst: p.snap}, SlotCopy{Src: int(s.blocks[full]), Dst: int(p.block), Block: true})
+}
+
+// touchPartial reports whether the cache holds a partial block of these
+// tokens after parent, marking it most recently used.
+func (m *Manager) touchPartial(parent Hash, tokens []int32) bool {
+	for _, p := range m.pc.partials[parent] {
+		if slices.Equal(p.tokens, tokens) {
+			m.pc.lru.MoveToBack(p.el)
+			return true
+		}
+	}
+	return false
+}
+
+// addPartial files p (its block and slot already counted in used) as
+// evictable cache.
+func (m *Manager) addPartial(p *partialBlock) {
 	m.pc.evictable += m.layout.BlockBytes + m.layout.StateBytes
 	p.el = m.pc.lru.PushBack(lruItem{p: p})
-	m.pc.partials[parent] = append(m.pc.partials[parent], p)
+	m.pc.partials[p.parent] = append(m.pc.partials[p.parent], p)
 }
 
 // giveSnap makes the slot of s (about to be freed) b's snapshot.

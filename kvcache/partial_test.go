@@ -125,3 +125,61 @@ func TestPartialBlockEviction(t *testing.T) {
 	}
 	m.Free(e)
 }
+
+// TestKeepCopy: a copy of a running sequence's state mid-block (a thinking
+// chat's prompt but its last token) is kept as a partial block in a new slot
+// and block, so a follow-up that diverges right after it hits there; a
+// block boundary, a repeat and a full cache keep nothing.
+func TestKeepCopy(t *testing.T) {
+	prompt := toks(400, 1)
+	next := append(slices.Clone(prompt[:399]), toks(50, 9000)...)
+	cases := []struct {
+		name   string
+		cap    func(Layout) int64
+		at     int // KeepCopy after computing this many tokens
+		twice  bool
+		cached func(Layout) int64 // after the sequence ends
+		hit    int                // of next
+	}{
+		{"mid-block", func(l Layout) int64 { return 10*l.StateBytes + 10*l.BlockBytes }, 399, false,
+			func(l Layout) int64 { return 2*l.BlockBytes + 2*l.StateBytes }, 399}, // block 0 + its snapshot, the copy
+		{"twice: one copy", func(l Layout) int64 { return 10*l.StateBytes + 10*l.BlockBytes }, 399, true,
+			func(l Layout) int64 { return 2*l.BlockBytes + 2*l.StateBytes }, 399},
+		{"block boundary: Commit's snapshot", func(l Layout) int64 { return 10*l.StateBytes + 10*l.BlockBytes }, 256, false,
+			func(l Layout) int64 { return l.BlockBytes + l.StateBytes }, 256},
+		{"no room", func(l Layout) int64 { return l.StateBytes + 2*l.BlockBytes }, 399, false,
+			func(l Layout) int64 { return l.BlockBytes }, 0}, // the snapshot at 256 had no slot either
+	}
+	for _, c := range cases {
+		m := prefixManager(t, c.cap)
+		l := m.Layout()
+		s, _ := run(t, m, prompt, "", 256, c.at-256)
+		m.TakeCopies()
+		used := m.UsedBytes()
+		m.KeepCopy(s, prompt[:c.at])
+		if c.twice {
+			m.KeepCopy(s, prompt[:c.at])
+		}
+		cp := m.TakeCopies()
+		if m.UsedBytes() != used {
+			t.Errorf("%s: the sequence's bytes went from %d to %d", c.name, used, m.UsedBytes())
+		}
+		if kept := c.at%256 != 0 && c.hit > 0; kept != (len(cp) == 2) ||
+			kept && (cp[0] != SlotCopy{Src: s.Slot(), Dst: cp[0].Dst} || cp[1] != SlotCopy{Src: int(s.Blocks()[1]), Dst: cp[1].Dst, Block: true} ||
+				cp[0].Dst == s.Slot() || slices.Contains(s.Blocks(), int32(cp[1].Dst))) {
+			t.Errorf("%s: copies %v (slot %d, blocks %v)", c.name, cp, s.Slot(), s.Blocks())
+		}
+		m.Advance(s, len(prompt)-c.at)
+		m.Commit(s, prompt)
+		m.Free(s) // no Keep: the end is no follow-up's prefix
+		m.TakeCopies()
+		if got, want := m.CachedBytes(), c.cached(l); got != want || m.UsedBytes() != 0 {
+			t.Errorf("%s: cached %d, want %d; used %d", c.name, got, want, m.UsedBytes())
+		}
+		b := m.NewSequence()
+		if got := m.Match(b, next, ""); got != c.hit {
+			t.Errorf("%s: follow-up hit %d, want %d", c.name, got, c.hit)
+		}
+		m.Free(b)
+	}
+}

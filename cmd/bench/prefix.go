@@ -20,7 +20,7 @@ type prefixFlags struct {
 	stack                     stackFlags
 	prefix, suffix, requests  int
 	turns, turnTokens, answer int
-	firstTurn                 int
+	firstTurn, reasoning      int
 	batchTokens               int
 	cacheGiB                  float64
 }
@@ -43,6 +43,7 @@ func parsePrefix(args []string, stderr io.Writer) (*prefixFlags, error) {
 	fs.IntVar(&f.turnTokens, "turn-tokens", 200, "new user tokens a turn")
 	fs.IntVar(&f.firstTurn, "first-turn", 0, "tokens of the conversation's first prompt (0: --prefix/4 + --turn-tokens)")
 	fs.IntVar(&f.answer, "answer", 40, "generated tokens a turn, resent with the next turn")
+	fs.IntVar(&f.reasoning, "reasoning", 0, "thinking mode without tools: the first generated tokens a turn are reasoning, dropped from the next turn, and the generation prefix changes (0: no thinking)")
 	fs.IntVar(&f.batchTokens, "max-num-batched-tokens", 512, "tokens per engine step")
 	fs.Float64Var(&f.cacheGiB, "kv-cache-gib", 2, "KV cache capacity")
 	synth := fs.String("model", "", "synth:PRESET[:LAYERS], serve's name of the model: sets --preset and --layers")
@@ -59,6 +60,8 @@ func parsePrefix(args []string, stderr io.Writer) (*prefixFlags, error) {
 		return nil, errors.New("--prefix, --suffix, --requests, --turn-tokens and --answer must be >= 1, --turns >= 0")
 	case f.firstTurn < 0:
 		return nil, errors.New("--first-turn must be >= 0")
+	case f.reasoning < 0 || f.reasoning >= f.answer:
+		return nil, errors.New("--reasoning must be in [0, --answer)")
 	case f.batchTokens < 1 || f.cacheGiB <= 0:
 		return nil, errors.New("--max-num-batched-tokens and --kv-cache-gib must be positive")
 	case f.stack.device != "cpu" && f.stack.device != "cuda":
@@ -148,7 +151,7 @@ type prefixResult struct {
 
 func prefixScenarios(m *model.Model, f *prefixFlags, on bool, reqs, turnNew [][]int32) (prefixResult, error) {
 	var r prefixResult
-	maxLen := max(f.prefix+f.suffix, f.firstTurn+f.turns*(f.turnTokens+f.answer)) + 1
+	maxLen := max(f.prefix+f.suffix, f.firstTurn+f.turns*(f.turnTokens+f.answer+1)) + 1
 	e, err := engine.New(engine.FromModel(m), engine.Config{MaxModelLen: maxLen, MaxBatchTokens: f.batchTokens, PrefixCaching: on})
 	if err != nil {
 		return r, err
@@ -158,9 +161,9 @@ func prefixScenarios(m *model.Model, f *prefixFlags, on bool, reqs, turnNew [][]
 	go func() { _ = e.Run(ctx); close(done) }()
 	defer func() { cancel(); <-done }()
 	// Each request runs alone: its TTFT is its own prefill.
-	one := func(prompt []int32, maxTokens int) (time.Duration, []int32, int, error) {
+	one := func(prompt []int32, maxTokens, reuseAt int) (time.Duration, []int32, int, error) {
 		t0 := time.Now()
-		st, err := e.Submit(&engine.Request{Prompt: prompt, MaxTokens: maxTokens})
+		st, err := e.Submit(&engine.Request{Prompt: prompt, MaxTokens: maxTokens, ReuseAt: reuseAt})
 		if err != nil {
 			return 0, nil, 0, err
 		}
@@ -186,20 +189,33 @@ func prefixScenarios(m *model.Model, f *prefixFlags, on bool, reqs, turnNew [][]
 		}
 	}
 	for _, p := range reqs {
-		ttft, _, hit, err := one(p, 1)
+		ttft, _, hit, err := one(p, 1, 0)
 		if err != nil {
 			return r, err
 		}
 		r.ttft, r.prompt, r.cached = append(r.ttft, ttft), append(r.prompt, len(p)), append(r.cached, hit)
 	}
+	// In thinking mode a prompt ends with the generation prefix <think>,
+	// rendered </think> once the turn is history (tokenizer.EncodeChat),
+	// where the request's reuse point is (what the API sets).
+	think, unthink := int32(e.Vocab()-1), int32(e.Vocab()-2)
 	var conv []int32
 	for _, add := range turnNew {
 		conv = append(conv, add...)
-		ttft, out, hit, err := one(conv, f.answer)
+		reuse := 0
+		if f.reasoning > 0 {
+			conv = append(conv, think)
+			reuse = len(conv) - 1
+		}
+		ttft, out, hit, err := one(conv, f.answer, reuse)
 		if err != nil {
 			return r, err
 		}
 		r.turnTTFT, r.turnLen, r.turnHit = append(r.turnTTFT, ttft), append(r.turnLen, len(conv)), append(r.turnHit, hit)
+		if f.reasoning > 0 {
+			conv[len(conv)-1] = unthink
+			out = out[min(f.reasoning, len(out)):]
+		}
 		conv = append(conv, out...) // the next turn resends the answer
 	}
 	return r, nil
@@ -235,7 +251,7 @@ func (r prefixResult) print(out io.Writer, on prefixResult, f *prefixFlags) {
 	if len(r.turnLen) == 0 {
 		return
 	}
-	fmt.Fprintf(out, "multi-turn: %d turns, a %d-token first prompt, %d new tokens a turn, %d-token answers\n", f.turns, f.firstTurn, f.turnTokens, f.answer)
+	fmt.Fprintf(out, "multi-turn: %d turns, a %d-token first prompt, %d new tokens a turn, %d-token answers%s\n", f.turns, f.firstTurn, f.turnTokens, f.answer, f.thinking())
 	fmt.Fprintf(out, "  %-5s %-7s %-8s %-14s %-14s\n", "turn", "prompt", "cached", "TTFT off (ms)", "TTFT on (ms)")
 	for i := range r.turnLen {
 		fmt.Fprintf(out, "  %-5d %-7d %-8d %-14.1f %-14.1f\n", i+1, on.turnLen[i], on.turnHit[i], ms(r.turnTTFT[i]), ms(on.turnTTFT[i]))
@@ -258,8 +274,16 @@ func (r prefixResult) table(out io.Writer, on prefixResult, f *prefixFlags, what
 		return
 	}
 	p, h := sum(on.turnLen[1:]), sum(on.turnHit[1:])
-	fmt.Fprintf(out, "| %d-turn chat (%d-token first prompt, %d new tokens and a %d-token answer a turn): prompt tokens computed after turn 1 | %d | %d (%.1f %%) |\n",
-		f.turns, f.firstTurn, f.turnTokens, f.answer, sum(r.turnLen[1:]), p-h, 100*float64(p-h)/float64(p))
+	fmt.Fprintf(out, "| %d-turn chat (%d-token first prompt, %d new tokens and a %d-token answer a turn%s): prompt tokens computed after turn 1 | %d | %d (%.1f %%) |\n",
+		f.turns, f.firstTurn, f.turnTokens, f.answer, f.thinking(), sum(r.turnLen[1:]), p-h, 100*float64(p-h)/float64(p))
 	n := float64(len(r.turnTTFT) - 1)
 	fmt.Fprintf(out, "| the same: TTFT of turns 2–%d, summed | %.1f ms | %.1f ms |\n", f.turns, meanMs(r.turnTTFT[1:])*n, meanMs(on.turnTTFT[1:])*n)
+}
+
+// thinking describes the --reasoning mode for the reports.
+func (f *prefixFlags) thinking() string {
+	if f.reasoning == 0 {
+		return ""
+	}
+	return fmt.Sprintf(", thinking: the first %d of them reasoning, dropped from the next turn", f.reasoning)
 }
