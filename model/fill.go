@@ -46,10 +46,8 @@ func (m *Model) FillCache(seqs []*kvcache.Sequence, tokens int, seed uint64) err
 		}
 		seen[s] = true
 	}
-	for _, c := range m.cache.TakeCopies() {
-		if err := m.be.CopySlot(m.store, backend.WholeSlot(m.store, c.Src, c.Dst)); err != nil {
-			return fmt.Errorf("model: fill cache: %w", err)
-		}
+	if err := m.runCopies(); err != nil {
+		return fmt.Errorf("model: fill cache: %w", err)
 	}
 	for _, s := range seqs {
 		if err := m.cache.Reserve(s, tokens); err != nil {

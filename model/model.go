@@ -447,19 +447,8 @@ func (m *Model) prepare(items []BatchItem, mtp bool) (*backend.Batch, []int32, e
 			}
 		}
 	}
-	// Prefix cache snapshots and restores, before any slot is reset or written.
-	for _, c := range m.cache.TakeCopies() {
-		var err error
-		switch {
-		case c.Src == c.Dst: // the source was evicted and handed back as the destination
-		case c.Block:
-			err = m.be.CopyBlock(m.store, int32(c.Dst), int32(c.Src))
-		default:
-			err = m.be.CopySlot(m.store, backend.WholeSlot(m.store, c.Src, c.Dst))
-		}
-		if err != nil {
-			return nil, nil, fmt.Errorf("model: %w", err)
-		}
+	if err := m.runCopies(); err != nil {
+		return nil, nil, fmt.Errorf("model: %w", err)
 	}
 	for i, it := range items {
 		start := it.Seq.Len()
@@ -723,4 +712,23 @@ func (m *Model) downloadLogits(lg backend.Tensor, k int, prefix string) ([]float
 		}
 	}
 	return flat, nil
+}
+
+// runCopies issues the prefix cache's queued snapshots, restores and block
+// copies, before any slot is reset or written.
+func (m *Model) runCopies() error {
+	for _, c := range m.cache.TakeCopies() {
+		var err error
+		switch {
+		case c.Src == c.Dst: // the source was evicted and handed back as the destination
+		case c.Block:
+			err = m.be.CopyBlock(m.store, int32(c.Dst), int32(c.Src))
+		default:
+			err = m.be.CopySlot(m.store, backend.WholeSlot(m.store, c.Src, c.Dst))
+		}
+		if err != nil {
+			return err
+		}
+	}
+	return nil
 }
