@@ -33,9 +33,10 @@ func (s *Stream) MoEGateUpFused(sh MoEShape) bool {
 // the tile list are not written.
 func MoEGateUpSwiGLU(s *Stream, a MoEGateUpArgs) error {
 	sh := a.Shape
+	if err := checkMoEShape(sh); err != nil {
+		return fmt.Errorf("cuda: moe_fp4_tc_swiglu: %w", err)
+	}
 	switch {
-	case checkMoEShape(sh) != nil:
-		return checkMoEShape(sh)
 	case sh.N%128 != 0 || a.Stride < sh.N:
 		return fmt.Errorf("cuda: moe_fp4_tc_swiglu: intermediate %d (%% 128 == 0) and expert stride %d (>= it)", sh.N, a.Stride)
 	case a.HQ == 0 || a.HS == 0 || a.Perm == 0 || a.Weights == 0 || a.W1 == 0 || a.W3 == 0 || a.S1 == 0 || a.S3 == 0:
