@@ -18,8 +18,8 @@ var tcTiles = []int{16, 32, 64, 128}
 
 // tcSmem is TcCfg<bt, bf16>::SMEM: the stage ring (128 weight rows and bt
 // token rows of 128 K, e4m3 or bf16, and two 512-byte scale atoms), its
-// barriers, the TMEM address slot and the slack that aligns the ring to
-// 1024 bytes.
+// barriers, the TMEM address slot, the epilogue warps' 256-byte exchange
+// and the slack that aligns the ring to 1024 bytes.
 func tcSmem(bt int, bf16 bool) int {
 	stages, eb := 4, 1
 	if bt >= 128 {
@@ -28,7 +28,7 @@ func tcSmem(bt int, bf16 bool) int {
 	if bf16 {
 		eb = 2
 	}
-	return stages*(eb*128*128+eb*bt*128+2*512) + (2*stages+4)*8 + 16 + 1024
+	return stages*(eb*128*128+eb*bt*128+2*512) + (2*stages+4)*8 + 16 + 256 + 1024
 }
 
 // tcCapable reports whether a device of compute capability major.minor with
@@ -95,25 +95,35 @@ func moeFP4TC(s *Stream, y, xq, xs, w, wscale, gscale DevicePtr, sh MoEShape, p 
 	if !s.ctx.moeTC(sh) {
 		return fmt.Errorf("cuda: moe_fp4_tc: device %s (compute %d.%d) has no sm_100a tcgen05 path", s.ctx.dev.Name, s.ctx.dev.Major, s.ctx.dev.Minor)
 	}
-	name, nv, x, cols := "moe_fp4_tc", sh.Format == NVFP4, xq, sh.K
+	name, nv := "moe_fp4_tc", sh.Format == NVFP4
 	if nv {
 		name += "_nv"
-		x, cols = scratch.Add(p.tileBytes()), 2*sh.K
-		a := new(Args).Ptr(x).Ptr(xq).Ptr(xs).I32(sh.Rows).I32(sh.K)
-		n4 := sh.Rows * sh.K / 4
-		if err := launch(s, "moe_fp4_sm100", "tc_fp8_to_bf16", Dim3{uint32(min(ceilDiv(n4, 256), 16*s.ctx.dev.SMs)), 1, 1}, Dim3{256, 1, 1}, 0, a); err != nil {
-			return err
-		}
 	} else {
 		gscale = 0
 	}
-	mx, err := s.ctx.TensorMapBytes2D(x, sh.Rows, cols, p.bm, 128)
+	mx, err := tcTokens(s, xq, xs, sh, p, scratch)
 	if err != nil {
 		return fmt.Errorf("cuda: moe_fp4_tc: %w", err)
 	}
 	a := new(Args).Ptr(y).Map(&mx).Ptr(scratch).Ptr(xs).Ptr(w).Ptr(wscale).Ptr(gscale).I32(sh.N).I32(sh.K)
 	items := ceilDiv(sh.N, 128) * p.maxTiles
 	return launch(s, "moe_fp4_sm100", fmt.Sprintf("%s%d", name, p.bm), s.ctx.tcGrid(items), Dim3{tcThreads, 1, 1}, tcSmem(p.bm, nv), a)
+}
+
+// tcTokens returns the tensor map of the MoE GEMM's token operand: the FP8
+// rows xq (MXFP4), or (NVFP4) their bf16 widening, which tc_fp8_to_bf16
+// writes after the tile list in scratch.
+func tcTokens(s *Stream, xq, xs DevicePtr, sh MoEShape, p moePlan, scratch DevicePtr) (TensorMap, error) {
+	if sh.Format != NVFP4 {
+		return s.ctx.TensorMapBytes2D(xq, sh.Rows, sh.K, p.bm, 128)
+	}
+	x := scratch.Add(p.tileBytes())
+	a := new(Args).Ptr(x).Ptr(xq).Ptr(xs).I32(sh.Rows).I32(sh.K)
+	n4 := sh.Rows * sh.K / 4
+	if err := launch(s, "moe_fp4_sm100", "tc_fp8_to_bf16", Dim3{uint32(min(ceilDiv(n4, 256), 16*s.ctx.dev.SMs)), 1, 1}, Dim3{256, 1, 1}, 0, a); err != nil {
+		return TensorMap{}, err
+	}
+	return s.ctx.TensorMapBytes2D(x, sh.Rows, 2*sh.K, p.bm, 128)
 }
 
 // tcLinear reports whether LinearFP8 runs linear_fp8_tc on this stream:

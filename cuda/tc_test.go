@@ -1,6 +1,9 @@
 package cuda
 
-import "testing"
+import (
+	"strings"
+	"testing"
+)
 
 // The tcgen05 kernels are selected on compute capability 10.x only, with a
 // tensor-map driver and the opt-in shared memory of their largest ring.
@@ -51,6 +54,32 @@ func TestTCPlan(t *testing.T) {
 		}
 		if tcb > other {
 			t.Errorf("%+v: tcgen05 scratch %d > %d", sh, tcb, other)
+		}
+	}
+}
+
+// MoEGateUpSwiGLU rejects bad operands before it touches the stream.
+func TestMoEGateUpArgs(t *testing.T) {
+	ok := MoEGateUpArgs{HQ: 1, HS: 1, W1: 1, S1: 1, W3: 1, S3: 1, Perm: 1, Weights: 1, Stride: 256,
+		Shape: MoEShape{Experts: 4, Rows: 8, N: 256, K: 512}}
+	for _, tc := range []struct {
+		name string
+		edit func(a *MoEGateUpArgs)
+		want string
+	}{
+		{"K not a multiple of 128", func(a *MoEGateUpArgs) { a.Shape.K = 200 }, "bad shape"},
+		{"intermediate not a multiple of 128", func(a *MoEGateUpArgs) { a.Shape.N, a.Stride = 200, 200 }, "intermediate 200"},
+		{"stride below the intermediate", func(a *MoEGateUpArgs) { a.Stride = 128 }, "expert stride 128"},
+		{"no output", func(a *MoEGateUpArgs) { a.HS = 0 }, "missing"},
+		{"no up weights", func(a *MoEGateUpArgs) { a.W3 = 0 }, "missing"},
+		{"no routing weights", func(a *MoEGateUpArgs) { a.Weights = 0 }, "missing"},
+		{"NVFP4 without global scales", func(a *MoEGateUpArgs) { a.Shape.Format, a.G1 = NVFP4, 1 }, "global scales"},
+	} {
+		a := ok
+		tc.edit(&a)
+		err := MoEGateUpSwiGLU(nil, a)
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: error %v, want one saying %q", tc.name, err, tc.want)
 		}
 	}
 }

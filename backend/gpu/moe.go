@@ -192,7 +192,8 @@ func (b *Backend) Router(f backend.Tensor, gate backend.Linear, a backend.Router
 // Experts implements backend.Backend (spec §6.2–§6.3). Faithful: the (row,
 // slot) pairs are sorted into expert order on the device, the gathered rows
 // FP8-quantised, w1/w3 run as grouped FP4 GEMMs (bf16 out), the weighted
-// SwiGLU is rounded to bf16 and re-quantised for w2, and every row sums its
+// SwiGLU is rounded to bf16 and re-quantised for w2 (on sm_100a in the w1/w3
+// GEMM's epilogue, MoEGateUpSwiGLU), and every row sums its
 // bf16 expert outputs in ascending expert id (fp32, as the CPU). Exact: the
 // same steps in fp32 with the weights dequantised exactly (MoELinearF32),
 // no activation quantisation and no rounding.
@@ -284,8 +285,14 @@ func (b *Backend) experts(f backend.Tensor, e backend.Experts, weights, ids back
 	if exact {
 		eb = 4
 	}
+	// On sm_100a the w1/w3 GEMM's epilogue writes h for w2 itself: no g, u.
+	fused := !exact && !a.Trace && b.s.MoEGateUpFused(cuda.MoEShape{Experts: E, Rows: nk, N: I, K: d, Format: ex.format})
+	guBytes := eb * nk * 2 * I
+	if fused {
+		guBytes = 0
+	}
 	counts, offsets, perm, inv := alloc(4*E), alloc(4*(E+1)), alloc(4*nk), alloc(4*nk)
-	gu, y := alloc(eb*nk*2*I), alloc(eb*nk*d)
+	gu, y := alloc(guBytes), alloc(eb*nk*d)
 	var xq, xs, hq, hs, tiles, xg, h, gf, uf, yf cuda.DevicePtr
 	if exact || a.Trace {
 		xg, h = alloc(4*nk*d), alloc(4*nk*I)
@@ -337,19 +344,25 @@ func (b *Backend) experts(f backend.Tensor, e backend.Experts, weights, ids back
 			XQ: xq, XS: xs, XG: xg, X: ft.ptr, K: K, D: d})
 		return err
 	}}
-	if ex.w13.w != nil {
+	switch {
+	case fused:
+		steps = append(steps, func() error {
+			return cuda.MoEGateUpSwiGLU(b.s, ex.gateUpArgs(hq, hs, xq, xs, perm, wt.ptr, nk, a.Limit, tiles, tl))
+		})
+	case ex.w13.w != nil:
 		steps = append(steps, func() error { return gemm(gu, x1, s1, &ex.w13) })
-	} else {
+	default:
 		steps = append(steps,
 			func() error { return gemm(g, x1, s1, &ex.w1) },
 			func() error { return gemm(u, x1, s1, &ex.w3) })
 	}
-	steps = append(steps,
-		func() error {
+	if !fused {
+		steps = append(steps, func() error {
 			return cuda.MoESwiGLUQuant(b.s, cuda.MoESwiGLUArgs{HQ: hq, HS: hs, H: h, G: g, U: u, LD: ld, Perm: perm, Offsets: offsets,
 				Weights: wt.ptr, GF: gf, UF: uf, Experts: E, Rows: nk, Inter: I, Limit: a.Limit, Exact: exact})
-		},
-		func() error { return gemm(y, x2, s2, &ex.w2) })
+		})
+	}
+	steps = append(steps, func() error { return gemm(y, x2, s2, &ex.w2) })
 	if a.Trace && !exact {
 		steps = append(steps, func() error { return cuda.BF16ToF32(b.s, yf, y, int64(nk*d)) })
 	}

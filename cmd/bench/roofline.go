@@ -20,18 +20,21 @@ import (
 // FP8 for the dense linears; on Blackwell FP8 for MXFP4 experts
 // (kind::mxf8f6f4) and BF16 for NVFP4 (kind::f16, docs/blackwell.md); on
 // Hopper BF16 for both (moe_fp4_wg). The FP4 column is the rate kind::mxf4
-// would give with FP4 activations.
+// would give with FP4 activations. The expert w13 GEMM writes bf16 g and u,
+// or on Blackwell, whose epilogue fuses the SwiGLU and the re-quantisation,
+// h in FP8 with its scales.
 
 type gpuPeaks struct {
 	name                string
 	tbs, bf16, fp8, fp4 float64 // TB/s, dense PFLOP/s
 	moeFP8              bool    // MXFP4 experts multiply at the FP8 rate (else BF16)
+	fusedSwiGLU         bool    // the expert w13 GEMM writes FP8 h (moe_fp4_tc_swiglu), not bf16 g and u
 }
 
 var rooflineGPUs = map[string]gpuPeaks{
-	"b200": {"B200", 8, 2.25, 4.5, 9, true},
-	"h100": {"H100 SXM", 3.35, 0.989, 1.979, 0, false},
-	"h200": {"H200", 4.8, 0.989, 1.979, 0, false},
+	"b200": {"B200", 8, 2.25, 4.5, 9, true, true},
+	"h100": {"H100 SXM", 3.35, 0.989, 1.979, 0, false, false},
+	"h200": {"H200", 4.8, 0.989, 1.979, 0, false, false},
 }
 
 // moePeak is the MMA rate of our expert GEMM for the format on g.
@@ -65,21 +68,21 @@ func gemmRoof(bytes, flops, tbs, pf float64) (float64, string) {
 // tokens route to under uniform routing, codes and scales per 32) of m.
 func rooflineRows(m kcheck.Model, toks []int, g, base gpuPeaks) []roofRow {
 	var rows []roofRow
-	add := func(op, shape string, t int, bytes, flops, peak, basePeak float64, fp4 bool) {
+	add := func(op, shape string, t int, bytes, baseBytes, flops, peak, basePeak float64, fp4 bool) {
 		r := roofRow{op: op, shape: shape, tokens: t, bytes: bytes, flops: flops}
 		r.us, r.bound = gemmRoof(bytes, flops, g.tbs, peak)
 		r.usFP4 = r.us
 		if fp4 && g.fp4 > 0 {
 			r.usFP4, _ = gemmRoof(bytes, flops, g.tbs, g.fp4)
 		}
-		r.usBase, _ = gemmRoof(bytes, flops, base.tbs, basePeak)
+		r.usBase, _ = gemmRoof(baseBytes, flops, base.tbs, basePeak)
 		rows = append(rows, r)
 	}
 	for _, d := range denseShapes[m.Name] {
 		for _, t := range toks {
 			n, k, tt := float64(d.n), float64(d.k), float64(t)
 			bytes := n*k + math.Ceil(n/128)*(k/128) + tt*k*(1+1.0/128) + 2*tt*n
-			add("linear_fp8", d.name, t, bytes, 2*tt*n*k, g.fp8, base.fp8, false)
+			add("linear_fp8", d.name, t, bytes, bytes, 2*tt*n*k, g.fp8, base.fp8, false)
 		}
 	}
 	e := float64(m.Experts)
@@ -96,8 +99,14 @@ func rooflineRows(m kcheck.Model, toks []int, g, base gpuPeaks) []roofRow {
 				n, k int
 			}{{"expert_w13", 2 * m.Inter, m.D}, {"expert_w2", m.D, m.Inter}} {
 				n, k := float64(p.n), float64(p.k)
-				bytes := active*(n*k/2+n*k/group) + rows_*k*(1+1.0/128) + 2*rows_*n
-				add(op, p.name, t, bytes, 2*rows_*n*k, g.moePeak(nv), base.moePeak(nv), true)
+				in := active*(n*k/2+n*k/group) + rows_*k*(1+1.0/128)
+				out := func(gp gpuPeaks) float64 {
+					if gp.fusedSwiGLU && p.name == "expert_w13" {
+						return rows_ * n / 2 * (1 + 1.0/128) // h: e4m3 and a scale per 128
+					}
+					return 2 * rows_ * n
+				}
+				add(op, p.name, t, in+out(g), in+out(base), 2*rows_*n*k, g.moePeak(nv), base.moePeak(nv), true)
 			}
 		}
 	}

@@ -21,7 +21,7 @@ DEV void linear_fp8_tc_body(u16* __restrict__ y, float* __restrict__ yf, const T
 		const int m0 = (i / ncb) * BT;
 		return TcItem{0, m0, min(m0 + BT, M), (i % ncb) * 128};
 	};
-	auto fill = [&](const TcItem& ti, int kb, int t, u8*, u8* SFA, u8* SFB) {
+	auto fill = [&](const TcItem& ti, int kb, int, int t, u8*, u8* SFA, u8* SFB) {
 		const u32 sa = ws[(size_t)(ti.n0 / 128) * (K / 128) + kb]; // one scale for the 128 rows
 		*reinterpret_cast<u32*>(SFA + sf_atom_offset(t)) = sa * 0x01010101u;
 		const int m = ti.m0 + t;
@@ -36,7 +36,8 @@ DEV void linear_fp8_tc_body(u16* __restrict__ y, float* __restrict__ yf, const T
 			if (yf) yf[(size_t)m * N + n] = bf16_to_f32(h);
 		}
 	};
-	tc_gemm<BT, false>(items, K / 128, mapX, mapW, item, fill, store);
+	auto epi = [&](const TcItem& ti, int r, u32 taddr, float*) { tc_epi_store<BT>(ti, r, taddr, store); };
+	tc_gemm<BT, false, 1>(items, K / 128, mapX, mapW, item, fill, epi);
 }
 #define LINEAR_TC_BODY(BT) linear_fp8_tc_body<BT>(y, yf, &mapX, &mapW, xs, ws, M, N, K)
 #else
