@@ -228,6 +228,6 @@ func (o *Backend) Fork(rows int, bt *backend.Batch, fn func() error) error { ret
 func (o *Backend) Join() error { return nil }
 
 // RecordStep implements backend.Backend: the step runs eagerly.
-func (o *Backend) RecordStep(bt *backend.Batch, ids []int32, forward func() (backend.Tensor, error)) (backend.Tensor, error) {
+func (o *Backend) RecordStep(bt *backend.Batch, ids []int32, forward func() ([]backend.Tensor, error)) ([]backend.Tensor, error) {
 	return forward()
 }
