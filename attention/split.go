@@ -49,12 +49,12 @@ func (s *split) run(be backend.Backend, st backend.KVStore, part backend.SlotPar
 		if err := op(sub, half.b); err != nil {
 			return err
 		}
-		if i == 0 {
-			for _, c := range s.copies {
-				c.Part = part
-				if err := be.CopySlot(st, c); err != nil {
-					return fmt.Errorf("speculative snapshot: %w", err)
-				}
+		if i == 0 { // every sequence's snapshot in one call
+			for j := range s.copies {
+				s.copies[j].Part = part
+			}
+			if err := be.CopySlot(st, s.copies...); err != nil {
+				return fmt.Errorf("speculative snapshot: %w", err)
 			}
 		}
 	}

@@ -324,9 +324,12 @@ type Backend interface {
 	// ResetSlot clears a state slot for a new sequence (compressor A=0, Z=-inf).
 	ResetSlot(s KVStore, slot int) error
 	// CopySlot copies the state slot (window rings, compressor pending
-	// state; Part selects) of layers [From, To) from slot Src to slot Dst:
-	// a snapshot that speculative steps restore. Blocks are not copied.
-	CopySlot(s KVStore, a SlotCopy) error
+	// state; Part selects) of layers [From, To) from slot Src to slot Dst,
+	// for each copy: a snapshot that speculative steps restore. Blocks are
+	// not copied. The copies of one call are independent (the backend may
+	// run them at once): no slot is the destination of two, or the
+	// destination of one and the source of another.
+	CopySlot(s KVStore, cs ...SlotCopy) error
 	// CopyBlock copies block src's compressed entries and indexer keys (every
 	// layer) into block dst: the prefix cache's copy-on-write of a partial
 	// block that a new sequence appends into.

@@ -214,7 +214,9 @@ func (o *Backend) NewKVStore(spec backend.KVSpec) (backend.KVStore, error) {
 func (o *Backend) ResetSlot(s backend.KVStore, slot int) error { return o.be.ResetSlot(s, slot) }
 
 // CopySlot implements backend.Backend.
-func (o *Backend) CopySlot(s backend.KVStore, a backend.SlotCopy) error { return o.be.CopySlot(s, a) }
+func (o *Backend) CopySlot(s backend.KVStore, cs ...backend.SlotCopy) error {
+	return o.be.CopySlot(s, cs...)
+}
 
 // CopyBlock implements backend.Backend.
 func (o *Backend) CopyBlock(s backend.KVStore, dst, src int32) error {
