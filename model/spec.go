@@ -23,29 +23,33 @@ func (m *Model) Snapshot(s *kvcache.Sequence, mtpOnly bool) error {
 	return m.Snapshots([]*kvcache.Sequence{s}, mtpOnly)
 }
 
-// Snapshots is Snapshot of every sequence of ss, in one backend call. On
-// an error no sequence's snapshot is to be relied on.
+// Snapshots is Snapshot of every sequence of ss, in one backend call. When
+// a spare cannot be reserved, the sequences before it are snapshot (their
+// new spares filled whole) and the error names the first one without.
 func (m *Model) Snapshots(ss []*kvcache.Sequence, mtpOnly bool) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	n := len(m.store.Spec().Layers)
-	cs := make([]backend.SlotCopy, len(ss))
-	for i, s := range ss {
-		cs[i] = backend.SlotCopy{Dst: s.Spare(), Src: s.Slot(), From: 0, To: n}
+	cs := make([]backend.SlotCopy, 0, len(ss))
+	var rerr error
+	for _, s := range ss {
+		a := backend.SlotCopy{Dst: s.Spare(), Src: s.Slot(), From: 0, To: n}
 		if s.Spare() >= 0 && mtpOnly {
-			cs[i].From = m.cfg.Layers
+			a.From = m.cfg.Layers
 		}
 		if s.Spare() < 0 {
-			if err := m.cache.ReserveSpare(s); err != nil {
-				return fmt.Errorf("model snapshot: %w", err)
+			if rerr = m.cache.ReserveSpare(s); rerr != nil {
+				rerr = fmt.Errorf("model snapshot: sequence %d: %w", s.ID, rerr)
+				break
 			}
-			cs[i].Dst = s.Spare()
+			a.Dst = s.Spare()
 		}
+		cs = append(cs, a)
 	}
 	if err := m.be.CopySlot(m.store, cs...); err != nil {
 		return fmt.Errorf("model snapshot: %w", err)
 	}
-	return nil
+	return rerr
 }
 
 // Rollback is one sequence's Restore: back to N processed tokens, or with
