@@ -18,33 +18,17 @@ type split struct {
 
 // splitBatch returns nil when no sequence of b has speculative rows.
 func splitBatch(b *backend.Batch, layer int) *split {
-	s := &split{keep: &backend.Batch{}, spec: &backend.Batch{}}
-	for _, sq := range b.Seqs {
-		k := sq.Rows
-		if sq.Keep > 0 && sq.Keep < sq.Rows {
-			k = sq.Keep
-			s.copies = append(s.copies, backend.SlotCopy{Dst: sq.Spare, Src: sq.Slot, From: layer, To: layer + 1})
-		}
-		s.keepRows = add(s.keep, sq, 0, k, s.keepRows)
-		if k < sq.Rows {
-			s.specRows = add(s.spec, sq, k, sq.Rows, s.specRows)
-		}
-	}
-	if len(s.copies) == 0 {
+	keep, spec, keepRows, specRows, ok := b.SplitKeep()
+	if !ok {
 		return nil
 	}
-	return s
-}
-
-// add appends rows [lo, hi) of sq to bt and their batch row indices to rows.
-func add(bt *backend.Batch, sq backend.SeqInfo, lo, hi int, rows []int) []int {
-	bt.Seqs = append(bt.Seqs, backend.SeqInfo{Slot: sq.Slot, Blocks: sq.Blocks, Start: sq.Start + lo, Row0: len(bt.Pos), Rows: hi - lo})
-	for r := lo; r < hi; r++ {
-		bt.Pos = append(bt.Pos, int32(sq.Start+r))
-		bt.Seq = append(bt.Seq, int32(len(bt.Seqs)-1))
-		rows = append(rows, sq.Row0+r)
+	s := &split{keep: keep, spec: spec, keepRows: keepRows, specRows: specRows}
+	for _, sq := range b.Seqs {
+		if sq.Keep > 0 && sq.Keep < sq.Rows {
+			s.copies = append(s.copies, backend.SlotCopy{Dst: sq.Spare, Src: sq.Slot, From: layer, To: layer + 1})
+		}
 	}
-	return rows
+	return s
 }
 
 // run applies op to the persisting rows of xs (tensors with one row per
@@ -65,12 +49,12 @@ func (s *split) run(be backend.Backend, st backend.KVStore, part backend.SlotPar
 		if err := op(sub, half.b); err != nil {
 			return err
 		}
-		if i == 0 {
-			for _, c := range s.copies {
-				c.Part = part
-				if err := be.CopySlot(st, c); err != nil {
-					return fmt.Errorf("speculative snapshot: %w", err)
-				}
+		if i == 0 { // every sequence's snapshot in one call
+			for j := range s.copies {
+				s.copies[j].Part = part
+			}
+			if err := be.CopySlot(st, s.copies...); err != nil {
+				return fmt.Errorf("speculative snapshot: %w", err)
 			}
 		}
 	}

@@ -324,9 +324,12 @@ type Backend interface {
 	// ResetSlot clears a state slot for a new sequence (compressor A=0, Z=-inf).
 	ResetSlot(s KVStore, slot int) error
 	// CopySlot copies the state slot (window rings, compressor pending
-	// state; Part selects) of layers [From, To) from slot Src to slot Dst:
-	// a snapshot that speculative steps restore. Blocks are not copied.
-	CopySlot(s KVStore, a SlotCopy) error
+	// state; Part selects) of layers [From, To) from slot Src to slot Dst,
+	// for each copy: a snapshot that speculative steps restore. Blocks are
+	// not copied. The copies of one call are independent (the backend may
+	// run them at once): no slot is the destination of two, or the
+	// destination of one and the source of another.
+	CopySlot(s KVStore, cs ...SlotCopy) error
 	// CopyBlock copies block src's compressed entries and indexer keys (every
 	// layer) into block dst: the prefix cache's copy-on-write of a partial
 	// block that a new sequence appends into.
@@ -427,14 +430,15 @@ type Backend interface {
 	Fork(rows int, bt *Batch, fn func() error) error
 	// Join orders the ops that follow after those of the open Fork, if any.
 	Join() error
-	// RecordStep returns the output forward computes for the step bt with
-	// token ids. The backend may run forward eagerly, record it, or not call
+	// RecordStep returns the outputs forward computes for the step bt with
+	// token ids (the logits, and the drafter's inputs of a step with
+	// drafts). The backend may run forward eagerly, record it, or not call
 	// it at all and replay an earlier recording of a step with bt's layout
 	// (CUDA graphs), with bt's positions, block tables and ids. So forward
 	// must have no host-side effects besides issuing ops, and take every
-	// per-step value from bt and ids. The output stays valid until the next
+	// per-step value from bt and ids. The outputs stay valid until the next
 	// step.
-	RecordStep(bt *Batch, ids []int32, forward func() (Tensor, error)) (Tensor, error)
+	RecordStep(bt *Batch, ids []int32, forward func() ([]Tensor, error)) ([]Tensor, error)
 }
 
 // Wrapper is implemented by backend decorators (tracing, profiling): Unwrap

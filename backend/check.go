@@ -159,6 +159,27 @@ func CheckCopySlot(s KVStore, a SlotCopy) error {
 	return nil
 }
 
+// CheckCopySlots checks each copy of a CopySlot call and that they are
+// independent.
+func CheckCopySlots(s KVStore, cs []SlotCopy) error {
+	dst := map[int]bool{}
+	for _, a := range cs {
+		if err := CheckCopySlot(s, a); err != nil {
+			return err
+		}
+		if dst[a.Dst] {
+			return fmt.Errorf("copy slot: slot %d is the destination of two copies of one call", a.Dst)
+		}
+		dst[a.Dst] = true
+	}
+	for _, a := range cs {
+		if dst[a.Src] {
+			return fmt.Errorf("copy slot: slot %d is a source and a destination of one call", a.Src)
+		}
+	}
+	return nil
+}
+
 // CheckCopyBlock checks CopyBlock's block ids.
 func CheckCopyBlock(s KVStore, dst, src int32) error {
 	if isNil(s) {

@@ -61,6 +61,21 @@ func EmbedF32(s *Stream, out, table DevicePtr, bf16 bool, ids DevicePtr, rows, d
 	return launch(s, "ops_f32", "embed_f32", Dim3{uint32(rows), 1, 1}, Dim3{256, 1, 1}, 0, a)
 }
 
+// CopyRowsU32 copies n rows of words 32-bit values: dst row dsti[i] (row i
+// when dsti is 0) = src row srci[i], the indices device int32 arrays.
+func CopyRowsU32(s *Stream, dst, src, dsti, srci DevicePtr, n int, words int64) error {
+	if n < 0 || n > 65535 || words < 0 || srci == 0 {
+		return fmt.Errorf("cuda: copy_rows_u32: bad shape n=%d words=%d", n, words)
+	}
+	if n == 0 || words == 0 {
+		return nil
+	}
+	g := gridFor(words)
+	g.X = min(g.X, 1024)
+	a := new(Args).Ptr(dst).Ptr(src).Ptr(dsti).Ptr(srci).I64(words)
+	return launch(s, "ops_f32", "copy_rows_u32", Dim3{g.X, uint32(n), 1}, Dim3{256, 1, 1}, 0, a)
+}
+
 // AddStreamsF32: x[r, j] += e[r, j % d] for x [rows, cols].
 func AddStreamsF32(s *Stream, x, e DevicePtr, rows, cols, d int, rnd bool) error {
 	if rows < 0 || d <= 0 || cols%d != 0 {

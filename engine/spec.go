@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/megamoe/megamoe/kvcache"
 	"github.com/megamoe/megamoe/model"
 	"golang.org/x/sync/errgroup"
 )
@@ -250,20 +251,28 @@ func (mtpDrafter) propose(sp *speculator, items []Item) ([]*proposal, error) {
 		h    []float32
 	}
 	var chains []chain
+	var kvs []*kvcache.Sequence
 	for j, i := range who {
 		it := &items[i]
 		st := it.Seq.spec
 		st.mtpLen += len(st.hidden) / w
 		st.hidden = st.hidden[:0]
 		k := min(sp.drafts(it), spare)
-		if k <= 0 || st.mtpLen != len(it.Seq.Tokens)-1 ||
-			sp.m.Cache().Reserve(it.Seq.KV, it.Seq.Computed+it.N+k) != nil || sp.m.Snapshot(it.Seq.KV, true) != nil {
+		if k <= 0 || st.mtpLen != len(it.Seq.Tokens)-1 || sp.m.Cache().Reserve(it.Seq.KV, it.Seq.Computed+it.N+k) != nil {
 			continue // no drafts this step (no room): plain decoding
 		}
 		spare -= k
-		props[i] = &proposal{}
-		props[i].addDrawn(it.Seq.Sampler, logits[j], ids, j)
 		chains = append(chains, chain{i: i, k: k, h: hidden[j]})
+		kvs = append(kvs, it.Seq.KV)
+	}
+	ok := sp.snapshots(kvs)
+	chains = slices.DeleteFunc(chains, func(ch chain) bool { // no snapshot (no spare slot): plain decoding
+		return !ok[items[ch.i].Seq.KV]
+	})
+	for _, ch := range chains {
+		j := slices.Index(who, ch.i)
+		props[ch.i] = &proposal{}
+		props[ch.i].addDrawn(items[ch.i].Seq.Sampler, logits[j], ids, j)
 	}
 	for d := 1; ; d++ {
 		mi, who = mi[:0], who[:0]
@@ -426,6 +435,7 @@ func (sp *speculator) run(items []Item) ([]Result, error) {
 		})
 	}
 	_ = g.Wait() // the workers return no errors
+	var rbs []model.Rollback
 	for i := range items {
 		it := &items[i]
 		st := sp.state(it.Seq)
@@ -446,24 +456,26 @@ func (sp *speculator) run(items []Item) ([]Result, error) {
 					sp.stats.PerPos[j]++
 				}
 			}
-			kv := it.Seq.KV
-			var err error
 			if r.accepted == len(p.tokens) { // every draft kept: only the drafter's state is restored
 				r.kept = r.accepted
-				err = sp.m.Restore(kv, 0, true)
+				rbs = append(rbs, model.Rollback{Seq: it.Seq.KV, MTPOnly: true})
 			} else { // back to the kept rows; the accepted drafts are replayed next step
-				err = sp.m.Restore(kv, it.Seq.Computed+it.N, false)
+				rbs = append(rbs, model.Rollback{Seq: it.Seq.KV, N: it.Seq.Computed + it.N})
 			}
-			if err != nil {
-				return nil, err
-			}
-			sp.m.Cache().Shrink(kv, it.Seq.Computed+it.N+r.kept+1)
 		}
 		if seen < it.Seq.Computed { // a prefix cache hit: the drafter's positions start after it
 			st.mtpLen, st.hidden, seen = it.Seq.Computed, st.hidden[:0], it.Seq.Computed
 		}
 		if from := max(seen-it.Seq.Computed, 0); from < valid {
 			st.hidden = append(st.hidden, hidden[i][from*w:valid*w]...)
+		}
+	}
+	if err := sp.restores(rbs); err != nil {
+		return nil, err
+	}
+	for i := range items { // blocks reserved for rejected positions go back
+		if props[i] != nil {
+			sp.m.Cache().Shrink(items[i].Seq.KV, items[i].Seq.Computed+items[i].N+spec[i].kept+1)
 		}
 	}
 	sp.report()
@@ -494,11 +506,49 @@ func (sp *speculator) report() {
 
 // rollbackAll restores the snapshots of a step whose forward failed.
 func (sp *speculator) rollbackAll(items []Item, props []*proposal) {
+	var rbs []model.Rollback
 	for i := range items {
 		if props[i] != nil {
-			_ = sp.m.Restore(items[i].Seq.KV, items[i].Seq.Computed, true) // the step fails its sequences anyway
+			rbs = append(rbs, model.Rollback{Seq: items[i].Seq.KV, N: items[i].Seq.Computed, MTPOnly: true})
 		}
 	}
+	_ = sp.restores(rbs) // the step fails its sequences anyway
+}
+
+// slotBatcher is a Speculator that snapshots and restores many sequences in
+// one backend call (model.Model).
+type slotBatcher interface {
+	Snapshots(ss []*kvcache.Sequence, mtpOnly bool) error
+	Restores(rs []model.Rollback) error
+}
+
+// snapshots takes the MTP snapshot of each of kvs (one call where the
+// model batches them) and reports which have one.
+func (sp *speculator) snapshots(kvs []*kvcache.Sequence) map[*kvcache.Sequence]bool {
+	ok := make(map[*kvcache.Sequence]bool, len(kvs))
+	if b, isB := sp.m.(slotBatcher); isB && len(kvs) > 1 && b.Snapshots(kvs, true) == nil {
+		for _, kv := range kvs {
+			ok[kv] = true
+		}
+		return ok
+	}
+	for _, kv := range kvs { // one by one: a sequence that gets no spare slot drafts nothing
+		ok[kv] = sp.m.Snapshot(kv, true) == nil
+	}
+	return ok
+}
+
+// restores applies rbs (one call where the model batches them).
+func (sp *speculator) restores(rbs []model.Rollback) error {
+	if b, isB := sp.m.(slotBatcher); isB && len(rbs) > 1 {
+		return b.Restores(rbs)
+	}
+	for _, r := range rbs {
+		if err := sp.m.Restore(r.Seq, r.N, r.MTPOnly); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // postSpec records a verification's tokens (Postprocess's share for a

@@ -153,6 +153,24 @@ func (a modelAdapter) Snapshot(s *kvcache.Sequence, mtpOnly bool) error {
 	return sp.Snapshot(s, mtpOnly)
 }
 
+// Snapshots implements slotBatcher.
+func (a modelAdapter) Snapshots(ss []*kvcache.Sequence, mtpOnly bool) error {
+	b, ok := a.m.(slotBatcher)
+	if !ok {
+		return errNoSpec
+	}
+	return b.Snapshots(ss, mtpOnly)
+}
+
+// Restores implements slotBatcher.
+func (a modelAdapter) Restores(rs []model.Rollback) error {
+	b, ok := a.m.(slotBatcher)
+	if !ok {
+		return errNoSpec
+	}
+	return b.Restores(rs)
+}
+
 // Restore implements Speculator.
 func (a modelAdapter) Restore(s *kvcache.Sequence, n int, mtpOnly bool) error {
 	sp, err := a.spec()

@@ -507,25 +507,28 @@ func (m *Model) Forward(b *Batch) (*Output, error) {
 			rows = append(rows, sq.Row0+sq.Rows-1)
 		}
 	}
-	var x backend.Tensor      // the final streams, kept when an item wants them
-	var caps []backend.Tensor // with DSpark, the target layers' features instead
-	defer func() {
-		for _, t := range caps {
-			be.Free(t)
-		}
-	}()
-	forward := func() (backend.Tensor, error) {
-		x = be.Empty(n, c.HcDim(), backend.F32)
+	hidden := wantHidden(b.Items)
+	// forward's outputs: the logits, then with hidden the final streams or,
+	// with DSpark, the target layers' features.
+	forward := func() (outs []backend.Tensor, err error) {
+		x := be.Empty(n, c.HcDim(), backend.F32)
+		var caps []backend.Tensor
+		defer func() {
+			if err != nil {
+				for _, t := range append(caps, x) {
+					be.Free(t)
+				}
+			}
+		}()
 		m.tr.at(-1, "", nil)
 		if err := be.Embed(m.embed, ids, c.HcMult, x); err != nil {
 			return nil, fmt.Errorf("model embed: %w", err)
 		}
-		var err error
 		for _, blk := range m.blocks {
 			if x, err = m.runBlock(blk, x, ids, bt, fmt.Sprintf("layer %d ", blk.index)); err != nil {
 				return nil, err
 			}
-			if m.ds != nil && wantHidden(b.Items) && slices.Contains(c.DSparkTargetLayers, blk.index) {
+			if m.ds != nil && hidden && slices.Contains(c.DSparkTargetLayers, blk.index) {
 				cp, err := m.capture(x)
 				if err != nil {
 					return nil, err
@@ -537,27 +540,40 @@ func (m *Model) Forward(b *Batch) (*Output, error) {
 		if err != nil {
 			return nil, err
 		}
-		if !wantHidden(b.Items) {
+		switch {
+		case hidden && m.ds != nil:
 			be.Free(x)
-			x = nil
+			return append([]backend.Tensor{lg}, caps...), nil
+		case hidden:
+			return []backend.Tensor{lg, x}, nil
 		}
-		return lg, nil
+		be.Free(x)
+		return []backend.Tensor{lg}, nil
 	}
-	var lg backend.Tensor
-	if !m.sharded() && !wantHidden(b.Items) && !speculative(bt) {
-		lg, err = be.RecordStep(bt, ids, forward)
+	var outs []backend.Tensor
+	if !m.sharded() {
+		outs, err = be.RecordStep(bt, ids, forward)
 	} else {
-		lg, err = forward()
+		outs, err = forward()
 	}
 	if err != nil {
 		return nil, err
+	}
+	lg := outs[0]
+	if len(outs) == 0 || hidden && m.ds == nil && len(outs) != 2 {
+		for _, t := range outs {
+			be.Free(t)
+		}
+		return nil, fmt.Errorf("model: step returned %d outputs", len(outs))
 	}
 	for _, it := range b.Items {
 		m.cache.Advance(it.Seq, len(it.Tokens))
 	}
 	out := &Output{Logits: make([][]float32, len(b.Items)), Vocab: c.Vocab, HiddenDim: c.HcDim()}
 	if out.IDs, out.RowIDs, err = m.drawTokens(lg, b.Items); err != nil {
-		be.Free(lg)
+		for _, t := range outs {
+			be.Free(t)
+		}
 		return nil, err
 	}
 	if !allDrawn(b.Items, out.IDs) {
@@ -579,18 +595,17 @@ func (m *Model) Forward(b *Batch) (*Output, error) {
 	} else {
 		be.Free(lg)
 	}
-	if x != nil {
+	if hidden {
 		w := c.HcDim()
 		var all []float32
 		if m.ds != nil {
 			w, out.HiddenDim = m.DSparkDim(), m.DSparkDim()
-			all, err = m.downloadCaptures(caps, n)
-			caps = nil
+			all, err = m.downloadCaptures(outs[1:], n)
 		} else {
 			all = make([]float32, n*w)
-			err = be.Download(x, all)
+			err = be.Download(outs[1], all)
+			be.Free(outs[1])
 		}
-		be.Free(x)
 		if err != nil {
 			return nil, err
 		}
@@ -603,17 +618,6 @@ func (m *Model) Forward(b *Batch) (*Output, error) {
 		}
 	}
 	return out, nil
-}
-
-// speculative reports whether the step has speculative rows (their state
-// snapshots run on sub-batches, which a recorded step cannot take).
-func speculative(bt *backend.Batch) bool {
-	for _, sq := range bt.Seqs {
-		if sq.Keep > 0 {
-			return true
-		}
-	}
-	return false
 }
 
 // wantHidden reports whether an item asks for the final streams.

@@ -121,11 +121,20 @@ func (k *kvStore) alloc(id int) *slotState {
 	return st
 }
 
-// CopySlot implements backend.Backend.
-func (b *Backend) CopySlot(s backend.KVStore, a backend.SlotCopy) error {
-	if err := backend.CheckCopySlot(s, a); err != nil {
+// CopySlot implements backend.Backend: one copy after another.
+func (b *Backend) CopySlot(s backend.KVStore, cs ...backend.SlotCopy) error {
+	if err := backend.CheckCopySlots(s, cs); err != nil {
 		return err
 	}
+	for _, a := range cs {
+		if err := b.copySlot(s, a); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (b *Backend) copySlot(s backend.KVStore, a backend.SlotCopy) error {
 	k, err := store(s)
 	if err != nil {
 		return err

@@ -100,6 +100,6 @@ func (b *Backend) Fork(rows int, bt *backend.Batch, fn func() error) error { ret
 func (b *Backend) Join() error { return nil }
 
 // RecordStep implements backend.Backend: every step runs eagerly.
-func (b *Backend) RecordStep(bt *backend.Batch, ids []int32, forward func() (backend.Tensor, error)) (backend.Tensor, error) {
+func (b *Backend) RecordStep(bt *backend.Batch, ids []int32, forward func() ([]backend.Tensor, error)) ([]backend.Tensor, error) {
 	return forward()
 }

@@ -101,10 +101,7 @@ const batchLayouts = 4
 func (b *Backend) deviceBatch(bt *backend.Batch) (*devBatch, error) {
 	b.pdlFor(bt)
 	if c := b.rec; c != nil {
-		if bt != c.bt {
-			return nil, fmt.Errorf("batch: an op of a recorded step got another batch")
-		}
-		return &c.db, nil
+		return c.layout(bt, b.capBlocks(c.db.MaxEnd))
 	}
 	host, d, err := layoutBatch(bt, 0, make([]int32, 0, 256))
 	if err != nil {
@@ -131,4 +128,25 @@ func (b *Backend) deviceBatch(bt *backend.Batch) (*devBatch, error) {
 	d.place(buf.Ptr)
 	b.batches = slices.Insert(b.batches, 0, &d)
 	return &d, nil
+}
+
+// layout is the recorded device layout of bt: the step's batch or one of
+// the parts its stateful ops run on (matched by content: the model builds
+// the parts anew in every layer).
+func (c *recording) layout(bt *backend.Batch, capBlk int) (*devBatch, error) {
+	if bt == c.bt {
+		return &c.db, nil
+	}
+	if len(c.subs) > 0 {
+		words, _, err := layoutBatch(bt, capBlk, nil)
+		if err != nil {
+			return nil, err
+		}
+		for i := range c.subs {
+			if slices.Equal(words, c.subs[i].words) {
+				return &c.subs[i].db, nil
+			}
+		}
+	}
+	return nil, fmt.Errorf("batch: an op of a recorded step got another batch")
 }

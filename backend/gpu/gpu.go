@@ -53,6 +53,7 @@ type Backend struct {
 	mu       sync.Mutex
 	ropes    map[any]*ropeTable // device frequency tables by *rope.Freqs
 	batches  []*devBatch        // the last uploaded batch layouts, most recent first
+	idxLists []*devIndex        // the last uploaded index lists (indexList), most recent first
 	blockTok int                // the KV store's tokens per block (recorded layouts)
 	graphs   graphSet           // recorded decode steps
 	rec      *recording         // the step being recorded, if any

@@ -3,6 +3,7 @@ package gpu
 import (
 	"fmt"
 	"slices"
+	"strings"
 
 	"github.com/megamoe/megamoe/backend"
 	"github.com/megamoe/megamoe/cuda"
@@ -20,6 +21,12 @@ import (
 // Graphs run one at a time on the backend's stream and rewrite every buffer
 // before reading it, so they share the arena.
 //
+// A step with drafts (SeqInfo.Keep) is recorded too: its stateful ops run on
+// the two parts of backend.Batch.SplitKeep, whose layouts the recording
+// holds beside the step's, and its snapshot copies and row gathers name
+// slots and rows, so the key holds every sequence's rows, kept rows, slot
+// and spare slot.
+//
 // A layout is recorded the second time it is seen (the first step warms the
 // kernels, tables and pools eagerly); a layout whose recording fails runs
 // eagerly from then on.
@@ -35,7 +42,7 @@ const maxGraphs = 64
 // stepGraph is one recorded step.
 type stepGraph struct {
 	exec  *cuda.GraphExec
-	out   backend.Tensor
+	outs  []backend.Tensor
 	meta  *cuda.Buffer     // the step's inputs: devBatch words, then the token ids
 	stage *cuda.HostBuffer // pinned staging of meta
 	words int              // int32 words of meta
@@ -46,10 +53,17 @@ type stepGraph struct {
 
 // recording is the state while a step is captured.
 type recording struct {
-	bt  *backend.Batch
-	ids []int32
-	db  devBatch
-	tok cuda.DevicePtr // token ids on the device
+	bt   *backend.Batch
+	ids  []int32
+	db   devBatch
+	tok  cuda.DevicePtr // token ids on the device
+	subs []subLayout    // the parts of a step with drafts
+}
+
+// subLayout is one part of a recorded step with drafts.
+type subLayout struct {
+	words []int32
+	db    devBatch
 }
 
 // graphSet holds the recordings of a backend.
@@ -142,27 +156,55 @@ func (b *Backend) GraphStats() GraphStats {
 }
 
 // graphKey is the recorded layout of bt, or "" when bt is no decode step
-// (one row per sequence).
+// (one row per sequence, or a verification's rows with Keep).
 func graphKey(bt *backend.Batch) (key string, capacity int) {
-	if len(bt.Seqs) == 0 || bt.Rows() != len(bt.Seqs) {
+	if len(bt.Seqs) == 0 {
 		return "", 0
 	}
 	end := 0
+	var spec strings.Builder
 	for _, s := range bt.Seqs {
-		if s.Rows != 1 {
+		switch {
+		case s.Keep > 0 && s.Keep < s.Rows:
+			fmt.Fprintf(&spec, " %d/%d@%d>%d", s.Rows, s.Keep, s.Slot, s.Spare)
+		case s.Rows != 1:
 			return "", 0
+		default:
+			spec.WriteString(" 1")
 		}
-		end = max(end, s.Start+1)
+		end = max(end, s.Start+s.Rows)
 	}
 	capacity = ctxBucketMin
 	for capacity < end {
 		capacity *= 2
 	}
-	return fmt.Sprintf("decode n=%d ctx=%d", len(bt.Seqs), capacity), capacity
+	if bt.Rows() == len(bt.Seqs) {
+		return fmt.Sprintf("decode n=%d ctx=%d", len(bt.Seqs), capacity), capacity
+	}
+	return fmt.Sprintf("verify n=%d ctx=%d rows%s", len(bt.Seqs), capacity, spec.String()), capacity
+}
+
+// stepWords appends the device inputs of the step bt (its layout, then the
+// layouts of SplitKeep's parts) to dst, and returns the parts' word counts.
+func stepWords(bt *backend.Batch, capBlk int, dst []int32) ([]int32, []devBatch, error) {
+	dst, db, err := layoutBatch(bt, capBlk, dst)
+	if err != nil {
+		return nil, nil, err
+	}
+	dbs := []devBatch{db}
+	if keep, spec, _, _, ok := bt.SplitKeep(); ok {
+		for _, part := range []*backend.Batch{keep, spec} {
+			if dst, db, err = layoutBatch(part, capBlk, dst); err != nil {
+				return nil, nil, err
+			}
+			dbs = append(dbs, db)
+		}
+	}
+	return dst, dbs, nil
 }
 
 // RecordStep implements backend.Backend.
-func (b *Backend) RecordStep(bt *backend.Batch, ids []int32, forward func() (backend.Tensor, error)) (backend.Tensor, error) {
+func (b *Backend) RecordStep(bt *backend.Batch, ids []int32, forward func() ([]backend.Tensor, error)) ([]backend.Tensor, error) {
 	b.pdlFor(bt)
 	g := &b.graphs
 	key, capacity := graphKey(bt)
@@ -195,13 +237,13 @@ func (b *Backend) RecordStep(bt *backend.Batch, ids []int32, forward func() (bac
 }
 
 // record captures forward's ops into a new graph.
-func (b *Backend) record(bt *backend.Batch, ids []int32, capacity int, forward func() (backend.Tensor, error)) (*stepGraph, error) {
+func (b *Backend) record(bt *backend.Batch, ids []int32, capacity int, forward func() ([]backend.Tensor, error)) (*stepGraph, error) {
 	g := &b.graphs
 	if g.arena == nil {
 		g.arena = b.ctx.NewPool()
 	}
 	capBlk := b.capBlocks(capacity)
-	words, db, err := layoutBatch(bt, capBlk, nil)
+	words, dbs, err := stepWords(bt, capBlk, nil)
 	if err != nil {
 		return nil, err
 	}
@@ -213,15 +255,27 @@ func (b *Backend) record(bt *backend.Batch, ids []int32, capacity int, forward f
 		sg.free()
 		return nil, err
 	}
-	db.place(sg.meta.Ptr)
-	db.MaxEnd = capacity
-	b.rec = &recording{bt: bt, ids: ids, db: db, tok: sg.meta.Ptr.Add(4 * len(words))}
+	rec := &recording{bt: bt, ids: ids, tok: sg.meta.Ptr.Add(4 * len(words))}
+	at := 0
+	for i := range dbs {
+		d := &dbs[i]
+		n := SeqFields*d.NSeq + 2*d.Rows + capBlk*d.NSeq
+		d.place(sg.meta.Ptr.Add(4 * at))
+		d.MaxEnd = capacity
+		if i == 0 {
+			rec.db = *d
+		} else {
+			rec.subs = append(rec.subs, subLayout{words: words[at : at+n], db: *d})
+		}
+		at += n
+	}
+	b.rec = rec
 	if err := b.s.BeginCapture(); err != nil {
 		b.rec = nil
 		sg.free()
 		return nil, err
 	}
-	out, ferr := forward()
+	outs, ferr := forward()
 	if err := b.Join(); ferr == nil { // a capture ends only with its forks joined
 		ferr = err
 	}
@@ -246,16 +300,16 @@ func (b *Backend) record(bt *backend.Batch, ids []int32, capacity int, forward f
 		sg.free()
 		return nil, err
 	}
-	sg.out = out
+	sg.outs = outs
 	return sg, nil
 }
 
 // replay runs a recorded step with bt's inputs.
-func (b *Backend) replay(sg *stepGraph, bt *backend.Batch, ids []int32) (backend.Tensor, error) {
+func (b *Backend) replay(sg *stepGraph, bt *backend.Batch, ids []int32) ([]backend.Tensor, error) {
 	g := &b.graphs
 	capBlk := b.capBlocks(sg.cap)
 	host := unsafeInt32s(sg.stage.Bytes())[:0]
-	host, _, err := layoutBatch(bt, capBlk, host)
+	host, _, err := stepWords(bt, capBlk, host)
 	if err != nil {
 		return nil, err
 	}
@@ -290,7 +344,7 @@ func (b *Backend) replay(sg *stepGraph, bt *backend.Batch, ids []int32) (backend
 	g.clock++
 	sg.used = g.clock
 	g.stats.Replayed++
-	return sg.out, nil
+	return sg.outs, nil
 }
 
 // evictGraph drops the least recently replayed recording.

@@ -183,42 +183,119 @@ func (b *Backend) ResetSlot(s backend.KVStore, slot int) error {
 }
 
 // CopySlot implements backend.Backend: device-to-device copies of the slot's
-// ring and compressor state per layer.
-func (b *Backend) CopySlot(s backend.KVStore, a backend.SlotCopy) error {
-	if err := backend.CheckCopySlot(s, a); err != nil {
+// ring and compressor state per layer; copies of the same layers and part
+// (a step's snapshots or restores, one per sequence) in one kernel per
+// buffer when there are more than two.
+func (b *Backend) CopySlot(s backend.KVStore, cs ...backend.SlotCopy) error {
+	if err := backend.CheckCopySlots(s, cs); err != nil {
 		return err
 	}
 	k, err := b.store(s)
 	if err != nil {
 		return err
 	}
-	if !k.ready[a.Src] {
-		return fmt.Errorf("copy slot: slot %d not initialised", a.Src)
+	type scope struct {
+		from, to int
+		part     backend.SlotPart
 	}
-	cp := func(buf *cuda.Buffer, bytes int) error { // one slot's bytes of buf
-		return b.s.CopyDtoD(buf.Ptr.Add(a.Dst*bytes), buf.Ptr.Add(a.Src*bytes), bytes)
+	var order []scope
+	groups := map[scope][]backend.SlotCopy{}
+	for _, a := range cs {
+		if !k.ready[a.Src] {
+			return fmt.Errorf("copy slot: slot %d not initialised", a.Src)
+		}
+		sc := scope{a.From, a.To, a.Part}
+		if groups[sc] == nil {
+			order = append(order, sc)
+		}
+		groups[sc] = append(groups[sc], a)
 	}
-	all := a.Part == backend.SlotAll
+	for _, sc := range order {
+		g := groups[sc]
+		if len(g) > 2 && len(g) <= 65535 && b.rec == nil {
+			err = b.copySlots(k, g)
+		} else {
+			for _, a := range g {
+				if err = b.copySlot(k, a); err != nil {
+					break
+				}
+			}
+		}
+		if err != nil {
+			return err
+		}
+	}
+	for _, a := range cs {
+		k.ready[a.Dst] = k.ready[a.Dst] || a.Part == backend.SlotAll && a.From == 0 && a.To == len(k.layers)
+	}
+	return nil
+}
+
+// slotRegion is one buffer of per-slot state and its bytes per slot.
+type slotRegion struct {
+	buf   *cuda.Buffer
+	bytes int
+}
+
+// slotRegions lists the buffers a copy of layer l's part touches.
+func (k *kvStore) slotRegions(l int, part backend.SlotPart) []slotRegion {
+	kl := &k.layers[l]
+	all := part == backend.SlotAll
+	var rs []slotRegion
+	if all || part == backend.SlotWindow { // entries of kl.eb bytes (fp32 or compact)
+		rs = append(rs, slotRegion{kl.win, kl.spec.Window * kl.eb})
+	}
+	for j, c := range []compBufs{kl.comp, kl.idx} {
+		if c.a == nil || !all && part != []backend.SlotPart{backend.SlotComp, backend.SlotIndexComp}[j] {
+			continue
+		}
+		rs = append(rs, slotRegion{c.a, 4 * c.n}, slotRegion{c.z, 4 * c.n})
+	}
+	return rs
+}
+
+// copySlot copies one slot's state, a copy per buffer.
+func (b *Backend) copySlot(k *kvStore, a backend.SlotCopy) error {
 	for i := a.From; i < a.To; i++ {
-		kl := &k.layers[i]
-		if all || a.Part == backend.SlotWindow { // entries of kl.eb bytes (fp32 or compact)
-			if err := cp(kl.win, kl.spec.Window*kl.eb); err != nil {
+		for _, r := range k.slotRegions(i, a.Part) {
+			if err := b.s.CopyDtoD(r.buf.Ptr.Add(a.Dst*r.bytes), r.buf.Ptr.Add(a.Src*r.bytes), r.bytes); err != nil {
 				return fmt.Errorf("copy slot %d <- %d: %w", a.Dst, a.Src, err)
 			}
 		}
-		for j, c := range []compBufs{kl.comp, kl.idx} {
-			if c.a == nil || !all && a.Part != []backend.SlotPart{backend.SlotComp, backend.SlotIndexComp}[j] {
+	}
+	return nil
+}
+
+// copySlots copies the state of independent copies of the same layers and
+// part: one kernel per buffer over the slot lists.
+func (b *Backend) copySlots(k *kvStore, cs []backend.SlotCopy) error {
+	dst, src := make([]int32, len(cs)), make([]int32, len(cs))
+	for i, a := range cs {
+		dst[i], src[i] = int32(a.Dst), int32(a.Src)
+	}
+	dp, err := b.indexList(dst)
+	if err != nil {
+		return fmt.Errorf("copy slots: %w", err)
+	}
+	sp, err := b.indexList(src)
+	if err != nil {
+		return fmt.Errorf("copy slots: %w", err)
+	}
+	for i := cs[0].From; i < cs[0].To; i++ {
+		for _, r := range k.slotRegions(i, cs[0].Part) {
+			if r.bytes%4 != 0 {
+				for _, a := range cs {
+					if err := b.s.CopyDtoD(r.buf.Ptr.Add(a.Dst*r.bytes), r.buf.Ptr.Add(a.Src*r.bytes), r.bytes); err != nil {
+						return fmt.Errorf("copy slot %d <- %d: %w", a.Dst, a.Src, err)
+					}
+				}
 				continue
 			}
-			if err := cp(c.a, 4*c.n); err != nil {
-				return fmt.Errorf("copy slot %d <- %d: %w", a.Dst, a.Src, err)
-			}
-			if err := cp(c.z, 4*c.n); err != nil {
-				return fmt.Errorf("copy slot %d <- %d: %w", a.Dst, a.Src, err)
+			if err := cuda.CopyRowsU32(b.s, r.buf.Ptr, r.buf.Ptr, dp, sp, len(cs), int64(r.bytes/4)); err != nil {
+				return fmt.Errorf("copy slots: %w", err)
 			}
 		}
 	}
-	k.ready[a.Dst] = k.ready[a.Dst] || all && a.From == 0 && a.To == len(k.layers)
 	return nil
 }
 

@@ -2,6 +2,7 @@ package gpu
 
 import (
 	"fmt"
+	"slices"
 
 	"github.com/megamoe/megamoe/backend"
 	"github.com/megamoe/megamoe/cuda"
@@ -99,8 +100,26 @@ func (b *Backend) GatherRows(x backend.Tensor, rows []int, out backend.Tensor) e
 		return err
 	}
 	xt, ot := t[0], t[1]
-	// One copy per run of consecutive rows: a verification's rows and the
-	// parts of a speculative step are runs.
+	runs := 1
+	for i := 1; i < len(rows); i++ {
+		if rows[i] != rows[i-1]+1 {
+			runs++
+		}
+	}
+	// Many runs (the parts of a step with drafts, one run per sequence): one
+	// kernel over an index list (uploaded once per step: the list repeats in
+	// every layer). Else one copy per run; a recorded step always copies.
+	if runs > 2 && b.rec == nil && len(rows) <= 65535 {
+		idx := make([]int32, len(rows))
+		for i, r := range rows {
+			idx[i] = int32(r)
+		}
+		p, err := b.indexList(idx)
+		if err != nil {
+			return fmt.Errorf("gather: %w", err)
+		}
+		return cuda.CopyRowsU32(b.s, ot.ptr, xt.ptr, 0, p, len(rows), int64(xt.cols))
+	}
 	for i := 0; i < len(rows); {
 		j := i + 1
 		for j < len(rows) && rows[j] == rows[j-1]+1 {
@@ -153,4 +172,37 @@ func (b *Backend) KVQuant(x backend.Tensor, nope, block int) error {
 		return nil
 	}
 	return cuda.QuantFP8F32(b.s, 0, 0, xt.ptr, xt.ptr, xt.rows, xt.cols, nope, block)
+}
+
+// indexLists is how many index lists indexList keeps on the device.
+const indexLists = 8
+
+// indexList returns a device copy of idx, uploading it unless one of the
+// last indexLists lists is the same.
+func (b *Backend) indexList(idx []int32) (cuda.DevicePtr, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for i, c := range b.idxLists {
+		if slices.Equal(c.host, idx) { // most recent first
+			copy(b.idxLists[1:i+1], b.idxLists[:i])
+			b.idxLists[0] = c
+			return c.buf.Ptr, nil
+		}
+	}
+	if n := len(b.idxLists); n == indexLists {
+		b.idxLists[n-1].buf.Free() // reused in stream order (cuda.Pool)
+		b.idxLists = b.idxLists[:n-1]
+	}
+	buf, err := b.upload(cuda.Bytes(idx))
+	if err != nil {
+		return 0, err
+	}
+	b.idxLists = slices.Insert(b.idxLists, 0, &devIndex{host: idx, buf: buf})
+	return buf.Ptr, nil
+}
+
+// devIndex is an index list on the device.
+type devIndex struct {
+	host []int32
+	buf  *cuda.Buffer
 }

@@ -214,7 +214,9 @@ func (o *Backend) NewKVStore(spec backend.KVSpec) (backend.KVStore, error) {
 func (o *Backend) ResetSlot(s backend.KVStore, slot int) error { return o.be.ResetSlot(s, slot) }
 
 // CopySlot implements backend.Backend.
-func (o *Backend) CopySlot(s backend.KVStore, a backend.SlotCopy) error { return o.be.CopySlot(s, a) }
+func (o *Backend) CopySlot(s backend.KVStore, cs ...backend.SlotCopy) error {
+	return o.be.CopySlot(s, cs...)
+}
 
 // CopyBlock implements backend.Backend.
 func (o *Backend) CopyBlock(s backend.KVStore, dst, src int32) error {
@@ -228,6 +230,6 @@ func (o *Backend) Fork(rows int, bt *backend.Batch, fn func() error) error { ret
 func (o *Backend) Join() error { return nil }
 
 // RecordStep implements backend.Backend: the step runs eagerly.
-func (o *Backend) RecordStep(bt *backend.Batch, ids []int32, forward func() (backend.Tensor, error)) (backend.Tensor, error) {
+func (o *Backend) RecordStep(bt *backend.Batch, ids []int32, forward func() ([]backend.Tensor, error)) ([]backend.Tensor, error) {
 	return forward()
 }

@@ -31,7 +31,7 @@ type depthTimer struct {
 func (d *depthTimer) Unwrap() backend.Backend { return d.Backend }
 
 // RecordStep implements backend.Backend.
-func (d *depthTimer) RecordStep(bt *backend.Batch, ids []int32, forward func() (backend.Tensor, error)) (backend.Tensor, error) {
+func (d *depthTimer) RecordStep(bt *backend.Batch, ids []int32, forward func() ([]backend.Tensor, error)) ([]backend.Tensor, error) {
 	if d.on {
 		return forward()
 	}

@@ -246,8 +246,18 @@ func stack(f *stackFlags, stdout, stderr io.Writer) error {
 	}
 	r, err := runPlan(m, f, prof, nil)
 	var sr *specStackResult
+	var specGraphs string // how the steps with drafts ran
 	if err == nil && f.spec.Enabled() {
+		var before gpu.GraphStats
+		if onGPU {
+			before = g.GraphStats()
+		}
 		sr, err = runSpecPlan(m, f, prof)
+		if onGPU && f.graphs && err == nil {
+			a := g.GraphStats()
+			specGraphs = fmt.Sprintf("cuda graphs of the steps with drafts (verifications; the MTP passes run eagerly): %d recorded, %d replayed, %d eager\n",
+				a.Recorded-before.Recorded, a.Replayed-before.Replayed, a.Eager-before.Eager)
+		}
 	}
 	if err == nil && onGPU && f.decode > 0 {
 		fr.headMs, err = timeHead(m, g, f.batch)
@@ -259,6 +269,7 @@ func stack(f *stackFlags, stdout, stderr io.Writer) error {
 	if onGPU && f.graphs {
 		st := g.GraphStats()
 		graphs += fmt.Sprintf("cuda graphs: %d recorded (%d nodes), %d steps replayed, %d eager\n", st.Recorded, st.Nodes, st.Replayed, st.Eager)
+		graphs += specGraphs
 		for _, e := range st.Failed {
 			graphs += "cuda graph not recorded: " + e + "\n"
 		}

@@ -146,14 +146,16 @@ func specStep(m *model.Model, seqs []*specSeq, k int, acceptRate float64, draw b
 		return nil, fmt.Errorf("mtp: %w", err)
 	}
 	drafts := make([][]int32, len(seqs))
+	kvs := make([]*kvcache.Sequence, len(seqs))
 	for i, s := range seqs {
 		if err := m.Cache().Reserve(s.kv, s.kv.Len()+len(s.pending)+k); err != nil {
 			return nil, err
 		}
-		if err := m.Snapshot(s.kv, true); err != nil {
-			return nil, err
-		}
+		kvs[i] = s.kv
 		drafts[i] = []int32{token(out, i, -1, vocab)}
+	}
+	if err := m.Snapshots(kvs, true); err != nil { // every sequence's in one call, as the engine
+		return nil, err
 	}
 	for d := 1; d < k; d++ {
 		for i, s := range seqs {
@@ -177,6 +179,8 @@ func specStep(m *model.Model, seqs []*specSeq, k int, acceptRate float64, draw b
 		return nil, fmt.Errorf("verify: %w", err)
 	}
 	st := &specStackResult{perPos: make([]int, k)}
+	rbs := make([]model.Rollback, len(seqs))
+	shrink := make([]int, len(seqs))
 	for i, s := range seqs {
 		n := len(s.pending)
 		if vout.RowIDs == nil && len(vout.Logits[i]) != (n+k)*vocab {
@@ -195,19 +199,14 @@ func specStep(m *model.Model, seqs []*specSeq, k int, acceptRate float64, draw b
 		}
 		bonus := token(vout, i, n-1+a, vocab)
 		start := s.kv.Len() - n - k
-		if a == k { // every draft kept: only the MTP chain is undone
-			err = m.Restore(s.kv, 0, true)
-		} else { // back to the kept rows; the accepted drafts are replayed next step
-			err = m.Restore(s.kv, start+n, false)
-		}
-		if err != nil {
-			return nil, fmt.Errorf("sequence %d: %w", i, err)
-		}
 		kept := 0
-		if a == k {
+		if a == k { // every draft kept: only the MTP chain is undone
 			kept = k
+			rbs[i] = model.Rollback{Seq: s.kv, MTPOnly: true}
+		} else { // back to the kept rows; the accepted drafts are replayed next step
+			rbs[i] = model.Rollback{Seq: s.kv, N: start + n}
 		}
-		m.Cache().Shrink(s.kv, start+n+kept+1)
+		shrink[i] = start + n + kept + 1
 		// The MTP block has seen positions before start+n-1; rows n-1… up
 		// to the last accepted draft are right.
 		s.hidden = slices.Clone(vout.Hidden[i][(n-1)*w : (n+a)*w])
@@ -216,6 +215,12 @@ func specStep(m *model.Model, seqs []*specSeq, k int, acceptRate float64, draw b
 		st.emitted += a + 1
 		st.drafted += k
 		st.accepted += a
+	}
+	if err := m.Restores(rbs); err != nil {
+		return nil, err
+	}
+	for i, s := range seqs {
+		m.Cache().Shrink(s.kv, shrink[i])
 	}
 	return st, nil
 }

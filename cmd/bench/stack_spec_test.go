@@ -27,8 +27,9 @@ func TestSpecStepRollback(t *testing.T) {
 
 // TestSpecStepRollbackCUDA is TestSpecStepRollback on the GPU (exact
 // numerics; verification rows and one-row decode steps take different
-// kernel shapes, so logits agree to a tolerance; plain steps replay CUDA
-// graphs, steps with drafts run eagerly). It skips without a GPU.
+// kernel shapes, so logits agree to a tolerance; plain steps and the
+// verifications of steps with drafts replay CUDA graphs). It skips without a
+// GPU.
 func TestSpecStepRollbackCUDA(t *testing.T) {
 	testSpecStepRollback(t, func(t *testing.T) backend.Backend {
 		g, err := gpu.New(gpu.Options{Graphs: true})

@@ -249,3 +249,17 @@ HC_POST_N(1)
 HC_POST_N(2)
 HC_POST_N(4)
 HC_POST_N(8)
+
+// Row copies of 32-bit words: dst row (dsti ? dsti[i] : i) = src row srci[i]
+// for row i = blockIdx.y. One launch gathers the rows of many sequences
+// (GatherRows) or copies many state slots (CopySlots) instead of a copy each.
+// dst and src may be one buffer (distinct rows).
+extern "C" __global__ void copy_rows_u32(unsigned* dst, const unsigned* src,
+	const int* __restrict__ dsti, const int* __restrict__ srci, long long words)
+{
+	PDL_ENTRY();
+	const int i = blockIdx.y;
+	const size_t d = (size_t)(dsti ? dsti[i] : i) * words, s = (size_t)srci[i] * words;
+	for (long long j = blockIdx.x * (long long)blockDim.x + threadIdx.x; j < words; j += (long long)gridDim.x * blockDim.x)
+		dst[d + j] = src[s + j];
+}

@@ -485,12 +485,15 @@ func checkHead(p *Pair, d OpDims, tab *embedTable) {
 		p.gpu("head", func() error { return p.G.LinearF32(x.G, gw, o.G) })
 		p.Check(fmt.Sprintf("head linear_f32 bf16 %dx%dx%d", m, d.Vocab, d.Dim), o, 1e-5)
 	}
-	// The head's rows: the last row of each of three sequences of the streams.
+	// The head's rows: the last row of each of three sequences of the streams
+	// (runs of rows: copies); the kept rows or drafts of sequences of a step
+	// with drafts (many runs: one kernel).
 	n := 7
 	xs := p.Rand(n, d.HcMult*d.Dim, 1)
-	rows := []int{2, 3, 6}
-	g := p.Out(len(rows), d.HcMult*d.Dim)
-	p.cpu("gather rows", p.C.GatherRows(xs.C, rows, g.C))
-	p.gpu("gather rows", func() error { return p.G.GatherRows(xs.G, rows, g.G) })
-	p.Check(fmt.Sprintf("gather_rows %d of %dx%d", len(rows), n, d.HcMult*d.Dim), g, 0)
+	for _, rows := range [][]int{{2, 3, 6}, {0, 2, 3, 5, 6, 1}} {
+		g := p.Out(len(rows), d.HcMult*d.Dim)
+		p.cpu("gather rows", p.C.GatherRows(xs.C, rows, g.C))
+		p.gpu("gather rows", func() error { return p.G.GatherRows(xs.G, rows, g.G) })
+		p.Check(fmt.Sprintf("gather_rows %v of %dx%d", rows, n, d.HcMult*d.Dim), g, 0)
+	}
 }
