@@ -217,24 +217,17 @@ func (sp *speculator) drafts(it *Item) int {
 func (mtpDrafter) propose(sp *speculator, items []Item) ([]*proposal, error) {
 	w := sp.m.HiddenDim()
 	props := make([]*proposal, len(items))
-	var mi []model.MTPItem
-	var who []int
-	for i := range items {
-		it := &items[i]
-		st := sp.state(it.Seq)
-		n := len(st.hidden) / w
-		if n == 0 {
-			continue
-		}
-		if st.mtpLen+n >= len(it.Seq.Tokens) {
-			return nil, fmt.Errorf("engine: sequence %d: mtp at %d+%d of %d tokens", it.Seq.ID, st.mtpLen, n, len(it.Seq.Tokens))
-		}
-		mi = append(mi, model.MTPItem{Seq: it.Seq.KV, Start: st.mtpLen, Hidden: st.hidden,
-			Next: it.Seq.Tokens[st.mtpLen+1 : st.mtpLen+n+1], WantHidden: true, Ahead: true, Draw: sp.mtpDraw(it.Seq)})
-		who = append(who, i)
+	who, err := sp.queued(items, "mtp")
+	if err != nil || len(who) == 0 {
+		return props, err
 	}
-	if len(mi) == 0 {
-		return props, nil
+	mi := make([]model.MTPItem, len(who))
+	for j, i := range who {
+		seq := items[i].Seq
+		st := seq.spec
+		n := len(st.hidden) / w
+		mi[j] = model.MTPItem{Seq: seq.KV, Start: st.mtpLen, Hidden: st.hidden,
+			Next: seq.Tokens[st.mtpLen+1 : st.mtpLen+n+1], WantHidden: true, Ahead: true, Draw: sp.mtpDraw(seq)}
 	}
 	logits, hidden, ids, err := sp.mtp(mi)
 	if err != nil {
@@ -242,10 +235,7 @@ func (mtpDrafter) propose(sp *speculator, items []Item) ([]*proposal, error) {
 	}
 	// Chains: the decoding sequences that can hold their drafts, within the
 	// step's row budget.
-	spare := sp.budget
-	for i := range items {
-		spare -= items[i].N
-	}
+	spare := sp.spare(items)
 	type chain struct {
 		i, k int
 		h    []float32
@@ -573,4 +563,34 @@ func (s *Scheduler) postSpec(seq *Sequence, r *specResult, ev Event) {
 		s.retire(seq)
 	}
 	seq.stream.push(ev)
+}
+
+// queued lists the items whose drafter has verified rows to catch up on
+// (their final streams queued in the drafting state), checking that the
+// drafter stays behind the sequence's tokens.
+func (sp *speculator) queued(items []Item, what string) ([]int, error) {
+	w := sp.m.HiddenDim()
+	var who []int
+	for i := range items {
+		it := &items[i]
+		st := sp.state(it.Seq)
+		n := len(st.hidden) / w
+		if n == 0 {
+			continue
+		}
+		if st.mtpLen+n >= len(it.Seq.Tokens) {
+			return nil, fmt.Errorf("engine: sequence %d: %s at %d+%d of %d tokens", it.Seq.ID, what, st.mtpLen, n, len(it.Seq.Tokens))
+		}
+		who = append(who, i)
+	}
+	return who, nil
+}
+
+// spare is the step's row budget left after the items' own rows.
+func (sp *speculator) spare(items []Item) int {
+	n := sp.budget
+	for i := range items {
+		n -= items[i].N
+	}
+	return n
 }

@@ -62,18 +62,14 @@ func (dsparkDrafter) propose(sp *speculator, items []Item) ([]*proposal, error) 
 	w := sp.m.HiddenDim()
 	props := make([]*proposal, len(items))
 	// The context: every queued feature row enters the windows.
-	var ctx []model.DSparkItem
-	for i := range items {
-		it := &items[i]
-		st := sp.state(it.Seq)
-		n := len(st.hidden) / w
-		if n == 0 {
-			continue
-		}
-		if st.mtpLen+n >= len(it.Seq.Tokens) {
-			return nil, fmt.Errorf("engine: sequence %d: dspark context at %d+%d of %d tokens", it.Seq.ID, st.mtpLen, n, len(it.Seq.Tokens))
-		}
-		ctx = append(ctx, model.DSparkItem{Seq: it.Seq.KV, Start: st.mtpLen, Context: st.hidden})
+	queued, err := sp.queued(items, "dspark context")
+	if err != nil {
+		return nil, err
+	}
+	ctx := make([]model.DSparkItem, len(queued))
+	for j, i := range queued {
+		st := items[i].Seq.spec
+		ctx[j] = model.DSparkItem{Seq: items[i].Seq.KV, Start: st.mtpLen, Context: st.hidden}
 	}
 	if len(ctx) > 0 {
 		if _, err := sp.m.ForwardDSpark(ctx); err != nil {
@@ -88,10 +84,7 @@ func (dsparkDrafter) propose(sp *speculator, items []Item) ([]*proposal, error) 
 	}
 	// The blocks of the decoding sequences that can hold their drafts,
 	// within the step's row budget.
-	spare := sp.budget
-	for i := range items {
-		spare -= items[i].N
-	}
+	spare := sp.spare(items)
 	var blk []model.DSparkItem
 	var who, ks []int
 	for i := range items {
