@@ -47,15 +47,7 @@ func drawRef(x []float32, vocab int, d []backend.Draw) []int32 {
 func TestForwardDraws(t *testing.T) {
 	c := checkpoint.SmallConfig()
 	w := genWeights(t, c, 1)
-	be := &drawingBackend{countingBackend: &countingBackend{Backend: cpu.New(cpu.Options{}), live: map[backend.Tensor]string{}}}
-	m, err := New(w, be, Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ref, err := New(w, cpu.New(cpu.Options{}), Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	be, m, ref := drawingModels(t, w)
 	if !m.CanDraw() || ref.CanDraw() {
 		t.Fatalf("CanDraw: drawing backend %v, CPU backend %v", m.CanDraw(), ref.CanDraw())
 	}
@@ -124,15 +116,7 @@ func TestForwardDraws(t *testing.T) {
 func TestForwardDrawRows(t *testing.T) {
 	c := checkpoint.SmallConfig()
 	w := genWeights(t, c, 1)
-	be := &drawingBackend{countingBackend: &countingBackend{Backend: cpu.New(cpu.Options{}), live: map[backend.Tensor]string{}}}
-	m, err := New(w, be, Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ref, err := New(w, cpu.New(cpu.Options{}), Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, m, ref := drawingModels(t, w)
 	items := []struct {
 		n    int
 		draw *backend.Draw
@@ -195,15 +179,7 @@ func TestForwardMTPDraws(t *testing.T) {
 		t.Fatal("the small config has no MTP block")
 	}
 	w := genWeights(t, c, 2)
-	be := &drawingBackend{countingBackend: &countingBackend{Backend: cpu.New(cpu.Options{}), live: map[backend.Tensor]string{}}}
-	m, err := New(w, be, Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ref, err := New(w, cpu.New(cpu.Options{}), Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	be, m, ref := drawingModels(t, w)
 	draws := []*backend.Draw{{}, {Temp: 1.1, TopK: 9, U: 0.61}, nil}
 	var mi, ri []MTPItem
 	for i, d := range draws {
@@ -248,4 +224,20 @@ func TestForwardMTPDraws(t *testing.T) {
 	if len(be.live) != before {
 		t.Errorf("ForwardMTP left %d tensors allocated: %s", len(be.live)-before, be.sites())
 	}
+}
+
+// drawingModels builds w on a CPU backend that draws tokens (counting its
+// calls and live tensors) and on a plain CPU backend, the reference.
+func drawingModels(t *testing.T, w *checkpoint.Weights) (*drawingBackend, *Model, *Model) {
+	t.Helper()
+	be := &drawingBackend{countingBackend: &countingBackend{Backend: cpu.New(cpu.Options{}), live: map[backend.Tensor]string{}}}
+	m, err := New(w, be, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ref, err := New(w, cpu.New(cpu.Options{}), Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return be, m, ref
 }
