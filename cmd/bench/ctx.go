@@ -96,13 +96,9 @@ func checkContextFlags(fs *flag.FlagSet, f *stackFlags) error {
 // stackContext is bench stack --context: a model of random weights whose
 // sequences are put at each depth by model.FillCache, then timed there.
 func stackContext(f *stackFlags, full *checkpoint.Config, stdout io.Writer) error {
-	layers := f.layers
-	if layers == 0 {
-		layers = full.Layers
-	}
-	c, err := checkpoint.CutLayers(full, layers, f.mtp)
+	c, err := f.cut(full, f.layers)
 	if err != nil {
-		return fmt.Errorf("--layers %d: %w", layers, err)
+		return err
 	}
 	steps := decodeWarm + f.decode + 1 // the last one times the attention ops
 	for _, n := range f.ctx.depths {

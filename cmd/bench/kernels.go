@@ -80,13 +80,9 @@ func runKernels(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return fmt.Errorf("--flush: %w", err)
 	}
-	var toks []int
-	for _, s := range strings.Split(*tokens, ",") {
-		t, err := strconv.Atoi(strings.TrimSpace(s))
-		if err != nil || t < 1 || t > 65536 {
-			return fmt.Errorf("--tokens: %q is not a count in [1, 65536]", s)
-		}
-		toks = append(toks, t)
+	toks, err := parseTokenCounts(*tokens)
+	if err != nil {
+		return err
 	}
 	if *reps < 1 {
 		return errors.New("--reps must be >= 1")
@@ -276,4 +272,18 @@ func copyBandwidth(ctx *cuda.Context, s *cuda.Stream, reps int) (float64, error)
 		return 0, err
 	}
 	return 2 * n / us / 1e3, nil
+}
+
+// parseTokenCounts reads --tokens: a comma-separated list of counts in
+// [1, 65536].
+func parseTokenCounts(list string) ([]int, error) {
+	var toks []int
+	for _, s := range strings.Split(list, ",") {
+		t, err := strconv.Atoi(strings.TrimSpace(s))
+		if err != nil || t < 1 || t > 65536 {
+			return nil, fmt.Errorf("--tokens: %q is not a count in [1, 65536]", s)
+		}
+		toks = append(toks, t)
+	}
+	return toks, nil
 }

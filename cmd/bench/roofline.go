@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"math"
-	"strconv"
 	"strings"
 
 	"github.com/megamoe/megamoe/checkpoint"
@@ -128,13 +127,9 @@ func runRoofline(args []string, stdout, stderr io.Writer) error {
 	if !ok || !ok2 {
 		return fmt.Errorf("--gpu %q / --vs %q: want b200, h100 or h200", *gpu, *baseName)
 	}
-	var toks []int
-	for _, s := range strings.Split(*tokens, ",") {
-		t, err := strconv.Atoi(strings.TrimSpace(s))
-		if err != nil || t < 1 || t > 65536 {
-			return fmt.Errorf("--tokens: %q is not a count in [1, 65536]", s)
-		}
-		toks = append(toks, t)
+	toks, err := parseTokenCounts(*tokens)
+	if err != nil {
+		return err
 	}
 	fmt.Fprintf(stdout, "roofline: %s %.2f TB/s, %.3g PFLOP/s BF16, %.3g FP8, %.3g FP4; beside %s %.2f TB/s, %.3g BF16, %.3g FP8\n",
 		g.name, g.tbs, g.bf16, g.fp8, g.fp4, base.name, base.tbs, base.bf16, base.fp8)

@@ -168,10 +168,10 @@ func stack(f *stackFlags, stdout, stderr io.Writer) error {
 			return err
 		}
 	}
-	c, err := checkpoint.CutLayers(full, layers, f.mtp)
+	c, err := f.cut(full, layers)
 	if err != nil {
 		closeBE()
-		return fmt.Errorf("--layers %d: %w", layers, err)
+		return err
 	}
 
 	t0 := time.Now()
@@ -600,4 +600,17 @@ func (f *stackFlags) setSynth(name string) error {
 	}
 	f.preset, f.layers = spec.Preset, c.Layers
 	return nil
+}
+
+// cut is full with its first layers main layers (0: all of them) and the
+// MTP block if --mtp.
+func (f *stackFlags) cut(full *checkpoint.Config, layers int) (*checkpoint.Config, error) {
+	if layers == 0 {
+		layers = full.Layers
+	}
+	c, err := checkpoint.CutLayers(full, layers, f.mtp)
+	if err != nil {
+		return nil, fmt.Errorf("--layers %d: %w", layers, err)
+	}
+	return c, nil
 }

@@ -19,13 +19,9 @@ import (
 // collectives broken out (rank 0; NCCL calls are followed by a stream sync
 // so that their time is theirs).
 func stackParallel(f *stackFlags, full *checkpoint.Config, stdout io.Writer) error {
-	layers := f.layers
-	if layers == 0 {
-		layers = full.Layers
-	}
-	c, err := checkpoint.CutLayers(full, layers, f.mtp)
+	c, err := f.cut(full, f.layers)
 	if err != nil {
-		return fmt.Errorf("--layers %d: %w", layers, err)
+		return err
 	}
 	w, err := checkpoint.RandomWeights(c, f.format, f.seed)
 	if err != nil {
