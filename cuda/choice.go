@@ -37,11 +37,17 @@ func (c *Context) SetKernelChoice(k KernelChoice) error {
 	if k.Linear == PathDecF16 || k.Linear == PathDecMap {
 		return fmt.Errorf("cuda: kernel path %q is a MoE path, not a linear one", k.Linear)
 	}
+	if _, ok := wgVariantOf(k.MoE); ok && k.MoE != PathWG {
+		return fmt.Errorf("cuda: kernel path %q is a linear path, not a MoE one", k.MoE)
+	}
 	for _, p := range []Path{k.Linear, k.MoE} {
+		if _, ok := wgVariantOf(p); ok {
+			continue
+		}
 		switch p {
-		case PathAuto, PathDec, PathDecF16, PathDecMap, PathDecWG, PathTiled, PathWG, PathTC:
+		case PathAuto, PathDec, PathDecF16, PathDecMap, PathDecWG, PathTiled, PathTC:
 		default:
-			return fmt.Errorf("cuda: kernel path %q (want dec, decf16, decmap, decwg, tiled, wg or tc)", p)
+			return fmt.Errorf("cuda: kernel path %q (want dec, decf16, decmap, decwg, tiled, tc or a wgmma variant: %v)", p, WGPaths())
 		}
 	}
 	c.fnMu.Lock()
@@ -67,7 +73,13 @@ func (c *Context) LinearPaths(m, n, k int) []Path {
 		ps = append(ps, PathTC)
 	}
 	if m >= wgMinRow && c.HasTMA() {
-		ps = append(ps, PathWG)
+		pick := wgPick(m, n, k) // the planner's variant, then the others
+		ps = append(ps, pick)
+		for _, p := range WGPaths() {
+			if p != pick {
+				ps = append(ps, p)
+			}
+		}
 	}
 	if planLinear(m, n, k, c.dev.SMs).dec {
 		switch {

@@ -273,19 +273,20 @@ func decPair(pa, pb linearPlan, na, nb int) (warps, ca, cb int, ok bool) {
 
 // linearFP8Tiled runs the wgmma or the mma.sync tiled kernel (bf16 out).
 func linearFP8Tiled(s *Stream, y, xq, xs, w, ws DevicePtr, m, n, k int, scratch DevicePtr, p linearPlan, choice Path) error {
-	switch choice {
-	case PathWG:
+	if _, wg := wgVariantOf(choice); wg {
 		if m <= decMaxRows {
 			scratch = 0 // sized for the decode kernel: none
 		}
-		return linearFP8WG(s, y, xq, xs, w, ws, m, n, k, scratch)
+		return linearFP8WG(s, y, xq, xs, w, ws, m, n, k, scratch, choice)
+	}
+	switch choice {
 	case PathTiled:
 		if m <= decMaxRows {
 			scratch = 0
 		}
 	default:
 		if m >= wgMinRow && s.ctx.HasTMA() {
-			return linearFP8WG(s, y, xq, xs, w, ws, m, n, k, scratch)
+			return linearFP8WG(s, y, xq, xs, w, ws, m, n, k, scratch, wgPick(m, n, k))
 		}
 	}
 	if scratch == 0 {

@@ -3,7 +3,7 @@ package cuda
 import "fmt"
 
 // The sm_90a FP8 linear (kernels/linear_fp8_wg.cu): TMA loads, wgmma,
-// 128x128 tiles (384 threads, one persistent CTA per SM), for more rows than the
+// 128-row tiles (384 threads, one persistent CTA per SM), for more rows than the
 // decode kernel takes (ahead of the mma.sync kernels on every shape there).
 
 // wgMinRow: the wgmma path accumulates inside each 128-K block at the tensor
@@ -12,8 +12,6 @@ import "fmt"
 // end-to-end logits error past the CPU's own sensitivity baseline, so short
 // prefills keep the exact-accumulating kernels.
 const (
-	wgStages = 6
-	wgSmem   = wgStages*2*128*128 + 2*wgStages*8 + 1024 // ring, barriers, alignment slack
 	wgMinRow = 65
 	// wgGroup is linear_fp8_wg's tile order: groups of 8 tile rows, so that
 	// a wave shares a few activation tiles and fewer weight panels in L2
@@ -21,8 +19,101 @@ const (
 	wgGroup = 8
 )
 
-// planLinearWG splits K when the tiles alone fill less than about 2/3 of the
-// sms SMs, keeping at least 4 K blocks per slice.
+// wgVariant is one configuration of the kernel (WG_KERNEL in the source):
+// bn output columns a tile, stages in the ring, and the epilogue (bulk:
+// staged in shared memory and copied out by cp.async.bulk; else direct
+// stores). Every variant gives the same bits.
+type wgVariant struct {
+	path       Path // its KernelChoice / bench --path name
+	fn         string
+	bn, stages int
+	bulk       bool
+}
+
+// Paths of the linear_fp8_wg variants beside PathWG (128 x 128 tiles, 6
+// stages, direct stores).
+const (
+	PathWGBulk    Path = "wg-bulk"  // 128 x 128, 5 stages, staged bulk-copy epilogue
+	PathWGN192    Path = "wg-n192"  // 128 x 192, 4 stages, staged bulk-copy epilogue
+	PathWGN192Dir Path = "wg-n192d" // 128 x 192, 5 stages, direct stores
+)
+
+var wgVariants = []wgVariant{
+	{PathWG, "linear_fp8_wg", 128, 6, false},
+	{PathWGBulk, "linear_fp8_wg_bulk", 128, 5, true},
+	{PathWGN192, "linear_fp8_wg_n192", 192, 4, true},
+	{PathWGN192Dir, "linear_fp8_wg_n192d", 192, 5, false},
+}
+
+// smem is the variant's dynamic shared memory (WgLayout): the ring, the
+// staging rows, the barriers and 1024 bytes of alignment slack.
+func (v wgVariant) smem() int {
+	stg := 0
+	if v.bulk {
+		stg = 2 * 64 * (2*v.bn + 16)
+	}
+	return v.stages*(128*128+v.bn*128) + stg + 2*v.stages*8 + 1024
+}
+
+// wgVariantOf returns the variant named p.
+func wgVariantOf(p Path) (wgVariant, bool) {
+	for _, v := range wgVariants {
+		if v.path == p {
+			return v, true
+		}
+	}
+	return wgVariant{}, false
+}
+
+// WGPaths are the linear_fp8_wg variants' paths, PathWG first.
+func WGPaths() []Path {
+	ps := make([]Path, len(wgVariants))
+	for i, v := range wgVariants {
+		ps[i] = v.path
+	}
+	return ps
+}
+
+// wgPicks is the variant LinearFP8 takes by itself on each model shape
+// (Flash and Pro, bench kernels' denseShapes), below and from
+// wgPickLargeRows rows; other shapes take PathWG. One line a shape: set it
+// from `bench kernels --paths --only linear_fp8 --tokens 512,2048,4096`.
+var wgPicks = []struct {
+	n, k         int
+	small, large Path
+}{
+	{1024, 4096, PathWG, PathWG},  // Flash wq_a
+	{32768, 1024, PathWG, PathWG}, // Flash wq_b
+	{512, 4096, PathWG, PathWG},   // Flash wkv
+	{4096, 8192, PathWG, PathWG},  // Flash wo_b
+	{4096, 4096, PathWG, PathWG},  // Flash shared w13
+	{4096, 2048, PathWG, PathWG},  // Flash shared w2
+	{1536, 7168, PathWG, PathWG},  // Pro wq_a
+	{65536, 1536, PathWG, PathWG}, // Pro wq_b
+	{512, 7168, PathWG, PathWG},   // Pro wkv
+	{7168, 16384, PathWG, PathWG}, // Pro wo_b
+	{6144, 7168, PathWG, PathWG},  // Pro shared w13
+	{7168, 3072, PathWG, PathWG},  // Pro shared w2
+}
+
+const wgPickLargeRows = 2048
+
+// wgPick is the variant for m x n x k (wgPicks).
+func wgPick(m, n, k int) Path {
+	for _, p := range wgPicks {
+		if p.n == n && p.k == k {
+			if m >= wgPickLargeRows {
+				return p.large
+			}
+			return p.small
+		}
+	}
+	return PathWG
+}
+
+// planLinearWG splits K when the 128x128 tiles alone fill less than about
+// 2/3 of the sms SMs, keeping at least 4 K blocks per slice. Every variant
+// takes this plan, so all give the same bits.
 func planLinearWG(m, n, k, sms int) linearPlan {
 	nkb := k / 128
 	tiles := ceilDiv(n, 128) * ceilDiv(m, 128)
@@ -34,36 +125,54 @@ func planLinearWG(m, n, k, sms int) linearPlan {
 	return linearPlan{splits: ceilDiv(nkb, per), per: per}
 }
 
-func linearFP8WG(s *Stream, y, xq, xs, w, ws DevicePtr, m, n, k int, scratch DevicePtr) error {
+// linearFP8WG runs the variant named path (PathWG or a WGPaths entry). The
+// bulk epilogue copies rows from 16-byte aligned addresses: where y (or the
+// scratch) is not, the variant of the same tile with direct stores runs.
+func linearFP8WG(s *Stream, y, xq, xs, w, ws DevicePtr, m, n, k int, scratch DevicePtr, path Path) error {
 	if !s.ctx.HasTMA() {
 		return fmt.Errorf("cuda: linear_fp8_wg: device %s has no sm_90a TMA path", s.ctx.dev.Name)
+	}
+	v, ok := wgVariantOf(path)
+	if !ok {
+		return fmt.Errorf("cuda: linear_fp8_wg: no variant %q", path)
 	}
 	p := planLinearWG(m, n, k, s.ctx.dev.SMs)
 	if scratch == 0 {
 		p.splits, p.per = 1, k/128
 	}
-	ma, err := s.ctx.TensorMapBytes2D(xq, m, k, 128, 128)
-	if err != nil {
-		return err
-	}
-	mb, err := s.ctx.TensorMapBytes2D(w, n, k, 128, 128)
-	if err != nil {
-		return err
-	}
 	var part DevicePtr
 	if p.splits > 1 {
 		part = scratch
 	}
+	if v.bulk && (y%16 != 0 || part%16 != 0) {
+		for _, d := range wgVariants {
+			if d.bn == v.bn && !d.bulk {
+				v = d
+				break
+			}
+		}
+	}
+	if v.smem() > s.ctx.dev.SmemOptin {
+		return fmt.Errorf("cuda: %s: %d bytes of shared memory, device %s allows %d", v.fn, v.smem(), s.ctx.dev.Name, s.ctx.dev.SmemOptin)
+	}
+	ma, err := s.ctx.TensorMapBytes2D(xq, m, k, 128, 128)
+	if err != nil {
+		return fmt.Errorf("cuda: %s: %w", v.fn, err)
+	}
+	mb, err := s.ctx.TensorMapBytes2D(w, n, k, v.bn, 128)
+	if err != nil {
+		return fmt.Errorf("cuda: %s: %w", v.fn, err)
+	}
 	a := new(Args).Ptr(y).Map(&ma).Map(&mb).Ptr(xs).Ptr(ws).I32(m).I32(n).I32(k).Ptr(part).I32(p.per).I32(wgGroup)
-	// Persistent CTAs over the tiles (one per SM at 192 KB of ring); split K
-	// keeps one CTA per tile and slice.
-	tiles := ceilDiv(n, 128) * ceilDiv(m, 128)
+	// Persistent CTAs over the tiles (one per SM: the ring takes most of its
+	// shared memory); split K keeps one CTA per tile and slice.
+	tiles := ceilDiv(n, v.bn) * ceilDiv(m, 128)
 	ctas := tiles
 	if p.splits == 1 {
 		ctas = min(tiles, s.ctx.dev.SMs)
 	}
 	grid := Dim3{uint32(ctas), 1, uint32(p.splits)}
-	if err := launch(s, "linear_fp8_wg", "linear_fp8_wg", grid, Dim3{384, 1, 1}, wgSmem, a); err != nil || p.splits == 1 {
+	if err := launch(s, "linear_fp8_wg", v.fn, grid, Dim3{384, 1, 1}, v.smem(), a); err != nil || p.splits == 1 {
 		return err
 	}
 	return fp8Reduce(s, y, part, p.splits, m, n, 0, 0)
