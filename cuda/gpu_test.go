@@ -165,7 +165,8 @@ func TestKernelResources(t *testing.T) {
 		{"moe_fp4_dec", "moe_fp4_decm", 0}, {"moe_fp4_dec", "moe_fp4_decm_nv", 8},
 		{"rmsnorm", "rmsnorm_bf16", 0}, {"ops_f32", "rmsnorm_f32", 0},
 		{"hc_f32", "hc_pre_part_f32_n4", 0}, {"hc_f32", "hc_pre_fin_f32_n4", 0}, {"hc_f32", "hc_pre_fin_norm_f32_n4", 0},
-		{"linear_fp8_wg", "linear_fp8_wg", 0}, {"moe_fp4_wg", "moe_fp4_wg32", 0}, {"moe_fp4_wg", "moe_fp4_wg128", 0},
+		{"linear_fp8_wg", "linear_fp8_wg", 0}, {"linear_fp8_wg", "linear_fp8_wg_bulk", 0}, {"linear_fp8_wg", "linear_fp8_wg_n192", 0}, {"linear_fp8_wg", "linear_fp8_wg_n192d", 0},
+		{"moe_fp4_wg", "moe_fp4_wg32", 0}, {"moe_fp4_wg", "moe_fp4_wg128", 0},
 		{"linear_f32", "gemv1_f32_w1", 0}, {"linear_f32", "gemv_f32_w1", 0}, {"linear_bf16", "linear_bf16_w1", 0}, {"linear_bf16", "linear_bf16_w2", 0}, {"linear_bf16", "linear_bf16x3_w1", 0},
 		{"attn_f32", "sparse_attn_split_f32", 0}, {"attn_f32", "sparse_attn_split_kv8", 0}, {"attn_f32", "indexer_scores_kv8", 0}, {"linear_bf16", "linear_bf16_dec1_w2", 0}, {"linear_bf16", "linear_bf16x3_dec1_w1", 0}, {"linear_bf16", "linear_bf16_dec2_w2", 0}, {"linear_bf16", "linear_bf16_dec4_w2", 0}, {"linear_bf16", "linear_bf16_dec4_w1", 0},
 		{"moe_fused", "moe_gather_q", 0}, {"moe_fused", "moe_swiglu_q", 0},
@@ -332,6 +333,11 @@ func TestKernelsVsCPU(t *testing.T) {
 		choices = append(choices, choice{name, cuda.KernelChoice{Linear: p, MoE: p}})
 	}
 	choices = append(choices, choice{"decf16", cuda.KernelChoice{MoE: cuda.PathDecF16}}, choice{"decmap", cuda.KernelChoice{MoE: cuda.PathDecMap}})
+	if ctx.HasTMA() { // the other linear_fp8_wg variants (linear only)
+		for _, p := range cuda.WGPaths()[1:] {
+			choices = append(choices, choice{string(p), cuda.KernelChoice{Linear: p}})
+		}
+	}
 	for _, ch := range choices {
 		if err := ctx.SetKernelChoice(ch.kc); err != nil {
 			t.Fatal(err)
@@ -339,6 +345,9 @@ func TestKernelsVsCPU(t *testing.T) {
 		for _, c := range kcheck.SmallCases() {
 			if ch.kc.Linear != cuda.PathAuto && c.Component != "linear_fp8" && c.Component != "moe_fp4" {
 				continue
+			}
+			if ch.kc.MoE == cuda.PathAuto && ch.kc.Linear != cuda.PathAuto && c.Component != "linear_fp8" {
+				continue // a linear-only path
 			}
 			// A MoE-only path: its own shapes only (elsewhere it runs another path's kernel).
 			if (ch.kc.MoE == cuda.PathDecF16 || ch.kc.MoE == cuda.PathDecMap) && (c.Component != "moe_fp4" || !slices.Contains(ctx.MoEPaths(c.MoE), ch.kc.MoE)) {
