@@ -63,7 +63,8 @@ func runKernels(args []string, stdout, stderr io.Writer) error {
 	reps := fs.Int("reps", 20, "timed launches per case (median)")
 	only := fs.String("only", "", "run only shapes whose op or name contains this")
 	allPaths := fs.Bool("paths", false, "time every kernel path that applies to a shape, not only the one picked")
-	onlyPath := fs.String("path", "", "with --paths: time only this path (dec, decf16, decmap, decwg, tiled, wg)")
+	onlyPath := fs.String("path", "", "with --paths: time only this path (dec, decf16, decmap, decwg, tiled, wg, or a wgmma variant: wg-bulk, wg-n192, wg-n192d)")
+	torchPath := fs.String("torch", "", "JSON lines of scripts/torch_baseline.py: each FP8 linear's share of torch._scaled_mm's speed, and with --paths the fastest path of each shape")
 	jsonPath := fs.String("json", "", "also write one JSON record per line to this file")
 	flushMode := fs.String("flush", "write", "how L2 is emptied before each timed launch: write (a 128 MiB memset: L2 left dirty) or read (a 128 MiB read: L2 left clean)")
 	ixDepths := []int{32 << 10, 128 << 10, 1 << 20}
@@ -98,6 +99,12 @@ func runKernels(args []string, stdout, stderr io.Writer) error {
 	for _, d := range ixDepths {
 		if d < ixRatio || d > 1<<24 {
 			return fmt.Errorf("--context: %d tokens, want %d to %d", d, ixRatio, 1<<24)
+		}
+	}
+	var torch map[torchKey]float64
+	if *torchPath != "" {
+		if torch, err = loadTorchFP8(*torchPath); err != nil {
+			return err
 		}
 	}
 	var ms []kcheck.Model
@@ -142,6 +149,7 @@ func runKernels(args []string, stdout, stderr io.Writer) error {
 	env := &kcheck.Env{Ctx: ctx, S: s, Reps: *reps, Seed: uint64(time.Now().UnixNano()), ShareWeights: true, Flush: flush}
 	defer env.Close()
 	failed := 0
+	var linRecs []kernelRecord // for the fastest-path summary
 	for _, m := range ms {
 		type job struct {
 			op, shape string
@@ -216,8 +224,15 @@ func runKernels(args []string, stdout, stderr io.Writer) error {
 				if !r.Pass {
 					failed++
 				}
-				fmt.Fprintf(stdout, "%-5s %-10s %-5s %-18s tokens %5d  n %6d k %6d  %9.1f us %7.0f GB/s (%4.1f%% of copy) %6.1f TF/s  %s\n",
-					m.Name, j.op, path, j.shape, j.t, j.n, j.k, r.TimeUs, r.GBs, 100*r.GBs/gbs, r.TFLOPs, passStr(r))
+				vsTorch := ""
+				if j.op == "linear_fp8" {
+					linRecs = append(linRecs, rec)
+					if pc := torchPct(torch, m.Name, j.shape, j.t, r.TimeUs); pc > 0 {
+						vsTorch = fmt.Sprintf(" (%5.1f%% of torch fp8)", pc)
+					}
+				}
+				fmt.Fprintf(stdout, "%-5s %-10s %-5s %-18s tokens %5d  n %6d k %6d  %9.1f us %7.0f GB/s (%4.1f%% of copy) %6.1f TF/s%s  %s\n",
+					m.Name, j.op, path, j.shape, j.t, j.n, j.k, r.TimeUs, r.GBs, 100*r.GBs/gbs, r.TFLOPs, vsTorch, passStr(r))
 				if err := enc.Encode(rec); err != nil {
 					return err
 				}
@@ -231,6 +246,9 @@ func runKernels(args []string, stdout, stderr io.Writer) error {
 			return err
 		}
 		failed += n
+	}
+	if *allPaths {
+		writeBestPaths(stdout, linRecs, torch)
 	}
 	if failed > 0 {
 		return fmt.Errorf("%d kernel cases failed their check against the CPU twin", failed)
