@@ -22,27 +22,32 @@ const (
 // wgVariant is one configuration of the kernel (WG_KERNEL in the source):
 // bn output columns a tile, stages in the ring, and the epilogue (bulk:
 // staged in shared memory and copied out by cp.async.bulk; else direct
-// stores). Every variant gives the same bits.
+// stores); wave splits K by planLinearWGWave instead of planLinearWG.
+// Variants with the same split plan give the same bits.
 type wgVariant struct {
 	path       Path // its KernelChoice / bench --path name
 	fn         string
 	bn, stages int
-	bulk       bool
+	bulk, wave bool
 }
 
 // Paths of the linear_fp8_wg variants beside PathWG (128 x 128 tiles, 6
 // stages, direct stores).
 const (
-	PathWGBulk    Path = "wg-bulk"  // 128 x 128, 5 stages, staged bulk-copy epilogue
-	PathWGN192    Path = "wg-n192"  // 128 x 192, 4 stages, staged bulk-copy epilogue
-	PathWGN192Dir Path = "wg-n192d" // 128 x 192, 5 stages, direct stores
+	PathWGBulk     Path = "wg-bulk"      // 128 x 128, 5 stages, staged bulk-copy epilogue
+	PathWGN192     Path = "wg-n192"      // 128 x 192, 4 stages, staged bulk-copy epilogue
+	PathWGN192Dir  Path = "wg-n192d"     // 128 x 192, 5 stages, direct stores
+	PathWGWave     Path = "wg-wave"      // PathWG, K split within one wave (other sums)
+	PathWGBulkWave Path = "wg-bulk-wave" // PathWGBulk, K split within one wave (other sums)
 )
 
 var wgVariants = []wgVariant{
-	{PathWG, "linear_fp8_wg", 128, 6, false},
-	{PathWGBulk, "linear_fp8_wg_bulk", 128, 5, true},
-	{PathWGN192, "linear_fp8_wg_n192", 192, 4, true},
-	{PathWGN192Dir, "linear_fp8_wg_n192d", 192, 5, false},
+	{PathWG, "linear_fp8_wg", 128, 6, false, false},
+	{PathWGBulk, "linear_fp8_wg_bulk", 128, 5, true, false},
+	{PathWGN192, "linear_fp8_wg_n192", 192, 4, true, false},
+	{PathWGN192Dir, "linear_fp8_wg_n192d", 192, 5, false, false},
+	{PathWGWave, "linear_fp8_wg", 128, 6, false, true},
+	{PathWGBulkWave, "linear_fp8_wg_bulk", 128, 5, true, true},
 }
 
 // smem is the variant's dynamic shared memory (WgLayout): the ring, the
@@ -125,6 +130,22 @@ func planLinearWG(m, n, k, sms int) linearPlan {
 	return linearPlan{splits: ceilDiv(nkb, per), per: per}
 }
 
+// planLinearWGWave splits K, where planLinearWG does, into no more slices
+// than keep the tiles' CTAs within one wave of the sms SMs (one CTA an SM):
+// planLinearWG's ceil(sms/tiles) slices can spill CTAs into a second wave
+// (Flash wq_a at 512 tokens: 32 tiles x 5 slices on 132 SMs). Other slices,
+// so other fp32 sums than planLinearWG's.
+func planLinearWGWave(m, n, k, sms int) linearPlan {
+	p := planLinearWG(m, n, k, sms)
+	if p.splits == 1 {
+		return p
+	}
+	nkb, tiles := k/128, ceilDiv(n, 128)*ceilDiv(m, 128)
+	sp := max(min(nkb/4, sms/tiles), 1)
+	per := ceilDiv(nkb, sp)
+	return linearPlan{splits: ceilDiv(nkb, per), per: per}
+}
+
 // linearFP8WG runs the variant named path (PathWG or a WGPaths entry). The
 // bulk epilogue copies rows from 16-byte aligned addresses: where y (or the
 // scratch) is not, the variant of the same tile with direct stores runs.
@@ -137,6 +158,9 @@ func linearFP8WG(s *Stream, y, xq, xs, w, ws DevicePtr, m, n, k int, scratch Dev
 		return fmt.Errorf("cuda: linear_fp8_wg: no variant %q", path)
 	}
 	p := planLinearWG(m, n, k, s.ctx.dev.SMs)
+	if v.wave {
+		p = planLinearWGWave(m, n, k, s.ctx.dev.SMs)
+	}
 	if scratch == 0 {
 		p.splits, p.per = 1, k/128
 	}
@@ -146,7 +170,7 @@ func linearFP8WG(s *Stream, y, xq, xs, w, ws DevicePtr, m, n, k int, scratch Dev
 	}
 	if v.bulk && (y%16 != 0 || part%16 != 0) {
 		for _, d := range wgVariants {
-			if d.bn == v.bn && !d.bulk {
+			if d.bn == v.bn && d.wave == v.wave && !d.bulk {
 				v = d
 				break
 			}

@@ -23,7 +23,9 @@ func TestWGVariants(t *testing.T) {
 	}
 	var want []string
 	for _, v := range wgVariants {
-		want = append(want, fmt.Sprintf("%s %d %d %s", v.fn, v.bn, v.stages, strconv.FormatBool(v.bulk)))
+		if k := fmt.Sprintf("%s %d %d %s", v.fn, v.bn, v.stages, strconv.FormatBool(v.bulk)); !slices.Contains(want, k) {
+			want = append(want, k)
+		}
 	}
 	if !slices.Equal(got, want) {
 		t.Errorf("kernel source variants %q, Go table %q", got, want)
@@ -36,7 +38,7 @@ func TestWGVariants(t *testing.T) {
 		if v.bn%64 != 0 || v.bn > 256 || v.stages < 2 {
 			t.Errorf("%s: %d columns, %d stages", v.path, v.bn, v.stages)
 		}
-		if v.bulk && !slices.ContainsFunc(wgVariants, func(d wgVariant) bool { return d.bn == v.bn && !d.bulk }) {
+		if v.bulk && !slices.ContainsFunc(wgVariants, func(d wgVariant) bool { return d.bn == v.bn && d.wave == v.wave && !d.bulk }) {
 			t.Errorf("%s: no direct-store variant of %d columns to fall back to", v.path, v.bn)
 		}
 	}
@@ -75,6 +77,38 @@ func TestWGKernelChoice(t *testing.T) {
 	} {
 		if err := c.SetKernelChoice(tc.k); (err == nil) != tc.ok {
 			t.Errorf("SetKernelChoice(%+v) = %v, want ok %v", tc.k, err, tc.ok)
+		}
+	}
+}
+
+// TestPlanLinearWGWave: the one-wave plan covers K exactly, never takes
+// more slices than planLinearWG (whose scratch LinearFP8ScratchBytes
+// sizes), and keeps every split grid within one wave.
+func TestPlanLinearWGWave(t *testing.T) {
+	for _, c := range []struct {
+		m, n, k, sms int
+		splits       int // want
+	}{
+		{512, 1024, 4096, 132, 4}, // Flash wq_a: planLinearWG's 5 slices are 160 CTAs
+		{512, 1536, 7168, 132, 2}, // Pro wq_a: 3 slices, 144 CTAs
+		{512, 512, 4096, 132, 8},  // Flash wkv: 8 slices of 16 tiles fit
+		{512, 512, 7168, 132, 8},  // Pro wkv
+		{4096, 1024, 4096, 132, 1},
+		{300, 1032, 2048, 132, 4},
+		{130, 520, 4224, 132, 7},
+		{128 * 80, 128, 4096, 132, 1}, // 80 tiles: one slice a wave
+		{512, 1024, 4096, 148, 4},
+	} {
+		p, q := planLinearWGWave(c.m, c.n, c.k, c.sms), planLinearWG(c.m, c.n, c.k, c.sms)
+		nkb, tiles := c.k/128, ceilDiv(c.n, 128)*ceilDiv(c.m, 128)
+		if p.splits*p.per < nkb || (p.splits-1)*p.per >= nkb {
+			t.Errorf("planLinearWGWave(%d, %d, %d, %d) = %+v: not an exact cover of %d blocks", c.m, c.n, c.k, c.sms, p, nkb)
+		}
+		if p.splits != c.splits || p.splits > q.splits {
+			t.Errorf("planLinearWGWave(%d, %d, %d, %d) = %+v, want %d slices (planLinearWG %+v)", c.m, c.n, c.k, c.sms, p, c.splits, q)
+		}
+		if p.splits > 1 && p.splits*tiles > c.sms {
+			t.Errorf("planLinearWGWave(%d, %d, %d, %d): %d slices x %d tiles > %d SMs", c.m, c.n, c.k, c.sms, p.splits, tiles, c.sms)
 		}
 	}
 }

@@ -2,6 +2,7 @@ package cuda_test
 
 import (
 	"math/rand/v2"
+	"strings"
 	"testing"
 
 	"github.com/megamoe/megamoe/cuda"
@@ -9,12 +10,13 @@ import (
 )
 
 // TestWGVariantsSameBits: every linear_fp8_wg variant (cuda.WGPaths) gives
-// the bits of today's kernel (PathWG) on the same inputs: row and column
+// the bits of today's kernel (PathWG) on the same inputs, and every "-wave"
+// variant (K split into other slices) those of PathWGWave: row and column
 // tails (a 192-column tile straddling two weight scale rows, or mostly past
 // N), one K block, odd block counts, split K with a short last slice, several
 // tiles a persistent CTA, and y 8 bytes off a 16-byte boundary (the staged
 // variants then store directly). Each variant is also checked against the
-// CPU twin on a multi-wave shape.
+// CPU twin on a multi-wave shape and two split-K ones.
 func TestWGVariantsSameBits(t *testing.T) {
 	ctx, s := gpu(t)
 	if !ctx.HasTMA() {
@@ -73,7 +75,7 @@ func TestWGVariantsSameBits(t *testing.T) {
 		if sb := cuda.LinearFP8ScratchBytes(s, m, n, k); sb > 0 {
 			scratch = upload(make([]byte, sb))
 		}
-		var ref []uint16
+		refs := map[bool][]uint16{} // by "-wave"
 		for _, p := range cuda.WGPaths() {
 			if err := ctx.SetKernelChoice(cuda.KernelChoice{Linear: p}); err != nil {
 				t.Fatal(err)
@@ -85,11 +87,13 @@ func TestWGVariantsSameBits(t *testing.T) {
 				t.Fatalf("%s %dx%dx%d: %v", p, m, n, k, err)
 			}
 			got := download16(t, s, y, m*n)
-			if p == cuda.PathWG {
-				ref = got
+			wave := strings.HasSuffix(string(p), "-wave")
+			ref := refs[wave]
+			if ref == nil {
+				refs[wave] = got
 				for i, v := range got {
 					if v == 0xffff {
-						t.Fatalf("wg %dx%dx%d: y[%d, %d] not written", m, n, k, i/n, i%n)
+						t.Fatalf("%s %dx%dx%d: y[%d, %d] not written", p, m, n, k, i/n, i%n)
 					}
 				}
 				continue
@@ -103,7 +107,7 @@ func TestWGVariantsSameBits(t *testing.T) {
 				}
 			}
 			if bad > 0 {
-				t.Errorf("%s %dx%dx%d (y +%d): %d of %d outputs differ from wg, first y[%d, %d] = %#04x, wg %#04x",
+				t.Errorf("%s %dx%dx%d (y +%d): %d of %d outputs differ from the first variant of its split, first y[%d, %d] = %#04x, not %#04x",
 					p, m, n, k, c.yOff, bad, m*n, first/n, first%n, got[first], ref[first])
 			}
 		}
@@ -114,10 +118,12 @@ func TestWGVariantsSameBits(t *testing.T) {
 		if err := ctx.SetKernelChoice(cuda.KernelChoice{Linear: p}); err != nil {
 			t.Fatal(err)
 		}
-		r := kcheck.Run(env, kcheck.LinearCase(1500, 3000, 1408, 64))
-		t.Log(p, kcheck.Row(r))
-		if !r.Pass {
-			t.Errorf("%s: %s", p, kcheck.Row(r))
+		for _, c := range []kcheck.Case{kcheck.LinearCase(1500, 3000, 1408, 64), kcheck.LinearCase(512, 1024, 4096, 64), kcheck.LinearCase(130, 520, 4224, 0)} {
+			r := kcheck.Run(env, c)
+			t.Log(p, kcheck.Row(r))
+			if !r.Pass {
+				t.Errorf("%s: %s", p, kcheck.Row(r))
+			}
 		}
 	}
 }
