@@ -29,6 +29,7 @@
 // [z*kbPer, (z+1)*kbPer) and stores fp32 sums to part[z][M][N].
 #include "sm90.cuh"
 
+#ifdef SM90A
 // Tile t's origin: the tile rows run in groups of G = group (the last may be
 // shorter; G = 1 is n fastest over the whole grid), m fastest inside a
 // group, so a wave of CTAs shares G activation tiles and about gridDim/G
@@ -40,7 +41,6 @@ DEV void wg_tile(int t, int ntn, int ntm, int group, int bn, int& m0, int& n0) {
 	m0 = (gi * group + r % rows) * 128, n0 = (r / rows) * bn;
 }
 
-#ifdef SM90A
 // d (64 rows x 128 cols of this warpgroup, fp32) = or += A(64x32 e4m3) * B(128x32 e4m3)^T.
 DEV void wgmma_e4m3(float (&d)[64], u64 da, u64 db, int accumulate) {
 	asm volatile(
