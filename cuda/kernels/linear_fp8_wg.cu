@@ -12,7 +12,8 @@
 // (scale-d = 0) and are promoted into fp32 sums with the two scales after
 // each block (DeepGEMM's scheme: the tensor core's own accumulation stays
 // within one scale block). Every variant promotes the same block sums in the
-// same K order with the same scale products, so all give the same bits.
+// same K order with the same scale products, so for the same K slices all
+// give the same bits.
 // At BN = 128 each math warpgroup alternates two accumulator sets, issuing
 // block i+1's wgmmas before it promotes block i, and loads a block's scale
 // bytes when it issues the block's MMAs (a third faster on Flash wo_b at
