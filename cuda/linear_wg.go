@@ -37,6 +37,7 @@ const (
 	PathWGBulk     Path = "wg-bulk"      // 128 x 128, 5 stages, staged bulk-copy epilogue
 	PathWGN192     Path = "wg-n192"      // 128 x 192, 4 stages, staged bulk-copy epilogue
 	PathWGN192Dir  Path = "wg-n192d"     // 128 x 192, 5 stages, direct stores
+	PathWGS5       Path = "wg-s5"        // PathWG with 5 stages (what wg-bulk's staging costs the ring)
 	PathWGWave     Path = "wg-wave"      // PathWG, K split within one wave (other sums)
 	PathWGBulkWave Path = "wg-bulk-wave" // PathWGBulk, K split within one wave (other sums)
 )
@@ -46,6 +47,7 @@ var wgVariants = []wgVariant{
 	{PathWGBulk, "linear_fp8_wg_bulk", 128, 5, true, false},
 	{PathWGN192, "linear_fp8_wg_n192", 192, 4, true, false},
 	{PathWGN192Dir, "linear_fp8_wg_n192d", 192, 5, false, false},
+	{PathWGS5, "linear_fp8_wg_s5", 128, 5, false, false},
 	{PathWGWave, "linear_fp8_wg", 128, 6, false, true},
 	{PathWGBulkWave, "linear_fp8_wg_bulk", 128, 5, true, true},
 }
