@@ -114,6 +114,7 @@ type fixupInputs struct {
 	sh                                 MoEShape
 	y, xq, xs, off, w, ws, gs, scratch *Buffer
 	ybytes, scratchBytes               int
+	settled                            bool // mark the tile list Settled (the offsets came by copy)
 }
 
 // newFixupInputs uploads random FP8 activations and FP4 experts (no zero
@@ -194,6 +195,9 @@ func (in *fixupInputs) launch(s *Stream, reduce bool) error {
 	tl, err := MoETiles(s, in.off.Ptr, in.sh, in.scratch.Ptr)
 	if err != nil {
 		return err
+	}
+	if in.settled {
+		tl = tl.Settled()
 	}
 	return moeFP4Tiles(s, in.y.Ptr, in.xq.Ptr, in.xs.Ptr, in.w.Ptr, in.ws.Ptr, gs, in.sh, in.scratch.Ptr, tl, !reduce)
 }
@@ -278,11 +282,13 @@ func (in *fixupInputs) zero(t *testing.T, s *Stream) {
 	}
 }
 
-// TestMoEDecMap: decmap (tiles found in the kernel, no tile_map launch) gives
-// moe_fp4_dec's bits, with and without split K, over column and token tails,
-// experts without rows, unowned rows and more experts than the CTA has
-// threads; MoETiles writes nothing for it, and a list left to the kernel is
-// refused by another path.
+// TestMoEDecMap: decmap (tiles found in the kernel, no tile_map launch) and
+// decpre (the same with the lookup and first weight loads before the PDL
+// wait, on settled lists; decmap's kernel on others) give moe_fp4_dec's bits,
+// with and without split K, over column and token tails, experts without
+// rows, unowned rows and more experts than the CTA has threads; MoETiles
+// writes nothing for them, and a list left to the kernel is refused by
+// another path.
 func TestMoEDecMap(t *testing.T) {
 	ctx, s := testDevice(t)
 	seed := rand.Uint64()
@@ -314,10 +320,18 @@ func TestMoEDecMap(t *testing.T) {
 			in := newFixupInputs(t, ctx, s, rng, sh, c.lead, c.tail)
 			choose(PathDec)
 			want := in.run(t, s, true)
-			choose(PathDecMap)
-			in.same(t, "decmap, reduce", in.run(t, s, true), want)
-			in.same(t, "decmap, fixup", in.run(t, s, false), want)
-			in.same(t, "decmap, graph", in.graph(t, s), want)
+			for _, r := range []struct {
+				p       Path
+				settled bool
+			}{{PathDecMap, false}, {PathDecPre, true}} {
+				choose(r.p)
+				in.settled = r.settled
+				in.same(t, string(r.p)+", reduce", in.run(t, s, true), want)
+				in.same(t, string(r.p)+", fixup", in.run(t, s, false), want)
+				in.same(t, string(r.p)+", graph", in.graph(t, s), want)
+			}
+			in.settled = false // decpre on a list not settled: decmap's kernel
+			in.same(t, "decpre, not settled", in.run(t, s, false), want)
 			list := make([]byte, 16)
 			if err := s.CopyDtoH(list, in.scratch.Ptr); err != nil {
 				t.Fatal(err)
