@@ -93,20 +93,57 @@ func fixupCase(t *testing.T, ctx *Context, s *Stream, rng *rand.Rand, sh MoEShap
 	}
 	in.same(t, "graph", in.graph(t, s), want)
 	in.zero(t, s)
-	if fresh { // a fresh stream: the counters' memset goes into the graph
-		s2, err := ctx.NewStream()
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer func() {
-			if err := s2.Close(); err != nil {
-				t.Error(err)
+	if fresh { // fresh streams: the counters are zeroed before the capture, not in it
+		fresh := func() *Stream {
+			s2, err := ctx.NewStream()
+			if err != nil {
+				t.Fatal(err)
 			}
-		}()
+			t.Cleanup(func() {
+				if err := s2.Close(); err != nil {
+					t.Error(err)
+				}
+			})
+			return s2
+		}
+		s2 := fresh()
 		in.same(t, "graph on a fresh stream", in.graph(t, s2), want)
 		in.same(t, "launch after the capture", in.run(t, s2, false), want)
 		in.zero(t, s2)
+		// The poisoning memsets of y and the scratch, then the GEMM's kernels.
+		s3 := fresh()
+		if got, want := in.nodes(t, s3), 2+in.kernels(s3); got != want {
+			t.Errorf("graph on a fresh stream: %d nodes, want %d (no memset of the counters)", got, want)
+		}
 	}
+}
+
+// kernels is the launches of one MoEFP4 on s: the tile map unless the GEMM
+// finds its tiles, and the GEMM.
+func (in *fixupInputs) kernels(s *Stream) int {
+	if decMapPath(s.moePath(in.sh)) {
+		return 1
+	}
+	return 2
+}
+
+// nodes captures one fixup launch on s and returns the graph's node count.
+func (in *fixupInputs) nodes(t *testing.T, s *Stream) int {
+	t.Helper()
+	if err := s.BeginCapture(); err != nil {
+		t.Fatal(err)
+	}
+	err := in.launch(s, false)
+	g, cerr := s.EndCapture()
+	if err != nil || cerr != nil {
+		t.Fatalf("capture: %v, %v", err, cerr)
+	}
+	defer g.Close()
+	n, err := g.Nodes()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
 }
 
 type fixupInputs struct {
