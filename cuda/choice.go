@@ -23,6 +23,14 @@ const PathDecF16 Path = "decf16"
 // (moe_fp4_decm), on lists of 8-row tiles: no tile_map launch (a MoE path only).
 const PathDecMap Path = "decmap"
 
+// PathDecPre is decmap whose CTAs find their tile and issue their first weight
+// loads before the programmatic-launch wait (moe_fp4_decp), on tile lists
+// whose offsets are settled (MoETileList.Settled); on others it runs decmap.
+const PathDecPre Path = "decpre"
+
+// decMapPath reports whether a MoE path finds its tiles in the kernel.
+func decMapPath(p Path) bool { return p == PathDecMap || p == PathDecPre }
+
 // KernelChoice forces the GEMM paths of a context (benchmarks and tests that
 // compare the paths on one shape); the zero value lets the planners choose.
 type KernelChoice struct {
@@ -34,7 +42,7 @@ type KernelChoice struct {
 // where they apply (the decode kernels take only decode shapes; a forced
 // wgmma path on a device without TMA is an error at launch).
 func (c *Context) SetKernelChoice(k KernelChoice) error {
-	if k.Linear == PathDecF16 || k.Linear == PathDecMap {
+	if k.Linear == PathDecF16 || decMapPath(k.Linear) {
 		return fmt.Errorf("cuda: kernel path %q is a MoE path, not a linear one", k.Linear)
 	}
 	if _, ok := wgVariantOf(k.MoE); ok && k.MoE != PathWG {
@@ -45,9 +53,9 @@ func (c *Context) SetKernelChoice(k KernelChoice) error {
 			continue
 		}
 		switch p {
-		case PathAuto, PathDec, PathDecF16, PathDecMap, PathDecWG, PathTiled, PathTC:
+		case PathAuto, PathDec, PathDecF16, PathDecMap, PathDecPre, PathDecWG, PathTiled, PathTC:
 		default:
-			return fmt.Errorf("cuda: kernel path %q (want dec, decf16, decmap, decwg, tiled, tc or a wgmma variant: %v)", p, WGPaths())
+			return fmt.Errorf("cuda: kernel path %q (want dec, decf16, decmap, decpre, decwg, tiled, tc or a wgmma variant: %v)", p, WGPaths())
 		}
 	}
 	c.fnMu.Lock()
@@ -106,7 +114,7 @@ func (c *Context) MoEPaths(sh MoEShape) []Path {
 	}
 	if moeDecode(sh) {
 		if decF16Fits(sh) {
-			return []Path{PathDecMap, PathDec, PathDecF16}
+			return []Path{PathDecMap, PathDecPre, PathDec, PathDecF16}
 		}
 		return []Path{PathDec}
 	}

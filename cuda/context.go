@@ -226,11 +226,18 @@ func (e *Event) Record(s *Stream) error {
 // before EndCapture. The next kernel on s is launched without programmatic
 // dependent launch, so that it waits for e like any stream order.
 func (s *Stream) WaitEvent(e *Event) error {
+	o := e.origin
+	join := o != nil && o.capturing && o.captures == e.nth && s.origin == nil
+	if join {
+		if err := s.zeroFixup(); err != nil {
+			return err
+		}
+	}
 	if err := s.ctx.check("cuStreamWaitEvent", "", s.ctx.drv.api.streamWaitEvent(s.ctx.h, s.h, e.h)); err != nil {
 		return err
 	}
 	s.afterWait = true
-	if o := e.origin; o != nil && o.capturing && o.captures == e.nth && s.origin == nil {
+	if join {
 		s.capturing, s.origin = true, o
 		o.forks = append(o.forks, s)
 	}
@@ -305,6 +312,9 @@ const captureModeRelaxed = 2 // other goroutines' threads may keep calling the d
 
 // BeginCapture starts recording the stream's work into a graph.
 func (s *Stream) BeginCapture() error {
+	if err := s.zeroFixup(); err != nil {
+		return err
+	}
 	err := s.ctx.check("cuStreamBeginCapture", "", s.ctx.drv.api.beginCapture(s.ctx.h, s.h, captureModeRelaxed))
 	s.capturing = err == nil
 	if s.capturing {

@@ -18,9 +18,9 @@ func fixupSlots(sms int) int { return max(bf16DecSplitTiles, decCTAsPerSM*sms) }
 func (c *Context) fixupSlots() int { return fixupSlots(c.dev.SMs) }
 
 // fixupCounters returns the stream's counters, allocated on first use. They
-// are zeroed by a memset on the stream; inside a capture that memset is a
-// graph node (each replay zeroes them first), so the next eager use zeroes
-// them again.
+// are zeroed by an eager memset on the stream, before it starts or joins a
+// capture (zeroFixup); were they not, the memset would be a graph node
+// (each replay zeroes them first), and the next eager use zeroes them again.
 func (s *Stream) fixupCounters() (DevicePtr, error) {
 	slots := s.ctx.fixupSlots()
 	if s.fix == nil {
@@ -37,4 +37,17 @@ func (s *Stream) fixupCounters() (DevicePtr, error) {
 		s.fixZero = !s.capturing
 	}
 	return s.fix.Ptr, nil
+}
+
+// zeroFixup allocates and zeroes the stream's counters by an eager memset,
+// unless they are known zero, before the stream starts or joins a capture: a
+// memset node in the graph would stand between two kernels and cut their
+// programmatic dependent launch (the split-K launch after it could not start
+// early). The kernels leave the counters zero, so every replay finds them so.
+func (s *Stream) zeroFixup() error {
+	if s.capturing || s.fix != nil && s.fixZero {
+		return nil
+	}
+	_, err := s.fixupCounters()
+	return err
 }

@@ -332,7 +332,8 @@ func TestKernelsVsCPU(t *testing.T) {
 		}
 		choices = append(choices, choice{name, cuda.KernelChoice{Linear: p, MoE: p}})
 	}
-	choices = append(choices, choice{"decf16", cuda.KernelChoice{MoE: cuda.PathDecF16}}, choice{"decmap", cuda.KernelChoice{MoE: cuda.PathDecMap}})
+	choices = append(choices, choice{"decf16", cuda.KernelChoice{MoE: cuda.PathDecF16}}, choice{"decmap", cuda.KernelChoice{MoE: cuda.PathDecMap}},
+		choice{"decpre", cuda.KernelChoice{MoE: cuda.PathDecPre}})
 	if ctx.HasTMA() { // the other linear_fp8_wg variants (linear only)
 		for _, p := range cuda.WGPaths()[1:] {
 			choices = append(choices, choice{string(p), cuda.KernelChoice{Linear: p}})
@@ -350,7 +351,7 @@ func TestKernelsVsCPU(t *testing.T) {
 				continue // a linear-only path
 			}
 			// A MoE-only path: its own shapes only (elsewhere it runs another path's kernel).
-			if (ch.kc.MoE == cuda.PathDecF16 || ch.kc.MoE == cuda.PathDecMap) && (c.Component != "moe_fp4" || !slices.Contains(ctx.MoEPaths(c.MoE), ch.kc.MoE)) {
+			if (ch.kc.MoE == cuda.PathDecF16 || ch.kc.MoE == cuda.PathDecMap || ch.kc.MoE == cuda.PathDecPre) && (c.Component != "moe_fp4" || !slices.Contains(ctx.MoEPaths(c.MoE), ch.kc.MoE)) {
 				continue
 			}
 			t.Run(ch.name+"/"+c.Component+"/"+strings.ReplaceAll(c.Shape, " ", "_"), func(t *testing.T) {

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"math"
 	"os"
+	"slices"
 	"strings"
 	"testing"
 	"unsafe"
@@ -261,6 +262,8 @@ func TestMoEDecMapPath(t *testing.T) {
 		{MoEShape{Experts: 256, Rows: 512 * 6, N: 4096, K: 4096}, PathDecMap, PathDec},
 		{MoEShape{Experts: 256, Rows: 6, N: 4096, K: 4096}, PathDec, PathDec},
 		{MoEShape{Experts: 256, Rows: 6, N: 4096, K: 4096}, PathDecMap, PathDecMap},
+		{MoEShape{Experts: 256, Rows: 6, N: 4096, K: 4096}, PathDecPre, PathDecPre},
+		{MoEShape{Experts: 256, Rows: 512 * 6, N: 4096, K: 4096}, PathDecPre, PathDec},
 	} {
 		if err := s.ctx.SetKernelChoice(KernelChoice{MoE: c.forced}); err != nil {
 			t.Fatal(err)
@@ -269,17 +272,43 @@ func TestMoEDecMapPath(t *testing.T) {
 		if got != c.want {
 			t.Errorf("moePath(%+v) forced %q = %q, want %q", c.sh, c.forced, got, c.want)
 		}
-		if got == PathDecMap {
-			if m, d := planMoE(c.sh, PathDecMap, hopperSMs), planMoE(c.sh, PathDec, hopperSMs); m != (moePlan{PathDecMap, 8, d.maxTiles, d.colsPC, d.splits, d.per}) {
-				t.Errorf("planMoE(%+v): decmap %+v, dec %+v: want the same 8-row plan", c.sh, m, d)
+		if decMapPath(got) {
+			if m, d := planMoE(c.sh, got, hopperSMs), planMoE(c.sh, PathDec, hopperSMs); m != (moePlan{got, 8, d.maxTiles, d.colsPC, d.splits, d.per}) {
+				t.Errorf("planMoE(%+v): %s %+v, dec %+v: want the same 8-row plan", c.sh, got, m, d)
 			}
-			if ps := s.ctx.MoEPaths(c.sh); ps[0] != PathDecMap {
-				t.Errorf("MoEPaths(%+v) = %v, want decmap first", c.sh, ps)
+			if ps := s.ctx.MoEPaths(c.sh); ps[0] != PathDecMap || !slices.Contains(ps, PathDecPre) {
+				t.Errorf("MoEPaths(%+v) = %v, want decmap first, decpre among them", c.sh, ps)
 			}
 		}
 	}
-	if err := s.ctx.SetKernelChoice(KernelChoice{Linear: PathDecMap}); err == nil {
-		t.Error("SetKernelChoice(Linear: decmap): no error")
+	for _, p := range []Path{PathDecMap, PathDecPre} {
+		if err := s.ctx.SetKernelChoice(KernelChoice{Linear: p}); err == nil {
+			t.Errorf("SetKernelChoice(Linear: %s): no error", p)
+		}
+	}
+}
+
+// TestDecKernel: decpre runs moe_fp4_decp (weights before the PDL wait) only
+// on settled tile lists, decmap's kernel on others.
+func TestDecKernel(t *testing.T) {
+	for _, c := range []struct {
+		path    Path
+		bm      int
+		nv      bool
+		settled bool
+		mod, fn string
+	}{
+		{PathDecPre, 8, false, true, "moe_fp4_dec", "moe_fp4_decp"},
+		{PathDecPre, 8, true, true, "moe_fp4_dec", "moe_fp4_decp_nv"},
+		{PathDecPre, 8, false, false, "moe_fp4_dec", "moe_fp4_decm"},
+		{PathDecMap, 8, true, true, "moe_fp4_dec", "moe_fp4_decm_nv"},
+		{PathDec, 8, false, true, "moe_fp4_dec", "moe_fp4_dec"},
+		{PathDec, 16, true, false, "moe_fp4_dec", "moe_fp4_dec16_nv"},
+		{PathDecF16, 8, false, true, "moe_fp4_decf16", "moe_fp4_decf16"},
+	} {
+		if mod, fn := decKernel(c.path, c.bm, c.nv, c.settled); mod != c.mod || fn != c.fn {
+			t.Errorf("decKernel(%s, %d, nv %v, settled %v) = %s.%s, want %s.%s", c.path, c.bm, c.nv, c.settled, mod, fn, c.mod, c.fn)
+		}
 	}
 }
 

@@ -378,7 +378,7 @@ const decCTAsPerSM = 8
 func planMoE(sh MoEShape, path Path, sms int) moePlan {
 	p := moePlan{path: path, bm: 64, colsPC: 128}
 	switch path {
-	case PathDec, PathDecF16, PathDecMap:
+	case PathDec, PathDecF16, PathDecMap, PathDecPre:
 		p.bm, p.colsPC = decTileRows(sh), 64
 	case PathWG:
 		p.bm = moeBlockM(sh)
@@ -388,7 +388,7 @@ func planMoE(sh MoEShape, path Path, sms int) moePlan {
 	p.maxTiles = ceilDiv(sh.Rows, p.bm) + min(sh.Experts, sh.Rows)
 	ctas, nkb := p.maxTiles*ceilDiv(sh.N, p.colsPC), sh.K/128
 	switch path {
-	case PathDec, PathDecF16, PathDecMap:
+	case PathDec, PathDecF16, PathDecMap, PathDecPre:
 		p.splits, p.per = 1, nkb
 		if target := decCTAsPerSM * max(sms, 1); ctas < target && nkb > 1 {
 			sp := min(nkb, ceilDiv(target, ctas))
@@ -453,7 +453,7 @@ func (s *Stream) moePath(sh MoEShape) Path {
 		return PathTC
 	}
 	ok := moePaths(sh)
-	if (forced == PathDecF16 || forced == PathDecMap) && decF16Fits(sh) {
+	if (forced == PathDecF16 || decMapPath(forced)) && decF16Fits(sh) {
 		return forced // moe_fp4_dec's plan and scratch
 	}
 	if forced != PathAuto {
@@ -462,7 +462,7 @@ func (s *Stream) moePath(sh MoEShape) Path {
 				return p
 			}
 		}
-		if forced == PathDec || (forced == PathDecF16 || forced == PathDecMap) && moeDecode(sh) {
+		if forced == PathDec || (forced == PathDecF16 || decMapPath(forced)) && moeDecode(sh) {
 			// The decode kernel needs only the tile list, which every scratch
 			// holds; decf16 and decmap on 16-row tiles are moe_fp4_dec's.
 			return PathDec
@@ -511,6 +511,18 @@ type MoETileList struct {
 	offsets      DevicePtr
 	bm, maxTiles int
 	inKernel     bool // decmap: nothing written, the GEMM finds its tiles
+	settled      bool // Settled: offsets written before the launch preceding the GEMM
+}
+
+// Settled marks the list as built on offsets that no kernel the GEMM may
+// overlap writes: they were written by a copy or by a kernel two or more
+// launches before the GEMM on its stream (every kernel here passes its PDL
+// wait before it lets its successor start, so the one before it has
+// finished). decpre's CTAs then read them, and start their weight loads,
+// before their own wait.
+func (l MoETileList) Settled() MoETileList {
+	l.settled = true
+	return l
 }
 
 // Plan is the list's rows per tile and its capacity in tiles.
@@ -530,7 +542,7 @@ func MoETiles(s *Stream, offsets DevicePtr, sh MoEShape, scratch DevicePtr) (MoE
 	if p.maxTiles > 65535 || sh.Experts > 1<<20 {
 		return MoETileList{}, fmt.Errorf("cuda: moe_fp4_gemm: %d rows exceed the grid limit", sh.Rows)
 	}
-	if p.path == PathDecMap {
+	if decMapPath(p.path) {
 		return MoETileList{offsets: offsets, bm: p.bm, maxTiles: p.maxTiles, inKernel: true}, nil
 	}
 	a := new(Args).Ptr(offsets).I32(sh.Experts).I32(sh.Rows).Ptr(scratch).I32(p.maxTiles).I32(p.bm)
@@ -577,7 +589,7 @@ func moeFP4Tiles(s *Stream, y, xq, xs, w, wscale, gscale DevicePtr, sh MoEShape,
 	if p.bm != tl.bm || p.maxTiles != tl.maxTiles {
 		return fmt.Errorf("cuda: moe_fp4_gemm: tile list of %d-row tiles (%d) built for another shape than %+v (%d-row tiles, %d)", tl.bm, tl.maxTiles, sh, p.bm, p.maxTiles)
 	}
-	if tl.inKernel && path != PathDecMap {
+	if tl.inKernel && !decMapPath(path) {
 		return fmt.Errorf("cuda: moe_fp4_gemm: the tile list of %+v was left to the decmap kernel, but the launch takes path %q (the kernel choice changed in between)", sh, path)
 	}
 	nv := 0
@@ -596,13 +608,13 @@ func moeFP4Tiles(s *Stream, y, xq, xs, w, wscale, gscale DevicePtr, sh MoEShape,
 	}
 	grid := Dim3{uint32(ceilDiv(sh.N, p.colsPC)), uint32(p.maxTiles), uint32(p.splits)}
 	b := new(Args).Ptr(y).Ptr(xq).Ptr(xs)
-	if path == PathDecMap {
+	if decMapPath(path) {
 		b.Ptr(tl.offsets).I32(sh.Experts) // moe_fp4_decm reads the offsets, not a list
 	} else {
 		b.Ptr(scratch)
 	}
 	b.Ptr(w).Ptr(wscale).Ptr(gscale)
-	decode := path == PathDec || path == PathDecF16 || path == PathDecMap
+	decode := path == PathDec || path == PathDecF16 || decMapPath(path)
 	if !decode {
 		b.I32(nv) // the decode kernels have an entry point per format instead
 	}
@@ -613,18 +625,7 @@ func moeFP4Tiles(s *Stream, y, xq, xs, w, wscale, gscale DevicePtr, sh MoEShape,
 		fixup = false
 		err = launch(s, "moe_fp4", "moe_fp4_gemm", grid, Dim3{128, 1, 1}, moeSmem, b)
 	default:
-		module, name := "moe_fp4_dec", "moe_fp4_dec"
-		switch {
-		case path == PathDecF16:
-			module, name = "moe_fp4_decf16", "moe_fp4_decf16"
-		case path == PathDecMap:
-			name = "moe_fp4_decm"
-		case p.bm == 16:
-			name += "16"
-		}
-		if nv == 1 {
-			name += "_nv"
-		}
+		module, name := decKernel(path, p.bm, nv == 1, tl.settled)
 		// The last CTA of a tile sums the split-K partials (no reduce launch).
 		var counters DevicePtr
 		if fixup = fixup && p.splits > 1; fixup {
@@ -641,6 +642,26 @@ func moeFP4Tiles(s *Stream, y, xq, xs, w, wscale, gscale DevicePtr, sh MoEShape,
 		return err
 	}
 	return fp8Reduce(s, y, part, p.splits, sh.Rows, sh.N, tl.offsets, sh.Experts)
+}
+
+// decKernel is the module and entry point of a decode-path launch: decpre's
+// moe_fp4_decp only on settled lists (MoETileList.Settled), else decmap's.
+func decKernel(path Path, bm int, nv, settled bool) (module, name string) {
+	module, name = "moe_fp4_dec", "moe_fp4_dec"
+	switch {
+	case path == PathDecF16:
+		module, name = "moe_fp4_decf16", "moe_fp4_decf16"
+	case path == PathDecPre && settled:
+		name = "moe_fp4_decp"
+	case decMapPath(path):
+		name = "moe_fp4_decm"
+	case bm == 16:
+		name += "16"
+	}
+	if nv {
+		name += "_nv"
+	}
+	return module, name
 }
 
 // SwiGLU computes out[r, i] = bf16(silu(min(g, limit)) · clamp(u, ±limit) · weights[r])

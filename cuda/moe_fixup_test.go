@@ -93,20 +93,57 @@ func fixupCase(t *testing.T, ctx *Context, s *Stream, rng *rand.Rand, sh MoEShap
 	}
 	in.same(t, "graph", in.graph(t, s), want)
 	in.zero(t, s)
-	if fresh { // a fresh stream: the counters' memset goes into the graph
-		s2, err := ctx.NewStream()
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer func() {
-			if err := s2.Close(); err != nil {
-				t.Error(err)
+	if fresh { // fresh streams: the counters are zeroed before the capture, not in it
+		fresh := func() *Stream {
+			s2, err := ctx.NewStream()
+			if err != nil {
+				t.Fatal(err)
 			}
-		}()
+			t.Cleanup(func() {
+				if err := s2.Close(); err != nil {
+					t.Error(err)
+				}
+			})
+			return s2
+		}
+		s2 := fresh()
 		in.same(t, "graph on a fresh stream", in.graph(t, s2), want)
 		in.same(t, "launch after the capture", in.run(t, s2, false), want)
 		in.zero(t, s2)
+		// The poisoning memsets of y and the scratch, then the GEMM's kernels.
+		s3 := fresh()
+		if got, want := in.nodes(t, s3), 2+in.kernels(s3); got != want {
+			t.Errorf("graph on a fresh stream: %d nodes, want %d (no memset of the counters)", got, want)
+		}
 	}
+}
+
+// kernels is the launches of one MoEFP4 on s: the tile map unless the GEMM
+// finds its tiles, and the GEMM.
+func (in *fixupInputs) kernels(s *Stream) int {
+	if decMapPath(s.moePath(in.sh)) {
+		return 1
+	}
+	return 2
+}
+
+// nodes captures one fixup launch on s and returns the graph's node count.
+func (in *fixupInputs) nodes(t *testing.T, s *Stream) int {
+	t.Helper()
+	if err := s.BeginCapture(); err != nil {
+		t.Fatal(err)
+	}
+	err := in.launch(s, false)
+	g, cerr := s.EndCapture()
+	if err != nil || cerr != nil {
+		t.Fatalf("capture: %v, %v", err, cerr)
+	}
+	defer g.Close()
+	n, err := g.Nodes()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
 }
 
 type fixupInputs struct {
@@ -114,6 +151,7 @@ type fixupInputs struct {
 	sh                                 MoEShape
 	y, xq, xs, off, w, ws, gs, scratch *Buffer
 	ybytes, scratchBytes               int
+	settled                            bool // mark the tile list Settled (the offsets came by copy)
 }
 
 // newFixupInputs uploads random FP8 activations and FP4 experts (no zero
@@ -194,6 +232,9 @@ func (in *fixupInputs) launch(s *Stream, reduce bool) error {
 	tl, err := MoETiles(s, in.off.Ptr, in.sh, in.scratch.Ptr)
 	if err != nil {
 		return err
+	}
+	if in.settled {
+		tl = tl.Settled()
 	}
 	return moeFP4Tiles(s, in.y.Ptr, in.xq.Ptr, in.xs.Ptr, in.w.Ptr, in.ws.Ptr, gs, in.sh, in.scratch.Ptr, tl, !reduce)
 }
@@ -278,11 +319,13 @@ func (in *fixupInputs) zero(t *testing.T, s *Stream) {
 	}
 }
 
-// TestMoEDecMap: decmap (tiles found in the kernel, no tile_map launch) gives
-// moe_fp4_dec's bits, with and without split K, over column and token tails,
-// experts without rows, unowned rows and more experts than the CTA has
-// threads; MoETiles writes nothing for it, and a list left to the kernel is
-// refused by another path.
+// TestMoEDecMap: decmap (tiles found in the kernel, no tile_map launch) and
+// decpre (the same with the lookup and first weight loads before the PDL
+// wait, on settled lists; decmap's kernel on others) give moe_fp4_dec's bits,
+// with and without split K, over column and token tails, experts without
+// rows, unowned rows and more experts than the CTA has threads; MoETiles
+// writes nothing for them, and a list left to the kernel is refused by
+// another path.
 func TestMoEDecMap(t *testing.T) {
 	ctx, s := testDevice(t)
 	seed := rand.Uint64()
@@ -314,10 +357,18 @@ func TestMoEDecMap(t *testing.T) {
 			in := newFixupInputs(t, ctx, s, rng, sh, c.lead, c.tail)
 			choose(PathDec)
 			want := in.run(t, s, true)
-			choose(PathDecMap)
-			in.same(t, "decmap, reduce", in.run(t, s, true), want)
-			in.same(t, "decmap, fixup", in.run(t, s, false), want)
-			in.same(t, "decmap, graph", in.graph(t, s), want)
+			for _, r := range []struct {
+				p       Path
+				settled bool
+			}{{PathDecMap, false}, {PathDecPre, true}} {
+				choose(r.p)
+				in.settled = r.settled
+				in.same(t, string(r.p)+", reduce", in.run(t, s, true), want)
+				in.same(t, string(r.p)+", fixup", in.run(t, s, false), want)
+				in.same(t, string(r.p)+", graph", in.graph(t, s), want)
+			}
+			in.settled = false // decpre on a list not settled: decmap's kernel
+			in.same(t, "decpre, not settled", in.run(t, s, false), want)
 			list := make([]byte, 16)
 			if err := s.CopyDtoH(list, in.scratch.Ptr); err != nil {
 				t.Fatal(err)

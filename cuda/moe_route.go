@@ -34,7 +34,12 @@ func MoERoute(s *Stream, a MoERouteArgs) (MoETileList, error) {
 	if a.Tiles == 0 {
 		return MoETileList{}, nil
 	}
-	return MoETiles(s, a.Offsets, a.Shape, a.Tiles)
+	tl, err := MoETiles(s, a.Offsets, a.Shape, a.Tiles)
+	if a.X != 0 {
+		// The gather ran between the offsets' writer and the GEMMs.
+		tl = tl.Settled()
+	}
+	return tl, err
 }
 
 func (a *MoERouteArgs) check() error {

@@ -214,7 +214,7 @@ func TestStackPrefillSeqs(t *testing.T) {
 // TestParseVariants: --variants names each run's side stream and MoE path,
 // labels the runs, and refuses unknown names and what it cannot combine with.
 func TestParseVariants(t *testing.T) {
-	got, err := parseVariants("default; no-side ;ns=no-side,default;;moe-decf16;m=moe-decf16,no-side;moe-dec;u=unfused")
+	got, err := parseVariants("default; no-side ;ns=no-side,default;;moe-decf16;m=moe-decf16,no-side;moe-dec;moe-decpre;u=unfused")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -226,6 +226,7 @@ func TestParseVariants(t *testing.T) {
 		{label: "moe-decf16", moe: cuda.PathDecF16},
 		{label: "m", noSide: true, moe: cuda.PathDecF16},
 		{label: "moe-dec", moe: cuda.PathDec},
+		{label: "moe-decpre", moe: cuda.PathDecPre},
 		{label: "u", unfused: true},
 	}
 	if !reflect.DeepEqual(got, want) {

@@ -26,6 +26,7 @@ type variant struct {
 // or just "names" (its own label), names "no-side" (no side stream),
 // "moe-decf16" (moe_fp4_decf16 for the decode MoE GEMMs), "moe-dec"
 // (moe_fp4_dec after the tile_map launch, instead of the default decmap),
+// "moe-decpre" (decmap with its weight loads started before the PDL wait),
 // "unfused" (the indexer's q epilogue and the MoE's hc post as separate
 // launches) or "" or "default" (the default run).
 func parseVariants(list string) ([]variant, error) {
@@ -47,10 +48,12 @@ func parseVariants(list string) ([]variant, error) {
 				v.moe = cuda.PathDecF16
 			case "moe-dec":
 				v.moe = cuda.PathDec
+			case "moe-decpre":
+				v.moe = cuda.PathDecPre
 			case "unfused":
 				v.unfused = true
 			default:
-				return nil, fmt.Errorf("--variants %q: unknown %q (want no-side, moe-decf16, moe-dec, unfused or default)", item, n)
+				return nil, fmt.Errorf("--variants %q: unknown %q (want no-side, moe-decf16, moe-dec, moe-decpre, unfused or default)", item, n)
 			}
 		}
 		if v.label = label; v.label == "" {

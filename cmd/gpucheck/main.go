@@ -47,7 +47,7 @@ func main() {
 	exact := flag.Bool("exact", false, "with --ops: also run the ops in exact numerics")
 	seed := flag.Uint64("seed", 0, "random seed (0 = from the clock)")
 	verbose := flag.Bool("v", false, "print the op comparisons' log lines")
-	moePath := flag.String("moe-path", "", "force the MoE GEMM path of the kernel cases (dec, decf16, decmap, tiled, wg); default: the planner's")
+	moePath := flag.String("moe-path", "", "force the MoE GEMM path of the kernel cases (dec, decf16, decmap, decpre, tiled, wg); default: the planner's")
 	flag.Parse()
 	if *seed == 0 {
 		*seed = uint64(time.Now().UnixNano())

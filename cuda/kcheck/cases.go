@@ -286,7 +286,14 @@ func MoECase(experts, mTotal, n, k int, format cuda.FP4Format, route Routing, ch
 		b.poison(scratch, cuda.MoEScratchBytes(env.S, sh))
 		dy := b.alloc(2 * mTotal * n)
 		b.poison(dy, 2*mTotal*n)
-		run := func() error { return cuda.MoEFP4(env.S, dy, dxq, dxs, doff, dw, dws, dgs, sh, scratch) }
+		// The offsets came by copy: settled, so decpre runs its own kernel.
+		run := func() error {
+			tl, err := cuda.MoETiles(env.S, doff, sh, scratch)
+			if err != nil {
+				return err
+			}
+			return cuda.MoEFP4Tiles(env.S, dy, dxq, dxs, dw, dws, dgs, sh, scratch, tl.Settled())
+		}
 		if b.err == nil {
 			r.Err = run()
 		}

@@ -150,7 +150,7 @@ DEV void nv_scales(u32 v, float* f) {
 // ring depth so that stage offsets are constants and the copy sources are
 // running pointers: the loop's bookkeeping was about as many instructions as
 // the FP4 decoding (seen in the SASS).
-template <bool NV, int MT>
+template <bool NV, int MT, bool EARLY = false>
 DEV void dec_cta(u8* ring, u16* __restrict__ y, const u8* __restrict__ xq, const u8* __restrict__ xs,
 	int e, int mBeg, int mEnd, const u8* __restrict__ w, const u8* __restrict__ wscale,
 	const float* __restrict__ gscale, int N, int K, float* __restrict__ part, int kbPer, int Mtot, int* __restrict__ counters)
@@ -198,6 +198,27 @@ DEV void dec_cta(u8* ring, u16* __restrict__ y, const u8* __restrict__ xq, const
 		ad = ring + DW + (q >> 1) * Gm::XJ + tok * 32 + (q & 1) * 16;
 		astep = 128;
 	}
+	// EARLY's first stages in two parts: the weights and their scales (no
+	// kernel writes them), then the activations (after the PDL wait).
+	auto issue_w = [&](int st) {
+		cp_async16(wd + st * Gm::STAGE, wq0, wok0);
+		cp_async16(wd + st * Gm::STAGE + 32 * 64, wq1, wok1);
+		if (tid < 64) { // warp-uniform
+			cp_async_ca<sbytes>(ad + st * Gm::STAGE, aq[0], aok[0]);
+			aq[0] += astep;
+		}
+		wq0 += 64;
+		wq1 += 64;
+	};
+	auto issue_x = [&](int st) {
+		if (tid >= 64) {
+#pragma unroll
+			for (int t = 0; t < MT; t++) {
+				cp_async16(ad + st * Gm::STAGE + t * 256, aq[t], aok[t]);
+				aq[t] += astep;
+			}
+		}
+	};
 	auto issue = [&](int st) {
 		cp_async16(wd + st * Gm::STAGE, wq0, wok0);
 		cp_async16(wd + st * Gm::STAGE + 32 * 64, wq1, wok1);
@@ -219,10 +240,24 @@ DEV void dec_cta(u8* ring, u16* __restrict__ y, const u8* __restrict__ xq, const
 		const int st = tid >> 5, j = (tid >> 3) & 3, k = tid & 7;
 		reinterpret_cast<u32*>(ring + st * Gm::STAGE + DW + j * Gm::XJ + Gm::ZERO)[k] = 0u;
 	}
+	if (EARLY) {
+		// The first stages' weights stream while the previous kernel runs; they
+		// join the first commit group, so step 0 waits for all of them.
 #pragma unroll
-	for (int s = 0; s < DS - 1; s++) {
-		if (s < nb) issue(s);
-		cp_async_commit();
+		for (int s = 0; s < DS - 1; s++)
+			if (s < nb) issue_w(s);
+		PDL_ENTRY();
+#pragma unroll
+		for (int s = 0; s < DS - 1; s++) {
+			if (s < nb) issue_x(s);
+			cp_async_commit();
+		}
+	} else {
+#pragma unroll
+		for (int s = 0; s < DS - 1; s++) {
+			if (s < nb) issue(s);
+			cp_async_commit();
+		}
 	}
 
 	// Per-thread read offsets. ldmatrix: lane l addresses row (l&7) + 8*((l>>3)&1)
@@ -393,21 +428,28 @@ DEV void dec_kernel(u16* __restrict__ y, const u8* __restrict__ xq, const u8* __
 // tiles, expert order) from the offsets itself, so that decode needs no
 // tile_map launch and no wait on it. 128 threads scan the experts' tile
 // counts; the thread whose experts hold tile t writes it. False past the
-// list's end.
+// list's end. CG: the offsets through L2 only (read before the PDL wait).
+template <bool CG = false>
 DEV bool dec_find_tile(const int* __restrict__ offsets, int E, int Mtot, int t, int4& tile, int* warpSums, int4* found)
 {
+	auto off = [&](int e) {
+		if (!CG) return offsets[e];
+		int v;
+		asm volatile("ld.global.cg.s32 %0, [%1];" : "=r"(v) : "l"(offsets + e));
+		return v;
+	};
 	const int tid = threadIdx.x, lane = tid & 31, wid = tid >> 5;
 	if (tid == 0) found->x = -1; // published by the scan's barriers
 	const int per = (E + blockDim.x - 1) / blockDim.x, e0 = tid * per, e1 = min(e0 + per, E);
 	int local = 0;
 	for (int e = e0; e < e1; e++) {
-		const int b = min(max(offsets[e], 0), Mtot), en = min(max(offsets[e + 1], b), Mtot);
+		const int b = min(max(off(e), 0), Mtot), en = min(max(off(e + 1), b), Mtot);
 		local += (en - b + 7) >> 3;
 	}
 	int k = block_excl_scan(local, lane, wid, warpSums);
 	if (t >= k && t < k + local) {
 		for (int e = e0; e < e1; e++) {
-			const int b = min(max(offsets[e], 0), Mtot), en = min(max(offsets[e + 1], b), Mtot);
+			const int b = min(max(off(e), 0), Mtot), en = min(max(off(e + 1), b), Mtot);
 			const int nt = (en - b + 7) >> 3;
 			if (t < k + nt) {
 				const int r = b + 8 * (t - k);
@@ -422,18 +464,22 @@ DEV bool dec_find_tile(const int* __restrict__ offsets, int E, int Mtot, int t, 
 	return tile.x >= 0;
 }
 
-template <bool NV>
+// EARLY (decpre, moe_fp4_decp*): the tile lookup and the first stages'
+// weight copies run before the PDL wait, overlapping the previous kernel.
+// Only for offsets no kernel still running may write (the launcher's
+// settled tile lists): two or more launches back, or a copy.
+template <bool NV, bool EARLY = false>
 DEV void decm_kernel(u16* __restrict__ y, const u8* __restrict__ xq, const u8* __restrict__ xs,
 	const int* __restrict__ offsets, int E, const u8* __restrict__ w, const u8* __restrict__ wscale,
 	const float* __restrict__ gscale, int N, int K, float* __restrict__ part, int kbPer, int Mtot, int* __restrict__ counters)
 {
-	PDL_ENTRY();
+	if (!EARLY) PDL_ENTRY();
 	__shared__ __align__(128) u8 ring[DS * DecGeom<1>::STAGE];
 	__shared__ int warpSums[32];
 	__shared__ int4 found;
 	int4 tile;
-	if (!dec_find_tile(offsets, E, Mtot, blockIdx.y, tile, warpSums, &found)) return;
-	dec_cta<NV, 1>(ring, y, xq, xs, tile.x, tile.y, tile.z, w, wscale, gscale, N, K, part, kbPer, Mtot, counters);
+	if (!dec_find_tile<EARLY>(offsets, E, Mtot, blockIdx.y, tile, warpSums, &found)) return;
+	dec_cta<NV, 1, EARLY>(ring, y, xq, xs, tile.x, tile.y, tile.z, w, wscale, gscale, N, K, part, kbPer, Mtot, counters);
 }
 
 // MXFP4 and NVFP4 entry points: NVFP4 holds more live values (the second
@@ -487,4 +533,22 @@ extern "C" __global__ void __launch_bounds__(128, DEC_MIN_CTAS_NV) moe_fp4_decm_
 	const float* __restrict__ gscale, int N, int K, float* __restrict__ part, int kbPer, int Mtot, int* __restrict__ counters)
 {
 	decm_kernel<true>(y, xq, xs, offsets, E, w, wscale, gscale, N, K, part, kbPer, Mtot, counters);
+}
+
+// decpre entry points (8-row tiles on settled offsets): decmap with its tile
+// lookup and first weight loads before the PDL wait.
+extern "C" __global__ void __launch_bounds__(128, DEC_MIN_CTAS) moe_fp4_decp(
+	u16* __restrict__ y, const u8* __restrict__ xq, const u8* __restrict__ xs,
+	const int* __restrict__ offsets, int E, const u8* __restrict__ w, const u8* __restrict__ wscale,
+	const float* __restrict__ gscale, int N, int K, float* __restrict__ part, int kbPer, int Mtot, int* __restrict__ counters)
+{
+	decm_kernel<false, true>(y, xq, xs, offsets, E, w, wscale, gscale, N, K, part, kbPer, Mtot, counters);
+}
+
+extern "C" __global__ void __launch_bounds__(128, DEC_MIN_CTAS_NV) moe_fp4_decp_nv(
+	u16* __restrict__ y, const u8* __restrict__ xq, const u8* __restrict__ xs,
+	const int* __restrict__ offsets, int E, const u8* __restrict__ w, const u8* __restrict__ wscale,
+	const float* __restrict__ gscale, int N, int K, float* __restrict__ part, int kbPer, int Mtot, int* __restrict__ counters)
+{
+	decm_kernel<true, true>(y, xq, xs, offsets, E, w, wscale, gscale, N, K, part, kbPer, Mtot, counters);
 }

@@ -12,7 +12,8 @@
 
 // xq [Mtot, d] e4m3 and xs [Mtot, d/128] e8m0 of the rows x[perm[m]/K]
 // (fp32 [*, d]) and/or (xg, fp32 [Mtot, d]) the gathered rows themselves.
-// d % 128 == 0.
+// d % 128 == 0. Its PDL wait comes before its trigger (PDL_ENTRY), as the
+// GEMMs after it, decpre (moe_fp4_decp), read the offsets before their own.
 extern "C" __global__ void __launch_bounds__(256) moe_gather_q(
 	u8* __restrict__ xq, u8* __restrict__ xs, float* __restrict__ xg, const float* __restrict__ x,
 	const int* __restrict__ perm, const int* __restrict__ offsets, int E, int K, int d, int Mtot)
@@ -31,7 +32,8 @@ extern "C" __global__ void __launch_bounds__(256) moe_gather_q(
 // routing weight weights[perm[m]]: h = w * silu(g) * u, rounded to bf16
 // (exact: not). Faithful: hq/hs receive h quantised for w2; h (optional)
 // the rounded fp32 values. Exact: h fp32 [Mtot, I]. gf/uf (optional, fp32
-// [Mtot, I]) receive g and u for the NaN tracer. I % 128 == 0.
+// [Mtot, I]) receive g and u for the NaN tracer. I % 128 == 0. PDL_ENTRY
+// first, as for moe_gather_q: w2's decpre reads the offsets before its wait.
 extern "C" __global__ void __launch_bounds__(256) moe_swiglu_q(
 	u8* __restrict__ hq, u8* __restrict__ hs, float* __restrict__ h, const void* __restrict__ gp, const void* __restrict__ up, int ld,
 	const int* __restrict__ perm, const int* __restrict__ offsets, int E, const float* __restrict__ weights,

@@ -65,7 +65,8 @@ func TestCheckOpsTiny(t *testing.T) {
 
 // TestCheckOpsExpertsPaths: the routed-expert ops against the CPU with each
 // decode MoE kernel forced: moe_fp4_decf16, decmap (the default on 8-row
-// tiles) and moe_fp4_dec after a tile_map launch.
+// tiles), decpre (its weight loads before the PDL wait: the layer's tile
+// lists are settled) and moe_fp4_dec after a tile_map launch.
 func TestCheckOpsExpertsPaths(t *testing.T) {
 	g := openGPU(t)
 	defer func() {
@@ -73,7 +74,7 @@ func TestCheckOpsExpertsPaths(t *testing.T) {
 			t.Error(err)
 		}
 	}()
-	for _, path := range []cuda.Path{cuda.PathDecF16, cuda.PathDecMap, cuda.PathDec} {
+	for _, path := range []cuda.Path{cuda.PathDecF16, cuda.PathDecMap, cuda.PathDecPre, cuda.PathDec} {
 		t.Run(string(path), func(t *testing.T) {
 			if err := g.Context().SetKernelChoice(cuda.KernelChoice{MoE: path}); err != nil {
 				t.Fatal(err)
