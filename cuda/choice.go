@@ -15,6 +15,15 @@ const (
 	// PathTC (tc.go): sm_100a tcgen05 kernels
 )
 
+// Decode FP8 linear paths (a linear path only): PathDecSK forces
+// linear_fp8_dsk (K split across CTAs) wherever it can run; PathDecCTA is the
+// planner without it (linear_fp8_dec or the TMA decode kernels, K split
+// inside a CTA only).
+const (
+	PathDecSK  Path = "decsk"
+	PathDecCTA Path = "deccta"
+)
+
 // PathDecF16 is moe_fp4_decf16, the MoE decode kernel that unpacks FP4 without
 // conversion instructions, on lists of 8-row tiles (a MoE path only).
 const PathDecF16 Path = "decf16"
@@ -37,11 +46,14 @@ func (c *Context) SetKernelChoice(k KernelChoice) error {
 	if k.Linear == PathDecF16 || k.Linear == PathDecMap {
 		return fmt.Errorf("cuda: kernel path %q is a MoE path, not a linear one", k.Linear)
 	}
+	if k.MoE == PathDecSK || k.MoE == PathDecCTA {
+		return fmt.Errorf("cuda: kernel path %q is a linear path, not a MoE one", k.MoE)
+	}
 	for _, p := range []Path{k.Linear, k.MoE} {
 		switch p {
-		case PathAuto, PathDec, PathDecF16, PathDecMap, PathDecWG, PathTiled, PathWG, PathTC:
+		case PathAuto, PathDec, PathDecF16, PathDecMap, PathDecSK, PathDecCTA, PathDecWG, PathTiled, PathWG, PathTC:
 		default:
-			return fmt.Errorf("cuda: kernel path %q (want dec, decf16, decmap, decwg, tiled, wg or tc)", p)
+			return fmt.Errorf("cuda: kernel path %q (want dec, decf16, decmap, decsk, deccta, decwg, tiled, wg or tc)", p)
 		}
 	}
 	c.fnMu.Lock()
@@ -69,6 +81,10 @@ func (c *Context) LinearPaths(m, n, k int) []Path {
 	if m >= wgMinRow && c.HasTMA() {
 		ps = append(ps, PathWG)
 	}
+	_, dsk := planDSK(m, n, k, c.dev.SMs)
+	if dsk && dskWins(m, n, k, c.dev.SMs) {
+		ps = append(ps, PathDecSK)
+	}
 	if planLinear(m, n, k, c.dev.SMs).dec {
 		switch {
 		case c.HasTMA() && tdecWins(n, k):
@@ -78,6 +94,9 @@ func (c *Context) LinearPaths(m, n, k int) []Path {
 		default:
 			ps = append(ps, PathDec)
 		}
+	}
+	if dsk && !dskWins(m, n, k, c.dev.SMs) {
+		ps = append(ps, PathDecSK)
 	}
 	ps = append(ps, PathTiled)
 	if m < wgMinRow && c.HasTMA() {

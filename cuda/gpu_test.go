@@ -160,7 +160,7 @@ func TestKernelResources(t *testing.T) {
 		module, name string
 		local        int
 	}{
-		{"linear_fp8", "linear_fp8", 24}, {"linear_fp8", "linear_fp8_dec", 0}, {"linear_fp8", "linear_fp8_dec2", 0}, {"linear_fp8_tdec", "linear_fp8_tdec", 0}, {"linear_fp8_tdec3", "linear_fp8_tdec3", 0},
+		{"linear_fp8", "linear_fp8", 24}, {"linear_fp8", "linear_fp8_dec", 0}, {"linear_fp8", "linear_fp8_dec2", 0}, {"linear_fp8_dsk", "linear_fp8_dsk1_4", 0}, {"linear_fp8_dsk", "linear_fp8_dsk2_2", 0}, {"linear_fp8_dsk", "linear_fp8_dsk1_1", 0}, {"linear_fp8_tdec", "linear_fp8_tdec", 0}, {"linear_fp8_tdec3", "linear_fp8_tdec3", 0},
 		{"moe_fp4", "moe_fp4_gemm", 0}, {"moe_fp4_dec", "moe_fp4_dec", 0}, {"moe_fp4_dec", "moe_fp4_dec_nv", 8}, {"moe_fp4_dec", "moe_fp4_dec16", 0}, {"moe_fp4_dec", "moe_fp4_dec16_nv", 16},
 		{"moe_fp4_dec", "moe_fp4_decm", 0}, {"moe_fp4_dec", "moe_fp4_decm_nv", 8},
 		{"rmsnorm", "rmsnorm_bf16", 0}, {"ops_f32", "rmsnorm_f32", 0},
@@ -331,13 +331,17 @@ func TestKernelsVsCPU(t *testing.T) {
 		}
 		choices = append(choices, choice{name, cuda.KernelChoice{Linear: p, MoE: p}})
 	}
-	choices = append(choices, choice{"decf16", cuda.KernelChoice{MoE: cuda.PathDecF16}}, choice{"decmap", cuda.KernelChoice{MoE: cuda.PathDecMap}})
+	choices = append(choices, choice{"decf16", cuda.KernelChoice{MoE: cuda.PathDecF16}}, choice{"decmap", cuda.KernelChoice{MoE: cuda.PathDecMap}},
+		choice{"decsk", cuda.KernelChoice{Linear: cuda.PathDecSK}})
 	for _, ch := range choices {
 		if err := ctx.SetKernelChoice(ch.kc); err != nil {
 			t.Fatal(err)
 		}
 		for _, c := range kcheck.SmallCases() {
 			if ch.kc.Linear != cuda.PathAuto && c.Component != "linear_fp8" && c.Component != "moe_fp4" {
+				continue
+			}
+			if ch.kc.Linear == cuda.PathDecSK && c.Component != "linear_fp8" { // a linear-only path
 				continue
 			}
 			// A MoE-only path: its own shapes only (elsewhere it runs another path's kernel).
