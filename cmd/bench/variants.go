@@ -12,13 +12,14 @@ import (
 )
 
 // variant is one run of --variants: noSide runs every op on the main stream;
-// moe forces the MoE GEMM's kernel path (cuda.KernelChoice) where it applies;
-// unfused runs RopeHadamardFP4 and ExpertsCombinePost as their parts
+// moe and linear force the MoE GEMM's and the FP8 linear's kernel paths
+// (cuda.KernelChoice) where they apply; unfused runs RopeHadamardFP4 and ExpertsCombinePost as their parts
 // (gpu.Backend.SetSplitFused).
 type variant struct {
 	label   string
 	noSide  bool
 	moe     cuda.Path
+	linear  cuda.Path
 	unfused bool
 }
 
@@ -26,7 +27,9 @@ type variant struct {
 // or just "names" (its own label), names "no-side" (no side stream),
 // "moe-decf16" (moe_fp4_decf16 for the decode MoE GEMMs), "moe-dec"
 // (moe_fp4_dec after the tile_map launch, instead of the default decmap),
-// "unfused" (the indexer's q epilogue and the MoE's hc post as separate
+// "dense-decsk" (linear_fp8_dsk on every decode FP8 linear it can run),
+// "dense-deccta" (the decode FP8 linears without linear_fp8_dsk: K split
+// inside a CTA only, linear_fp8_dec or the TMA kernels), "unfused" (the indexer's q epilogue and the MoE's hc post as separate
 // launches) or "" or "default" (the default run).
 func parseVariants(list string) ([]variant, error) {
 	var vs []variant
@@ -47,10 +50,14 @@ func parseVariants(list string) ([]variant, error) {
 				v.moe = cuda.PathDecF16
 			case "moe-dec":
 				v.moe = cuda.PathDec
+			case "dense-decsk":
+				v.linear = cuda.PathDecSK
+			case "dense-deccta":
+				v.linear = cuda.PathDecCTA
 			case "unfused":
 				v.unfused = true
 			default:
-				return nil, fmt.Errorf("--variants %q: unknown %q (want no-side, moe-decf16, moe-dec, unfused or default)", item, n)
+				return nil, fmt.Errorf("--variants %q: unknown %q (want no-side, moe-decf16, moe-dec, dense-decsk, dense-deccta, unfused or default)", item, n)
 			}
 		}
 		if v.label = label; v.label == "" {
@@ -73,7 +80,7 @@ func runVariants(m engine.Stepper, g *gpu.Backend, f *stackFlags, fr *floorRepor
 		if err := g.SetSplitFused(v.unfused); err != nil {
 			return err
 		}
-		if err := g.Context().SetKernelChoice(cuda.KernelChoice{MoE: v.moe}); err != nil {
+		if err := g.Context().SetKernelChoice(cuda.KernelChoice{MoE: v.moe, Linear: v.linear}); err != nil {
 			return err
 		}
 		if err := g.DropGraphs(); err != nil {
