@@ -15,6 +15,15 @@ const (
 	// PathTC (tc.go): sm_100a tcgen05 kernels
 )
 
+// Decode FP8 linear paths (a linear path only): PathDecSK forces
+// linear_fp8_dsk (K split across CTAs) wherever it can run; PathDecCTA is the
+// planner without it (linear_fp8_dec or the TMA decode kernels, K split
+// inside a CTA only).
+const (
+	PathDecSK  Path = "decsk"
+	PathDecCTA Path = "deccta"
+)
+
 // PathDecF16 is moe_fp4_decf16, the MoE decode kernel that unpacks FP4 without
 // conversion instructions, on lists of 8-row tiles (a MoE path only).
 const PathDecF16 Path = "decf16"
@@ -45,7 +54,7 @@ func (c *Context) SetKernelChoice(k KernelChoice) error {
 	if k.Linear == PathDecF16 || decMapPath(k.Linear) {
 		return fmt.Errorf("cuda: kernel path %q is a MoE path, not a linear one", k.Linear)
 	}
-	if _, ok := wgVariantOf(k.MoE); ok && k.MoE != PathWG {
+	if _, ok := wgVariantOf(k.MoE); ok && k.MoE != PathWG || k.MoE == PathDecSK || k.MoE == PathDecCTA {
 		return fmt.Errorf("cuda: kernel path %q is a linear path, not a MoE one", k.MoE)
 	}
 	for _, p := range []Path{k.Linear, k.MoE} {
@@ -53,9 +62,9 @@ func (c *Context) SetKernelChoice(k KernelChoice) error {
 			continue
 		}
 		switch p {
-		case PathAuto, PathDec, PathDecF16, PathDecMap, PathDecPre, PathDecWG, PathTiled, PathTC:
+		case PathAuto, PathDec, PathDecF16, PathDecMap, PathDecPre, PathDecSK, PathDecCTA, PathDecWG, PathTiled, PathTC:
 		default:
-			return fmt.Errorf("cuda: kernel path %q (want dec, decf16, decmap, decpre, decwg, tiled, tc or a wgmma variant: %v)", p, WGPaths())
+			return fmt.Errorf("cuda: kernel path %q (want dec, decf16, decmap, decpre, decsk, deccta, decwg, tiled, tc or a wgmma variant: %v)", p, WGPaths())
 		}
 	}
 	c.fnMu.Lock()
@@ -89,6 +98,10 @@ func (c *Context) LinearPaths(m, n, k int) []Path {
 			}
 		}
 	}
+	_, dsk := planDSK(m, n, k, c.dev.SMs)
+	if dsk && dskWins(m, n, k, c.dev.SMs) {
+		ps = append(ps, PathDecSK)
+	}
 	if planLinear(m, n, k, c.dev.SMs).dec {
 		switch {
 		case c.HasTMA() && tdecWins(n, k):
@@ -98,6 +111,9 @@ func (c *Context) LinearPaths(m, n, k int) []Path {
 		default:
 			ps = append(ps, PathDec)
 		}
+	}
+	if dsk && !dskWins(m, n, k, c.dev.SMs) {
+		ps = append(ps, PathDecSK)
 	}
 	ps = append(ps, PathTiled)
 	if m < wgMinRow && c.HasTMA() {

@@ -7,6 +7,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -160,7 +161,7 @@ func TestKernelResources(t *testing.T) {
 		module, name string
 		local        int
 	}{
-		{"linear_fp8", "linear_fp8", 24}, {"linear_fp8", "linear_fp8_dec", 0}, {"linear_fp8", "linear_fp8_dec2", 0}, {"linear_fp8_tdec", "linear_fp8_tdec", 0}, {"linear_fp8_tdec3", "linear_fp8_tdec3", 0},
+		{"linear_fp8", "linear_fp8", 24}, {"linear_fp8", "linear_fp8_dec", 0}, {"linear_fp8", "linear_fp8_dec2", 0}, {"linear_fp8_dsk", "linear_fp8_dsk1_4", 0}, {"linear_fp8_dsk", "linear_fp8_dsk2_2", 0}, {"linear_fp8_dsk", "linear_fp8_dsk1_1", 0}, {"linear_fp8_tdec", "linear_fp8_tdec", 0}, {"linear_fp8_tdec3", "linear_fp8_tdec3", 0},
 		{"moe_fp4", "moe_fp4_gemm", 0}, {"moe_fp4_dec", "moe_fp4_dec", 0}, {"moe_fp4_dec", "moe_fp4_dec_nv", 8}, {"moe_fp4_dec", "moe_fp4_dec16", 0}, {"moe_fp4_dec", "moe_fp4_dec16_nv", 16},
 		{"moe_fp4_dec", "moe_fp4_decm", 0}, {"moe_fp4_dec", "moe_fp4_decm_nv", 8},
 		{"rmsnorm", "rmsnorm_bf16", 0}, {"ops_f32", "rmsnorm_f32", 0},
@@ -333,7 +334,8 @@ func TestKernelsVsCPU(t *testing.T) {
 		choices = append(choices, choice{name, cuda.KernelChoice{Linear: p, MoE: p}})
 	}
 	choices = append(choices, choice{"decf16", cuda.KernelChoice{MoE: cuda.PathDecF16}}, choice{"decmap", cuda.KernelChoice{MoE: cuda.PathDecMap}},
-		choice{"decpre", cuda.KernelChoice{MoE: cuda.PathDecPre}})
+		choice{"decpre", cuda.KernelChoice{MoE: cuda.PathDecPre}},
+		choice{"decsk", cuda.KernelChoice{Linear: cuda.PathDecSK}})
 	if ctx.HasTMA() { // the other linear_fp8_wg variants (linear only)
 		for _, p := range cuda.WGPaths()[1:] {
 			choices = append(choices, choice{string(p), cuda.KernelChoice{Linear: p}})
@@ -349,6 +351,9 @@ func TestKernelsVsCPU(t *testing.T) {
 			}
 			if ch.kc.MoE == cuda.PathAuto && ch.kc.Linear != cuda.PathAuto && c.Component != "linear_fp8" {
 				continue // a linear-only path
+			}
+			if ch.kc.Linear == cuda.PathDecSK && !decodeRows(c.Shape) { // decode linears only
+				continue
 			}
 			// A MoE-only path: its own shapes only (elsewhere it runs another path's kernel).
 			if (ch.kc.MoE == cuda.PathDecF16 || ch.kc.MoE == cuda.PathDecMap || ch.kc.MoE == cuda.PathDecPre) && (c.Component != "moe_fp4" || !slices.Contains(ctx.MoEPaths(c.MoE), ch.kc.MoE)) {
@@ -366,6 +371,14 @@ func TestKernelsVsCPU(t *testing.T) {
 	if err := ctx.SetKernelChoice(cuda.KernelChoice{}); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// decodeRows reports whether a linear case's shape ("MxNxK") has at most 16
+// rows, the decode kernels' (elsewhere a decode path runs the tiled kernels).
+func decodeRows(shape string) bool {
+	m, _, _ := strings.Cut(shape, "x")
+	rows, err := strconv.Atoi(m)
+	return err == nil && rows <= 16
 }
 
 // TestPDLChain: with programmatic dependent launch on, a chain of kernels

@@ -146,8 +146,8 @@ func TestSplitK(t *testing.T) {
 		}
 	}
 	s := planStream(hopperSMs)
-	if LinearFP8ScratchBytes(s, 1, 1024, 4096) != 0 || LinearFP8ScratchBytes(s, 17, 1024, 4096) == 0 || LinearFP8ScratchBytes(s, 4096, 1024, 4096) != 0 {
-		t.Error("linear_fp8 split: want scratch at m=17 only (decode reduces in the kernel)")
+	if LinearFP8ScratchBytes(s, 1, 1024, 4096) != dskScratchBytes(1, 1024, 4096, hopperSMs) || LinearFP8ScratchBytes(s, 17, 1024, 4096) == 0 || LinearFP8ScratchBytes(s, 4096, 1024, 4096) != 0 {
+		t.Error("linear_fp8 split: want scratch at m=17 and linear_fp8_dsk's partials only")
 	}
 	for _, c := range []struct {
 		m, n, k    int
@@ -340,8 +340,76 @@ func TestPlanLinearDec(t *testing.T) {
 		if warps%p.slices != 0 || warps > 16 || (p.slices > 1 && (2*p.slices > nkb || ctas*warps > decWarpsPerSM*hopperSMs)) {
 			t.Errorf("planLinear(%d, %d, %d): %d slices of %d blocks in %d CTAs of %d warps", c.m, c.n, c.k, p.slices, nkb, ctas, warps)
 		}
-		if LinearFP8ScratchBytes(planStream(hopperSMs), c.m, c.n, c.k) != 0 {
-			t.Errorf("LinearFP8ScratchBytes(%d, %d, %d) != 0 for the decode kernel", c.m, c.n, c.k)
+		if got, want := LinearFP8ScratchBytes(planStream(hopperSMs), c.m, c.n, c.k), dskScratchBytes(c.m, c.n, c.k, hopperSMs); got != want {
+			t.Errorf("LinearFP8ScratchBytes(%d, %d, %d) = %d, want linear_fp8_dsk's %d (linear_fp8_dec needs none)", c.m, c.n, c.k, got, want)
+		}
+	}
+}
+
+// TestPlanDSK: linear_fp8_dsk gives a warp the most K blocks that still put
+// a CTA on every SM, its grid covers K exactly, and the planner takes it
+// where its warps fit one wave (the Flash and Pro wq_a, wkv and shared
+// expert halves at 1 and 16 tokens), not on the large weights or past the
+// counters.
+func TestPlanDSK(t *testing.T) {
+	for _, c := range []struct {
+		m, n, k  int
+		kb, z    int
+		ok, wins bool
+		scratch  int
+	}{
+		{1, 1024, 4096, 2, 4, true, true, 4 * 4 * 1024}, // Flash wq_a
+		{16, 1024, 4096, 2, 4, true, true, 4 * 4 * 16 * 1024},
+		{1, 512, 4096, 1, 8, true, true, 4 * 8 * 512},   // Flash wkv
+		{1, 2048, 4096, 4, 2, true, true, 4 * 2 * 2048}, // Flash shared w1, w3
+		{1, 4096, 2048, 4, 1, true, true, 0},            // Flash shared w2
+		{16, 4096, 2048, 2, 2, true, true, 4 * 2 * 16 * 4096},
+		{1, 1536, 7168, 4, 4, true, true, 4 * 4 * 1536},  // Pro wq_a
+		{1, 512, 7168, 2, 7, true, true, 4 * 7 * 512},    // Pro wkv
+		{1, 4096, 8192, 4, 4, true, false, 4 * 4 * 4096}, // Flash wo_b: two waves
+		{1, 32768, 1024, 4, 1, true, false, 0},           // Flash wq_b
+		{1, 32768, 4096, 4, 2, false, false, 0},          // 2048 row groups split: past the counters
+		{17, 1024, 4096, 0, 0, false, false, 0},          // not a decode shape
+		{1, 8, 128, 1, 1, true, true, 0},                 // one K block, half a row group
+	} {
+		p, ok := planDSK(c.m, c.n, c.k, hopperSMs)
+		if ok != c.ok || ok && (p.kb != c.kb || p.z != c.z) || dskWins(c.m, c.n, c.k, hopperSMs) != c.wins || dskScratchBytes(c.m, c.n, c.k, hopperSMs) != c.scratch {
+			t.Errorf("planDSK(%d, %d, %d) = %+v, %v, wins %v, scratch %d; want kb %d, z %d, %v, wins %v, scratch %d", c.m, c.n, c.k, p, ok,
+				dskWins(c.m, c.n, c.k, hopperSMs), dskScratchBytes(c.m, c.n, c.k, hopperSMs), c.kb, c.z, c.ok, c.wins, c.scratch)
+		}
+		if !ok {
+			continue
+		}
+		nkb, ns := c.k/128, ceilDiv(c.k/128, p.kb)
+		if ns*p.kb < nkb || (ns-1)*p.kb >= nkb || p.z != ceilDiv(ns, dskWarps) || c.m > 8 && p.kb > dskMaxKBT2 {
+			t.Errorf("planDSK(%d, %d, %d) = %+v: %d slices do not cover %d blocks exactly", c.m, c.n, c.k, p, ns, nkb)
+		}
+	}
+}
+
+// TestDSKPaths: the planner's choice of linear_fp8_dsk shows in LinearPaths
+// (first where it wins, after the in-CTA kernels elsewhere), and the linear
+// paths decsk and deccta are refused as MoE paths.
+func TestDSKPaths(t *testing.T) {
+	ctx := &Context{dev: &Device{SMs: hopperSMs}}
+	for _, c := range []struct {
+		m, n, k int
+		want    []Path
+	}{
+		{1, 1024, 4096, []Path{PathDecSK, PathDec, PathTiled}},
+		{1, 4096, 8192, []Path{PathDec, PathDecSK, PathTiled}},
+		{17, 1024, 4096, []Path{PathTiled}},
+	} {
+		if got := ctx.LinearPaths(c.m, c.n, c.k); !slices.Equal(got, c.want) {
+			t.Errorf("LinearPaths(%d, %d, %d) = %v, want %v", c.m, c.n, c.k, got, c.want)
+		}
+	}
+	for _, p := range []Path{PathDecSK, PathDecCTA} {
+		if err := ctx.SetKernelChoice(KernelChoice{MoE: p}); err == nil {
+			t.Errorf("SetKernelChoice(MoE: %s): no error", p)
+		}
+		if err := ctx.SetKernelChoice(KernelChoice{Linear: p}); err != nil {
+			t.Errorf("SetKernelChoice(Linear: %s): %v", p, err)
 		}
 	}
 }

@@ -155,10 +155,11 @@ func LinearFP8ScratchBytes(s *Stream, m, n, k int) int {
 	if m > decMaxRows {
 		sp = max(sp, planLinearWG(m, n, k, sms).splits)
 	}
+	b := dskScratchBytes(m, n, k, sms) // whichever decode kernel runs (KernelChoice)
 	if sp > 1 {
-		return 4 * sp * m * n
+		b = max(b, 4*sp*m*n)
 	}
-	return 0
+	return b
 }
 
 // LinearFP8 computes y = x · Wᵀ with FP8 block scaling (spec §3.4):
@@ -193,7 +194,13 @@ func linearFP8(s *Stream, y, yf, xq, xs, w, ws DevicePtr, m, n, k int, scratch D
 	if s.tcLinear() {
 		return linearFP8TC(s, y, yf, xq, xs, w, ws, m, n, k)
 	}
-	p, choice, dec, tdec := decodePath(s, m, n, k)
+	p, choice, dec, tdec, dsk := decodePath(s, m, n, k)
+	if dsk {
+		if sk, _ := planDSK(m, n, k, s.ctx.dev.SMs); sk.z == 1 || scratch != 0 {
+			return linearFP8DSK(s, y, yf, xq, xs, w, ws, m, n, k, sk, scratch)
+		}
+		dec = p.dec // no scratch for the split: the in-CTA kernel
+	}
 	if tdec {
 		return linearFP8TDec(s, y, yf, xq, xs, w, ws, m, n, k)
 	}
@@ -210,18 +217,23 @@ func linearFP8(s *Stream, y, yf, xq, xs, w, ws DevicePtr, m, n, k int, scratch D
 }
 
 // decodePath is linearFP8's choice for m x n x k: the plan, the forced
-// path, and whether linear_fp8_dec (dec) or a TMA decode kernel (tdec) runs it.
-func decodePath(s *Stream, m, n, k int) (p linearPlan, choice Path, dec, tdec bool) {
+// path, and whether linear_fp8_dec (dec), a TMA decode kernel (tdec) or
+// linear_fp8_dsk (dsk) runs it.
+func decodePath(s *Stream, m, n, k int) (p linearPlan, choice Path, dec, tdec, dsk bool) {
 	sms := s.ctx.dev.SMs
 	p = planLinear(m, n, k, sms)
 	choice = s.ctx.kernelChoice().Linear
-	dec = p.dec && choice == PathAuto
+	auto := choice == PathAuto || choice == PathDecCTA || choice == PathDecSK
+	if _, ok := planDSK(m, n, k, sms); ok && (choice == PathDecSK || choice == PathAuto && dskWins(m, n, k, sms)) {
+		return p, choice, false, false, true
+	}
+	dec = p.dec && auto
 	if (choice == PathDec || choice == PathDecWG) && m <= decMaxRows {
 		p = planLinear(1, n, k, sms) // forced: the geometry depends on n and k only
 		dec = p.dec
 	}
-	tdec = dec && s.ctx.HasTMA() && (choice == PathDecWG || choice == PathAuto && tdecWins(n, k))
-	return p, choice, dec && !tdec, tdec
+	tdec = dec && s.ctx.HasTMA() && (choice == PathDecWG || auto && tdecWins(n, k))
+	return p, choice, dec && !tdec, tdec, false
 }
 
 // DecLinear is one linear of LinearFP8PairF32: e4m3 weights W [N, k], their
@@ -246,8 +258,8 @@ func LinearFP8PairF32(s *Stream, xq, xs DevicePtr, m, k int, a, b DecLinear) (bo
 	if s.tcLinear() {
 		return false, nil
 	}
-	pa, _, deca, _ := decodePath(s, m, a.N, k)
-	pb, _, decb, _ := decodePath(s, m, b.N, k)
+	pa, _, deca, _, _ := decodePath(s, m, a.N, k)
+	pb, _, decb, _, _ := decodePath(s, m, b.N, k)
 	if !deca || !decb {
 		return false, nil
 	}

@@ -59,7 +59,7 @@ func TestCompileErrorCarriesLog(t *testing.T) {
 }
 
 func TestKernelSourcesEmbedded(t *testing.T) {
-	want := []string{"attn_f32", "hc_f32", "linear_bf16", "linear_f32", "linear_fp8", "linear_fp8_sm100", "linear_fp8_tdec", "linear_fp8_tdec3", "linear_fp8_wg", "moe_fp4", "moe_fp4_dec", "moe_fp4_decf16", "moe_fp4_sm100", "moe_fp4_wg", "moe_fused", "moe_route", "ops_f32", "quant", "rmsnorm", "sample", "swiglu"}
+	want := []string{"attn_f32", "hc_f32", "linear_bf16", "linear_f32", "linear_fp8", "linear_fp8_dsk", "linear_fp8_sm100", "linear_fp8_tdec", "linear_fp8_tdec3", "linear_fp8_wg", "moe_fp4", "moe_fp4_dec", "moe_fp4_decf16", "moe_fp4_sm100", "moe_fp4_wg", "moe_fused", "moe_route", "ops_f32", "quant", "rmsnorm", "sample", "swiglu"}
 	got := KernelSources()
 	if strings.Join(got, ",") != strings.Join(want, ",") {
 		t.Errorf("KernelSources() = %v, want %v", got, want)

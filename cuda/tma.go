@@ -18,7 +18,7 @@ const (
 // HasTMA reports whether this driver can encode tensor maps and the device
 // runs the sm_90a TMA/wgmma kernels.
 func (c *Context) HasTMA() bool {
-	return c.drv.api.hasTensorMaps() && c.dev.Major == 9 && c.dev.Minor == 0
+	return c.dev.Major == 9 && c.dev.Minor == 0 && c.drv.api.hasTensorMaps() // the device first: plans run on driverless contexts in tests
 }
 
 // TensorMapBytes2D describes a row-major byte matrix [rows][cols] at p for

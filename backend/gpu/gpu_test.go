@@ -252,7 +252,20 @@ func TestLinears(t *testing.T) {
 // launches, bit for bit, at the small config's, Flash's and Pro's wq_a|wkv
 // and shared w1|w3 (Flash's and Pro's in faithful mode only: exact mode
 // runs them as separate fp32 linears, minutes each under the emulator).
+// The pairs run on the in-CTA decode kernels (path deccta); with the
+// planner's own choice these shapes take linear_fp8_dsk, one launch each
+// (the small cases only).
 func TestSharedInputLinears(t *testing.T) {
+	for _, path := range []cuda.Path{cuda.PathDecCTA, cuda.PathAuto} {
+		name := string(path)
+		if path == cuda.PathAuto {
+			name = "auto"
+		}
+		t.Run(name, func(t *testing.T) { sharedInputLinears(t, path) })
+	}
+}
+
+func sharedInputLinears(t *testing.T, path cuda.Path) {
 	const (
 		fp8  = checkpoint.FormatFP8Block
 		bf16 = checkpoint.FormatBF16
@@ -264,13 +277,16 @@ func TestSharedInputLinears(t *testing.T) {
 	for _, mode := range []backend.Numerics{backend.Faithful, backend.Exact} {
 		t.Run(mode.String(), func(t *testing.T) {
 			p := newPair(t, mode)
+			ctx := p.G.(*Backend).Context()
+			must(t, ctx.SetKernelChoice(cuda.KernelChoice{Linear: path}))
+			t.Cleanup(func() { must(t, ctx.SetKernelChoice(cuda.KernelChoice{})) })
 			multi := p.G
 			for _, c := range []struct {
 				name  string
 				m, in int
 				ls    []lin
-				pair  bool // the first two run as one launch (faithful)
-				big   bool // faithful only
+				pair  bool // the first two run as one launch (faithful, deccta)
+				big   bool // faithful and deccta only
 			}{
 				{"mixed", 1, 512, []lin{{fp8, 1024}, {fp8, 256}, {bf16, 128}}, true, false},
 				{"mixed", 9, 512, []lin{{fp8, 1024}, {fp8, 256}, {bf16, 128}}, true, false},
@@ -282,7 +298,7 @@ func TestSharedInputLinears(t *testing.T) {
 				{"pro wq_a|wkv", 1, 7168, []lin{{fp8, 1536}, {fp8, 512}}, true, true},
 				{"three", 1, 512, []lin{{bf16, 64}, {fp8, 256}, {fp8, 136}}, false, false}, // a pair after a bf16 linear
 			} {
-				if c.big && mode != backend.Faithful {
+				if c.big && (mode != backend.Faithful || path != cuda.PathDecCTA) {
 					continue
 				}
 				tag := fmt.Sprintf("%s m=%d", c.name, c.m)
@@ -312,7 +328,7 @@ func TestSharedInputLinears(t *testing.T) {
 					equalBits(t, p.G, tag, o.G, sep.G)
 				}
 				if mode == backend.Faithful && len(c.ls) >= 2 && c.ls[0].f == fp8 && c.ls[1].f == fp8 {
-					checkPairLaunch(t, p, tag, x, gws[0].(*linear), gws[1].(*linear), c.pair)
+					checkPairLaunch(t, p, tag, x, gws[0].(*linear), gws[1].(*linear), c.pair && path == cuda.PathDecCTA)
 				}
 				p.Release()
 			}

@@ -63,7 +63,7 @@ func runKernels(args []string, stdout, stderr io.Writer) error {
 	reps := fs.Int("reps", 20, "timed launches per case (median)")
 	only := fs.String("only", "", "run only shapes whose op or name contains this")
 	allPaths := fs.Bool("paths", false, "time every kernel path that applies to a shape, not only the one picked")
-	onlyPath := fs.String("path", "", fmt.Sprintf("with --paths: time only this path (dec, decf16, decmap, decpre, decwg, tiled, or a wgmma variant: %v)", cuda.WGPaths()))
+	onlyPath := fs.String("path", "", fmt.Sprintf("with --paths: time only this path (dec, decsk, deccta, decf16, decmap, decpre, decwg, tiled, or a wgmma variant: %v)", cuda.WGPaths()))
 	torchPath := fs.String("torch", "", "JSON lines of scripts/torch_baseline.py: each FP8 linear's share of torch._scaled_mm's speed, and with --paths the fastest path of each shape")
 	jsonPath := fs.String("json", "", "also write one JSON record per line to this file")
 	flushMode := fs.String("flush", "write", "how L2 is emptied before each timed launch: write (a 128 MiB memset: L2 left dirty) or read (a 128 MiB read: L2 left clean)")

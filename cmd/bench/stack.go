@@ -77,7 +77,7 @@ func parseStack(args []string, stderr io.Writer) (*stackFlags, error) {
 	fs.Float64Var(&f.reserveGiB, "reserve-gib", 8, "GPU memory kept free for activations when --layers is 0")
 	synth := fs.String("model", "", "synth:PRESET[:LAYERS], serve's name of the model: sets --preset and --layers")
 	addContextFlags(fs, &f.ctx)
-	vars := fs.String("variants", "", "time the plan once per variant on one model (weights generated once): runs separated by ';', each 'label=names' or 'names', names 'no-side' (every op on the main stream), 'moe-decf16' (moe_fp4_decf16 for the decode MoE GEMMs), 'moe-dec' (moe_fp4_dec after a tile_map launch, not decmap), 'moe-decpre' (decmap with its first weight loads before the PDL wait), 'unfused' (the indexer's q epilogue and the MoE's hc post as separate launches) or '' or 'default' (the defaults); e.g. 'default;no-side;default'")
+	vars := fs.String("variants", "", "time the plan once per variant on one model (weights generated once): runs separated by ';', each 'label=names' or 'names', names 'no-side' (every op on the main stream), 'moe-decf16' (moe_fp4_decf16 for the decode MoE GEMMs), 'moe-dec' (moe_fp4_dec after a tile_map launch, not decmap), 'moe-decpre' (decmap with its first weight loads before the PDL wait), 'dense-decsk' (linear_fp8_dsk on every decode FP8 linear it runs), 'dense-deccta' (the decode FP8 linears without linear_fp8_dsk), 'unfused' (the indexer's q epilogue and the MoE's hc post as separate launches) or '' or 'default' (the defaults); e.g. 'default;no-side;default'")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
 	}

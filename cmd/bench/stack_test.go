@@ -211,10 +211,10 @@ func TestStackPrefillSeqs(t *testing.T) {
 	}
 }
 
-// TestParseVariants: --variants names each run's side stream and MoE path,
+// TestParseVariants: --variants names each run's side stream, MoE and linear paths,
 // labels the runs, and refuses unknown names and what it cannot combine with.
 func TestParseVariants(t *testing.T) {
-	got, err := parseVariants("default; no-side ;ns=no-side,default;;moe-decf16;m=moe-decf16,no-side;moe-dec;moe-decpre;u=unfused")
+	got, err := parseVariants("default; no-side ;ns=no-side,default;;moe-decf16;m=moe-decf16,no-side;moe-dec;moe-decpre;u=unfused;dense-decsk;d=dense-deccta,moe-dec")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -228,6 +228,8 @@ func TestParseVariants(t *testing.T) {
 		{label: "moe-dec", moe: cuda.PathDec},
 		{label: "moe-decpre", moe: cuda.PathDecPre},
 		{label: "u", unfused: true},
+		{label: "dense-decsk", linear: cuda.PathDecSK},
+		{label: "d", linear: cuda.PathDecCTA, moe: cuda.PathDec},
 	}
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("parseVariants = %+v\nwant %+v", got, want)

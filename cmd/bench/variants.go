@@ -12,13 +12,14 @@ import (
 )
 
 // variant is one run of --variants: noSide runs every op on the main stream;
-// moe forces the MoE GEMM's kernel path (cuda.KernelChoice) where it applies;
-// unfused runs RopeHadamardFP4 and ExpertsCombinePost as their parts
+// moe and linear force the MoE GEMM's and the FP8 linear's kernel paths
+// (cuda.KernelChoice) where they apply; unfused runs RopeHadamardFP4 and ExpertsCombinePost as their parts
 // (gpu.Backend.SetSplitFused).
 type variant struct {
 	label   string
 	noSide  bool
 	moe     cuda.Path
+	linear  cuda.Path
 	unfused bool
 }
 
@@ -27,7 +28,9 @@ type variant struct {
 // "moe-decf16" (moe_fp4_decf16 for the decode MoE GEMMs), "moe-dec"
 // (moe_fp4_dec after the tile_map launch, instead of the default decmap),
 // "moe-decpre" (decmap with its weight loads started before the PDL wait),
-// "unfused" (the indexer's q epilogue and the MoE's hc post as separate
+// "dense-decsk" (linear_fp8_dsk on every decode FP8 linear it can run),
+// "dense-deccta" (the decode FP8 linears without linear_fp8_dsk: K split
+// inside a CTA only, linear_fp8_dec or the TMA kernels), "unfused" (the indexer's q epilogue and the MoE's hc post as separate
 // launches) or "" or "default" (the default run).
 func parseVariants(list string) ([]variant, error) {
 	var vs []variant
@@ -50,10 +53,14 @@ func parseVariants(list string) ([]variant, error) {
 				v.moe = cuda.PathDec
 			case "moe-decpre":
 				v.moe = cuda.PathDecPre
+			case "dense-decsk":
+				v.linear = cuda.PathDecSK
+			case "dense-deccta":
+				v.linear = cuda.PathDecCTA
 			case "unfused":
 				v.unfused = true
 			default:
-				return nil, fmt.Errorf("--variants %q: unknown %q (want no-side, moe-decf16, moe-dec, moe-decpre, unfused or default)", item, n)
+				return nil, fmt.Errorf("--variants %q: unknown %q (want no-side, moe-decf16, moe-dec, moe-decpre, dense-decsk, dense-deccta, unfused or default)", item, n)
 			}
 		}
 		if v.label = label; v.label == "" {
@@ -76,7 +83,7 @@ func runVariants(m engine.Stepper, g *gpu.Backend, f *stackFlags, fr *floorRepor
 		if err := g.SetSplitFused(v.unfused); err != nil {
 			return err
 		}
-		if err := g.Context().SetKernelChoice(cuda.KernelChoice{MoE: v.moe}); err != nil {
+		if err := g.Context().SetKernelChoice(cuda.KernelChoice{MoE: v.moe, Linear: v.linear}); err != nil {
 			return err
 		}
 		if err := g.DropGraphs(); err != nil {

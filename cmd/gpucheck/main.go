@@ -155,7 +155,8 @@ func checkAll(ordinal int, models []string, reps int, filter string, seed uint64
 	fmt.Printf("modules ready in %.2fs\n", time.Since(t0).Seconds())
 	for _, k := range [][2]string{{"rmsnorm", "rmsnorm_bf16"}, {"quant", "quant_fp8_act"}, {"linear_fp8", "linear_fp8"},
 		{"moe_fp4", "moe_tile_map"}, {"moe_fp4", "moe_fp4_gemm"}, {"moe_fp4_dec", "moe_fp4_dec"}, {"moe_fp4_dec", "moe_fp4_dec_nv"}, {"moe_fp4_dec", "moe_fp4_decm"}, {"moe_fp4_dec", "moe_fp4_decm_nv"},
-		{"moe_fp4_decf16", "moe_fp4_decf16"}, {"moe_fp4_decf16", "moe_fp4_decf16_nv"}, {"swiglu", "swiglu_bf16"}} {
+		{"moe_fp4_decf16", "moe_fp4_decf16"}, {"moe_fp4_decf16", "moe_fp4_decf16_nv"}, {"swiglu", "swiglu_bf16"},
+		{"linear_fp8_dsk", "linear_fp8_dsk1_4"}, {"linear_fp8_dsk", "linear_fp8_dsk2_2"}} {
 		f, err := ctx.Kernel(k[0], k[1])
 		if err != nil {
 			return err

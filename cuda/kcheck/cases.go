@@ -483,6 +483,12 @@ func SmallCases() []Case {
 		// tail; the last slice 30, a 2-block tail), rows past N; N of 32776
 		// in one-block slices with two idle warps.
 		LinearCase(2, 136, 16512, 0), LinearCase(3, 32776, 256, 0),
+		// linear_fp8_dsk (auto where its warps fit one wave, and decsk): one
+		// token tile with 4, 2 and 1 K blocks a warp, two tiles with 2; CTAs
+		// of a row group unsplit (133 groups) and split over 2 and 3 CTAs
+		// with idle warps and a short last slice; rows past N (n % 16 = 8).
+		LinearCase(1, 2120, 512, 0), LinearCase(2, 1064, 2304, 0), LinearCase(5, 1032, 1280, 0),
+		LinearCase(11, 1048, 2176, 0), LinearCase(16, 1056, 2048, 0),
 		// sm_90a wgmma kernel: row and column tails with split K, split K over 8, the stage ring wrapping.
 		LinearCase(300, 1032, 2048, 0), LinearCase(512, 512, 4096, 64), LinearCase(1100, 1280, 1024, 64),
 		SwiGLUCase(1, 256, true), SwiGLUCase(9, 2048, true), SwiGLUCase(4, 3072, false),

@@ -95,6 +95,41 @@ func TestCheckOpsExpertsPaths(t *testing.T) {
 	}
 }
 
+// TestCheckOpsLinearPaths: the linear ops (Linear, Linears, NormLinears,
+// SwiGLULinear) against the CPU with each decode FP8 linear path forced:
+// linear_fp8_dsk (decsk), the in-CTA kernels (deccta) and linear_fp8_dec.
+// A model width of 1024 (8 K blocks) makes linear_fp8_dsk split its row
+// groups over CTAs at 1, 9 and 16 rows.
+func TestCheckOpsLinearPaths(t *testing.T) {
+	g := openGPU(t)
+	defer func() {
+		if err := g.Context().SetKernelChoice(cuda.KernelChoice{}); err != nil {
+			t.Error(err)
+		}
+	}()
+	d := tinyDims()
+	d.Dim, d.BigTokens = 1024, []int{1, 9, 16}
+	for _, path := range []cuda.Path{cuda.PathDecSK, cuda.PathDecCTA, cuda.PathDec} {
+		t.Run(string(path), func(t *testing.T) {
+			if err := g.Context().SetKernelChoice(cuda.KernelChoice{Linear: path}); err != nil {
+				t.Fatal(err)
+			}
+			seed := rand.Uint64()
+			t.Logf("seed %d", seed)
+			rows := CheckOps(g, d, backend.Faithful, seed, "linear", t)
+			if len(rows) == 0 {
+				t.Fatal("no rows")
+			}
+			for _, r := range rows {
+				t.Log(FormatRow(r))
+				if !r.Pass {
+					t.Errorf("failed: %s", FormatRow(r))
+				}
+			}
+		})
+	}
+}
+
 // cpuDevice stands in for the GPU so the CheckOps plumbing runs everywhere.
 type cpuDevice struct{ *cpu.Backend }
 
