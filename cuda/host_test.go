@@ -348,9 +348,8 @@ func TestPlanLinearDec(t *testing.T) {
 
 // TestPlanDSK: linear_fp8_dsk gives a warp the most K blocks that still put
 // a CTA on every SM, its grid covers K exactly, and the planner takes it
-// where its warps fit one wave (the Flash and Pro wq_a, wkv and shared
-// expert halves at 1 and 16 tokens), not on the large weights or past the
-// counters.
+// where it runs unsplit (wq_b, shared w2 at one token), not where it splits
+// K or past the counters.
 func TestPlanDSK(t *testing.T) {
 	for _, c := range []struct {
 		m, n, k  int
@@ -358,16 +357,16 @@ func TestPlanDSK(t *testing.T) {
 		ok, wins bool
 		scratch  int
 	}{
-		{1, 1024, 4096, 2, 4, true, true, 4 * 4 * 1024}, // Flash wq_a
-		{16, 1024, 4096, 2, 4, true, true, 4 * 4 * 16 * 1024},
-		{1, 512, 4096, 1, 8, true, true, 4 * 8 * 512},   // Flash wkv
-		{1, 2048, 4096, 4, 2, true, true, 4 * 2 * 2048}, // Flash shared w1, w3
-		{1, 4096, 2048, 4, 1, true, true, 0},            // Flash shared w2
-		{16, 4096, 2048, 2, 2, true, true, 4 * 2 * 16 * 4096},
-		{1, 1536, 7168, 4, 4, true, true, 4 * 4 * 1536},  // Pro wq_a
-		{1, 512, 7168, 2, 7, true, true, 4 * 7 * 512},    // Pro wkv
-		{1, 4096, 8192, 4, 4, true, false, 4 * 4 * 4096}, // Flash wo_b: two waves
-		{1, 32768, 1024, 4, 1, true, false, 0},           // Flash wq_b
+		{1, 1024, 4096, 2, 4, true, false, 4 * 4 * 1024}, // Flash wq_a
+		{16, 1024, 4096, 2, 4, true, false, 4 * 4 * 16 * 1024},
+		{1, 512, 4096, 1, 8, true, false, 4 * 8 * 512},   // Flash wkv
+		{1, 2048, 4096, 4, 2, true, false, 4 * 2 * 2048}, // Flash shared w1, w3
+		{1, 4096, 2048, 4, 1, true, true, 0},             // Flash shared w2
+		{16, 4096, 2048, 2, 2, true, false, 4 * 2 * 16 * 4096},
+		{1, 1536, 7168, 4, 4, true, false, 4 * 4 * 1536}, // Pro wq_a
+		{1, 512, 7168, 2, 7, true, false, 4 * 7 * 512},   // Pro wkv
+		{1, 4096, 8192, 4, 4, true, false, 4 * 4 * 4096}, // Flash wo_b
+		{1, 32768, 1024, 4, 1, true, true, 0},            // Flash wq_b
 		{1, 32768, 4096, 4, 2, false, false, 0},          // 2048 row groups split: past the counters
 		{17, 1024, 4096, 0, 0, false, false, 0},          // not a decode shape
 		{1, 8, 128, 1, 1, true, true, 0},                 // one K block, half a row group
@@ -396,7 +395,8 @@ func TestDSKPaths(t *testing.T) {
 		m, n, k int
 		want    []Path
 	}{
-		{1, 1024, 4096, []Path{PathDecSK, PathDec, PathTiled}},
+		{1, 4096, 2048, []Path{PathDecSK, PathDec, PathTiled}},
+		{1, 1024, 4096, []Path{PathDec, PathDecSK, PathTiled}},
 		{1, 4096, 8192, []Path{PathDec, PathDecSK, PathTiled}},
 		{17, 1024, 4096, []Path{PathTiled}},
 	} {

@@ -40,13 +40,15 @@ func planDSK(m, n, k, sms int) (p dskPlan, ok bool) {
 	return p, p.z == 1 || groups <= fixupSlots(sms)
 }
 
-// dskWins reports the decode shapes the planner gives linear_fp8_dsk: its
-// warps fit in one wave (dskWarpsSM an SM), so all weight bytes are
-// requested before the PDL wait. Larger weights keep linear_fp8_dec and the
-// TMA kernels, whose warps stream several blocks each.
+// dskWins reports the decode shapes the planner gives linear_fp8_dsk: those
+// it runs unsplit (one CTA a row group, no partial sums), every warp's
+// weights requested before the PDL wait. On the H100 these were faster than
+// linear_fp8_dec and the TMA kernels (Flash wq_b 17.1 against 18.5 us at one
+// token, shared w2 7.9 against 8.3), the split plans no faster (Flash wq_a
+// 7.6 against 7.0 us, and they lose the pair launches of linear_fp8_dec2).
 func dskWins(m, n, k, sms int) bool {
 	p, ok := planDSK(m, n, k, sms)
-	return ok && ceilDiv(n, 16)*p.z*dskWarps <= dskWarpsSM*sms
+	return ok && p.z == 1
 }
 
 // dskScratchBytes is the partial sums linear_fp8_dsk needs at m x n x k

@@ -89,18 +89,18 @@ var wgPicks = []struct {
 	n, k         int
 	small, large Path
 }{
-	{1024, 4096, PathWG, PathWG},  // Flash wq_a
-	{32768, 1024, PathWG, PathWG}, // Flash wq_b
-	{512, 4096, PathWG, PathWG},   // Flash wkv
-	{4096, 8192, PathWG, PathWG},  // Flash wo_b
-	{4096, 4096, PathWG, PathWG},  // Flash shared w13
-	{4096, 2048, PathWG, PathWG},  // Flash shared w2
-	{1536, 7168, PathWG, PathWG},  // Pro wq_a
-	{65536, 1536, PathWG, PathWG}, // Pro wq_b
-	{512, 7168, PathWG, PathWG},   // Pro wkv
-	{7168, 16384, PathWG, PathWG}, // Pro wo_b
-	{6144, 7168, PathWG, PathWG},  // Pro shared w13
-	{7168, 3072, PathWG, PathWG},  // Pro shared w2
+	{1024, 4096, PathWGBulk, PathWGBulk},  // Flash wq_a
+	{32768, 1024, PathWGBulk, PathWGBulk}, // Flash wq_b
+	{512, 4096, PathWG, PathWGBulkWave},   // Flash wkv
+	{4096, 8192, PathWGBulk, PathWGBulk},  // Flash wo_b
+	{4096, 4096, PathWGBulk, PathWGBulk},  // Flash shared w13
+	{4096, 2048, PathWGBulk, PathWGBulk},  // Flash shared w2
+	{1536, 7168, PathWGBulk, PathWGN192},  // Pro wq_a
+	{65536, 1536, PathWGBulk, PathWGBulk}, // Pro wq_b
+	{512, 7168, PathWG, PathWGWave},       // Pro wkv
+	{7168, 16384, PathWGBulk, PathWGBulk}, // Pro wo_b
+	{6144, 7168, PathWGBulk, PathWGBulk},  // Pro shared w13
+	{7168, 3072, PathWGBulk, PathWGBulk},  // Pro shared w2
 }
 
 const wgPickLargeRows = 2048
