@@ -3,8 +3,8 @@
 # build with -tags megamoe_emu), kernels compiled by NVRTC to compute_80 PTX.
 # Fetches NVRTC 12.4 from the Debian archive (trixie non-free, at the mirror
 # the machine's apt sources name; MEGAMOE_DEBIAN_ARCHIVE overrides it) when
-# none is found. Slow (an emulated kernel is ~10^4 times slower than the GPU);
-# wgmma/TMA kernels are not covered.
+# none is found. Slow (an emulated kernel is ~10^4 times slower than the GPU).
+# MEGAMOE_EMU=sm_90a+tma runs the Hopper TMA/wgmma kernels (docs/emulator.md).
 #
 #   scripts/emu-test.sh                       # the default set below
 #   scripts/emu-test.sh ./backend/gpu 'TestHcPreNorm|TestExperts'
@@ -94,7 +94,7 @@ if [ -z "${MEGAMOE_NVRTC:-}" ]; then
 	export MEGAMOE_NVRTC="$lib/libnvrtc.so.12"
 	export LD_LIBRARY_PATH="$lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 fi
-export MEGAMOE_EMU="${MEGAMOE_EMU:-1}" # 1: sm_80; sm_90a: compute_90a without TMA
+export MEGAMOE_EMU="${MEGAMOE_EMU:-1}" # 1: sm_80; sm_90a: compute_90a without TMA; sm_90a+tma: with TMA
 
 if [ $# -ge 1 ]; then
 	pkg=$1

@@ -270,6 +270,9 @@ func (t *thread) wgRead(op *wgOp) []byte {
 }
 
 // wgWait completes the thread's committed groups until at most n remain.
+// It is .sync: no lane of the warp goes on before every lane has completed
+// its part (a warp that then releases the operands' shared memory does so
+// for all its lanes, as on the GPU).
 func (t *thread) wgWait(n int) {
 	wg := &t.wg
 	wg.fenced = false
@@ -280,6 +283,7 @@ func (t *thread) wgWait(n int) {
 			t.wgRun(op)
 		}
 	}
+	t.collective(math.MaxUint32)
 }
 
 // wgRun completes one MMA: checks what it read is unchanged, then writes
