@@ -233,6 +233,9 @@ func (t *thread) wgIssue(s *wgShape, in *inst) {
 		t.panicf("wgmma.mma_async: B: %v", err)
 	}
 	op.aSnap = t.wgRead(op)
+	if !s.aRegs { // .sync: the warp's lanes issue together (the A form exchanged registers above)
+		t.collective(math.MaxUint32)
+	}
 	for _, o := range in.args[0].vec {
 		op.d = append(op.d, o.reg)
 		if wg.pending == nil {

@@ -343,16 +343,40 @@ func TestWgmmaAsync(t *testing.T) {
 	e4 := wgCase{dt: "f32", at: "e4m3", bt: "e4m3", a: kindE4M3, b: kindE4M3, n: 16, swz: 128}
 	regs := e4
 	regs.aRegs = true
+	// Lanes 1..31 dawdle before the wait; lane 0 of warp w then overwrites A
+	// row 16w, which only its own warp reads: fine once the whole warp waited.
+	dawdle := `
+	and.b32 %r20, %r1, 31;
+	setp.eq.u32 %p5, %r20, 0;
+	mov.u32 %r21, 0;
+DLY:
+	@%p5 bra DLYD;
+	add.u32 %r21, %r21, 1;
+	setp.lt.u32 %p6, %r21, 20000;
+	@%p6 bra DLY;
+DLYD:
+`
+	release := `
+	@!%p5 bra WD;
+	shr.u32 %r22, %r1, 5;
+	mul.lo.u32 %r22, %r22, 2048;
+	add.u32 %r22, %r22, %r3;
+	mov.u32 %r23, 0xdeadbeef;
+	st.shared.u32 [%r22], %r23;
+WD:
+`
 	for _, tc := range []struct {
 		name           string
 		c              wgCase
 		fence          bool
 		issued, waited string
 		block          int
-		want           string // error text, or "" for the poison in out[0]
+		want           string // error text; "" passes
+		poison         bool   // out[0] and out[1] hold wgPoison
 	}{
 		{name: "poisoned until waited", c: e4, fence: true, issued: "\tmov.b32 %r20, %d0;\n\twgmma.commit_group.sync.aligned;\n\twgmma.wait_group.sync.aligned 1;\n\tmov.b32 %r21, %d0;\n",
-			waited: "\tst.global.b32 [%rd30], %r20;\n\tst.global.b32 [%rd30+4], %r21;\n\tret;\n"},
+			waited: "\tst.global.b32 [%rd30], %r20;\n\tst.global.b32 [%rd30+4], %r21;\n\tret;\n", poison: true},
+		{name: "operands released after the warp's wait", c: e4, fence: true, issued: dawdle, waited: release},
 		{name: "accumulator written", c: e4, fence: true, issued: "\tmov.b32 %d3, 0;\n", want: "accumulator register was written"},
 		{name: "A register written", c: regs, fence: true, issued: "\tmov.b32 %a0, 0;\n", want: "A register was written"},
 		{name: "B overwritten in flight", c: e4, fence: true, issued: "\tst.shared.u32 [%r4], %r1;\n", want: "operand B changed"},
@@ -371,7 +395,7 @@ func TestWgmmaAsync(t *testing.T) {
 				t.Fatalf("launch error %v, want one naming %q", err, tc.want)
 			case tc.want == "" && err != nil:
 				t.Fatal(err)
-			case tc.want == "" && (out[0] != wgPoison || out[1] != wgPoison):
+			case tc.poison && (out[0] != wgPoison || out[1] != wgPoison):
 				t.Fatalf("accumulator read %#x before and %#x after wait_group 1, want %#x (in flight)", out[0], out[1], uint32(wgPoison))
 			}
 		})
