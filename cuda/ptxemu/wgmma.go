@@ -52,7 +52,7 @@ type wgOp struct {
 	aRows   [2][]float64 // rows g and g+8 of the warp's 16 rows, from registers
 	aReg    []int        // this thread's A registers and their values at issue
 	aVal    []uint64
-	aSnap   []byte // shared-memory bytes at issue: A's two rows (descriptor form), then B's columns
+	snap    []byte // shared-memory bytes at issue: A's two rows (descriptor form), then B's columns
 	warpRow int    // 16 * (warp in the warpgroup) + lane/4
 	colBase int    // 2 * (lane % 4)
 }
@@ -108,15 +108,15 @@ func decWgmmaAsync(in *inst) error {
 		return unsupported("wgmma.mma_async types %v", types)
 	}
 	s.dt, s.at, s.bt = types[0], types[1], types[2]
-	wantK := map[string]int{"f16": 16, "bf16": 16, "tf32": 8, "e4m3": 32, "e5m2": 32}
+	wantK := map[string]int{"f16": 16, "bf16": 16, "e4m3": 32, "e5m2": 32}
 	switch {
 	case wantK[s.at] == 0 || wantK[s.bt] == 0:
-		return unsupported("wgmma.mma_async inputs .%s.%s (integer and b1 forms)", s.at, s.bt)
+		return unsupported("wgmma.mma_async inputs .%s.%s (tf32, integer and b1 forms)", s.at, s.bt)
 	case s.k != wantK[s.at] || wantK[s.at] != wantK[s.bt] || (s.k != 32 && s.at != s.bt):
 		return fmt.Errorf("wgmma.mma_async: k%d with .%s.%s", s.k, s.at, s.bt)
 	case s.n < 8 || s.n > 256 || s.n%8 != 0:
 		return fmt.Errorf("wgmma.mma_async: N=%d, must be 8..256 in steps of 8", s.n)
-	case s.dt != "f32" && !(s.dt == "f16" && s.at != "bf16" && s.at != "tf32"):
+	case s.dt != "f32" && !(s.dt == "f16" && s.at != "bf16"):
 		return fmt.Errorf("wgmma.mma_async: D .%s with .%s inputs", s.dt, s.at)
 	}
 	nd := s.n / 2
@@ -175,8 +175,6 @@ func wgElem(row []byte, ty string, k int) float64 {
 		return float64(f16ToF32(uint16(row[2*k]) | uint16(row[2*k+1])<<8))
 	case "bf16":
 		return float64(bf16ToF32(uint16(row[2*k]) | uint16(row[2*k+1])<<8))
-	case "tf32": // the low 13 mantissa bits are ignored
-		return float64(math.Float32frombits(uint32(getLE(row[4*k:4*k+4])) &^ 0x1fff))
 	case "e4m3":
 		return float64(e4m3ToF32(row[k]))
 	}
@@ -185,7 +183,7 @@ func wgElem(row []byte, ty string, k int) float64 {
 
 // wgRegElem decodes element kk of row r (of 16) of the warp's A fragment
 // from the lanes' four registers, laid out as mma.sync's A (PTX ISA
-// "Register fragment layout for matrix A", wgmma .m64nNk16/k32/k8).
+// "Register fragment layout for matrix A", wgmma .m64nNk16/k32).
 func wgRegElem(vals *[32][8]uint64, ty string, r, kk int) float64 {
 	per := 4 / typeSize(ty) // elements a register
 	cc := kk % (4 * per)
@@ -232,7 +230,7 @@ func (t *thread) wgIssue(s *wgShape, in *inst) {
 	if op.b, err = parseWgDesc(t.get(&in.args[2])); err != nil {
 		t.panicf("wgmma.mma_async: B: %v", err)
 	}
-	op.aSnap = t.wgRead(op)
+	op.snap = t.wgRead(op)
 	if !s.aRegs { // .sync: the warp's lanes issue together (the A form exchanged registers above)
 		t.collective(math.MaxUint32)
 	}
@@ -295,9 +293,9 @@ func (t *thread) wgWait(n int) {
 // whose FP8 accumulation keeps fewer bits.
 func (t *thread) wgRun(op *wgOp) {
 	s := op.s
-	if now := t.wgRead(op); !bytes.Equal(now, op.aSnap) {
+	if now := t.wgRead(op); !bytes.Equal(now, op.snap) {
 		i := 0
-		for now[i] == op.aSnap[i] {
+		for now[i] == op.snap[i] {
 			i++
 		}
 		what := "B"
@@ -311,7 +309,7 @@ func (t *thread) wgRun(op *wgOp) {
 			t.panicf("wgmma.mma_async: an A register was written before the wgmma.wait_group that completes the MMA")
 		}
 	}
-	snap := op.aSnap
+	snap := op.snap
 	var a [2][]float64
 	if s.aRegs {
 		a = op.aRows

@@ -401,3 +401,43 @@ WD:
 		})
 	}
 }
+
+// TestWgmmaForms: malformed forms fail to load; valid forms the emulator
+// does not run load and fail when reached, naming the form.
+func TestWgmmaForms(t *testing.T) {
+	d8 := "{%f1, %f2, %f3, %f4}"
+	for _, tc := range []struct {
+		name, inst string
+		atLoad     bool
+		want       string
+	}{
+		{"N not a multiple of 8", "wgmma.mma_async.sync.aligned.m64n12k16.f32.bf16.bf16 {%f1, %f2, %f3, %f4, %f5, %f6}, %rd1, %rd1, 1, 1, 1, 0, 0;", true, "N=12"},
+		{"k32 for bf16", "wgmma.mma_async.sync.aligned.m64n8k32.f32.bf16.bf16 " + d8 + ", %rd1, %rd1, 1, 1, 1, 0, 0;", true, "k32 with .bf16.bf16"},
+		{"accumulator count", "wgmma.mma_async.sync.aligned.m64n16k32.f32.e4m3.e4m3 " + d8 + ", %rd1, %rd1, 1, 1, 1;", true, "needs 8 accumulator registers"},
+		{"f16 D over bf16", "wgmma.mma_async.sync.aligned.m64n8k16.f16.bf16.bf16 {%f1, %f2}, %rd1, %rd1, 1, 1, 1, 0, 0;", true, "D .f16 with .bf16"},
+		{"imm-scale 2", "wgmma.mma_async.sync.aligned.m64n8k32.f32.e4m3.e4m3 " + d8 + ", %rd1, %rd1, 1, 2, 1;", true, "imm-scale 2"},
+		{"missing imm-trans", "wgmma.mma_async.sync.aligned.m64n8k16.f32.f16.f16 " + d8 + ", %rd1, %rd1, 1, 1, 1;", true, "takes 8 operands"},
+		{"transposed B", "wgmma.mma_async.sync.aligned.m64n8k16.f32.f16.f16 " + d8 + ", %rd1, %rd1, 1, 1, 1, 0, 1;", false, "transposed"},
+		{"tf32", "wgmma.mma_async.sync.aligned.m64n8k8.f32.tf32.tf32 " + d8 + ", %rd1, %rd1, 1, 1, 1;", false, "tf32"},
+		{"wait_group count in a register", "wgmma.wait_group.sync.aligned %r1;", true, "immediate count"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			src := sm90Header + ".visible .entry k()\n{\n\t.reg .b32 %r<4>;\n\t.reg .f32 %f<10>;\n\t.reg .b64 %rd<2>;\n" +
+				"\twgmma.fence.sync.aligned;\n\t" + tc.inst + "\n\tret;\n}\n"
+			d := NewDevice()
+			m, err := d.Load([]byte(src))
+			if err == nil {
+				t.Cleanup(m.Unload)
+				if tc.atLoad {
+					t.Fatalf("Load succeeded, want an error naming %q", tc.want)
+				}
+				err = launch(t, d, m, "k", Dim{1, 1, 1}, Dim{128, 1, 1}, 0, nil)
+			} else if !tc.atLoad {
+				t.Fatalf("Load: %v, want the form to load", err)
+			}
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("error %v, want one naming %q", err, tc.want)
+			}
+		})
+	}
+}
