@@ -323,22 +323,22 @@ func (t *thread) wgRun(op *wgOp) {
 		snap = snap[64:]
 	}
 	nb := s.n / 4
-	b := make([][]float64, nb)
+	b := make([]float64, nb*s.k) // column c's K values at c*k
 	for c := range nb {
-		b[c] = make([]float64, s.k)
 		for kk := range s.k {
 			v := wgElem(snap[32*c:], s.bt, kk)
 			if s.negA != s.negB {
 				v = -v
 			}
-			b[c][kk] = v
+			b[c*s.k+kk] = v
 		}
 	}
 	wg := &t.wg
 	dot := func(h, c int) float64 {
+		bc := b[c*s.k : (c+1)*s.k]
 		var sum float64
 		for kk, x := range a[h] {
-			sum += x * b[c][kk]
+			sum += x * bc[kk]
 		}
 		return sum
 	}
