@@ -298,11 +298,15 @@ func (t *thread) wgRun(op *wgOp) {
 		for now[i] == op.snap[i] {
 			i++
 		}
-		what := "B"
-		if !s.aRegs && i < 64 {
-			what = "A"
+		what, d, row := "A", op.a, op.warpRow+8*(i/32)
+		if j := i - 64; s.aRegs || j >= 0 {
+			if s.aRegs {
+				j = i
+			}
+			what, d, row = "B", op.b, 8*(j/64)+op.colBase+j/32%2
 		}
-		t.panicf("wgmma.mma_async: shared memory of operand %s changed between the MMA's issue and its wgmma.wait_group", what)
+		t.panicf("wgmma.mma_async: shared memory of operand %s (row %d, K byte %d at %#x) changed between the MMA's issue and its wgmma.wait_group",
+			what, row, i%32, d.addr(row, i%32))
 	}
 	for i, r := range op.aReg {
 		if op.regs[r] != op.aVal[i] {

@@ -379,8 +379,8 @@ WD:
 		{name: "operands released after the warp's wait", c: e4, fence: true, issued: dawdle, waited: release},
 		{name: "accumulator written", c: e4, fence: true, issued: "\tmov.b32 %d3, 0;\n", want: "accumulator register was written"},
 		{name: "A register written", c: regs, fence: true, issued: "\tmov.b32 %a0, 0;\n", want: "A register was written"},
-		{name: "B overwritten in flight", c: e4, fence: true, issued: "\tst.shared.u32 [%r4], %r1;\n", want: "operand B changed"},
-		{name: "A overwritten in flight", c: e4, fence: true, issued: "\tst.shared.u32 [%r3+16], %r1;\n", want: "operand A changed"},
+		{name: "B overwritten in flight", c: e4, fence: true, issued: "\tst.shared.u32 [%r4], %r1;\n", want: "operand B (row 0, K byte "},
+		{name: "A overwritten in flight", c: e4, fence: true, issued: "\tst.shared.u32 [%r3+16], %r1;\n", want: "operand A (row 0, K byte 1"},
 		{name: "no fence", c: e4, fence: false, want: "without a wgmma.fence"},
 		{name: "half a warpgroup", c: e4, fence: true, block: 64, want: "warpgroup is not complete"},
 	} {
