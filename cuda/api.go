@@ -29,12 +29,17 @@ type Dim3 struct{ X, Y, Z uint32 }
 // EmulatorEnv selects the emulated driver when set (MEGAMOE_EMU=1): kernels
 // compile to PTX for compute_80 and run on the CPU through ptxemu.
 // MEGAMOE_EMU=sm_90a reports a 9.0 device without TMA instead: compute_90a
-// PTX, so the Hopper builds of the non-TMA kernels run; MEGAMOE_EMU=sm_100a
+// PTX, so the Hopper builds of the non-TMA kernels run; MEGAMOE_EMU=sm_90a+tma
+// (EmulatorHopperTMA) a 9.0 device with tensor maps and PDL, whose planner
+// picks the TMA and wgmma kernels as on an H200; MEGAMOE_EMU=sm_100a
 // reports a 10.0 device (B200's 148 SMs) with tensor maps: compute_100a PTX
 // with tcgen05, tensor memory, TMA and mbarriers. It lets the GPU tests run
-// without a GPU; it says nothing about speed, and wgmma is not emulated. The emulator is only in builds with the
+// without a GPU; it says nothing about speed. The emulator is only in builds with the
 // megamoe_emu tag (EmulatorTag); elsewhere Load fails while it is set.
 const EmulatorEnv = "MEGAMOE_EMU"
+
+// EmulatorHopperTMA is the MEGAMOE_EMU value of the emulated Hopper with TMA.
+const EmulatorHopperTMA = "sm_90a+tma"
 
 // EmulatorTag is the build tag that compiles the emulated driver in.
 const EmulatorTag = "megamoe_emu"

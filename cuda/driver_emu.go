@@ -32,7 +32,8 @@ func isEmuDriver(api driverAPI) bool {
 // is then a valid order of the graph's nodes.
 type emuDriver struct {
 	mu      sync.Mutex
-	major   int // compute capability reported: 8 (sm_80), 9 (sm_90a without TMA) or 10 (sm_100a)
+	major   int  // compute capability reported: 8 (sm_80), 9 (sm_90a) or 10 (sm_100a)
+	tma     bool // sm_90a with tensor maps and PDL (MEGAMOE_EMU=sm_90a+tma): the Hopper TMA/wgmma paths
 	dev     *ptxemu.Device
 	next    uintptr
 	hosts   map[unsafe.Pointer][]byte
@@ -69,7 +70,7 @@ type emuEvent struct {
 	mark int
 }
 
-// Emulated device: sm_80 (or sm_90a without TMA) instructions, H200-sized
+// Emulated device: sm_80 (or sm_90a, with or without TMA) instructions, H200-sized
 // shared memory and SMs; with sm_100a, B200's 148 SMs (the same shared
 // memory sizes; 256 KB of tensor memory per SM, which no attribute reports).
 const (
@@ -84,14 +85,16 @@ const (
 func newEmuDriver() *emuDriver {
 	dev := ptxemu.NewDevice()
 	dev.Limit = emuTotalMem // module globals count too; checked under the device's lock
-	major := 8
+	major, tma := 8, false
 	switch v := os.Getenv(EmulatorEnv); {
+	case v == EmulatorHopperTMA:
+		major, tma = 9, true // compute_90a PTX with TMA and PDL: the H200's planner choices (wgmma, TMA decode)
 	case strings.HasPrefix(v, "sm_90") || v == "90":
 		major = 9 // compute_90a PTX: the H200's non-TMA code paths (FP8 mma, e4m3 cvt, clusters)
 	case strings.HasPrefix(v, "sm_100") || v == "100":
 		major = 10 // compute_100a PTX: tcgen05, tensor memory, TMA, mbarriers
 	}
-	return &emuDriver{dev: dev, major: major, next: 1, hosts: map[unsafe.Pointer][]byte{},
+	return &emuDriver{dev: dev, major: major, tma: tma, next: 1, hosts: map[unsafe.Pointer][]byte{},
 		modules: map[uintptr]*ptxemu.Module{}, funcs: map[uintptr]*ptxemu.Function{},
 		streams: map[uintptr]*emuStream{0: {}}, events: map[uintptr]*emuEvent{}, graphs: map[uintptr][]func() int{},
 		maxDyn: map[uintptr]int{}}
@@ -159,8 +162,8 @@ func (e *emuDriver) primaryCtxRelease(int) int           { return 0 }
 func (e *emuDriver) ctxSynchronize(uintptr) int          { return 0 }
 func (e *emuDriver) streamSynchronize(_, _ uintptr) int  { return 0 }
 func (e *emuDriver) eventSynchronize(_, _ uintptr) int   { return 0 }
-func (e *emuDriver) hasTensorMaps() bool                 { return e.major == 10 }
-func (e *emuDriver) hasLaunchEx() bool                   { return false }
+func (e *emuDriver) hasTensorMaps() bool                 { return e.major == 10 || e.tma }
+func (e *emuDriver) hasLaunchEx() bool                   { return e.tma } // launches complete in order: PDL changes nothing
 func (e *emuDriver) moduleUnload(_, m uintptr) int {
 	e.mu.Lock()
 	defer e.mu.Unlock()
@@ -174,6 +177,9 @@ func (e *emuDriver) moduleUnload(_, m uintptr) int {
 func (e *emuDriver) deviceName(int) (string, int) {
 	if e.major == 10 {
 		return "ptxemu (emulated sm_100a)", 0
+	}
+	if e.tma {
+		return "ptxemu (emulated sm_90a with TMA)", 0
 	}
 	if e.major == 9 {
 		return "ptxemu (emulated sm_90a, no TMA)", 0
@@ -627,7 +633,7 @@ func (e *emuDriver) dropGraph(g uintptr) int {
 }
 
 // tensorMap2D and tensorMap3D encode ptxemu's private tensor map
-// (ptxemu.EncodeTensorMap) on the sm_100a device, the only one with TMA.
+// (ptxemu.EncodeTensorMap) on the devices with TMA (sm_90a+tma, sm_100a).
 func (e *emuDriver) tensorMap2D(_ uintptr, out *TensorMap, dtype int, addr DevicePtr, inner, outer, stride uint64, boxInner, boxOuter uint32, swizzle int) int {
 	return e.tensorMap(out, ptxemu.TensorMap{DType: dtype, Rank: 2, Addr: uint64(addr), Dims: [5]uint64{inner, outer},
 		Strides: [5]uint64{0, stride}, Box: [5]uint32{boxInner, boxOuter}, Swizzle: swizzle})
@@ -639,8 +645,8 @@ func (e *emuDriver) tensorMap3D(_ uintptr, out *TensorMap, dtype int, addr Devic
 }
 
 func (e *emuDriver) tensorMap(out *TensorMap, m ptxemu.TensorMap) int {
-	if e.major != 10 {
-		return e.failf(cuNotSupported, "no TMA in ptxemu below sm_100a (%s=sm_100a)", EmulatorEnv)
+	if !e.hasTensorMaps() {
+		return e.failf(cuNotSupported, "no TMA on this emulated device (%s=%s or sm_100a)", EmulatorEnv, EmulatorHopperTMA)
 	}
 	b, err := ptxemu.EncodeTensorMap(m)
 	if err != nil {

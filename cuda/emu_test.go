@@ -329,6 +329,20 @@ func TestEmuDeviceInfo(t *testing.T) {
 	if _, err := ctx90.TensorMapBytes2D(buf.Ptr, 32, 128, 8, 128); err == nil {
 		t.Error("sm_90a mode encoded a tensor map; its device has no TMA")
 	}
+	// sm_90a+tma mode: the same 9.0 device with tensor maps and PDL, so the
+	// planner takes the Hopper TMA and wgmma paths.
+	ctxT, sT := emuSessionAs(t, cuda.EmulatorHopperTMA)
+	if d := ctxT.Device(); d.Arch() != "compute_90a" || d.Major != 9 || d.Minor != 0 || !ctxT.HasTMA() || !ctxT.CanPDL() || !sT.PDL() ||
+		!strings.Contains(d.Name, "with TMA") {
+		t.Errorf("sm_90a+tma mode: %s arch %s %d.%d TMA %v PDL %v, want compute_90a 9.0 with TMA and PDL", d.Name, d.Arch(), d.Major, d.Minor, ctxT.HasTMA(), ctxT.CanPDL())
+	}
+	bufT, err := ctxT.Alloc(4096)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ctxT.TensorMapBytes2D(bufT.Ptr, 32, 128, 8, 128); err != nil {
+		t.Errorf("sm_90a+tma mode: tensor map: %v", err)
+	}
 	// sm_100a mode: B200's 10.0 with 148 SMs, compute_100a PTX, tensor maps
 	// (the Hopper TMA paths stay off: HasTMA means sm_90a).
 	ctx100, _ := emuSessionAs(t, "sm_100a")

@@ -3,8 +3,8 @@
 # build with -tags megamoe_emu), kernels compiled by NVRTC to compute_80 PTX.
 # Fetches NVRTC 12.4 from the Debian archive (trixie non-free, at the mirror
 # the machine's apt sources name; MEGAMOE_DEBIAN_ARCHIVE overrides it) when
-# none is found. Slow (an emulated kernel is ~10^4 times slower than the GPU);
-# wgmma/TMA kernels are not covered.
+# none is found. Slow (an emulated kernel is ~10^4 times slower than the GPU).
+# MEGAMOE_EMU=sm_90a+tma runs the Hopper TMA/wgmma kernels (docs/emulator.md).
 #
 #   scripts/emu-test.sh                       # the default set below
 #   scripts/emu-test.sh ./backend/gpu 'TestHcPreNorm|TestExperts'
@@ -94,7 +94,7 @@ if [ -z "${MEGAMOE_NVRTC:-}" ]; then
 	export MEGAMOE_NVRTC="$lib/libnvrtc.so.12"
 	export LD_LIBRARY_PATH="$lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 fi
-export MEGAMOE_EMU="${MEGAMOE_EMU:-1}" # 1: sm_80; sm_90a: compute_90a without TMA
+export MEGAMOE_EMU="${MEGAMOE_EMU:-1}" # 1: sm_80; sm_90a: compute_90a without TMA; sm_90a+tma: with TMA
 
 if [ $# -ge 1 ]; then
 	pkg=$1
@@ -108,5 +108,12 @@ fi
 go test -tags megamoe_emu -count=1 -timeout 120m -run 'TestEmu|TestKernelsVsCPU|TestIndexerTopKVsCPU|TestIndexerScoresMMAVsSIMT|TestGraphReplay|TestStreamForkJoin|TestPoolHold|TestErrorsNameCallAndCode|TestCopiesMemsetPinned' ./cuda
 go test -tags megamoe_emu -count=1 -timeout 120m -run 'TestElementwiseOps|TestEmbedAndRope|TestHeadNorm|TestHcPreHead|TestForkRules' ./backend/gpu
 go test -tags megamoe_emu -count=1 -timeout 120m -run 'TestCheckOpsTiny' ./backend/gpu/opcheck
+# The Hopper TMA/wgmma kernels on the emulated H200 (about 30 s): linear_fp8_wg
+# with its stage ring wrapping, moe_fp4_wg (MXFP4 and NVFP4), linear_fp8_tdec
+# and the planner's linear_fp8_tdec3. Every case: MEGAMOE_EMU=sm_90a+tma
+# scripts/emu-test.sh ./cuda 'TestKernelsVsCPU/^(wg|decwg)$' (about 30 minutes).
+MEGAMOE_EMU=sm_90a+tma go test -tags megamoe_emu -count=1 -timeout 120m -run 'TestKernelsVsCPU/^wg$/linear_fp8/^70x384x1024$' ./cuda
+MEGAMOE_EMU=sm_90a+tma go test -tags megamoe_emu -count=1 -timeout 120m -run 'TestKernelsVsCPU/^wg$/moe_fp4/^(E=256_M=8_n=256_k=512_nvfp4|E=4_M=200_n=384_k=256_mxfp4_gap)$' ./cuda
+MEGAMOE_EMU=sm_90a+tma go test -tags megamoe_emu -count=1 -timeout 120m -run 'TestKernelsVsCPU/^(decwg|auto)$/linear_fp8/^2x136x16512$' ./cuda
 # The sm_100a tcgen05 kernels (their committed PTX fixtures) on the emulated B200.
 MEGAMOE_EMU=sm_100a go test -tags megamoe_emu -count=1 -timeout 120m -run 'TestTCKernels' ./cuda

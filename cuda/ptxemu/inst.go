@@ -100,7 +100,7 @@ func (f *Function) decode(in *inst, text string) error {
 		return nil
 	case base == "cp" && in.has("bulk"):
 		return f.decodeBulk(in, rest) // TMA: its own operand syntax
-	case base == "wgmma", base == "setmaxnreg", base == "stmatrix", base == "tensormap":
+	case base == "tensormap":
 		return f.deferUnsupported(in, "sm_90 instruction "+opcode)
 	case decoders[base] == nil && base != "bra" && base != "call":
 		return f.deferUnsupported(in, "instruction "+opcode)
@@ -245,6 +245,9 @@ func init() {
 		"mbarrier":       decMbarrier,
 		"elect":          decElect,
 		"tcgen05":        decTcgen05,
+		"wgmma":          decWgmma,
+		"stmatrix":       decStmatrix,
+		"setmaxnreg":     decSetmaxnreg,
 	}
 	for _, op := range []string{"add", "sub", "mul", "mad", "fma", "div", "rem", "min", "max", "neg", "abs",
 		"and", "or", "xor", "not", "cnot", "shl", "shr", "popc", "clz", "brev", "bfe", "bfi", "prmt", "lop3", "shf",

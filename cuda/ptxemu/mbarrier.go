@@ -18,6 +18,7 @@ type asyncState struct {
 	waiting int
 	landing map[uint64][]func() // barrier offset -> copies that land when its phase completes
 	tmem    *tmemState
+	maxnreg map[int][]uint64 // warp -> its setmaxnreg calls (count | inc<<32)
 }
 
 // leftover reports state a finished block must not leave behind.

@@ -109,13 +109,13 @@ func TestLoadErrors(t *testing.T) {
 	}
 }
 
-// Instructions the emulator does not run (unknown ones, sm_90's wgmma,
-// sm_100's CTA pairs) load, so the module's other kernels run; a thread that
+// Instructions the emulator does not run (unknown ones, sm_90's integer
+// wgmma, sm_100's CTA pairs) load, so the module's other kernels run; a thread that
 // reaches one fails the launch with the instruction named.
 func TestUnsupportedFailsAtRun(t *testing.T) {
 	for _, tc := range []struct{ name, body, want string }{
 		{"unknown instruction", "\tfrobnicate.u32 %r1, %r2;", "frobnicate"},
-		{"sm_90 wgmma", "\twgmma.fence.sync.aligned;", "wgmma"},
+		{"sm_90 integer wgmma", "\twgmma.mma_async.sync.aligned.m64n8k32.s32.s8.s8 {%r1, %r2, %r3, %r3}, %rd1, %rd1, 1;", "wgmma.mma_async inputs .s8.s8"},
 		{"sm_100 CTA pair", "\ttcgen05.alloc.cta_group::2.sync.aligned.shared::cta.b32 [%r1], 32;", "cta_group::2"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

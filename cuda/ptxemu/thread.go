@@ -33,6 +33,7 @@ type thread struct {
 	cpIssued []func()
 	cpGroups [][]func()
 	tc       tcThread // tcgen05 work issued by this thread and not yet complete
+	wg       wgThread // wgmma groups issued by this thread and not yet waited for
 	// last global allocation touched, to skip the device lookup
 	cBase uint64
 	cBuf  []byte
