@@ -23,11 +23,22 @@ const PathDecF16 Path = "decf16"
 // (moe_fp4_decm), on lists of 8-row tiles: no tile_map launch (a MoE path only).
 const PathDecMap Path = "decmap"
 
+// Sparse attention paths (SparseAttnF32): one CTA per (row, head group), the
+// keys split over an 8-CTA cluster (sm_90+), or over a plain grid whose
+// last CTA combines the splits.
+const (
+	PathAttnRow     Path = "row"
+	PathAttnCluster Path = "cluster"
+	PathAttnSplit   Path = "split"
+)
+
 // KernelChoice forces the GEMM paths of a context (benchmarks and tests that
 // compare the paths on one shape); the zero value lets the planners choose.
 type KernelChoice struct {
-	Linear Path // LinearFP8
-	MoE    Path // MoEFP4
+	Linear     Path // LinearFP8
+	MoE        Path // MoEFP4
+	Attn       Path // SparseAttnF32
+	AttnSplits int  // with Attn PathAttnSplit: CTAs per (row, head group), 1..64 (0: the planner's)
 }
 
 // SetKernelChoice forces the GEMM paths for later launches on this context
@@ -43,6 +54,14 @@ func (c *Context) SetKernelChoice(k KernelChoice) error {
 		default:
 			return fmt.Errorf("cuda: kernel path %q (want dec, decf16, decmap, decwg, tiled, wg or tc)", p)
 		}
+	}
+	switch k.Attn {
+	case PathAuto, PathAttnRow, PathAttnCluster, PathAttnSplit:
+	default:
+		return fmt.Errorf("cuda: sparse attention path %q (want row, cluster or split)", k.Attn)
+	}
+	if k.AttnSplits < 0 || k.AttnSplits > attnMaxSplits || (k.AttnSplits > 0 && k.Attn != PathAttnSplit) {
+		return fmt.Errorf("cuda: %d attention splits (0..%d, with path %q only)", k.AttnSplits, attnMaxSplits, PathAttnSplit)
 	}
 	c.fnMu.Lock()
 	c.choice = k

@@ -211,10 +211,10 @@ func TestStackPrefillSeqs(t *testing.T) {
 	}
 }
 
-// TestParseVariants: --variants names each run's side stream and MoE path,
+// TestParseVariants: --variants names each run's side stream, MoE and attention paths,
 // labels the runs, and refuses unknown names and what it cannot combine with.
 func TestParseVariants(t *testing.T) {
-	got, err := parseVariants("default; no-side ;ns=no-side,default;;moe-decf16;m=moe-decf16,no-side;moe-dec;u=unfused")
+	got, err := parseVariants("default; no-side ;ns=no-side,default;;moe-decf16;m=moe-decf16,no-side;moe-dec;u=unfused;attn-split;c=attn-cluster,moe-dec;attn-row")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -227,6 +227,9 @@ func TestParseVariants(t *testing.T) {
 		{label: "m", noSide: true, moe: cuda.PathDecF16},
 		{label: "moe-dec", moe: cuda.PathDec},
 		{label: "u", unfused: true},
+		{label: "attn-split", attn: cuda.PathAttnSplit},
+		{label: "c", moe: cuda.PathDec, attn: cuda.PathAttnCluster},
+		{label: "attn-row", attn: cuda.PathAttnRow},
 	}
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("parseVariants = %+v\nwant %+v", got, want)
@@ -238,6 +241,7 @@ func TestParseVariants(t *testing.T) {
 		{"--variants", "no-side", "--side-stream=false"},
 		{"--variants", "no-side", "--device", "cpu"},
 		{"--variants", "no-side", "--profile"},
+		{"--attn-path", "clusters"},
 	} {
 		if _, err := parseStack(args, io.Discard); err == nil {
 			t.Errorf("bench stack accepted %q", args)

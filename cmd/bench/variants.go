@@ -12,13 +12,14 @@ import (
 )
 
 // variant is one run of --variants: noSide runs every op on the main stream;
-// moe forces the MoE GEMM's kernel path (cuda.KernelChoice) where it applies;
-// unfused runs RopeHadamardFP4 and ExpertsCombinePost as their parts
-// (gpu.Backend.SetSplitFused).
+// moe forces the MoE GEMM's kernel path (cuda.KernelChoice) where it applies,
+// attn the sparse attention's; unfused runs RopeHadamardFP4 and
+// ExpertsCombinePost as their parts (gpu.Backend.SetSplitFused).
 type variant struct {
 	label   string
 	noSide  bool
 	moe     cuda.Path
+	attn    cuda.Path
 	unfused bool
 }
 
@@ -27,7 +28,10 @@ type variant struct {
 // "moe-decf16" (moe_fp4_decf16 for the decode MoE GEMMs), "moe-dec"
 // (moe_fp4_dec after the tile_map launch, instead of the default decmap),
 // "unfused" (the indexer's q epilogue and the MoE's hc post as separate
-// launches) or "" or "default" (the default run).
+// launches), "attn-row", "attn-cluster", "attn-split" (every sparse
+// attention call on that path: one CTA per row and head group, the keys over
+// 8-CTA clusters, the keys over a plain grid) or "" or "default" (the
+// default run).
 func parseVariants(list string) ([]variant, error) {
 	var vs []variant
 	for _, item := range strings.Split(list, ";") {
@@ -49,8 +53,14 @@ func parseVariants(list string) ([]variant, error) {
 				v.moe = cuda.PathDec
 			case "unfused":
 				v.unfused = true
+			case "attn-row":
+				v.attn = cuda.PathAttnRow
+			case "attn-cluster":
+				v.attn = cuda.PathAttnCluster
+			case "attn-split":
+				v.attn = cuda.PathAttnSplit
 			default:
-				return nil, fmt.Errorf("--variants %q: unknown %q (want no-side, moe-decf16, moe-dec, unfused or default)", item, n)
+				return nil, fmt.Errorf("--variants %q: unknown %q (want no-side, moe-decf16, moe-dec, unfused, attn-row, attn-cluster, attn-split or default)", item, n)
 			}
 		}
 		if v.label = label; v.label == "" {
@@ -73,7 +83,11 @@ func runVariants(m engine.Stepper, g *gpu.Backend, f *stackFlags, fr *floorRepor
 		if err := g.SetSplitFused(v.unfused); err != nil {
 			return err
 		}
-		if err := g.Context().SetKernelChoice(cuda.KernelChoice{MoE: v.moe}); err != nil {
+		attn := v.attn
+		if attn == cuda.PathAuto {
+			attn = f.attnPath
+		}
+		if err := g.Context().SetKernelChoice(cuda.KernelChoice{MoE: v.moe, Attn: attn}); err != nil {
 			return err
 		}
 		if err := g.DropGraphs(); err != nil {
