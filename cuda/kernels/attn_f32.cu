@@ -832,6 +832,7 @@ extern "C" __global__ void __launch_bounds__(1024) indexer_topk_f32(
 #define AT_NC 8
 #define AT_SMAX 64
 #define AT_THREADS 256
+#define AT_KPB 4 // blocks of key pointers fetched at once: one key a thread
 // attn_body's modes: whole rows, cluster splits, plain-grid splits, and the
 // plain grid's faithful pass 1 alone (the split maxima).
 #define AT_WHOLE 0
@@ -917,7 +918,7 @@ DEV float4 key4(const u8* p, int c4, int nope, int soff) {
 }
 
 struct AttnSmem {
-	const u8* kp[64];       // key rows of the block (null: empty slot)
+	const u8* kp[AT_KPB * 64]; // key rows of AT_KPB blocks (null: empty slot)
 	float sc[AT_HG][64];    // scores (NaN: no key)
 	float4 pw[64][2];       // bf16-rounded P per (key, head): heads 4i..4i+3 in pw[k][i]
 	u32 inv[64][2];         // byte per (key, head): P not added (the CPU skips it)
@@ -972,12 +973,18 @@ DEV void attn_body(float* __restrict__ out, const float* __restrict__ q, const f
 	}
 	if (tid < AT_HG) { sm.m[tid] = NEG_INF; sm.l[tid] = 0.0f; sm.mloc[tid] = NEG_INF; }
 
-	// Key rows of block b into sm.kp (the CPU's index list).
-	auto keys = [&](int b0, int n) {
-		if (tid < 64) {
+	// Key rows of blocks [kc, kc + AT_KPB) below bhi into sm.kp (the CPU's
+	// index list), one key a thread, so the dependent loads (selection, block
+	// table) of AT_KPB blocks overlap; ko: block b's first. Called by the
+	// whole CTA after a barrier.
+	static_assert(AT_THREADS == AT_KPB * 64, "one key pointer a thread");
+	int kc = -(1 << 30), ko = 0;
+	auto fetch = [&](int b) {
+		if (b < kc || b >= kc + AT_KPB) {
+			kc = b;
 			const u8* kk = nullptr;
-			const int ki = b0 + tid;
-			if (tid < n) {
+			const int ki = b * 64 + tid;
+			if (ki < nkeys && ki < bhi * 64) {
 				if (ki < nwin) {
 					const int p = p0 + ki;
 					kk = p >= start ? reinterpret_cast<const u8*>(kv + (size_t)(row0 + p - start) * D)
@@ -992,7 +999,9 @@ DEV void attn_body(float* __restrict__ out, const float* __restrict__ q, const f
 				}
 			}
 			sm.kp[tid] = kk;
+			__syncthreads();
 		}
+		ko = (b - kc) * 64;
 	};
 	// Scores of the block's n keys into sm.sc: warp w, keys 8w..8w+7.
 	auto scores = [&](int n) {
@@ -1001,7 +1010,7 @@ DEV void attn_body(float* __restrict__ out, const float* __restrict__ q, const f
 			const int kb = w * 8 + ps * 4;
 			const u8* kr[4];
 #pragma unroll
-			for (int j = 0; j < 4; j++) kr[j] = kb + j < n ? sm.kp[kb + j] : nullptr;
+			for (int j = 0; j < 4; j++) kr[j] = kb + j < n ? sm.kp[ko + kb + j] : nullptr;
 			float a[32];
 #pragma unroll
 			for (int i = 0; i < 32; i++) a[i] = 0.0f;
@@ -1018,7 +1027,7 @@ DEV void attn_body(float* __restrict__ out, const float* __restrict__ q, const f
 			}
 			const float s = reduce_scatter32(a, lane) * scale;
 			const int ki = kb + (lane >> 3);
-			sm.sc[lane & 7][ki] = ki < n && sm.kp[ki] ? s : __int_as_float(0x7fc00000);
+			sm.sc[lane & 7][ki] = ki < n && sm.kp[ko + ki] ? s : __int_as_float(0x7fc00000);
 		}
 	};
 
@@ -1027,8 +1036,7 @@ DEV void attn_body(float* __restrict__ out, const float* __restrict__ q, const f
 		for (int b = blo; b < bhi; b++) {
 			const int b0 = b * 64, n = min(64, nkeys - b0);
 			__syncthreads();
-			keys(b0, n);
-			__syncthreads();
+			fetch(b);
 			scores(n);
 			__syncthreads();
 			if (w < AT_HG) {
@@ -1067,8 +1075,7 @@ DEV void attn_body(float* __restrict__ out, const float* __restrict__ q, const f
 	for (int b = blo; b < bhi; b++) {
 		const int b0 = b * 64, n = min(64, nkeys - b0);
 		__syncthreads();
-		keys(b0, n);
-		__syncthreads();
+		fetch(b);
 		scores(n);
 		__syncthreads();
 		if (w < AT_HG) { // head w: block max, rescale, P
@@ -1122,7 +1129,7 @@ DEV void attn_body(float* __restrict__ out, const float* __restrict__ q, const f
 		};
 #pragma unroll 4
 		for (int k = 0; k < n; k++) {
-			const u8* kr = sm.kp[k];
+			const u8* kr = sm.kp[ko + k];
 			if (!kr) continue;
 			if (ok0) accum(acc0, kr, k, hs0, c40);
 			if (ok1) accum(acc1, kr, k, hs1, c41);
