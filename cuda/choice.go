@@ -40,11 +40,22 @@ const PathDecPre Path = "decpre"
 // decMapPath reports whether a MoE path finds its tiles in the kernel.
 func decMapPath(p Path) bool { return p == PathDecMap || p == PathDecPre }
 
+// Sparse attention paths (SparseAttnF32): one CTA per (row, head group), the
+// keys split over an 8-CTA cluster (sm_90+), or over a plain grid whose
+// last CTA combines the splits.
+const (
+	PathAttnRow     Path = "row"
+	PathAttnCluster Path = "cluster"
+	PathAttnSplit   Path = "split"
+)
+
 // KernelChoice forces the GEMM paths of a context (benchmarks and tests that
 // compare the paths on one shape); the zero value lets the planners choose.
 type KernelChoice struct {
-	Linear Path // LinearFP8
-	MoE    Path // MoEFP4
+	Linear     Path // LinearFP8
+	MoE        Path // MoEFP4
+	Attn       Path // SparseAttnF32
+	AttnSplits int  // with Attn PathAttnSplit: CTAs per (row, head group), 1..64 (0: the planner's)
 }
 
 // SetKernelChoice forces the GEMM paths for later launches on this context
@@ -66,6 +77,14 @@ func (c *Context) SetKernelChoice(k KernelChoice) error {
 		default:
 			return fmt.Errorf("cuda: kernel path %q (want dec, decf16, decmap, decpre, decsk, deccta, decwg, tiled, tc or a wgmma variant: %v)", p, WGPaths())
 		}
+	}
+	switch k.Attn {
+	case PathAuto, PathAttnRow, PathAttnCluster, PathAttnSplit:
+	default:
+		return fmt.Errorf("cuda: sparse attention path %q (want row, cluster or split)", k.Attn)
+	}
+	if k.AttnSplits < 0 || k.AttnSplits > attnMaxSplits || (k.AttnSplits > 0 && k.Attn != PathAttnSplit) {
+		return fmt.Errorf("cuda: %d attention splits (0..%d, with path %q only)", k.AttnSplits, attnMaxSplits, PathAttnSplit)
 	}
 	c.fnMu.Lock()
 	c.choice = k

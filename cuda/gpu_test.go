@@ -169,7 +169,7 @@ func TestKernelResources(t *testing.T) {
 		{"linear_fp8_wg", "linear_fp8_wg", 0}, {"linear_fp8_wg", "linear_fp8_wg_bulk", 0}, {"linear_fp8_wg", "linear_fp8_wg_n192", 0}, {"linear_fp8_wg", "linear_fp8_wg_n192d", 0}, {"linear_fp8_wg", "linear_fp8_wg_s5", 0},
 		{"moe_fp4_wg", "moe_fp4_wg32", 0}, {"moe_fp4_wg", "moe_fp4_wg128", 0},
 		{"linear_f32", "gemv1_f32_w1", 0}, {"linear_f32", "gemv_f32_w1", 0}, {"linear_bf16", "linear_bf16_w1", 0}, {"linear_bf16", "linear_bf16_w2", 0}, {"linear_bf16", "linear_bf16x3_w1", 0},
-		{"attn_f32", "sparse_attn_split_f32", 0}, {"attn_f32", "sparse_attn_split_kv8", 0}, {"attn_f32", "indexer_scores_kv8", 0}, {"linear_bf16", "linear_bf16_dec1_w2", 0}, {"linear_bf16", "linear_bf16x3_dec1_w1", 0}, {"linear_bf16", "linear_bf16_dec2_w2", 0}, {"linear_bf16", "linear_bf16_dec4_w2", 0}, {"linear_bf16", "linear_bf16_dec4_w1", 0},
+		{"attn_f32", "sparse_attn_split_f32", 0}, {"attn_f32", "sparse_attn_split_kv8", 0}, {"attn_f32", "sparse_attn_dec_f32", 0}, {"attn_f32", "sparse_attn_dec_kv8", 0}, {"attn_f32", "sparse_attn_max_kv8", 0}, {"attn_f32", "indexer_scores_kv8", 0}, {"linear_bf16", "linear_bf16_dec1_w2", 0}, {"linear_bf16", "linear_bf16x3_dec1_w1", 0}, {"linear_bf16", "linear_bf16_dec2_w2", 0}, {"linear_bf16", "linear_bf16_dec4_w2", 0}, {"linear_bf16", "linear_bf16_dec4_w1", 0},
 		{"moe_fused", "moe_gather_q", 0}, {"moe_fused", "moe_swiglu_q", 0},
 		{"ops_f32", "rmsnorm_quant_f32", 0}, {"ops_f32", "swiglu_quant_f32", 0},
 		{"moe_route", "router_topk8", 0}, {"moe_route", "router_topk12", 0},

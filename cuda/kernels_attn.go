@@ -198,21 +198,30 @@ func IndexerTopKF32(s *Stream, out, scores, pos DevicePtr, rows, ld, topk, ratio
 
 // AttnShape describes one sparse attention call. EntryBytes is 0 when the
 // cache (ring, ent) is fp32, else the size of a compact entry of Nope e4m3
-// and D-Nope bf16 values.
+// and D-Nope bf16 values. MaxKeys bounds the keys of a row (window and
+// compressed part; 0: Window + SelCols); it only steers how the keys are
+// split over CTAs.
 type AttnShape struct {
 	Rows, Heads, D, Window, Ratio, Per, SelCols int
 	Nope, EntryBytes                            int
+	MaxKeys                                     int
 	Scale                                       float32
 }
 
-// SparseAttnF32 runs sparse MQA with sink into out [rows][heads·d].
-func SparseAttnF32(s *Stream, out, q, kv, ring, ent, sel, sink, seqs, pos, seqOf, blocks DevicePtr, sh AttnShape, faithful bool) error {
+// SparseAttnF32 runs sparse MQA with sink into out [rows][heads·d]. part
+// holds AttnScratchBytes(s, sh) bytes when that is not zero (the split
+// path's partial results).
+func SparseAttnF32(s *Stream, out, q, kv, ring, ent, sel, sink, seqs, pos, seqOf, blocks, part DevicePtr, sh AttnShape, faithful bool) error {
 	if sh.Rows < 0 || sh.Heads <= 0 || sh.D <= 0 || sh.D%32 != 0 || sh.D > 1024 || sh.Window <= 0 || sh.Per <= 0 || ceilDiv(sh.Heads, attnHeads) > 65535 ||
-		(sh.EntryBytes != 0 && !entryBytesOK(sh.D, sh.Nope, sh.EntryBytes)) {
+		sh.MaxKeys < 0 || (sh.EntryBytes != 0 && !entryBytesOK(sh.D, sh.Nope, sh.EntryBytes)) {
 		return fmt.Errorf("cuda: sparse_attn_f32: bad shape %+v", sh)
 	}
 	if sh.Rows == 0 {
 		return nil
+	}
+	pl, err := s.ctx.planAttn(sh)
+	if err != nil {
+		return err
 	}
 	name, es := "f32", 4*sh.D
 	if sh.EntryBytes != 0 {
@@ -222,24 +231,110 @@ func SparseAttnF32(s *Stream, out, q, kv, ring, ent, sel, sink, seqs, pos, seqOf
 		I32(sh.Rows).I32(sh.Heads).I32(sh.D).I32(sh.Window).I32(sh.Ratio).I32(sh.Per).I32(sh.Nope).I32(es).F32(sh.Scale).I32(b2i(faithful))
 	groups := ceilDiv(sh.Heads, attnHeads)
 	smem := 4 * attnHeads * sh.D // the group's q rows
-	if attnSplit(sh.Rows, groups, s.ctx.dev) {
+	switch pl.path {
+	case PathAttnCluster:
 		grid := Dim3{uint32(attnCluster * groups), uint32(sh.Rows), 1}
 		return launch(s, "attn_f32", "sparse_attn_split_"+name, grid, Dim3{256, 1, 1}, smem, a)
+	case PathAttnSplit:
+		if part == 0 {
+			return fmt.Errorf("cuda: sparse_attn_dec_%s: %d splits need a partial buffer", name, pl.splits)
+		}
+		counters, err := s.fixupCounters()
+		if err != nil {
+			return err
+		}
+		recs := sh.Rows * groups * pl.splits
+		a.Ptr(part).Ptr(part + DevicePtr(4*recs*attnRecord(sh.D))).Ptr(counters).I32(pl.splits)
+		grid := Dim3{uint32(pl.splits * groups), uint32(sh.Rows), 1}
+		if faithful { // the splits' score maxima first: each split starts from the running max before it
+			if err := launch(s, "attn_f32", "sparse_attn_max_"+name, grid, Dim3{256, 1, 1}, smem, a); err != nil {
+				return err
+			}
+		}
+		return launch(s, "attn_f32", "sparse_attn_dec_"+name, grid, Dim3{256, 1, 1}, smem, a)
 	}
 	return launch(s, "attn_f32", "sparse_attn_"+name, Dim3{uint32(sh.Rows), uint32(groups), 1}, Dim3{256, 1, 1}, smem, a)
 }
 
-// Sparse attention geometry (kernels/attn_f32.cu AT_HG, AT_NC): one CTA per
-// (row, group of attnHeads heads), or a cluster of attnCluster CTAs that
-// split the row's keys.
+// AttnScratchBytes is the partial buffer SparseAttnF32 needs for sh on s's
+// device (0: none): per (row, head group, split) a record of attnRecord
+// floats and attnHeads maxima.
+func AttnScratchBytes(s *Stream, sh AttnShape) int {
+	pl, err := s.ctx.planAttn(sh)
+	if err != nil || pl.path != PathAttnSplit {
+		return 0
+	}
+	return 4 * sh.Rows * ceilDiv(sh.Heads, attnHeads) * pl.splits * (attnRecord(sh.D) + attnHeads)
+}
+
+// Sparse attention geometry (kernels/attn_f32.cu AT_HG, AT_NC, AT_SMAX): one
+// CTA per (row, group of attnHeads heads), or a cluster of attnCluster CTAs
+// that split the row's keys, or up to attnMaxSplits CTAs of a plain grid
+// that do. attnCTAsPerSM: 256 threads of 128 registers (ptxas), two CTAs an
+// SM; a split grid is sized to one such wave.
 const (
-	attnHeads   = 8
-	attnCluster = 8
+	attnHeads     = 8
+	attnCluster   = 8
+	attnMaxSplits = 64
+	attnBlock     = 64
+	attnCTAsPerSM = 2
 )
 
-// attnSplit reports whether to split every row's keys over a cluster: only
-// on sm_90+ (clusters) and when the (row, group) CTAs alone leave most SMs
-// idle (decode at small batch; the choice only steers speed).
-func attnSplit(rows, groups int, dev *Device) bool {
-	return dev.Major >= 9 && rows*groups < dev.SMs && rows <= 65535 && attnCluster*groups <= 1<<31-1
+// attnRecord is the floats of a split's partial result: m and l of every
+// head of the group, then its unnormalised output rows.
+func attnRecord(d int) int { return 2*attnHeads + attnHeads*d }
+
+type attnPlan struct {
+	path   Path // PathAttnRow, PathAttnCluster or PathAttnSplit
+	splits int  // PathAttnSplit's CTAs per (row, head group)
+}
+
+// planAttn picks the sparse attention path of sh (the choice only steers
+// speed). One CTA per (row, head group) when those fill the SMs or a row
+// has one block of keys. Otherwise the keys are split: over 8-CTA clusters
+// or over as many CTAs as one wave of the device holds (at most a block of
+// keys each), whichever leaves fewer blocks in a row on one CTA counting
+// the cluster grid's waves (the cluster on a tie). A forced path
+// (KernelChoice.Attn, AttnSplits) is taken where the device has it.
+func (c *Context) planAttn(sh AttnShape) (attnPlan, error) {
+	dev, k := c.dev, c.kernelChoice()
+	groups := ceilDiv(sh.Heads, attnHeads)
+	rg := sh.Rows * groups
+	keys := sh.MaxKeys
+	if keys == 0 {
+		keys = sh.Window + sh.SelCols
+	}
+	nb := max(1, ceilDiv(keys, attnBlock))
+	wave := attnCTAsPerSM * dev.SMs
+	clusterOK := dev.Major >= 9 && sh.Rows <= 65535
+	splitOK := sh.Rows <= 65535 && rg <= c.fixupSlots()
+	splits := min(nb, max(1, wave/max(rg, 1)), attnMaxSplits)
+	switch k.Attn {
+	case PathAttnRow:
+		return attnPlan{path: PathAttnRow}, nil
+	case PathAttnCluster:
+		if !clusterOK {
+			return attnPlan{}, fmt.Errorf("cuda: sparse attention path %q needs sm_90 and at most 65535 rows (device %d.%d, %d rows)", k.Attn, dev.Major, dev.Minor, sh.Rows)
+		}
+		return attnPlan{path: PathAttnCluster}, nil
+	case PathAttnSplit:
+		if !splitOK {
+			return attnPlan{}, fmt.Errorf("cuda: sparse attention path %q: %d rows x %d head groups exceed the stream's %d counters or 65535 rows", k.Attn, sh.Rows, groups, c.fixupSlots())
+		}
+		if k.AttnSplits > 0 {
+			splits = k.AttnSplits
+		}
+		return attnPlan{path: PathAttnSplit, splits: splits}, nil
+	}
+	if rg >= dev.SMs || nb == 1 || !splitOK {
+		return attnPlan{path: PathAttnRow}, nil
+	}
+	splitCost := ceilDiv(nb, splits)
+	if clusterOK && ceilDiv(rg*attnCluster, wave)*ceilDiv(nb, attnCluster) <= splitCost {
+		return attnPlan{path: PathAttnCluster}, nil
+	}
+	if splits < 2 {
+		return attnPlan{path: PathAttnRow}, nil
+	}
+	return attnPlan{path: PathAttnSplit, splits: splits}, nil
 }

@@ -103,10 +103,11 @@ if [ $# -ge 1 ]; then
 fi
 # The default set (about 8 minutes on two cores): every kernel against its
 # CPU twin, every backend op on tiny shapes (CheckOps), the fused hc, norm
-# and elementwise ops, graphs and error paths, and the emulated driver's own
+# and elementwise ops, sparse attention split over CTAs in a graph, graphs
+# and error paths, and the emulated driver's own
 # tests (TestEmu*, which plain go test no longer builds).
 go test -tags megamoe_emu -count=1 -timeout 120m -run 'TestEmu|TestKernelsVsCPU|TestIndexerTopKVsCPU|TestIndexerScoresMMAVsSIMT|TestGraphReplay|TestStreamForkJoin|TestPoolHold|TestErrorsNameCallAndCode|TestCopiesMemsetPinned' ./cuda
-go test -tags megamoe_emu -count=1 -timeout 120m -run 'TestElementwiseOps|TestEmbedAndRope|TestHeadNorm|TestHcPreHead|TestForkRules' ./backend/gpu
+go test -tags megamoe_emu -count=1 -timeout 120m -run 'TestElementwiseOps|TestEmbedAndRope|TestHeadNorm|TestHcPreHead|TestForkRules|TestAttnSplitGraph' ./backend/gpu
 go test -tags megamoe_emu -count=1 -timeout 120m -run 'TestCheckOpsTiny' ./backend/gpu/opcheck
 # The Hopper TMA/wgmma kernels on the emulated H200 (about 30 s): linear_fp8_wg
 # with its stage ring wrapping, moe_fp4_wg (MXFP4 and NVFP4), linear_fp8_tdec

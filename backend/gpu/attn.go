@@ -185,5 +185,19 @@ func (b *Backend) SparseAttention(s backend.KVStore, q, kv, sel backend.Tensor, 
 	if k.spec.Compact {
 		sh.Nope, sh.EntryBytes = D-kl.spec.RopeDim, kl.eb
 	}
-	return cuda.SparseAttnF32(b.s, ot.ptr, qt.ptr, kt.ptr, kl.win.Ptr, ent, selPtr, sink.buf.Ptr, db.Seqs, db.Pos, db.Seq, db.Blocks, sh, b.faithful())
+	// The most keys a row reads (a recorded step: at its capacity) steers the split.
+	sh.MaxKeys = a.Window + selCols
+	if a.Ratio == 128 {
+		sh.MaxKeys = a.Window + db.MaxEnd/128
+	}
+	var part cuda.DevicePtr
+	if nb := cuda.AttnScratchBytes(b.s, sh); nb > 0 {
+		sc, err := b.scratch(nb)
+		if err != nil {
+			return fmt.Errorf("attention layer %d: %w", a.Layer, err)
+		}
+		defer sc.Free()
+		part = sc.Ptr
+	}
+	return cuda.SparseAttnF32(b.s, ot.ptr, qt.ptr, kt.ptr, kl.win.Ptr, ent, selPtr, sink.buf.Ptr, db.Seqs, db.Pos, db.Seq, db.Blocks, part, sh, b.faithful())
 }

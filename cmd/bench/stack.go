@@ -18,6 +18,7 @@ import (
 	"github.com/megamoe/megamoe/backend/gpu"
 	"github.com/megamoe/megamoe/backend/observe"
 	"github.com/megamoe/megamoe/checkpoint"
+	"github.com/megamoe/megamoe/cuda"
 	"github.com/megamoe/megamoe/engine"
 	"github.com/megamoe/megamoe/kvcache"
 	"github.com/megamoe/megamoe/model"
@@ -39,6 +40,7 @@ type stackFlags struct {
 	tp                               int
 	reserveGiB                       float64
 	variants                         []variant // --variants
+	attnPath                         cuda.Path // --attn-path
 	ctx                              contextFlags
 	// corrupt, if set (tests), edits the weights before the model is built.
 	corrupt func(*checkpoint.Weights)
@@ -76,8 +78,16 @@ func parseStack(args []string, stderr io.Writer) (*stackFlags, error) {
 	fs.IntVar(&f.tp, "tensor-parallel", 1, "ranks (GPUs 0..N-1 over NCCL with --device cuda, else CPU backends); needs --layers unless --preset small or small-tp")
 	fs.Float64Var(&f.reserveGiB, "reserve-gib", 8, "GPU memory kept free for activations when --layers is 0")
 	synth := fs.String("model", "", "synth:PRESET[:LAYERS], serve's name of the model: sets --preset and --layers")
+	fs.Func("attn-path", "force the sparse attention's path on the GPU: row (one CTA per row and head group), cluster (the keys over 8-CTA clusters, sm_90) or split (the keys over a plain grid); default: the launcher's rule", func(v string) error {
+		switch p := cuda.Path(v); p {
+		case cuda.PathAttnRow, cuda.PathAttnCluster, cuda.PathAttnSplit:
+			f.attnPath = p
+			return nil
+		}
+		return fmt.Errorf("want row, cluster or split, not %q", v)
+	})
 	addContextFlags(fs, &f.ctx)
-	vars := fs.String("variants", "", "time the plan once per variant on one model (weights generated once): runs separated by ';', each 'label=names' or 'names', names 'no-side' (every op on the main stream), 'moe-decf16' (moe_fp4_decf16 for the decode MoE GEMMs), 'moe-dec' (moe_fp4_dec after a tile_map launch, not decmap), 'moe-decpre' (decmap with its first weight loads before the PDL wait), 'dense-decsk' (linear_fp8_dsk on every decode FP8 linear it runs), 'dense-deccta' (the decode FP8 linears without linear_fp8_dsk), 'unfused' (the indexer's q epilogue and the MoE's hc post as separate launches) or '' or 'default' (the defaults); e.g. 'default;no-side;default'")
+	vars := fs.String("variants", "", "time the plan once per variant on one model (weights generated once): runs separated by ';', each 'label=names' or 'names', names 'no-side' (every op on the main stream), 'moe-decf16' (moe_fp4_decf16 for the decode MoE GEMMs), 'moe-dec' (moe_fp4_dec after a tile_map launch, not decmap), 'moe-decpre' (decmap with its first weight loads before the PDL wait), 'dense-decsk' (linear_fp8_dsk on every decode FP8 linear it runs), 'dense-deccta' (the decode FP8 linears without linear_fp8_dsk), 'unfused' (the indexer's q epilogue and the MoE's hc post as separate launches), 'attn-row', 'attn-cluster' or 'attn-split' (the sparse attention's path: one CTA per row and head group, 8-CTA clusters, a plain grid of splits) or '' or 'default' (the defaults); e.g. 'default;no-side;default'")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
 	}
@@ -326,6 +336,10 @@ func openBackend(f *stackFlags) (backend.Backend, func(), error) {
 	g, err := gpu.New(gpu.Options{Graphs: f.graphs, NoPDL: !f.pdl, TimeReplays: f.timeGraphs, NoSideStream: !f.side})
 	if err != nil {
 		return nil, nil, fmt.Errorf("--device cuda: %w", err)
+	}
+	if err := g.Context().SetKernelChoice(cuda.KernelChoice{Attn: f.attnPath}); err != nil {
+		g.Close()
+		return nil, nil, fmt.Errorf("--attn-path: %w", err)
 	}
 	return g, func() { g.Close() }, nil
 }

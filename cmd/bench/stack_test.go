@@ -211,10 +211,10 @@ func TestStackPrefillSeqs(t *testing.T) {
 	}
 }
 
-// TestParseVariants: --variants names each run's side stream, MoE and linear paths,
+// TestParseVariants: --variants names each run's side stream, MoE, linear and attention paths,
 // labels the runs, and refuses unknown names and what it cannot combine with.
 func TestParseVariants(t *testing.T) {
-	got, err := parseVariants("default; no-side ;ns=no-side,default;;moe-decf16;m=moe-decf16,no-side;moe-dec;moe-decpre;u=unfused;dense-decsk;d=dense-deccta,moe-dec")
+	got, err := parseVariants("default; no-side ;ns=no-side,default;;moe-decf16;m=moe-decf16,no-side;moe-dec;moe-decpre;u=unfused;dense-decsk;d=dense-deccta,moe-dec;attn-split;c=attn-cluster,moe-dec;attn-row")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -230,6 +230,9 @@ func TestParseVariants(t *testing.T) {
 		{label: "u", unfused: true},
 		{label: "dense-decsk", linear: cuda.PathDecSK},
 		{label: "d", linear: cuda.PathDecCTA, moe: cuda.PathDec},
+		{label: "attn-split", attn: cuda.PathAttnSplit},
+		{label: "c", moe: cuda.PathDec, attn: cuda.PathAttnCluster},
+		{label: "attn-row", attn: cuda.PathAttnRow},
 	}
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("parseVariants = %+v\nwant %+v", got, want)
@@ -241,6 +244,7 @@ func TestParseVariants(t *testing.T) {
 		{"--variants", "no-side", "--side-stream=false"},
 		{"--variants", "no-side", "--device", "cpu"},
 		{"--variants", "no-side", "--profile"},
+		{"--attn-path", "clusters"},
 	} {
 		if _, err := parseStack(args, io.Discard); err == nil {
 			t.Errorf("bench stack accepted %q", args)

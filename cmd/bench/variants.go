@@ -12,14 +12,16 @@ import (
 )
 
 // variant is one run of --variants: noSide runs every op on the main stream;
-// moe and linear force the MoE GEMM's and the FP8 linear's kernel paths
-// (cuda.KernelChoice) where they apply; unfused runs RopeHadamardFP4 and ExpertsCombinePost as their parts
+// moe, linear and attn force the MoE GEMM's, the FP8 linear's and the sparse
+// attention's kernel paths (cuda.KernelChoice) where they apply; unfused runs
+// RopeHadamardFP4 and ExpertsCombinePost as their parts
 // (gpu.Backend.SetSplitFused).
 type variant struct {
 	label   string
 	noSide  bool
 	moe     cuda.Path
 	linear  cuda.Path
+	attn    cuda.Path
 	unfused bool
 }
 
@@ -30,8 +32,11 @@ type variant struct {
 // "moe-decpre" (decmap with its weight loads started before the PDL wait),
 // "dense-decsk" (linear_fp8_dsk on every decode FP8 linear it can run),
 // "dense-deccta" (the decode FP8 linears without linear_fp8_dsk: K split
-// inside a CTA only, linear_fp8_dec or the TMA kernels), "unfused" (the indexer's q epilogue and the MoE's hc post as separate
-// launches) or "" or "default" (the default run).
+// inside a CTA only, linear_fp8_dec or the TMA kernels), "unfused" (the
+// indexer's q epilogue and the MoE's hc post as separate launches), "attn-row", "attn-cluster", "attn-split" (every sparse
+// attention call on that path: one CTA per row and head group, the keys over
+// 8-CTA clusters, the keys over a plain grid) or "" or "default" (the
+// default run).
 func parseVariants(list string) ([]variant, error) {
 	var vs []variant
 	for _, item := range strings.Split(list, ";") {
@@ -59,8 +64,14 @@ func parseVariants(list string) ([]variant, error) {
 				v.linear = cuda.PathDecCTA
 			case "unfused":
 				v.unfused = true
+			case "attn-row":
+				v.attn = cuda.PathAttnRow
+			case "attn-cluster":
+				v.attn = cuda.PathAttnCluster
+			case "attn-split":
+				v.attn = cuda.PathAttnSplit
 			default:
-				return nil, fmt.Errorf("--variants %q: unknown %q (want no-side, moe-decf16, moe-dec, moe-decpre, dense-decsk, dense-deccta, unfused or default)", item, n)
+				return nil, fmt.Errorf("--variants %q: unknown %q (want no-side, moe-decf16, moe-dec, moe-decpre, dense-decsk, dense-deccta, unfused, attn-row, attn-cluster, attn-split or default)", item, n)
 			}
 		}
 		if v.label = label; v.label == "" {
@@ -83,7 +94,11 @@ func runVariants(m engine.Stepper, g *gpu.Backend, f *stackFlags, fr *floorRepor
 		if err := g.SetSplitFused(v.unfused); err != nil {
 			return err
 		}
-		if err := g.Context().SetKernelChoice(cuda.KernelChoice{MoE: v.moe, Linear: v.linear}); err != nil {
+		attn := v.attn
+		if attn == cuda.PathAuto {
+			attn = f.attnPath
+		}
+		if err := g.Context().SetKernelChoice(cuda.KernelChoice{MoE: v.moe, Linear: v.linear, Attn: attn}); err != nil {
 			return err
 		}
 		if err := g.DropGraphs(); err != nil {

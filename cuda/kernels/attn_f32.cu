@@ -817,15 +817,28 @@ extern "C" __global__ void __launch_bounds__(1024) indexer_topk_f32(
 // backend/cpu per head (warp h), then P·V with every key row read once per
 // thread column. sparse_attn_f32 runs all keys; sparse_attn_split_f32
 // (sm_90) splits the blocks of a row over a cluster of AT_NC CTAs and
-// combines through distributed shared memory in rank order. Faithful mode
-// first exchanges per-CTA score maxima, so every CTA starts its online
-// softmax from the true running max of the blocks before it and rounds P to
-// bf16 at exactly the CPU's points; exact mode skips that (the result is the
-// same up to fp32 rounding). The combine rescales each CTA's (acc, l) by
-// exp(m_c - m) and adds the sink once.
+// combines through distributed shared memory in rank order;
+// sparse_attn_dec_f32 splits them over S CTAs of a plain grid (any S up to
+// AT_SMAX, flash-decoding) that leave (m, l, acc) in global memory, the last
+// CTA of a (row, head group) combining them in split order. Faithful mode
+// gives every split the running max of the blocks before it (the cluster
+// exchanges per-CTA score maxima; the plain grid reads those that
+// sparse_attn_max_f32 wrote), so each CTA starts its online softmax from
+// the CPU's running max and rounds P to bf16 at exactly the CPU's points;
+// exact mode skips that (the result is the same up to fp32 rounding). The
+// combine rescales each split's (acc, l) by exp(m_c - m) and adds the sink
+// once.
 #define AT_HG 8
 #define AT_NC 8
+#define AT_SMAX 64
 #define AT_THREADS 256
+#define AT_KPB 4 // blocks of key pointers fetched at once: one key a thread
+// attn_body's modes: whole rows, cluster splits, plain-grid splits, and the
+// plain grid's faithful pass 1 alone (the split maxima).
+#define AT_WHOLE 0
+#define AT_CLU 1
+#define AT_DEC 2
+#define AT_MAX 3
 
 DEV float dot4(float4 a, float4 b, float acc) {
 	acc = fmaf(a.x, b.x, acc);
@@ -905,24 +918,31 @@ DEV float4 key4(const u8* p, int c4, int nope, int soff) {
 }
 
 struct AttnSmem {
-	const u8* kp[64];       // key rows of the block (null: empty slot)
+	const u8* kp[AT_KPB * 64]; // key rows of AT_KPB blocks (null: empty slot)
 	float sc[AT_HG][64];    // scores (NaN: no key)
 	float4 pw[64][2];       // bf16-rounded P per (key, head): heads 4i..4i+3 in pw[k][i]
 	u32 inv[64][2];         // byte per (key, head): P not added (the CPU skips it)
 	__align__(16) float al[AT_HG]; // read as float4 per head quad
 	float m[AT_HG], l[AT_HG], lf[AT_HG], mloc[AT_HG];
-	float f[AT_NC][AT_HG];  // combine factors
+	float f[AT_SMAX][AT_HG]; // combine factors
+	int last;               // AT_DEC: this CTA combines
 };
 
 // Cache entries (ring, ent) are es bytes apart: fp32 (es = 4·D) or, with
 // CPT, compact entries of nope e4m3 + D - nope bf16 values.
-template <bool SPLIT, bool CPT>
+// Splits (AT_CLU, AT_DEC, AT_MAX): rank of ns take blocks [rank·nb/ns,
+// (rank+1)·nb/ns). AT_DEC/AT_MAX records of (row, group g, split) at
+// part[(row·G + g)·ns + rank]: m[AT_HG], l[AT_HG], acc[AT_HG][D]; pmax the
+// same order of AT_HG maxima; counters one per (row, group).
+template <int MODE, bool CPT>
 DEV void attn_body(float* __restrict__ out, const float* __restrict__ q, const float* __restrict__ kv,
 	const u8* __restrict__ ring, const u8* __restrict__ ent, const int* __restrict__ sel, int selCols,
 	const float* __restrict__ sink, const int* __restrict__ seqs, const int* __restrict__ pos,
 	const int* __restrict__ seqOf, const int* __restrict__ blocks, int H, int D, int W, int ratio, int per,
-	int nope, int es, float scale, int faithful, int row, int g, int rank)
+	int nope, int es, float scale, int faithful, int row, int g, int rank, int ns, float* __restrict__ part,
+	float* __restrict__ pmax, int* __restrict__ counters)
 {
+	constexpr bool SPLIT = MODE != AT_WHOLE;
 	extern __shared__ float4 qs4[]; // [AT_HG][D/4]; the CTA's partial acc in the split combine
 	__shared__ AttnSmem sm;
 	const int tid = threadIdx.x, lane = tid & 31, w = tid >> 5;
@@ -944,19 +964,27 @@ DEV void attn_body(float* __restrict__ out, const float* __restrict__ q, const f
 	const int nkeys = winLen + ncomp;
 	const int nb = (nkeys + 63) >> 6;
 	int blo = 0, bhi = nb;
-	if (SPLIT) { blo = rank * nb / AT_NC; bhi = (rank + 1) * nb / AT_NC; }
+	if (SPLIT) { blo = rank * nb / ns; bhi = (rank + 1) * nb / ns; }
+	// The (row, group)'s first split record (recomputed where used: fewer live registers).
+	auto first = [&]() { return ((size_t)row * ((H + AT_HG - 1) / AT_HG) + g) * ns; };
 	for (int i = tid; i < AT_HG * D4; i += AT_THREADS) {
 		const int h = i / D4;
 		qs4[i] = h0 + h < H ? reinterpret_cast<const float4*>(q + ((size_t)row * H + h0 + h) * D)[i - h * D4] : f4zero();
 	}
 	if (tid < AT_HG) { sm.m[tid] = NEG_INF; sm.l[tid] = 0.0f; sm.mloc[tid] = NEG_INF; }
 
-	// Key rows of block b into sm.kp (the CPU's index list).
-	auto keys = [&](int b0, int n) {
-		if (tid < 64) {
+	// Key rows of blocks [kc, kc + AT_KPB) below bhi into sm.kp (the CPU's
+	// index list), one key a thread, so the dependent loads (selection, block
+	// table) of AT_KPB blocks overlap; ko: block b's first. Called by the
+	// whole CTA after a barrier.
+	static_assert(AT_THREADS == AT_KPB * 64, "one key pointer a thread");
+	int kc = -(1 << 30), ko = 0;
+	auto fetch = [&](int b) {
+		if (b < kc || b >= kc + AT_KPB) {
+			kc = b;
 			const u8* kk = nullptr;
-			const int ki = b0 + tid;
-			if (tid < n) {
+			const int ki = b * 64 + tid;
+			if (ki < nkeys && ki < bhi * 64) {
 				if (ki < nwin) {
 					const int p = p0 + ki;
 					kk = p >= start ? reinterpret_cast<const u8*>(kv + (size_t)(row0 + p - start) * D)
@@ -971,7 +999,9 @@ DEV void attn_body(float* __restrict__ out, const float* __restrict__ q, const f
 				}
 			}
 			sm.kp[tid] = kk;
+			__syncthreads();
 		}
+		ko = (b - kc) * 64;
 	};
 	// Scores of the block's n keys into sm.sc: warp w, keys 8w..8w+7.
 	auto scores = [&](int n) {
@@ -980,7 +1010,7 @@ DEV void attn_body(float* __restrict__ out, const float* __restrict__ q, const f
 			const int kb = w * 8 + ps * 4;
 			const u8* kr[4];
 #pragma unroll
-			for (int j = 0; j < 4; j++) kr[j] = kb + j < n ? sm.kp[kb + j] : nullptr;
+			for (int j = 0; j < 4; j++) kr[j] = kb + j < n ? sm.kp[ko + kb + j] : nullptr;
 			float a[32];
 #pragma unroll
 			for (int i = 0; i < 32; i++) a[i] = 0.0f;
@@ -997,18 +1027,16 @@ DEV void attn_body(float* __restrict__ out, const float* __restrict__ q, const f
 			}
 			const float s = reduce_scatter32(a, lane) * scale;
 			const int ki = kb + (lane >> 3);
-			sm.sc[lane & 7][ki] = ki < n && sm.kp[ki] ? s : __int_as_float(0x7fc00000);
+			sm.sc[lane & 7][ki] = ki < n && sm.kp[ko + ki] ? s : __int_as_float(0x7fc00000);
 		}
 	};
 
-#ifdef AT_CLUSTER
-	if (SPLIT && faithful) {
+	if (MODE == AT_MAX || (MODE == AT_CLU && faithful)) {
 		// Pass 1: this CTA's score maxima, then the running max of the blocks before it.
 		for (int b = blo; b < bhi; b++) {
 			const int b0 = b * 64, n = min(64, nkeys - b0);
 			__syncthreads();
-			keys(b0, n);
-			__syncthreads();
+			fetch(b);
 			scores(n);
 			__syncthreads();
 			if (w < AT_HG) {
@@ -1017,14 +1045,24 @@ DEV void attn_body(float* __restrict__ out, const float* __restrict__ q, const f
 			}
 		}
 		__syncthreads();
+		if (MODE == AT_MAX) {
+			if (tid < AT_HG) pmax[(first() + rank) * AT_HG + tid] = sm.mloc[tid];
+			return;
+		}
+#ifdef AT_CLUSTER
 		cluster_sync();
 		if (tid < AT_HG) {
 			float mp = NEG_INF;
 			for (int c = 0; c < rank; c++) mp = fmaxf(mp, ld_dsmem(dsmem(&sm.mloc[tid], c)));
 			sm.m[tid] = mp;
 		}
-	}
 #endif
+	}
+	if (MODE == AT_DEC && faithful && tid < AT_HG) { // sparse_attn_max's maxima of the splits before this one
+		float mp = NEG_INF;
+		for (int c = 0; c < rank; c++) mp = fmaxf(mp, __ldcg(pmax + (first() + c) * AT_HG + tid));
+		sm.m[tid] = mp;
+	}
 
 	// Pass 2: the CPU's online softmax over this CTA's blocks.
 	const int it0 = tid, it1 = tid + AT_THREADS; // items: (head quad hs, column c4)
@@ -1037,8 +1075,7 @@ DEV void attn_body(float* __restrict__ out, const float* __restrict__ q, const f
 	for (int b = blo; b < bhi; b++) {
 		const int b0 = b * 64, n = min(64, nkeys - b0);
 		__syncthreads();
-		keys(b0, n);
-		__syncthreads();
+		fetch(b);
 		scores(n);
 		__syncthreads();
 		if (w < AT_HG) { // head w: block max, rescale, P
@@ -1092,7 +1129,7 @@ DEV void attn_body(float* __restrict__ out, const float* __restrict__ q, const f
 		};
 #pragma unroll 4
 		for (int k = 0; k < n; k++) {
-			const u8* kr = sm.kp[k];
+			const u8* kr = sm.kp[ko + k];
 			if (!kr) continue;
 			if (ok0) accum(acc0, kr, k, hs0, c40);
 			if (ok1) accum(acc1, kr, k, hs1, c41);
@@ -1104,6 +1141,74 @@ DEV void attn_body(float* __restrict__ out, const float* __restrict__ q, const f
 		__syncthreads();
 		if (ok0) attn_put(out, acc0, sm.lf, row, H, h0, D, hs0, c40, faithful);
 		if (ok1) attn_put(out, acc1, sm.lf, row, H, h0, D, hs1, c41, faithful);
+		return;
+	}
+	if (MODE == AT_DEC) {
+		// Publish (m, l, acc); the last CTA of the (row, group) combines the splits in order.
+		const size_t rec = first(), rs = 2 * AT_HG + (size_t)AT_HG * D; // floats a record
+		float* pr = part + (rec + rank) * rs;
+#pragma unroll
+		for (int i = 0; i < 4; i++) {
+			if (ok0) reinterpret_cast<float4*>(pr + 2 * AT_HG + (size_t)(hs0 * 4 + i) * D)[c40] = acc0[i];
+			if (ok1) reinterpret_cast<float4*>(pr + 2 * AT_HG + (size_t)(hs1 * 4 + i) * D)[c41] = acc1[i];
+		}
+		if (tid < AT_HG) { pr[tid] = sm.m[tid]; pr[AT_HG + tid] = sm.l[tid]; }
+		if (!splitk_last(counters + rec / ns, ns, &sm.last)) return;
+		const float* p0 = part + rec * rs;
+		if (tid < AT_HG) {
+			float mf = NEG_INF;
+			for (int c = 0; c < ns; c++) mf = fmaxf(mf, __ldcg(p0 + c * rs + tid));
+			float lt = 0.0f;
+			for (int c = 0; c < ns; c++) {
+				const float mc = __ldcg(p0 + c * rs + tid);
+				const float f = mc == NEG_INF ? 0.0f : exp32(mc - mf);
+				sm.f[c][tid] = f;
+				lt += f * __ldcg(p0 + c * rs + AT_HG + tid);
+			}
+			sm.lf[tid] = h0 + tid < H ? lt + exp32(sink[h0 + tid] - mf) : 1.0f;
+		}
+		__syncthreads();
+		// 4 columns a thread, 4 splits at a time: 16 loads in flight; each sum in split order.
+		const int ne = AT_HG * D4;
+		for (int e0 = tid; e0 < ne; e0 += 4 * AT_THREADS) {
+			float4 a[4];
+#pragma unroll
+			for (int u = 0; u < 4; u++) a[u] = f4zero();
+			for (int c0 = 0; c0 < ns; c0 += 4) {
+				float4 v[4][4];
+#pragma unroll
+				for (int j = 0; j < 4; j++)
+#pragma unroll
+					for (int u = 0; u < 4; u++) {
+						const int e = e0 + u * AT_THREADS;
+						v[j][u] = c0 + j < ns && e < ne ? __ldcg(reinterpret_cast<const float4*>(p0 + (c0 + j) * rs + 2 * AT_HG) + e) : f4zero();
+					}
+#pragma unroll
+				for (int j = 0; j < 4; j++)
+#pragma unroll
+					for (int u = 0; u < 4; u++) {
+						const int e = e0 + u * AT_THREADS;
+						if (c0 + j >= ns || e >= ne) continue;
+						const float f = sm.f[c0 + j][e / D4];
+						a[u].x += f * v[j][u].x;
+						a[u].y += f * v[j][u].y;
+						a[u].z += f * v[j][u].z;
+						a[u].w += f * v[j][u].w;
+					}
+			}
+#pragma unroll
+			for (int u = 0; u < 4; u++) {
+				const int e = e0 + u * AT_THREADS, h = e / D4;
+				if (e >= ne || h0 + h >= H) continue;
+				const float l = sm.lf[h];
+				float4 o;
+				o.x = rbf(a[u].x / l, faithful);
+				o.y = rbf(a[u].y / l, faithful);
+				o.z = rbf(a[u].z / l, faithful);
+				o.w = rbf(a[u].w / l, faithful);
+				reinterpret_cast<float4*>(out + ((size_t)row * H + h0 + h) * D)[e - h * D4] = o;
+			}
+		}
 		return;
 	}
 #ifdef AT_CLUSTER
@@ -1160,7 +1265,7 @@ DEV void attn_body(float* __restrict__ out, const float* __restrict__ q, const f
 	{                                                                                                          \
 		PDL_ENTRY();                                                                                           \
 		(void)rows;                                                                                            \
-		attn_body<false, CPT>(ATTN_PASS, blockIdx.x, blockIdx.y, 0);                                           \
+		attn_body<AT_WHOLE, CPT>(ATTN_PASS, blockIdx.x, blockIdx.y, 0, 1, nullptr, nullptr, nullptr);          \
 	}
 
 // Grid (AT_NC·groups, rows): the AT_NC consecutive CTAs along x of one
@@ -1171,14 +1276,32 @@ DEV void attn_body(float* __restrict__ out, const float* __restrict__ q, const f
 	{                                                                                                          \
 		PDL_ENTRY();                                                                                           \
 		(void)rows;                                                                                            \
-		attn_body<true, CPT>(ATTN_PASS, blockIdx.y, blockIdx.x / AT_NC, (int)cluster_rank());                  \
+		attn_body<AT_CLU, CPT>(ATTN_PASS, blockIdx.y, blockIdx.x / AT_NC, (int)cluster_rank(), AT_NC, nullptr,  \
+			nullptr, nullptr);                                                                                 \
 	}
 #else
 #define ATTN_SPLIT_KERNEL(name, CPT)                                                                           \
 	extern "C" __global__ void __launch_bounds__(AT_THREADS) name(ATTN_ARGS) { __trap(); }
 #endif
 
+// Grid (splits·groups, rows): CTA x of row y is split x % splits of head
+// group x / splits. part: the split records, pmax: the split maxima
+// (faithful only), counters: one per (row, group), zero between launches.
+#define ATTN_DEC_ARGS ATTN_ARGS, float *__restrict__ part, float *__restrict__ pmax, int *__restrict__ counters, int splits
+#define ATTN_DEC_KERNEL(name, MODE, CPT)                                                                       \
+	extern "C" __global__ void __launch_bounds__(AT_THREADS) name(ATTN_DEC_ARGS)                               \
+	{                                                                                                          \
+		PDL_ENTRY();                                                                                           \
+		(void)rows;                                                                                            \
+		attn_body<MODE, CPT>(ATTN_PASS, blockIdx.y, blockIdx.x / splits, blockIdx.x % splits, splits, part,    \
+			pmax, counters);                                                                                   \
+	}
+
 ATTN_KERNEL(sparse_attn_f32, false)
 ATTN_KERNEL(sparse_attn_kv8, true)
 ATTN_SPLIT_KERNEL(sparse_attn_split_f32, false)
 ATTN_SPLIT_KERNEL(sparse_attn_split_kv8, true)
+ATTN_DEC_KERNEL(sparse_attn_dec_f32, AT_DEC, false)
+ATTN_DEC_KERNEL(sparse_attn_dec_kv8, AT_DEC, true)
+ATTN_DEC_KERNEL(sparse_attn_max_f32, AT_MAX, false)
+ATTN_DEC_KERNEL(sparse_attn_max_kv8, AT_MAX, true)
