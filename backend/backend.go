@@ -304,6 +304,8 @@ type Backend interface {
 	Empty(rows, cols int, dt DType) Tensor
 	// View reinterprets t's storage (rows·cols must match).
 	View(t Tensor, rows, cols int) (Tensor, error)
+	// Slice is a view of t's rows [row0, row0+rows), sharing its storage.
+	Slice(t Tensor, row0, rows int) (Tensor, error)
 	Free(t Tensor)
 	Upload(t Tensor, data []float32) error // F32 tensors
 	Download(t Tensor, dst []float32) error
