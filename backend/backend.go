@@ -175,6 +175,10 @@ type Batch struct {
 	Seqs []SeqInfo
 	Pos  []int32 // absolute position of every row
 	Seq  []int32 // index into Seqs of every row
+	// Name tells RecordStep which forward a step runs ("" the main model's,
+	// "mtp" the MTP block's): steps of different names never share a
+	// recording.
+	Name string
 }
 
 // Rows is the total number of rows.

@@ -2,6 +2,7 @@ package gpu
 
 import (
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 
@@ -27,6 +28,11 @@ import (
 // slots and rows, so the key holds every sequence's rows, kept rows, slot
 // and spare slot.
 //
+// A pass of the MTP block (Batch.Name "mtp") is recorded apart from the
+// main model's steps: its key holds the rows of every sequence (a catch-up
+// feeds the rows a verification kept, a chained draft one), since its head
+// gathers each sequence's last row.
+//
 // A layout is recorded the second time it is seen (the first step warms the
 // kernels, tables and pools eagerly); a layout whose recording fails runs
 // eagerly from then on.
@@ -35,6 +41,11 @@ import (
 // double from there (the indexer's score rows and the block tables are sized
 // by it).
 const ctxBucketMin = 1024
+
+// mtpGraphRows bounds the rows per sequence of a recorded MTP pass: a
+// catch-up after a verification has at most 1 + the drafts; more is a
+// prompt, run eagerly.
+const mtpGraphRows = 16
 
 // maxGraphs bounds the recordings kept (each holds its graph and inputs).
 const maxGraphs = 64
@@ -124,11 +135,18 @@ func (t *replayTimer) close() {
 	}
 }
 
+// GraphCounts counts how steps of one kind ran.
+type GraphCounts struct{ Recorded, Replayed, Eager int }
+
 // GraphStats counts how steps ran.
 type GraphStats struct {
 	Graphs, Recorded, Replayed, Eager int
-	Nodes                             int // nodes (kernels, copies, memsets) of the recordings kept
-	Failed                            []string
+	// Kinds splits the counts by step kind: "step" (the main model's
+	// steps without drafts), "verify" (with drafts), "mtp" (the MTP
+	// block's passes).
+	Kinds  map[string]GraphCounts
+	Nodes  int // nodes (kernels, copies, memsets) of the recordings kept
+	Failed []string
 	// ReplayMs is the device time of every replay (inputs' copy and graph),
 	// in order, with Options.TimeReplays.
 	ReplayMs []float32
@@ -138,6 +156,7 @@ type GraphStats struct {
 func (b *Backend) GraphStats() GraphStats {
 	g := &b.graphs
 	st := g.stats
+	st.Kinds = maps.Clone(g.stats.Kinds)
 	st.Graphs = len(g.graphs)
 	for _, sg := range g.graphs {
 		st.Nodes += sg.nodes
@@ -163,10 +182,13 @@ func graphKey(bt *backend.Batch) (key string, capacity int) {
 	}
 	end := 0
 	var spec strings.Builder
+	mtp := bt.Name == "mtp"
 	for _, s := range bt.Seqs {
 		switch {
-		case s.Keep > 0 && s.Keep < s.Rows:
+		case s.Keep > 0 && s.Keep < s.Rows && !mtp:
 			fmt.Fprintf(&spec, " %d/%d@%d>%d", s.Rows, s.Keep, s.Slot, s.Spare)
+		case mtp && s.Rows >= 1 && s.Rows <= mtpGraphRows:
+			fmt.Fprintf(&spec, " %d", s.Rows)
 		case s.Rows != 1:
 			return "", 0
 		default:
@@ -177,6 +199,9 @@ func graphKey(bt *backend.Batch) (key string, capacity int) {
 	capacity = ctxBucketMin
 	for capacity < end {
 		capacity *= 2
+	}
+	if mtp {
+		return fmt.Sprintf("mtp n=%d ctx=%d rows%s", len(bt.Seqs), capacity, spec.String()), capacity
 	}
 	if bt.Rows() == len(bt.Seqs) {
 		return fmt.Sprintf("decode n=%d ctx=%d", len(bt.Seqs), capacity), capacity
@@ -207,17 +232,18 @@ func stepWords(bt *backend.Batch, capBlk int, dst []int32) ([]int32, []devBatch,
 func (b *Backend) RecordStep(bt *backend.Batch, ids []int32, forward func() ([]backend.Tensor, error)) ([]backend.Tensor, error) {
 	b.pdlFor(bt)
 	g := &b.graphs
+	kind := stepKind(bt)
 	key, capacity := graphKey(bt)
-	if !g.on || key == "" || b.rec != nil || len(ids) != bt.Rows() {
-		g.stats.Eager++
+	if !g.on || key == "" || b.rec != nil || len(ids) != bt.Rows() || !b.fits(bt, capacity) {
+		g.count(kind, 0, 0, 1)
 		return forward()
 	}
 	if sg := g.graphs[key]; sg != nil {
-		return b.replay(sg, bt, ids)
+		return b.replay(sg, bt, ids, kind)
 	}
 	if _, bad := g.failed[key]; bad || !g.seen[key] {
 		g.seen[key] = true
-		g.stats.Eager++
+		g.count(kind, 0, 0, 1)
 		return forward()
 	}
 	sg, err := b.record(bt, ids, capacity, forward)
@@ -225,15 +251,55 @@ func (b *Backend) RecordStep(bt *backend.Batch, ids []int32, forward func() ([]b
 		// Record nothing for this layout again; the step runs eagerly (and
 		// reports its own error if forward itself failed).
 		g.failed[key] = err
-		g.stats.Eager++
+		g.count(kind, 0, 0, 1)
 		return forward()
 	}
 	if len(g.graphs) >= maxGraphs {
 		b.evictGraph()
 	}
 	g.graphs[key] = sg
-	g.stats.Recorded++
-	return b.replay(sg, bt, ids)
+	g.count(kind, 1, 0, 0)
+	return b.replay(sg, bt, ids, kind)
+}
+
+// fits reports whether bt's block tables fit a recording of capacity
+// tokens (an MTP pass lags the cache, whose blocks may reach past it).
+func (b *Backend) fits(bt *backend.Batch, capacity int) bool {
+	capBlk := b.capBlocks(capacity)
+	for _, s := range bt.Seqs {
+		if len(s.Blocks) > capBlk {
+			return false
+		}
+	}
+	return true
+}
+
+// stepKind names bt's kind in GraphStats.Kinds.
+func stepKind(bt *backend.Batch) string {
+	if bt.Name != "" {
+		return bt.Name
+	}
+	for _, s := range bt.Seqs {
+		if s.Keep > 0 && s.Keep < s.Rows {
+			return "verify"
+		}
+	}
+	return "step"
+}
+
+// count adds to the totals and to kind's counts.
+func (g *graphSet) count(kind string, recorded, replayed, eager int) {
+	g.stats.Recorded += recorded
+	g.stats.Replayed += replayed
+	g.stats.Eager += eager
+	if g.stats.Kinds == nil {
+		g.stats.Kinds = map[string]GraphCounts{}
+	}
+	c := g.stats.Kinds[kind]
+	c.Recorded += recorded
+	c.Replayed += replayed
+	c.Eager += eager
+	g.stats.Kinds[kind] = c
 }
 
 // record captures forward's ops into a new graph.
@@ -305,7 +371,7 @@ func (b *Backend) record(bt *backend.Batch, ids []int32, capacity int, forward f
 }
 
 // replay runs a recorded step with bt's inputs.
-func (b *Backend) replay(sg *stepGraph, bt *backend.Batch, ids []int32) ([]backend.Tensor, error) {
+func (b *Backend) replay(sg *stepGraph, bt *backend.Batch, ids []int32, kind string) ([]backend.Tensor, error) {
 	g := &b.graphs
 	capBlk := b.capBlocks(sg.cap)
 	host := unsafeInt32s(sg.stage.Bytes())[:0]
@@ -343,7 +409,7 @@ func (b *Backend) replay(sg *stepGraph, bt *backend.Batch, ids []int32) ([]backe
 	}
 	g.clock++
 	sg.used = g.clock
-	g.stats.Replayed++
+	g.count(kind, 0, 1, 0)
 	return sg.outs, nil
 }
 
