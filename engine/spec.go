@@ -166,7 +166,7 @@ type speculator struct {
 	log     *slog.Logger
 	logged  time.Time
 	prevLog SpecStats
-	drawer  rowDrawer // nil: verifications download logits rows
+	drawer  rowDrawer     // nil: verifications download logits rows
 	keep    streamKeeper  // nil: the drafter's input streams go through the host
 	kept    *model.Hidden // the last verification's streams, which users' rows name
 	users   []*specState
