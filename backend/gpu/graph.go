@@ -24,9 +24,12 @@ import (
 //
 // A step with drafts (SeqInfo.Keep) is recorded too: its stateful ops run on
 // the two parts of backend.Batch.SplitKeep, whose layouts the recording
-// holds beside the step's, and its snapshot copies and row gathers name
-// slots and rows, so the key holds every sequence's rows, kept rows, slot
-// and spare slot.
+// holds beside the step's, as it holds the index lists of the parts' row
+// gathers and of the snapshot copies (spare and state slots). When every
+// sequence verifies drafts, the key is the batch, the rows and the kept
+// rows in all (the shapes), so steps whose sequences keep different rows,
+// or have other slots, replay one recording; otherwise it holds every
+// sequence's rows, kept rows, slot and spare slot.
 //
 // A pass of the MTP block (Batch.Name "mtp") is recorded apart from the
 // main model's steps: its key holds the rows of every sequence (a catch-up
@@ -64,11 +67,19 @@ type stepGraph struct {
 
 // recording is the state while a step is captured.
 type recording struct {
-	bt   *backend.Batch
-	ids  []int32
-	db   devBatch
-	tok  cuda.DevicePtr // token ids on the device
-	subs []subLayout    // the parts of a step with drafts
+	bt    *backend.Batch
+	ids   []int32
+	db    devBatch
+	tok   cuda.DevicePtr    // token ids on the device
+	subs  []subLayout       // the parts of a step with drafts
+	lists [numLists]recList // a step with drafts: its index lists
+}
+
+// recList is one index list of a recorded step, on the host and in its
+// inputs on the device.
+type recList struct {
+	host []int32
+	ptr  cuda.DevicePtr
 }
 
 // subLayout is one part of a recorded step with drafts.
@@ -180,10 +191,14 @@ func graphKey(bt *backend.Batch) (key string, capacity int) {
 	if len(bt.Seqs) == 0 {
 		return "", 0
 	}
-	end := 0
+	end, kept, drafting := 0, 0, 0
 	var spec strings.Builder
 	mtp := bt.Name == "mtp"
 	for _, s := range bt.Seqs {
+		if s.Keep > 0 && s.Keep < s.Rows && !mtp {
+			kept += s.Keep
+			drafting++
+		}
 		switch {
 		case s.Keep > 0 && s.Keep < s.Rows && !mtp:
 			fmt.Fprintf(&spec, " %d/%d@%d>%d", s.Rows, s.Keep, s.Slot, s.Spare)
@@ -203,29 +218,75 @@ func graphKey(bt *backend.Batch) (key string, capacity int) {
 	if mtp {
 		return fmt.Sprintf("mtp n=%d ctx=%d rows%s", len(bt.Seqs), capacity, spec.String()), capacity
 	}
+	if drafting == len(bt.Seqs) { // every sequence verifies drafts: its rows and slots are inputs
+		return fmt.Sprintf("verify n=%d ctx=%d rows=%d kept=%d", len(bt.Seqs), capacity, bt.Rows(), kept), capacity
+	}
 	if bt.Rows() == len(bt.Seqs) {
 		return fmt.Sprintf("decode n=%d ctx=%d", len(bt.Seqs), capacity), capacity
 	}
 	return fmt.Sprintf("verify n=%d ctx=%d rows%s", len(bt.Seqs), capacity, spec.String()), capacity
 }
 
-// stepWords appends the device inputs of the step bt (its layout, then the
-// layouts of SplitKeep's parts) to dst, and returns the parts' word counts.
-func stepWords(bt *backend.Batch, capBlk int, dst []int32) ([]int32, []devBatch, error) {
+// stepWords appends the device inputs of the step bt to dst: its layout,
+// then for a step with drafts the layouts of SplitKeep's parts and its index
+// lists (stepLists). It returns the layouts and the lists' offsets in dst.
+func stepWords(bt *backend.Batch, capBlk int, dst []int32) ([]int32, []devBatch, [numLists]int, error) {
+	var at [numLists]int
 	dst, db, err := layoutBatch(bt, capBlk, dst)
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, at, err
 	}
 	dbs := []devBatch{db}
-	if keep, spec, _, _, ok := bt.SplitKeep(); ok {
-		for _, part := range []*backend.Batch{keep, spec} {
-			if dst, db, err = layoutBatch(part, capBlk, dst); err != nil {
-				return nil, nil, err
-			}
-			dbs = append(dbs, db)
+	keep, spec, keepRows, specRows, ok := bt.SplitKeep()
+	if !ok {
+		return dst, dbs, at, nil
+	}
+	for _, part := range []*backend.Batch{keep, spec} {
+		if dst, db, err = layoutBatch(part, capBlk, dst); err != nil {
+			return nil, nil, at, err
+		}
+		dbs = append(dbs, db)
+	}
+	var spares, slots []int32
+	for _, sq := range bt.Seqs {
+		if sq.Keep > 0 && sq.Keep < sq.Rows {
+			spares, slots = append(spares, int32(sq.Spare)), append(slots, int32(sq.Slot))
 		}
 	}
-	return dst, dbs, nil
+	for i, l := range [numLists][]int32{int32s(keepRows), int32s(specRows), spares, slots} {
+		at[i] = len(dst)
+		dst = append(dst, l...)
+	}
+	return dst, dbs, at, nil
+}
+
+// The index lists of a step with drafts, device inputs of its recording
+// (so that the rows kept per sequence and the slots are not in its key):
+// the rows of SplitKeep's two parts (their gathers) and the spare and state
+// slots of the speculative sequences (their snapshot copies).
+const (
+	listKeepRows = iota
+	listSpecRows
+	listSpares
+	listSlots
+	numLists
+)
+
+func int32s(v []int) []int32 {
+	out := make([]int32, len(v))
+	for i, x := range v {
+		out[i] = int32(x)
+	}
+	return out
+}
+
+// list returns the device copy of the recorded step's index list of the
+// given role when idx is it, else 0.
+func (c *recording) list(role int, idx []int32) cuda.DevicePtr {
+	if c == nil || c.lists[role].ptr == 0 || !slices.Equal(idx, c.lists[role].host) {
+		return 0
+	}
+	return c.lists[role].ptr
 }
 
 // RecordStep implements backend.Backend.
@@ -309,7 +370,7 @@ func (b *Backend) record(bt *backend.Batch, ids []int32, capacity int, forward f
 		g.arena = b.ctx.NewPool()
 	}
 	capBlk := b.capBlocks(capacity)
-	words, dbs, err := stepWords(bt, capBlk, nil)
+	words, dbs, lists, err := stepWords(bt, capBlk, nil)
 	if err != nil {
 		return nil, err
 	}
@@ -334,6 +395,15 @@ func (b *Backend) record(bt *backend.Batch, ids []int32, capacity int, forward f
 			rec.subs = append(rec.subs, subLayout{words: words[at : at+n], db: *d})
 		}
 		at += n
+	}
+	if len(dbs) > 1 {
+		for i := range numLists {
+			end := len(words)
+			if i+1 < numLists {
+				end = lists[i+1]
+			}
+			rec.lists[i] = recList{host: words[lists[i]:end], ptr: sg.meta.Ptr.Add(4 * lists[i])}
+		}
 	}
 	b.rec = rec
 	if err := b.s.BeginCapture(); err != nil {
@@ -375,7 +445,7 @@ func (b *Backend) replay(sg *stepGraph, bt *backend.Batch, ids []int32, kind str
 	g := &b.graphs
 	capBlk := b.capBlocks(sg.cap)
 	host := unsafeInt32s(sg.stage.Bytes())[:0]
-	host, _, err := stepWords(bt, capBlk, host)
+	host, _, _, err := stepWords(bt, capBlk, host)
 	if err != nil {
 		return nil, err
 	}

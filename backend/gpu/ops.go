@@ -100,6 +100,15 @@ func (b *Backend) GatherRows(x backend.Tensor, rows []int, out backend.Tensor) e
 		return err
 	}
 	xt, ot := t[0], t[1]
+	if c := b.rec; c != nil && len(rows) > 0 {
+		// The rows of a step with drafts' parts: an input of the recording.
+		idx := int32s(rows)
+		for _, role := range []int{listKeepRows, listSpecRows} {
+			if p := c.list(role, idx); p != 0 {
+				return cuda.CopyRowsU32(b.s, ot.ptr, xt.ptr, 0, p, len(rows), int64(xt.cols))
+			}
+		}
+	}
 	runs := 1
 	for i := 1; i < len(rows); i++ {
 		if rows[i] != rows[i-1]+1 {
