@@ -32,9 +32,11 @@ import (
 // sequence's rows, kept rows, slot and spare slot.
 //
 // A pass of the MTP block (Batch.Name "mtp") is recorded apart from the
-// main model's steps: its key holds the rows of every sequence (a catch-up
-// feeds the rows a verification kept, a chained draft one), since its head
-// gathers each sequence's last row.
+// main model's steps: its key is the batch and its rows in all (a catch-up
+// feeds the rows a verification kept, a chained draft one), and the last
+// row of every sequence, which its head gathers, is an input list. A
+// recording under such a key fails (and the layout runs eagerly) when an
+// op would bake rows or slots that the key does not fix.
 //
 // A layout is recorded the second time it is seen (the first step warms the
 // kernels, tables and pools eagerly); a layout whose recording fails runs
@@ -72,7 +74,10 @@ type recording struct {
 	db    devBatch
 	tok   cuda.DevicePtr    // token ids on the device
 	subs  []subLayout       // the parts of a step with drafts
-	lists [numLists]recList // a step with drafts: its index lists
+	lists [numLists]recList // its index lists (stepLists)
+	// totals: the key holds the batch's totals, not its sequences' rows
+	// (totalsKey): what the lists do not give must not depend on them.
+	totals bool
 }
 
 // recList is one index list of a recorded step, on the host and in its
@@ -215,10 +220,10 @@ func graphKey(bt *backend.Batch) (key string, capacity int) {
 	for capacity < end {
 		capacity *= 2
 	}
-	if mtp {
-		return fmt.Sprintf("mtp n=%d ctx=%d rows%s", len(bt.Seqs), capacity, spec.String()), capacity
-	}
-	if drafting == len(bt.Seqs) { // every sequence verifies drafts: its rows and slots are inputs
+	switch {
+	case mtp: // the last rows are inputs
+		return fmt.Sprintf("mtp n=%d ctx=%d rows=%d", len(bt.Seqs), capacity, bt.Rows()), capacity
+	case drafting == len(bt.Seqs): // every sequence verifies drafts: its rows and slots are inputs
 		return fmt.Sprintf("verify n=%d ctx=%d rows=%d kept=%d", len(bt.Seqs), capacity, bt.Rows(), kept), capacity
 	}
 	if bt.Rows() == len(bt.Seqs) {
@@ -228,49 +233,66 @@ func graphKey(bt *backend.Batch) (key string, capacity int) {
 }
 
 // stepWords appends the device inputs of the step bt to dst: its layout,
-// then for a step with drafts the layouts of SplitKeep's parts and its index
-// lists (stepLists). It returns the layouts and the lists' offsets in dst.
-func stepWords(bt *backend.Batch, capBlk int, dst []int32) ([]int32, []devBatch, [numLists]int, error) {
-	var at [numLists]int
+// then for a step with drafts the layouts of SplitKeep's parts, and its
+// index lists (stepLists). It returns the layouts and the lists' word ranges
+// in dst (empty for the lists a step has not).
+func stepWords(bt *backend.Batch, capBlk int, dst []int32) ([]int32, []devBatch, [numLists][2]int, error) {
+	var at [numLists][2]int
 	dst, db, err := layoutBatch(bt, capBlk, dst)
 	if err != nil {
 		return nil, nil, at, err
 	}
 	dbs := []devBatch{db}
-	keep, spec, keepRows, specRows, ok := bt.SplitKeep()
-	if !ok {
-		return dst, dbs, at, nil
-	}
-	for _, part := range []*backend.Batch{keep, spec} {
-		if dst, db, err = layoutBatch(part, capBlk, dst); err != nil {
-			return nil, nil, at, err
-		}
-		dbs = append(dbs, db)
-	}
-	var spares, slots []int32
-	for _, sq := range bt.Seqs {
-		if sq.Keep > 0 && sq.Keep < sq.Rows {
-			spares, slots = append(spares, int32(sq.Spare)), append(slots, int32(sq.Slot))
+	lists := stepLists(bt)
+	if keep, spec, _, _, ok := bt.SplitKeep(); ok && bt.Name != "mtp" {
+		for _, part := range []*backend.Batch{keep, spec} {
+			if dst, db, err = layoutBatch(part, capBlk, dst); err != nil {
+				return nil, nil, at, err
+			}
+			dbs = append(dbs, db)
 		}
 	}
-	for i, l := range [numLists][]int32{int32s(keepRows), int32s(specRows), spares, slots} {
-		at[i] = len(dst)
+	for i, l := range lists {
+		at[i] = [2]int{len(dst), len(dst) + len(l)}
 		dst = append(dst, l...)
 	}
 	return dst, dbs, at, nil
 }
 
-// The index lists of a step with drafts, device inputs of its recording
-// (so that the rows kept per sequence and the slots are not in its key):
-// the rows of SplitKeep's two parts (their gathers) and the spare and state
-// slots of the speculative sequences (their snapshot copies).
+// The index lists of a step, inputs of its recording, so that its key need
+// not hold what they index: for a step with drafts the rows of SplitKeep's
+// two parts (their gathers) and the spare and state slots of the
+// speculative sequences (their snapshot copies); for an MTP pass the last
+// row of every sequence (the head's gather).
 const (
 	listKeepRows = iota
 	listSpecRows
 	listSpares
 	listSlots
+	listLast
 	numLists
 )
+
+// stepLists returns bt's index lists by role.
+func stepLists(bt *backend.Batch) (l [numLists][]int32) {
+	if bt.Name == "mtp" {
+		for _, sq := range bt.Seqs {
+			l[listLast] = append(l[listLast], int32(sq.Row0+sq.Rows-1))
+		}
+		return l
+	}
+	_, _, keepRows, specRows, ok := bt.SplitKeep()
+	if !ok {
+		return l
+	}
+	l[listKeepRows], l[listSpecRows] = int32s(keepRows), int32s(specRows)
+	for _, sq := range bt.Seqs {
+		if sq.Keep > 0 && sq.Keep < sq.Rows {
+			l[listSpares], l[listSlots] = append(l[listSpares], int32(sq.Spare)), append(l[listSlots], int32(sq.Slot))
+		}
+	}
+	return l
+}
 
 func int32s(v []int) []int32 {
 	out := make([]int32, len(v))
@@ -283,10 +305,25 @@ func int32s(v []int) []int32 {
 // list returns the device copy of the recorded step's index list of the
 // given role when idx is it, else 0.
 func (c *recording) list(role int, idx []int32) cuda.DevicePtr {
-	if c == nil || c.lists[role].ptr == 0 || !slices.Equal(idx, c.lists[role].host) {
+	if c == nil || len(c.lists[role].host) == 0 || !slices.Equal(idx, c.lists[role].host) {
 		return 0
 	}
 	return c.lists[role].ptr
+}
+
+// fixed reports whether a gather of rows (or, nil, a slot copy) that is no
+// input list may be baked into the recording: its key must fix what it
+// names. A key of totals fixes only the identity gather of a prefix.
+func (c *recording) fixed(rows []int) bool {
+	if !c.totals {
+		return true
+	}
+	for i, r := range rows {
+		if r != i {
+			return false
+		}
+	}
+	return rows != nil
 }
 
 // RecordStep implements backend.Backend.
@@ -333,6 +370,20 @@ func (b *Backend) fits(bt *backend.Batch, capacity int) bool {
 		}
 	}
 	return true
+}
+
+// totalsKey reports whether bt's key holds only totals (graphKey): an MTP
+// pass, or a step where every sequence verifies drafts.
+func totalsKey(bt *backend.Batch) bool {
+	if bt.Name == "mtp" {
+		return true
+	}
+	for _, s := range bt.Seqs {
+		if s.Keep <= 0 || s.Keep >= s.Rows {
+			return false
+		}
+	}
+	return len(bt.Seqs) > 0
 }
 
 // stepKind names bt's kind in GraphStats.Kinds.
@@ -396,15 +447,10 @@ func (b *Backend) record(bt *backend.Batch, ids []int32, capacity int, forward f
 		}
 		at += n
 	}
-	if len(dbs) > 1 {
-		for i := range numLists {
-			end := len(words)
-			if i+1 < numLists {
-				end = lists[i+1]
-			}
-			rec.lists[i] = recList{host: words[lists[i]:end], ptr: sg.meta.Ptr.Add(4 * lists[i])}
-		}
+	for i, r := range lists {
+		rec.lists[i] = recList{host: words[r[0]:r[1]], ptr: sg.meta.Ptr.Add(4 * r[0])}
 	}
+	rec.totals = totalsKey(bt)
 	b.rec = rec
 	if err := b.s.BeginCapture(); err != nil {
 		b.rec = nil

@@ -220,6 +220,8 @@ func (b *Backend) CopySlot(s backend.KVStore, cs ...backend.SlotCopy) error {
 		switch {
 		case dp != 0 && sp != 0:
 			err = b.copySlotsAt(k, g, dp, sp)
+		case b.rec != nil && !b.rec.fixed(nil):
+			err = fmt.Errorf("copy slots: the slots of a recorded step are neither an input nor fixed by its key")
 		case len(g) > 2 && len(g) <= 65535 && b.rec == nil:
 			err = b.copySlots(k, g)
 		default:

@@ -101,12 +101,15 @@ func (b *Backend) GatherRows(x backend.Tensor, rows []int, out backend.Tensor) e
 	}
 	xt, ot := t[0], t[1]
 	if c := b.rec; c != nil && len(rows) > 0 {
-		// The rows of a step with drafts' parts: an input of the recording.
+		// Rows that vary between steps of one key: an input of the recording.
 		idx := int32s(rows)
-		for _, role := range []int{listKeepRows, listSpecRows} {
+		for _, role := range []int{listKeepRows, listSpecRows, listLast} {
 			if p := c.list(role, idx); p != 0 {
 				return cuda.CopyRowsU32(b.s, ot.ptr, xt.ptr, 0, p, len(rows), int64(xt.cols))
 			}
+		}
+		if !c.fixed(rows) {
+			return fmt.Errorf("gather: rows %v of a recorded step are neither an input nor fixed by its key", rows)
 		}
 	}
 	runs := 1
