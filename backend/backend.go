@@ -176,8 +176,9 @@ type Batch struct {
 	Pos  []int32 // absolute position of every row
 	Seq  []int32 // index into Seqs of every row
 	// Name tells RecordStep which forward a step runs ("" the main model's,
-	// "mtp" the MTP block's): steps of different names never share a
-	// recording.
+	// "mtp" the MTP block's with the logits of each sequence's last row,
+	// "mtp all" with those of other rows): steps of different names never
+	// share a recording.
 	Name string
 }
 

@@ -80,6 +80,11 @@ func (m *Model) ForwardMTP(items []MTPItem) (*Output, error) {
 		return nil, err
 	}
 	bt.Name = "mtp"
+	for _, it := range items {
+		if it.AllLogits {
+			bt.Name = "mtp all" // the head's rows are not the last ones
+		}
+	}
 	for i, it := range items { // positions are the MTP's own, not Seq.Len()
 		sq := &bt.Seqs[i]
 		sq.Start = it.Start

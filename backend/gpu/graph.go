@@ -193,7 +193,7 @@ func (b *Backend) GraphStats() GraphStats {
 // graphKey is the recorded layout of bt, or "" when bt is no decode step
 // (one row per sequence, or a verification's rows with Keep).
 func graphKey(bt *backend.Batch) (key string, capacity int) {
-	if len(bt.Seqs) == 0 {
+	if len(bt.Seqs) == 0 || bt.Name != "" && bt.Name != "mtp" {
 		return "", 0
 	}
 	end, kept, drafting := 0, 0, 0
@@ -313,17 +313,29 @@ func (c *recording) list(role int, idx []int32) cuda.DevicePtr {
 
 // fixed reports whether a gather of rows (or, nil, a slot copy) that is no
 // input list may be baked into the recording: its key must fix what it
-// names. A key of totals fixes only the identity gather of a prefix.
+// names. A key of totals fixes the strided gathers that start in the first
+// stride (every row, or one hc stream of every row), which depend on the
+// row count alone.
 func (c *recording) fixed(rows []int) bool {
 	if !c.totals {
 		return true
 	}
-	for i, r := range rows {
-		if r != i {
+	if len(rows) == 0 {
+		return false
+	}
+	if len(rows) == 1 {
+		return rows[0] == 0
+	}
+	st := rows[1] - rows[0]
+	if st < 1 || rows[0] >= st {
+		return false
+	}
+	for i := 2; i < len(rows); i++ {
+		if rows[i]-rows[i-1] != st {
 			return false
 		}
 	}
-	return rows != nil
+	return true
 }
 
 // RecordStep implements backend.Backend.
@@ -388,8 +400,8 @@ func totalsKey(bt *backend.Batch) bool {
 
 // stepKind names bt's kind in GraphStats.Kinds.
 func stepKind(bt *backend.Batch) string {
-	if bt.Name != "" {
-		return bt.Name
+	if strings.HasPrefix(bt.Name, "mtp") {
+		return "mtp"
 	}
 	for _, s := range bt.Seqs {
 		if s.Keep > 0 && s.Keep < s.Rows {
