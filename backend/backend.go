@@ -175,6 +175,11 @@ type Batch struct {
 	Seqs []SeqInfo
 	Pos  []int32 // absolute position of every row
 	Seq  []int32 // index into Seqs of every row
+	// Name tells RecordStep which forward a step runs ("" the main model's,
+	// "mtp" the MTP block's with the logits of each sequence's last row,
+	// "mtp all" with those of other rows): steps of different names never
+	// share a recording.
+	Name string
 }
 
 // Rows is the total number of rows.
@@ -304,6 +309,8 @@ type Backend interface {
 	Empty(rows, cols int, dt DType) Tensor
 	// View reinterprets t's storage (rows·cols must match).
 	View(t Tensor, rows, cols int) (Tensor, error)
+	// Slice is a view of t's rows [row0, row0+rows), sharing its storage.
+	Slice(t Tensor, row0, rows int) (Tensor, error)
 	Free(t Tensor)
 	Upload(t Tensor, data []float32) error // F32 tensors
 	Download(t Tensor, dst []float32) error

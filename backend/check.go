@@ -102,6 +102,17 @@ func CheckView(t Tensor, rows, cols int) error {
 	return nil
 }
 
+// CheckSlice checks a view of t's rows [row0, row0+rows).
+func CheckSlice(t Tensor, row0, rows int) error {
+	if isNil(t) {
+		return fmt.Errorf("slice: no tensor")
+	}
+	if row0 < 0 || rows < 0 || row0+rows > t.Rows() {
+		return fmt.Errorf("slice: rows [%d, %d) of %d", row0, row0+rows, t.Rows())
+	}
+	return nil
+}
+
 // CheckCopy checks a host copy of n values to or from the dt tensor t (op:
 // "upload" or "download").
 func CheckCopy(op string, t Tensor, dt DType, n int) error {

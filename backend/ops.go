@@ -24,7 +24,7 @@ type OpInfo struct {
 // interface. Adding an op: docs/architecture.md.
 var Ops = []OpInfo{
 	{"Name", Memory}, {"SetNumerics", Memory}, {"Numerics", Memory},
-	{"Alloc", Memory}, {"Empty", Memory}, {"View", Memory}, {"Free", Memory},
+	{"Alloc", Memory}, {"Empty", Memory}, {"View", Memory}, {"Slice", Memory}, {"Free", Memory},
 	{"Upload", Memory}, {"Download", Memory}, {"DownloadI32", Memory}, {"Stats", Memory},
 
 	{"PrepareLinear", Prepare}, {"PrepareVec", Prepare}, {"PrepareMat", Prepare}, {"PrepareHC", Prepare},

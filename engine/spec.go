@@ -123,6 +123,7 @@ type specState struct {
 	kv     any // the cache handle the state belongs to (a preempted sequence gets a new one)
 	mtpLen int
 	hidden []float32
+	dev    model.HiddenRef // the rows after hidden's, on the device (streamKeeper)
 }
 
 // proposal is one sequence's drafts of a step and their proposal
@@ -165,7 +166,10 @@ type speculator struct {
 	log     *slog.Logger
 	logged  time.Time
 	prevLog SpecStats
-	drawer  rowDrawer // nil: verifications download logits rows
+	drawer  rowDrawer     // nil: verifications download logits rows
+	keep    streamKeeper  // nil: the drafter's input streams go through the host
+	kept    *model.Hidden // the last verification's streams, which users' rows name
+	users   []*specState
 }
 
 // specLogEvery is the interval of the acceptance log line.
@@ -189,7 +193,8 @@ func newSpeculator(m Model, c SpecConfig, cfg Config) (_ *speculator, err error)
 		return nil, fmt.Errorf("speculative config: method %q: the checkpoint has no MTP block (num_nextn_predict_layers = 0%s)", c.Method, dsparkHint(sm))
 	}
 	return &speculator{m: sm, d: d, k: k, maxLen: cfg.MaxModelLen, budget: cfg.MaxBatchTokens, log: cfg.Logger,
-		logged: time.Now(), stats: SpecStats{PerPos: make([]int64, k)}, prevLog: SpecStats{PerPos: make([]int64, k)}}, nil
+		logged: time.Now(), stats: SpecStats{PerPos: make([]int64, k)}, prevLog: SpecStats{PerPos: make([]int64, k)},
+		keep: newStreamKeeper(sm, c)}, nil
 }
 
 // state returns seq's drafting state, reset when its cache was replaced.
@@ -214,7 +219,7 @@ func (sp *speculator) drafts(it *Item) int {
 
 // propose brings the MTP block up to each sequence's processed tokens and
 // chains drafts for the decoding ones (snapshotting their cache first).
-func (mtpDrafter) propose(sp *speculator, items []Item) ([]*proposal, error) {
+func (mtpDrafter) propose(sp *speculator, items []Item) (_ []*proposal, err error) {
 	w := sp.m.HiddenDim()
 	props := make([]*proposal, len(items))
 	who, err := sp.queued(items, "mtp")
@@ -225,34 +230,45 @@ func (mtpDrafter) propose(sp *speculator, items []Item) ([]*proposal, error) {
 	for j, i := range who {
 		seq := items[i].Seq
 		st := seq.spec
-		n := len(st.hidden) / w
-		mi[j] = model.MTPItem{Seq: seq.KV, Start: st.mtpLen, Hidden: st.hidden,
-			Next: seq.Tokens[st.mtpLen+1 : st.mtpLen+n+1], WantHidden: true, Ahead: true, Draw: sp.mtpDraw(seq)}
+		n := st.pending(w)
+		if st.dev.H != nil && len(st.hidden) > 0 { // rows of two steps: one input
+			if err := sp.toHost(st); err != nil {
+				return nil, err
+			}
+		}
+		mi[j] = model.MTPItem{Seq: seq.KV, Start: st.mtpLen, Hidden: st.hidden, In: st.dev,
+			Next: seq.Tokens[st.mtpLen+1 : st.mtpLen+n+1], WantHidden: sp.keep == nil, KeepNext: sp.keep != nil, Ahead: true, Draw: sp.mtpDraw(seq)}
 	}
-	logits, hidden, ids, err := sp.mtp(mi)
+	out, err := sp.mtp(mi)
 	if err != nil {
 		return nil, err
 	}
+	// The chain's inputs are the previous pass's kept streams: each pass's
+	// are freed once the next pass has read them.
+	defer func() {
+		if sp.keep != nil {
+			sp.keep.FreeHidden(out.kept)
+		}
+	}()
 	// Chains: the decoding sequences that can hold their drafts, within the
 	// step's row budget.
 	spare := sp.spare(items)
 	type chain struct {
-		i, k int
-		h    []float32
+		i, k, j int // item, drafts, row in the last pass
 	}
 	var chains []chain
 	var kvs []*kvcache.Sequence
 	for j, i := range who {
 		it := &items[i]
 		st := it.Seq.spec
-		st.mtpLen += len(st.hidden) / w
-		st.hidden = st.hidden[:0]
+		st.mtpLen += st.pending(w)
+		st.hidden, st.dev = st.hidden[:0], model.HiddenRef{}
 		k := min(sp.drafts(it), spare)
 		if k <= 0 || st.mtpLen != len(it.Seq.Tokens)-1 || sp.m.Cache().Reserve(it.Seq.KV, it.Seq.Computed+it.N+k) != nil {
 			continue // no drafts this step (no room): plain decoding
 		}
 		spare -= k
-		chains = append(chains, chain{i: i, k: k, h: hidden[j]})
+		chains = append(chains, chain{i: i, k: k, j: j})
 		kvs = append(kvs, it.Seq.KV)
 	}
 	ok := sp.snapshots(kvs)
@@ -260,9 +276,8 @@ func (mtpDrafter) propose(sp *speculator, items []Item) ([]*proposal, error) {
 		return !ok[items[ch.i].Seq.KV]
 	})
 	for _, ch := range chains {
-		j := slices.Index(who, ch.i)
 		props[ch.i] = &proposal{}
-		props[ch.i].addDrawn(items[ch.i].Seq.Sampler, logits[j], ids, j)
+		props[ch.i].addDrawn(items[ch.i].Seq.Sampler, out.logits[ch.j], out.ids, ch.j)
 	}
 	for d := 1; ; d++ {
 		mi, who = mi[:0], who[:0]
@@ -273,20 +288,25 @@ func (mtpDrafter) propose(sp *speculator, items []Item) ([]*proposal, error) {
 			}
 			it := &items[ch.i]
 			p := props[ch.i]
-			mi = append(mi, model.MTPItem{Seq: it.Seq.KV, Start: len(it.Seq.Tokens) - 1 + d - 1, Hidden: ch.h,
-				Next: p.tokens[d-1 : d], WantHidden: true, Draft: true, Draw: sp.mtpDraw(it.Seq)})
+			h, in := out.next(ch.j)
+			mi = append(mi, model.MTPItem{Seq: it.Seq.KV, Start: len(it.Seq.Tokens) - 1 + d - 1, Hidden: h, In: in,
+				Next: p.tokens[d-1 : d], WantHidden: sp.keep == nil, KeepNext: sp.keep != nil, Draft: true, Draw: sp.mtpDraw(it.Seq)})
 			who = append(who, c)
 		}
 		if len(mi) == 0 {
 			return props, nil
 		}
-		logits, hidden, ids, err := sp.mtp(mi)
+		next, err := sp.mtp(mi)
+		if sp.keep != nil {
+			sp.keep.FreeHidden(out.kept)
+		}
+		out = next
 		if err != nil {
 			return nil, err
 		}
 		for j, c := range who {
-			chains[c].h = hidden[j]
-			props[chains[c].i].addDrawn(items[chains[c].i].Seq.Sampler, logits[j], ids, j)
+			chains[c].j = j
+			props[chains[c].i].addDrawn(items[chains[c].i].Seq.Sampler, out.logits[j], out.ids, j)
 		}
 	}
 }
@@ -361,7 +381,7 @@ func (out *specResult) take(seq *Sequence, tok Sampled, accepted bool, maxLen in
 // run is Runner.Run with drafts: one forward pass verifies every decoding
 // sequence's drafts beside the other items, then the cache of each
 // verified sequence is brought back to its emitted tokens.
-func (sp *speculator) run(items []Item) ([]Result, error) {
+func (sp *speculator) run(items []Item) (_ []Result, err error) {
 	props, err := sp.d.propose(sp, items)
 	if err != nil {
 		return nil, err
@@ -378,13 +398,19 @@ func (sp *speculator) run(items []Item) ([]Result, error) {
 			}
 		}
 	}
-	logits, hidden, drawn, err := sp.forward(fwd)
+	vo, err := sp.forward(fwd)
 	if err != nil {
 		sp.rollbackAll(items, props)
 		return nil, err
 	}
+	defer func() { // kept streams no state took
+		if err != nil && vo.kept != nil && vo.kept != sp.kept {
+			sp.keep.FreeHidden(vo.kept)
+		}
+	}()
+	logits, hidden, drawn := vo.logits, vo.hidden, vo.rows
 	vocab, w := sp.m.Vocab(), sp.m.HiddenDim()
-	if len(logits) != len(items) || len(hidden) != len(items) {
+	if len(logits) != len(items) || vo.kept == nil && len(hidden) != len(items) {
 		return nil, fmt.Errorf("engine: model returned %d logits and %d hidden for %d items", len(logits), len(hidden), len(items))
 	}
 	res := make([]Result, len(items))
@@ -402,8 +428,8 @@ func (sp *speculator) run(items []Item) ([]Result, error) {
 		if byID && len(drawn[i]) != len(fwd[i].Tokens) {
 			return nil, fmt.Errorf("engine: item %d: %d drawn tokens for %d rows", i, len(drawn[i]), len(fwd[i].Tokens))
 		}
-		if !byID && len(logits[i]) != want || len(hidden[i]) != len(fwd[i].Tokens)*w {
-			return nil, fmt.Errorf("engine: item %d: %d logits and %d hidden values for %d tokens", i, len(logits[i]), len(hidden[i]), len(fwd[i].Tokens))
+		if !byID && len(logits[i]) != want || vo.kept == nil && len(hidden[i]) != len(fwd[i].Tokens)*w {
+			return nil, fmt.Errorf("engine: item %d: %d logits and %d hidden values for %d tokens", i, len(logits[i]), len(hidden), len(fwd[i].Tokens))
 		}
 		g.Go(func() error {
 			if props[i] == nil {
@@ -426,10 +452,11 @@ func (sp *speculator) run(items []Item) ([]Result, error) {
 	}
 	_ = g.Wait() // the workers return no errors
 	var rbs []model.Rollback
+	var users []*specState
 	for i := range items {
 		it := &items[i]
 		st := sp.state(it.Seq)
-		seen := st.mtpLen + len(st.hidden)/w // positions whose hidden state the MTP has or had
+		seen := st.mtpLen + st.pending(w) // positions whose hidden state the MTP has or had
 		p := props[i]
 		valid := it.N // rows whose hidden state is right
 		if p != nil {
@@ -454,10 +481,20 @@ func (sp *speculator) run(items []Item) ([]Result, error) {
 			}
 		}
 		if seen < it.Seq.Computed { // a prefix cache hit: the drafter's positions start after it
-			st.mtpLen, st.hidden, seen = it.Seq.Computed, st.hidden[:0], it.Seq.Computed
+			st.mtpLen, st.hidden, st.dev, seen = it.Seq.Computed, st.hidden[:0], model.HiddenRef{}, it.Seq.Computed
 		}
 		if from := max(seen-it.Seq.Computed, 0); from < valid {
-			st.hidden = append(st.hidden, hidden[i][from*w:valid*w]...)
+			if err := sp.queue(st, &vo, i, from, valid); err != nil {
+				return nil, err
+			}
+		}
+		if vo.kept != nil && st.dev.H == vo.kept {
+			users = append(users, st)
+		}
+	}
+	if vo.kept != nil {
+		if err := sp.retain(vo.kept, users); err != nil {
+			return nil, err
 		}
 	}
 	if err := sp.restores(rbs); err != nil {
@@ -574,7 +611,7 @@ func (sp *speculator) queued(items []Item, what string) ([]int, error) {
 	for i := range items {
 		it := &items[i]
 		st := sp.state(it.Seq)
-		n := len(st.hidden) / w
+		n := st.pending(w)
 		if n == 0 {
 			continue
 		}

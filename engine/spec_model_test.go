@@ -25,6 +25,36 @@ func (o *oracle) ForwardMTP(items []model.MTPItem) ([][]float32, [][]float32, er
 	if err != nil {
 		return nil, nil, err
 	}
+	o.force(items, logits)
+	return logits, hidden, nil
+}
+
+// The oracle keeps the streams on the device as the model does
+// (streamKeeper), forcing the drafts the same way.
+
+func (o *oracle) keeper() streamKeeper { return o.Speculator.(streamKeeper) }
+
+func (o *oracle) ForwardKept(items []ForwardItem) (verifyOut, error) {
+	return o.keeper().ForwardKept(items)
+}
+
+func (o *oracle) ForwardMTPKept(items []model.MTPItem) (mtpOut, error) {
+	out, err := o.keeper().ForwardMTPKept(items)
+	if err == nil {
+		o.force(items, out.logits)
+	}
+	return out, err
+}
+
+func (o *oracle) FreeHidden(h *model.Hidden) { o.keeper().FreeHidden(h) }
+
+func (o *oracle) DownloadHidden(r model.HiddenRef) ([]float32, error) {
+	return o.keeper().DownloadHidden(r)
+}
+
+// force makes each row's draft plain decoding's token, but where a hash of
+// the position says to miss.
+func (o *oracle) force(items []model.MTPItem, logits [][]float32) {
 	for i, it := range items {
 		if !it.Draft && it.Start == 0 {
 			o.bySeq[it.Seq] = o.ref[it.Next[0]]
@@ -40,7 +70,6 @@ func (o *oracle) ForwardMTP(items []model.MTPItem) ([][]float32, [][]float32, er
 		}
 		logits[i][tok] = 1e4
 	}
-	return logits, hidden, nil
 }
 
 // TestSpecSmallModelGreedy: on the small model (exact numerics) greedy

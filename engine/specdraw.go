@@ -53,12 +53,17 @@ func (sp *speculator) mtpDraw(seq *Sequence) *backend.Draw {
 }
 
 // mtp runs the MTP block; ids is nil unless the model drew some drafts.
-func (sp *speculator) mtp(items []model.MTPItem) (logits, hidden [][]float32, ids []int32, err error) {
-	if sp.drawer != nil {
-		return sp.drawer.ForwardMTPDraw(items)
+// With a streamKeeper the items' KeepNext streams stay on the device.
+func (sp *speculator) mtp(items []model.MTPItem) (o mtpOut, err error) {
+	switch {
+	case sp.keep != nil:
+		return sp.keep.ForwardMTPKept(items)
+	case sp.drawer != nil:
+		o.logits, o.hidden, o.ids, err = sp.drawer.ForwardMTPDraw(items)
+	default:
+		o.logits, o.hidden, err = sp.m.ForwardMTP(items)
 	}
-	logits, hidden, err = sp.m.ForwardMTP(items)
-	return logits, hidden, nil, err
+	return o, err
 }
 
 // addDrawn adds the draft drawn on the device (ids[j]), else drafts from
@@ -72,12 +77,17 @@ func (p *proposal) addDrawn(s *Sampler, logits []float32, ids []int32, j int) {
 }
 
 // forward runs the verifying pass; rows is nil unless the model drew some.
-func (sp *speculator) forward(fwd []ForwardItem) (logits, hidden [][]float32, rows [][]int32, err error) {
-	if sp.drawer != nil {
-		return sp.drawer.ForwardVerify(fwd)
+// With a streamKeeper the rows' streams stay on the device.
+func (sp *speculator) forward(fwd []ForwardItem) (o verifyOut, err error) {
+	switch {
+	case sp.keep != nil:
+		return sp.keep.ForwardKept(fwd)
+	case sp.drawer != nil:
+		o.logits, o.hidden, o.rows, err = sp.drawer.ForwardVerify(fwd)
+	default:
+		o.logits, o.hidden, err = sp.m.ForwardHidden(fwd)
 	}
-	logits, hidden, err = sp.m.ForwardHidden(fwd)
-	return logits, hidden, nil, err
+	return o, err
 }
 
 // verifyDrawn is verify for a greedy sequence whose rows' tokens were drawn

@@ -221,6 +221,7 @@ func TestForwardMTPDraws(t *testing.T) {
 			t.Errorf("item %d: drew %d (logits returned %v), want %d and no logits", i, got.IDs[i], got.Logits[i] != nil, id)
 		}
 	}
+	m.Close() // the input staging
 	if len(be.live) != before {
 		t.Errorf("ForwardMTP left %d tensors allocated: %s", len(be.live)-before, be.sites())
 	}

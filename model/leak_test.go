@@ -93,5 +93,23 @@ func TestForwardFreesTemporaries(t *testing.T) {
 	if _, err := m.ForwardMTP([]MTPItem{{Seq: s0, Hidden: o.Hidden[0][:10*w], Next: toks[1:11], AllLogits: true}}); err != nil {
 		t.Fatal(err)
 	}
+	m.Close() // the MTP pass's input staging
 	check("MTP step")
+	// Streams kept on the device: a step's, read by an MTP pass that keeps
+	// its last row's; both are the caller's to free.
+	o2, err := m.Forward(&Batch{Items: []BatchItem{{Seq: s0, Tokens: prompt(2, c.Vocab, 5), KeepHidden: true}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mo, err := m.ForwardMTP([]MTPItem{{Seq: s0, Start: 10, In: HiddenRef{H: o2.Kept, Row0: o2.KeptRow[0], Rows: 2}, Next: prompt(2, c.Vocab, 6), KeepNext: true, Ahead: true}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if mo.Kept == nil || mo.Kept.Rows() != 1 || mo.KeptRow[0] != 0 {
+		t.Fatalf("MTP pass kept %v rows %v, want one row", mo.Kept, mo.KeptRow)
+	}
+	m.FreeHidden(o2.Kept)
+	m.FreeHidden(mo.Kept)
+	m.Close()
+	check("kept streams")
 }

@@ -86,9 +86,10 @@ type Model struct {
 	ds     *dspark // nil without a DSpark drafter
 	cache  *kvcache.Manager
 	store  backend.KVStore
-	part   *checkpoint.Part // nil: the whole model
-	tr     *tracer          // nil unless TraceNonFinite or Probe: be is then traced
-	mu     sync.Mutex       // one forward at a time
+	part   *checkpoint.Part       // nil: the whole model
+	tr     *tracer                // nil unless TraceNonFinite or Probe: be is then traced
+	stage  map[int]backend.Tensor // the MTP passes' input rows, per power-of-two row count (mtpInput)
+	mu     sync.Mutex             // one forward at a time
 }
 
 // checkPart requires sharded weights and a communicator to come together and
@@ -324,6 +325,10 @@ type BatchItem struct {
 	// streams (MTP) or, on a DSpark checkpoint, the target layers' streams
 	// averaged over hc and concatenated (DSparkDim).
 	Hidden bool
+	// KeepHidden keeps every row's final streams on the device instead
+	// (Output.Kept, from row Output.KeptRow[i]): the MTP block's inputs
+	// (MTPItem.In). Not on a DSpark checkpoint.
+	KeepHidden bool
 	// Draw asks for the next token drawn on the device from the last row
 	// (Output.IDs) where the model CanDraw; the logits then stay there
 	// unless AllLogits.
@@ -352,6 +357,11 @@ type Output struct {
 	Hidden    [][]float32
 	Vocab     int
 	HiddenDim int
+	// Kept holds the final streams that BatchItem.KeepHidden or
+	// MTPItem.KeepNext asked to keep on the device, item i's from row
+	// KeptRow[i] (-1: none); the caller frees it (FreeHidden).
+	Kept    *Hidden
+	KeptRow []int
 }
 
 // Rows returns the logits rows of item i as [vocab] views.
@@ -508,6 +518,9 @@ func (m *Model) Forward(b *Batch) (*Output, error) {
 		}
 	}
 	hidden := wantHidden(b.Items)
+	if m.ds != nil && keepsHidden(b.Items) {
+		return nil, errors.New("model: a DSpark checkpoint's drafter inputs come to the host (BatchItem.Hidden), not KeepHidden")
+	}
 	// forward's outputs: the logits, then with hidden the final streams or,
 	// with DSpark, the target layers' features.
 	forward := func() (outs []backend.Tensor, err error) {
@@ -595,7 +608,16 @@ func (m *Model) Forward(b *Batch) (*Output, error) {
 	} else {
 		be.Free(lg)
 	}
-	if hidden {
+	if hidden && m.ds == nil && keepsHidden(b.Items) {
+		if err := m.keepStep(outs[1], bt, b.Items, out); err != nil {
+			be.Free(outs[1])
+			return nil, err
+		}
+	}
+	if hidden && !hostHidden(b.Items) {
+		be.Free(outs[1])
+	}
+	if hidden && hostHidden(b.Items) {
 		w := c.HcDim()
 		var all []float32
 		if m.ds != nil {
@@ -622,12 +644,47 @@ func (m *Model) Forward(b *Batch) (*Output, error) {
 
 // wantHidden reports whether an item asks for the final streams.
 func wantHidden(items []BatchItem) bool {
+	return hostHidden(items) || keepsHidden(items)
+}
+
+// hostHidden reports whether an item asks for the final streams on the host.
+func hostHidden(items []BatchItem) bool {
 	for _, it := range items {
 		if it.Hidden {
 			return true
 		}
 	}
 	return false
+}
+
+// keepsHidden reports whether an item keeps its final streams on the device.
+func keepsHidden(items []BatchItem) bool {
+	for _, it := range items {
+		if it.KeepHidden {
+			return true
+		}
+	}
+	return false
+}
+
+// keepStep keeps the step's final streams x on the device (Output.Kept).
+func (m *Model) keepStep(x backend.Tensor, bt *backend.Batch, items []BatchItem, out *Output) error {
+	rows := make([]int, x.Rows())
+	for r := range rows {
+		rows[r] = r
+	}
+	h, err := m.keepRows(x, rows)
+	if err != nil {
+		return err
+	}
+	out.Kept, out.KeptRow = h, make([]int, len(items))
+	for i, it := range items {
+		out.KeptRow[i] = -1
+		if it.KeepHidden {
+			out.KeptRow[i] = bt.Seqs[i].Row0
+		}
+	}
+	return nil
 }
 
 // logits computes fp32 logits of the listed rows of the streams x (spec §2 step 4).

@@ -173,6 +173,23 @@ func (b *Backend) View(t backend.Tensor, rows, cols int) (backend.Tensor, error)
 	return &Tensor{rows: rows, cols: cols, dt: c.dt, F: c.F, I: c.I}, nil
 }
 
+// Slice implements backend.Backend.
+func (b *Backend) Slice(t backend.Tensor, row0, rows int) (backend.Tensor, error) {
+	c, err := backend.As[*Tensor](backend.CheckSlice(t, row0, rows), "slice", t)
+	if err != nil {
+		return nil, err
+	}
+	v := &Tensor{rows: rows, cols: c.cols, dt: c.dt}
+	lo, hi := row0*c.cols, (row0+rows)*c.cols
+	if c.F != nil {
+		v.F = c.F[lo:hi:hi]
+	}
+	if c.I != nil {
+		v.I = c.I[lo:hi:hi]
+	}
+	return v, nil
+}
+
 // Free implements backend.Backend (the GC owns CPU buffers).
 func (b *Backend) Free(t backend.Tensor) {}
 

@@ -271,6 +271,15 @@ func (b *Backend) View(t backend.Tensor, rows, cols int) (backend.Tensor, error)
 	return &Tensor{rows: rows, cols: cols, dt: g.dt, ptr: g.ptr}, nil
 }
 
+// Slice implements backend.Backend (a view: its quantised copy is not kept).
+func (b *Backend) Slice(t backend.Tensor, row0, rows int) (backend.Tensor, error) {
+	g, err := backend.As[*Tensor](backend.CheckSlice(t, row0, rows), "slice", t)
+	if err != nil {
+		return nil, err
+	}
+	return &Tensor{rows: rows, cols: g.cols, dt: g.dt, ptr: g.Row(row0)}, nil
+}
+
 // Free implements backend.Backend (views free nothing but a quantised copy).
 func (b *Backend) Free(t backend.Tensor) {
 	g, ok := t.(*Tensor)

@@ -2,6 +2,7 @@ package gpu
 
 import (
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 
@@ -23,9 +24,19 @@ import (
 //
 // A step with drafts (SeqInfo.Keep) is recorded too: its stateful ops run on
 // the two parts of backend.Batch.SplitKeep, whose layouts the recording
-// holds beside the step's, and its snapshot copies and row gathers name
-// slots and rows, so the key holds every sequence's rows, kept rows, slot
-// and spare slot.
+// holds beside the step's, as it holds the index lists of the parts' row
+// gathers and of the snapshot copies (spare and state slots). When every
+// sequence verifies drafts, the key is the batch, the rows and the kept
+// rows in all (the shapes), so steps whose sequences keep different rows,
+// or have other slots, replay one recording; otherwise it holds every
+// sequence's rows, kept rows, slot and spare slot.
+//
+// A pass of the MTP block (Batch.Name "mtp") is recorded apart from the
+// main model's steps: its key is the batch and its rows in all (a catch-up
+// feeds the rows a verification kept, a chained draft one), and the last
+// row of every sequence, which its head gathers, is an input list. A
+// recording under such a key fails (and the layout runs eagerly) when an
+// op would bake rows or slots that the key does not fix.
 //
 // A layout is recorded the second time it is seen (the first step warms the
 // kernels, tables and pools eagerly); a layout whose recording fails runs
@@ -35,6 +46,11 @@ import (
 // double from there (the indexer's score rows and the block tables are sized
 // by it).
 const ctxBucketMin = 1024
+
+// mtpGraphRows bounds the rows per sequence of a recorded MTP pass: a
+// catch-up after a verification has at most 1 + the drafts; more is a
+// prompt, run eagerly.
+const mtpGraphRows = 16
 
 // maxGraphs bounds the recordings kept (each holds its graph and inputs).
 const maxGraphs = 64
@@ -53,11 +69,22 @@ type stepGraph struct {
 
 // recording is the state while a step is captured.
 type recording struct {
-	bt   *backend.Batch
-	ids  []int32
-	db   devBatch
-	tok  cuda.DevicePtr // token ids on the device
-	subs []subLayout    // the parts of a step with drafts
+	bt    *backend.Batch
+	ids   []int32
+	db    devBatch
+	tok   cuda.DevicePtr    // token ids on the device
+	subs  []subLayout       // the parts of a step with drafts
+	lists [numLists]recList // its index lists (stepLists)
+	// totals: the key holds the batch's totals, not its sequences' rows
+	// (totalsKey): what the lists do not give must not depend on them.
+	totals bool
+}
+
+// recList is one index list of a recorded step, on the host and in its
+// inputs on the device.
+type recList struct {
+	host []int32
+	ptr  cuda.DevicePtr
 }
 
 // subLayout is one part of a recorded step with drafts.
@@ -124,11 +151,18 @@ func (t *replayTimer) close() {
 	}
 }
 
+// GraphCounts counts how steps of one kind ran.
+type GraphCounts struct{ Recorded, Replayed, Eager int }
+
 // GraphStats counts how steps ran.
 type GraphStats struct {
 	Graphs, Recorded, Replayed, Eager int
-	Nodes                             int // nodes (kernels, copies, memsets) of the recordings kept
-	Failed                            []string
+	// Kinds splits the counts by step kind: "step" (the main model's
+	// steps without drafts), "verify" (with drafts), "mtp" (the MTP
+	// block's passes).
+	Kinds  map[string]GraphCounts
+	Nodes  int // nodes (kernels, copies, memsets) of the recordings kept
+	Failed []string
 	// ReplayMs is the device time of every replay (inputs' copy and graph),
 	// in order, with Options.TimeReplays.
 	ReplayMs []float32
@@ -138,6 +172,7 @@ type GraphStats struct {
 func (b *Backend) GraphStats() GraphStats {
 	g := &b.graphs
 	st := g.stats
+	st.Kinds = maps.Clone(g.stats.Kinds)
 	st.Graphs = len(g.graphs)
 	for _, sg := range g.graphs {
 		st.Nodes += sg.nodes
@@ -158,15 +193,22 @@ func (b *Backend) GraphStats() GraphStats {
 // graphKey is the recorded layout of bt, or "" when bt is no decode step
 // (one row per sequence, or a verification's rows with Keep).
 func graphKey(bt *backend.Batch) (key string, capacity int) {
-	if len(bt.Seqs) == 0 {
+	if len(bt.Seqs) == 0 || bt.Name != "" && bt.Name != "mtp" {
 		return "", 0
 	}
-	end := 0
+	end, kept, drafting := 0, 0, 0
 	var spec strings.Builder
+	mtp := bt.Name == "mtp"
 	for _, s := range bt.Seqs {
+		if s.Keep > 0 && s.Keep < s.Rows && !mtp {
+			kept += s.Keep
+			drafting++
+		}
 		switch {
-		case s.Keep > 0 && s.Keep < s.Rows:
+		case s.Keep > 0 && s.Keep < s.Rows && !mtp:
 			fmt.Fprintf(&spec, " %d/%d@%d>%d", s.Rows, s.Keep, s.Slot, s.Spare)
+		case mtp && s.Rows >= 1 && s.Rows <= mtpGraphRows:
+			fmt.Fprintf(&spec, " %d", s.Rows)
 		case s.Rows != 1:
 			return "", 0
 		default:
@@ -178,46 +220,140 @@ func graphKey(bt *backend.Batch) (key string, capacity int) {
 	for capacity < end {
 		capacity *= 2
 	}
+	switch {
+	case mtp: // the last rows are inputs
+		return fmt.Sprintf("mtp n=%d ctx=%d rows=%d", len(bt.Seqs), capacity, bt.Rows()), capacity
+	case drafting == len(bt.Seqs): // every sequence verifies drafts: its rows and slots are inputs
+		return fmt.Sprintf("verify n=%d ctx=%d rows=%d kept=%d", len(bt.Seqs), capacity, bt.Rows(), kept), capacity
+	}
 	if bt.Rows() == len(bt.Seqs) {
 		return fmt.Sprintf("decode n=%d ctx=%d", len(bt.Seqs), capacity), capacity
 	}
 	return fmt.Sprintf("verify n=%d ctx=%d rows%s", len(bt.Seqs), capacity, spec.String()), capacity
 }
 
-// stepWords appends the device inputs of the step bt (its layout, then the
-// layouts of SplitKeep's parts) to dst, and returns the parts' word counts.
-func stepWords(bt *backend.Batch, capBlk int, dst []int32) ([]int32, []devBatch, error) {
+// stepWords appends the device inputs of the step bt to dst: its layout,
+// then for a step with drafts the layouts of SplitKeep's parts, and its
+// index lists (stepLists). It returns the layouts and the lists' word ranges
+// in dst (empty for the lists a step has not).
+func stepWords(bt *backend.Batch, capBlk int, dst []int32) ([]int32, []devBatch, [numLists][2]int, error) {
+	var at [numLists][2]int
 	dst, db, err := layoutBatch(bt, capBlk, dst)
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, at, err
 	}
 	dbs := []devBatch{db}
-	if keep, spec, _, _, ok := bt.SplitKeep(); ok {
+	lists := stepLists(bt)
+	if keep, spec, _, _, ok := bt.SplitKeep(); ok && bt.Name != "mtp" {
 		for _, part := range []*backend.Batch{keep, spec} {
 			if dst, db, err = layoutBatch(part, capBlk, dst); err != nil {
-				return nil, nil, err
+				return nil, nil, at, err
 			}
 			dbs = append(dbs, db)
 		}
 	}
-	return dst, dbs, nil
+	for i, l := range lists {
+		at[i] = [2]int{len(dst), len(dst) + len(l)}
+		dst = append(dst, l...)
+	}
+	return dst, dbs, at, nil
+}
+
+// The index lists of a step, inputs of its recording, so that its key need
+// not hold what they index: for a step with drafts the rows of SplitKeep's
+// two parts (their gathers) and the spare and state slots of the
+// speculative sequences (their snapshot copies); for an MTP pass the last
+// row of every sequence (the head's gather).
+const (
+	listKeepRows = iota
+	listSpecRows
+	listSpares
+	listSlots
+	listLast
+	numLists
+)
+
+// stepLists returns bt's index lists by role.
+func stepLists(bt *backend.Batch) (l [numLists][]int32) {
+	if bt.Name == "mtp" {
+		for _, sq := range bt.Seqs {
+			l[listLast] = append(l[listLast], int32(sq.Row0+sq.Rows-1))
+		}
+		return l
+	}
+	_, _, keepRows, specRows, ok := bt.SplitKeep()
+	if !ok {
+		return l
+	}
+	l[listKeepRows], l[listSpecRows] = int32s(keepRows), int32s(specRows)
+	for _, sq := range bt.Seqs {
+		if sq.Keep > 0 && sq.Keep < sq.Rows {
+			l[listSpares], l[listSlots] = append(l[listSpares], int32(sq.Spare)), append(l[listSlots], int32(sq.Slot))
+		}
+	}
+	return l
+}
+
+func int32s(v []int) []int32 {
+	out := make([]int32, len(v))
+	for i, x := range v {
+		out[i] = int32(x)
+	}
+	return out
+}
+
+// list returns the device copy of the recorded step's index list of the
+// given role when idx is it, else 0.
+func (c *recording) list(role int, idx []int32) cuda.DevicePtr {
+	if c == nil || len(c.lists[role].host) == 0 || !slices.Equal(idx, c.lists[role].host) {
+		return 0
+	}
+	return c.lists[role].ptr
+}
+
+// fixed reports whether a gather of rows (or, nil, a slot copy) that is no
+// input list may be baked into the recording: its key must fix what it
+// names. A key of totals fixes the strided gathers that start in the first
+// stride (every row, or one hc stream of every row), which depend on the
+// row count alone.
+func (c *recording) fixed(rows []int) bool {
+	if !c.totals {
+		return true
+	}
+	if len(rows) == 0 {
+		return false
+	}
+	if len(rows) == 1 {
+		return rows[0] == 0
+	}
+	st := rows[1] - rows[0]
+	if st < 1 || rows[0] >= st {
+		return false
+	}
+	for i := 2; i < len(rows); i++ {
+		if rows[i]-rows[i-1] != st {
+			return false
+		}
+	}
+	return true
 }
 
 // RecordStep implements backend.Backend.
 func (b *Backend) RecordStep(bt *backend.Batch, ids []int32, forward func() ([]backend.Tensor, error)) ([]backend.Tensor, error) {
 	b.pdlFor(bt)
 	g := &b.graphs
+	kind := stepKind(bt)
 	key, capacity := graphKey(bt)
-	if !g.on || key == "" || b.rec != nil || len(ids) != bt.Rows() {
-		g.stats.Eager++
+	if !g.on || key == "" || b.rec != nil || len(ids) != bt.Rows() || !b.fits(bt, capacity) {
+		g.count(kind, 0, 0, 1)
 		return forward()
 	}
 	if sg := g.graphs[key]; sg != nil {
-		return b.replay(sg, bt, ids)
+		return b.replay(sg, bt, ids, kind)
 	}
 	if _, bad := g.failed[key]; bad || !g.seen[key] {
 		g.seen[key] = true
-		g.stats.Eager++
+		g.count(kind, 0, 0, 1)
 		return forward()
 	}
 	sg, err := b.record(bt, ids, capacity, forward)
@@ -225,15 +361,69 @@ func (b *Backend) RecordStep(bt *backend.Batch, ids []int32, forward func() ([]b
 		// Record nothing for this layout again; the step runs eagerly (and
 		// reports its own error if forward itself failed).
 		g.failed[key] = err
-		g.stats.Eager++
+		g.count(kind, 0, 0, 1)
 		return forward()
 	}
 	if len(g.graphs) >= maxGraphs {
 		b.evictGraph()
 	}
 	g.graphs[key] = sg
-	g.stats.Recorded++
-	return b.replay(sg, bt, ids)
+	g.count(kind, 1, 0, 0)
+	return b.replay(sg, bt, ids, kind)
+}
+
+// fits reports whether bt's block tables fit a recording of capacity
+// tokens (an MTP pass lags the cache, whose blocks may reach past it).
+func (b *Backend) fits(bt *backend.Batch, capacity int) bool {
+	capBlk := b.capBlocks(capacity)
+	for _, s := range bt.Seqs {
+		if len(s.Blocks) > capBlk {
+			return false
+		}
+	}
+	return true
+}
+
+// totalsKey reports whether bt's key holds only totals (graphKey): an MTP
+// pass, or a step where every sequence verifies drafts.
+func totalsKey(bt *backend.Batch) bool {
+	if bt.Name == "mtp" {
+		return true
+	}
+	for _, s := range bt.Seqs {
+		if s.Keep <= 0 || s.Keep >= s.Rows {
+			return false
+		}
+	}
+	return len(bt.Seqs) > 0
+}
+
+// stepKind names bt's kind in GraphStats.Kinds.
+func stepKind(bt *backend.Batch) string {
+	if strings.HasPrefix(bt.Name, "mtp") {
+		return "mtp"
+	}
+	for _, s := range bt.Seqs {
+		if s.Keep > 0 && s.Keep < s.Rows {
+			return "verify"
+		}
+	}
+	return "step"
+}
+
+// count adds to the totals and to kind's counts.
+func (g *graphSet) count(kind string, recorded, replayed, eager int) {
+	g.stats.Recorded += recorded
+	g.stats.Replayed += replayed
+	g.stats.Eager += eager
+	if g.stats.Kinds == nil {
+		g.stats.Kinds = map[string]GraphCounts{}
+	}
+	c := g.stats.Kinds[kind]
+	c.Recorded += recorded
+	c.Replayed += replayed
+	c.Eager += eager
+	g.stats.Kinds[kind] = c
 }
 
 // record captures forward's ops into a new graph.
@@ -243,7 +433,7 @@ func (b *Backend) record(bt *backend.Batch, ids []int32, capacity int, forward f
 		g.arena = b.ctx.NewPool()
 	}
 	capBlk := b.capBlocks(capacity)
-	words, dbs, err := stepWords(bt, capBlk, nil)
+	words, dbs, lists, err := stepWords(bt, capBlk, nil)
 	if err != nil {
 		return nil, err
 	}
@@ -269,6 +459,10 @@ func (b *Backend) record(bt *backend.Batch, ids []int32, capacity int, forward f
 		}
 		at += n
 	}
+	for i, r := range lists {
+		rec.lists[i] = recList{host: words[r[0]:r[1]], ptr: sg.meta.Ptr.Add(4 * r[0])}
+	}
+	rec.totals = totalsKey(bt)
 	b.rec = rec
 	if err := b.s.BeginCapture(); err != nil {
 		b.rec = nil
@@ -305,11 +499,11 @@ func (b *Backend) record(bt *backend.Batch, ids []int32, capacity int, forward f
 }
 
 // replay runs a recorded step with bt's inputs.
-func (b *Backend) replay(sg *stepGraph, bt *backend.Batch, ids []int32) ([]backend.Tensor, error) {
+func (b *Backend) replay(sg *stepGraph, bt *backend.Batch, ids []int32, kind string) ([]backend.Tensor, error) {
 	g := &b.graphs
 	capBlk := b.capBlocks(sg.cap)
 	host := unsafeInt32s(sg.stage.Bytes())[:0]
-	host, _, err := stepWords(bt, capBlk, host)
+	host, _, _, err := stepWords(bt, capBlk, host)
 	if err != nil {
 		return nil, err
 	}
@@ -343,7 +537,7 @@ func (b *Backend) replay(sg *stepGraph, bt *backend.Batch, ids []int32) ([]backe
 	}
 	g.clock++
 	sg.used = g.clock
-	g.stats.Replayed++
+	g.count(kind, 0, 1, 0)
 	return sg.outs, nil
 }
 

@@ -212,9 +212,19 @@ func (b *Backend) CopySlot(s backend.KVStore, cs ...backend.SlotCopy) error {
 	}
 	for _, sc := range order {
 		g := groups[sc]
-		if len(g) > 2 && len(g) <= 65535 && b.rec == nil {
+		var dp, sp cuda.DevicePtr
+		if c := b.rec; c != nil { // a step with drafts' snapshots: the slots are inputs of the recording
+			dst, src := slotLists(g)
+			dp, sp = c.list(listSpares, dst), c.list(listSlots, src)
+		}
+		switch {
+		case dp != 0 && sp != 0:
+			err = b.copySlotsAt(k, g, dp, sp)
+		case b.rec != nil && !b.rec.fixed(nil):
+			err = fmt.Errorf("copy slots: the slots of a recorded step are neither an input nor fixed by its key")
+		case len(g) > 2 && len(g) <= 65535 && b.rec == nil:
 			err = b.copySlots(k, g)
-		} else {
+		default:
 			for _, a := range g {
 				if err = b.copySlot(k, a); err != nil {
 					break
@@ -266,13 +276,19 @@ func (b *Backend) copySlot(k *kvStore, a backend.SlotCopy) error {
 	return nil
 }
 
-// copySlots copies the state of independent copies of the same layers and
-// part: one kernel per buffer over the slot lists.
-func (b *Backend) copySlots(k *kvStore, cs []backend.SlotCopy) error {
-	dst, src := make([]int32, len(cs)), make([]int32, len(cs))
+// slotLists returns the destination and source slots of cs.
+func slotLists(cs []backend.SlotCopy) (dst, src []int32) {
+	dst, src = make([]int32, len(cs)), make([]int32, len(cs))
 	for i, a := range cs {
 		dst[i], src[i] = int32(a.Dst), int32(a.Src)
 	}
+	return dst, src
+}
+
+// copySlots copies the state of independent copies of the same layers and
+// part: one kernel per buffer over the slot lists.
+func (b *Backend) copySlots(k *kvStore, cs []backend.SlotCopy) error {
+	dst, src := slotLists(cs)
 	dp, err := b.indexList(dst)
 	if err != nil {
 		return fmt.Errorf("copy slots: %w", err)
@@ -281,8 +297,16 @@ func (b *Backend) copySlots(k *kvStore, cs []backend.SlotCopy) error {
 	if err != nil {
 		return fmt.Errorf("copy slots: %w", err)
 	}
+	return b.copySlotsAt(k, cs, dp, sp)
+}
+
+// copySlotsAt is copySlots over slot lists on the device at dp and sp.
+func (b *Backend) copySlotsAt(k *kvStore, cs []backend.SlotCopy, dp, sp cuda.DevicePtr) error {
 	for i := cs[0].From; i < cs[0].To; i++ {
 		for _, r := range k.slotRegions(i, cs[0].Part) {
+			if r.bytes%4 != 0 && b.rec != nil {
+				return fmt.Errorf("copy slots: a state region of %d bytes cannot take its slots from a recording's inputs", r.bytes)
+			}
 			if r.bytes%4 != 0 {
 				for _, a := range cs {
 					if err := b.s.CopyDtoD(r.buf.Ptr.Add(a.Dst*r.bytes), r.buf.Ptr.Add(a.Src*r.bytes), r.bytes); err != nil {

@@ -100,6 +100,18 @@ func (b *Backend) GatherRows(x backend.Tensor, rows []int, out backend.Tensor) e
 		return err
 	}
 	xt, ot := t[0], t[1]
+	if c := b.rec; c != nil && len(rows) > 0 {
+		// Rows that vary between steps of one key: an input of the recording.
+		idx := int32s(rows)
+		for _, role := range []int{listKeepRows, listSpecRows, listLast} {
+			if p := c.list(role, idx); p != 0 {
+				return cuda.CopyRowsU32(b.s, ot.ptr, xt.ptr, 0, p, len(rows), int64(xt.cols))
+			}
+		}
+		if !c.fixed(rows) {
+			return fmt.Errorf("gather: rows %v of a recorded step are neither an input nor fixed by its key", rows)
+		}
+	}
 	runs := 1
 	for i := 1; i < len(rows); i++ {
 		if rows[i] != rows[i-1]+1 {

@@ -150,6 +150,11 @@ func (o *Backend) Empty(rows, cols int, dt backend.DType) backend.Tensor {
 	return o.be.Empty(rows, cols, dt)
 }
 
+// Slice implements backend.Backend.
+func (o *Backend) Slice(t backend.Tensor, row0, rows int) (backend.Tensor, error) {
+	return o.be.Slice(t, row0, rows)
+}
+
 // View implements backend.Backend.
 func (o *Backend) View(t backend.Tensor, rows, cols int) (backend.Tensor, error) {
 	return o.be.View(t, rows, cols)

@@ -264,13 +264,14 @@ func stack(f *stackFlags, stdout, stderr io.Writer) error {
 		}
 		sr, err = runSpecPlan(m, f, prof)
 		if onGPU && f.graphs && err == nil {
-			a := g.GraphStats()
-			specGraphs = fmt.Sprintf("cuda graphs of the steps with drafts (verifications; the MTP passes run eagerly): %d recorded, %d replayed, %d eager\n",
-				a.Recorded-before.Recorded, a.Replayed-before.Replayed, a.Eager-before.Eager)
+			specGraphs = specGraphLines(before, g.GraphStats())
 		}
 	}
 	if err == nil && onGPU && f.decode > 0 {
 		fr.headMs, err = timeHead(m, g, f.batch)
+	}
+	if err == nil && onGPU && sr != nil && f.decode > 0 { // the head over a verification's rows
+		sr.headMs, err = timeHead(m, g, f.batch*(f.spec.NumTokens+1))
 	}
 	graphs := ""
 	if onGPU {
@@ -317,6 +318,7 @@ func stack(f *stackFlags, stdout, stderr io.Writer) error {
 	r.print(stdout, f)
 	if sr != nil {
 		sr.print(stdout, f, r)
+		sr.project(stdout, f, r, fr)
 	}
 	fr.print(stdout, r.steps)
 	fmt.Fprint(stdout, graphs)

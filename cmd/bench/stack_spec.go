@@ -23,20 +23,37 @@ import (
 // specSeq is one sequence's drafting state.
 type specSeq struct {
 	kv      *kvcache.Sequence
-	toks    []int32   // prompt and generated tokens
-	pending []int32   // tokens not yet in the cache (replayed drafts, then the last token)
-	mtpLen  int       // positions the MTP block has processed
-	hidden  []float32 // the main model's final streams of positions mtpLen…
+	toks    []int32         // prompt and generated tokens
+	pending []int32         // tokens not yet in the cache (replayed drafts, then the last token)
+	mtpLen  int             // positions the MTP block has processed
+	hidden  model.HiddenRef // the main model's final streams of positions mtpLen…, on the device
+}
+
+// freeHidden frees the distinct tensors the sequences' queued streams are in.
+func freeHidden(m *model.Model, seqs []*specSeq) {
+	seen := map[*model.Hidden]bool{}
+	for _, s := range seqs {
+		if h := s.hidden.H; h != nil && !seen[h] {
+			seen[h] = true
+			m.FreeHidden(h)
+		}
+		s.hidden = model.HiddenRef{}
+	}
 }
 
 // specStackResult is what the timed steps with drafts did.
 type specStackResult struct {
-	steps    []time.Duration
-	emitted  int // tokens emitted by the timed steps
-	drafted  int
-	accepted int
-	perPos   []int
-	profile  string // the per-op breakdown of the timed steps (--profile)
+	steps []time.Duration
+	// The parts of each step: the MTP passes (catch-up and chained drafts,
+	// with their draws), the verifying forward (with its draws) and the
+	// rest (snapshots, rollbacks, host work).
+	mtp, verify, rest []time.Duration
+	headMs            float64 // the head alone over a verification's rows (GPU; 0: not measured)
+	emitted           int     // tokens emitted by the timed steps
+	drafted           int
+	accepted          int
+	perPos            []int
+	profile           string // the per-op breakdown of the timed steps (--profile)
 }
 
 // runSpecPlan prefills --batch fresh sequences of random tokens and runs
@@ -51,6 +68,7 @@ func runSpecPlan(m *model.Model, f *stackFlags, prof *timedBackend) (*specStackR
 		seqs[i] = &specSeq{kv: m.Cache().NewSequence()}
 		defer m.FreeSequence(seqs[i].kv)
 	}
+	defer freeHidden(m, seqs)
 	if err := specPrefill(m, f, seqs, rng); err != nil {
 		return nil, err
 	}
@@ -71,6 +89,9 @@ func runSpecPlan(m *model.Model, f *stackFlags, prof *timedBackend) (*specStackR
 		}
 		r.steps = append(r.steps, time.Since(t))
 		wall += r.steps[len(r.steps)-1]
+		r.mtp = append(r.mtp, st.mtp[0])
+		r.verify = append(r.verify, st.verify[0])
+		r.rest = append(r.rest, r.steps[len(r.steps)-1]-st.mtp[0]-st.verify[0])
 		r.emitted += st.emitted
 		r.drafted += st.drafted
 		r.accepted += st.accepted
@@ -91,13 +112,12 @@ func runSpecPlan(m *model.Model, f *stackFlags, prof *timedBackend) (*specStackR
 // the MTP block over the prompt.
 func specPrefill(m *model.Model, f *stackFlags, seqs []*specSeq, rng *rand.Rand) error {
 	c := m.Config()
-	w := c.HcDim()
 	for i0 := 0; i0 < len(seqs); i0 += f.prefillSeqs {
 		group := seqs[i0:min(i0+f.prefillSeqs, len(seqs))]
 		b := &model.Batch{}
 		for _, s := range group {
 			s.toks = randTokens(rng, f.prefill, c.Vocab)
-			b.Items = append(b.Items, model.BatchItem{Seq: s.kv, Tokens: s.toks, Hidden: true})
+			b.Items = append(b.Items, model.BatchItem{Seq: s.kv, Tokens: s.toks, KeepHidden: true})
 		}
 		out, err := m.Forward(b)
 		if err != nil {
@@ -107,11 +127,11 @@ func specPrefill(m *model.Model, f *stackFlags, seqs []*specSeq, rng *rand.Rand)
 		for j, s := range group {
 			s.toks = append(s.toks, engine.Argmax(out.Last(j)))
 			s.pending = s.toks[len(s.toks)-1:]
-			s.hidden = out.Hidden[j]
+			s.hidden = model.HiddenRef{H: out.Kept, Row0: out.KeptRow[j], Rows: f.prefill}
 			if f.prefill > 1 { // the MTP block catches up with the prompt now, untimed
 				n := f.prefill - 1
-				mi = append(mi, model.MTPItem{Seq: s.kv, Hidden: s.hidden[:n*w], Next: s.toks[1 : n+1]})
-				s.mtpLen, s.hidden = n, s.hidden[n*w:]
+				mi = append(mi, model.MTPItem{Seq: s.kv, In: model.HiddenRef{H: out.Kept, Row0: out.KeptRow[j], Rows: n}, Next: s.toks[1 : n+1]})
+				s.mtpLen, s.hidden.Row0, s.hidden.Rows = n, s.hidden.Row0+n, 1
 			}
 		}
 		if len(mi) > 0 {
@@ -123,28 +143,34 @@ func specPrefill(m *model.Model, f *stackFlags, seqs []*specSeq, rng *rand.Rand)
 	return nil
 }
 
-// specStep runs one draft+verify step over all sequences. With draw, the
-// drafts and the verifying rows' greedy tokens are drawn on the device where
-// the model can: only ids come back.
+// specStep runs one draft+verify step over all sequences. The final streams
+// stay on the device (the MTP block reads them there); with draw, the drafts
+// and the verifying rows' greedy tokens are drawn on the device where the
+// model can: only ids come back.
 func specStep(m *model.Model, seqs []*specSeq, k int, acceptRate float64, draw bool, rng *rand.Rand) (*specStackResult, error) {
 	c := m.Config()
-	w, vocab := c.HcDim(), c.Vocab
+	vocab := c.Vocab
 	var greedy *backend.Draw
 	if draw {
 		greedy = &backend.Draw{}
 	}
 	// The MTP block catches up (its last row gives draft 1), then chains.
+	st := &specStackResult{perPos: make([]int, k)}
+	var tMTP time.Duration
+	t0 := time.Now()
 	mi := make([]model.MTPItem, len(seqs))
 	for i, s := range seqs {
-		n := len(s.hidden) / w
-		mi[i] = model.MTPItem{Seq: s.kv, Start: s.mtpLen, Hidden: s.hidden, Next: s.toks[s.mtpLen+1 : s.mtpLen+n+1], WantHidden: true, Ahead: true, Draw: greedy}
+		n := s.hidden.Rows
+		mi[i] = model.MTPItem{Seq: s.kv, Start: s.mtpLen, In: s.hidden, Next: s.toks[s.mtpLen+1 : s.mtpLen+n+1], KeepNext: true, Ahead: true, Draw: greedy}
 		s.mtpLen += n
-		s.hidden = nil
 	}
 	out, err := m.ForwardMTP(mi)
+	tMTP += time.Since(t0)
+	freeHidden(m, seqs)
 	if err != nil {
 		return nil, fmt.Errorf("mtp: %w", err)
 	}
+	defer func() { m.FreeHidden(out.Kept) }()
 	drafts := make([][]int32, len(seqs))
 	kvs := make([]*kvcache.Sequence, len(seqs))
 	for i, s := range seqs {
@@ -159,9 +185,14 @@ func specStep(m *model.Model, seqs []*specSeq, k int, acceptRate float64, draw b
 	}
 	for d := 1; d < k; d++ {
 		for i, s := range seqs {
-			mi[i] = model.MTPItem{Seq: s.kv, Start: len(s.toks) - 1 + d - 1, Hidden: out.Hidden[i], Next: drafts[i][d-1 : d], WantHidden: true, Draft: true, Draw: greedy}
+			mi[i] = model.MTPItem{Seq: s.kv, Start: len(s.toks) - 1 + d - 1, In: model.HiddenRef{H: out.Kept, Row0: out.KeptRow[i], Rows: 1},
+				Next: drafts[i][d-1 : d], KeepNext: true, Draft: true, Draw: greedy}
 		}
-		if out, err = m.ForwardMTP(mi); err != nil {
+		t0 := time.Now()
+		next, err := m.ForwardMTP(mi)
+		tMTP += time.Since(t0)
+		m.FreeHidden(out.Kept)
+		if out = next; err != nil {
 			return nil, fmt.Errorf("mtp draft %d: %w", d+1, err)
 		}
 		for i := range seqs {
@@ -172,13 +203,14 @@ func specStep(m *model.Model, seqs []*specSeq, k int, acceptRate float64, draw b
 	b := &model.Batch{Items: make([]model.BatchItem, len(seqs))}
 	for i, s := range seqs {
 		b.Items[i] = model.BatchItem{Seq: s.kv, Tokens: append(slices.Clone(s.pending), drafts[i]...), AllLogits: !draw, DrawRows: draw,
-			Hidden: true, Keep: len(s.pending)}
+			KeepHidden: true, Keep: len(s.pending)}
 	}
+	t0 = time.Now()
 	vout, err := m.Forward(b)
+	st.verify, st.mtp = []time.Duration{time.Since(t0)}, []time.Duration{tMTP}
 	if err != nil {
 		return nil, fmt.Errorf("verify: %w", err)
 	}
-	st := &specStackResult{perPos: make([]int, k)}
 	rbs := make([]model.Rollback, len(seqs))
 	shrink := make([]int, len(seqs))
 	for i, s := range seqs {
@@ -209,7 +241,7 @@ func specStep(m *model.Model, seqs []*specSeq, k int, acceptRate float64, draw b
 		shrink[i] = start + n + kept + 1
 		// The MTP block has seen positions before start+n-1; rows n-1… up
 		// to the last accepted draft are right.
-		s.hidden = slices.Clone(vout.Hidden[i][(n-1)*w : (n+a)*w])
+		s.hidden = model.HiddenRef{H: vout.Kept, Row0: vout.KeptRow[i] + n - 1, Rows: a + 1}
 		s.toks = append(append(s.toks, drafts[i][:a]...), bonus)
 		s.pending = slices.Clone(s.toks[len(s.toks)-1-(a-kept):])
 		st.emitted += a + 1

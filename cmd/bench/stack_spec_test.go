@@ -152,8 +152,8 @@ func testSpecStepRollback(t *testing.T, open func(*testing.T) backend.Backend, n
 func checkMTP(t *testing.T, m *model.Model, s *specSeq, ref *kvcache.Sequence, hidden []float32, tol float64) {
 	t.Helper()
 	w := m.Config().HcDim()
-	n := len(s.hidden) / w
-	got, err := m.ForwardMTP([]model.MTPItem{{Seq: s.kv, Start: s.mtpLen, Hidden: s.hidden, Next: s.toks[s.mtpLen+1 : s.mtpLen+n+1], Ahead: true}})
+	n := s.hidden.Rows
+	got, err := m.ForwardMTP([]model.MTPItem{{Seq: s.kv, Start: s.mtpLen, In: s.hidden, Next: s.toks[s.mtpLen+1 : s.mtpLen+n+1], Ahead: true}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -196,6 +196,8 @@ func TestStackSpeculativeCPU(t *testing.T) {
 		`(?m)^speculative mtp N=2 \(forced acceptance: each draft accepted with probability 1\.00 regardless of the logits \(--accept-rate\)\)$`,
 		`(?m)^draft\+verify 3 steps × batch 2 in \S+: [0-9.]+ tok/s  step median [0-9.]+ ms  min [0-9.]+ ms  max [0-9.]+ ms  mean acceptance length 3\.000  per position \[1\.000 1\.000\]$`,
 		`(?m)^speculative vs plain decoding: [0-9.]+ / [0-9.]+ tok/s = [0-9.]+x$`,
+		`(?m)^parts of a step with drafts \(medians\): MTP passes [0-9.]+ ms \(2 a step\), verification [0-9.]+ ms, rest -?[0-9.]+ ms `,
+		`(?m)^projected 6-layer ratio = A × P / \(M \+ V \+ R\) = 3\.000 × [0-9.]+ / \([0-9.]+ \+ [0-9.]+ \+ -?[0-9.]+\) = [0-9.]+x, where `,
 	} {
 		if !regexp.MustCompile(re).MatchString(out.String()) {
 			t.Errorf("output lacks %s:\n%s", re, out.String())
