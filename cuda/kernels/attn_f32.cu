@@ -966,6 +966,9 @@ DEV void attn_body(float* __restrict__ out, const float* __restrict__ q, const f
 	const int nb = (nkeys + 63) >> 6;
 	int blo = 0, bhi = nb;
 	if (SPLIT) { blo = rank * nb / ns; bhi = (rank + 1) * nb / ns; }
+	// Blocks at or past nbl hold no key where that follows from the positions
+	// alone (no compressed part: the window's nwin keys only).
+	const int nbl = ncomp == 0 ? (nwin + 63) >> 6 : nb;
 	// The (row, group)'s first split record (recomputed where used: fewer live registers).
 	auto first = [&]() { return ((size_t)row * ((H + AT_HG - 1) / AT_HG) + g) * ns; };
 	for (int i = tid; i < AT_HG * D4; i += AT_THREADS) {
@@ -1039,7 +1042,8 @@ DEV void attn_body(float* __restrict__ out, const float* __restrict__ q, const f
 
 	if (MODE == AT_MAX || (MODE == AT_CLU && faithful)) {
 		// Pass 1: this CTA's score maxima, then the running max of the blocks before it.
-		for (int b = blo; b < bhi; b++) {
+		// Only later splits read the maxima: none of them has a key when bhi >= nbl.
+		for (int b = blo; b < min(bhi, nbl) && bhi < nbl; b++) {
 			const int b0 = b * 64, n = min(64, nkeys - b0);
 			__syncthreads();
 			fetch(b);
@@ -1079,7 +1083,7 @@ DEV void attn_body(float* __restrict__ out, const float* __restrict__ q, const f
 	float4 acc0[4], acc1[4];
 #pragma unroll
 	for (int i = 0; i < 4; i++) { acc0[i] = f4zero(); acc1[i] = f4zero(); }
-	for (int b = blo; b < bhi; b++) {
+	for (int b = blo; b < min(bhi, nbl); b++) {
 		const int b0 = b * 64, n = min(64, nkeys - b0);
 		__syncthreads();
 		fetch(b);
