@@ -199,12 +199,14 @@ func IndexerTopKF32(s *Stream, out, scores, pos DevicePtr, rows, ld, topk, ratio
 // AttnShape describes one sparse attention call. EntryBytes is 0 when the
 // cache (ring, ent) is fp32, else the size of a compact entry of Nope e4m3
 // and D-Nope bf16 values. MaxKeys bounds the keys of a row (window and
-// compressed part; 0: Window + SelCols); it only steers how the keys are
-// split over CTAs.
+// compressed part; 0: Window + SelCols) and LiveKeys the keys of a row that
+// can hold an entry (the window's positions so far and the available
+// compressed entries; 0: MaxKeys); they only steer how the keys are split
+// over CTAs.
 type AttnShape struct {
 	Rows, Heads, D, Window, Ratio, Per, SelCols int
 	Nope, EntryBytes                            int
-	MaxKeys                                     int
+	MaxKeys, LiveKeys                           int
 	Scale                                       float32
 }
 
@@ -213,7 +215,7 @@ type AttnShape struct {
 // path's partial results).
 func SparseAttnF32(s *Stream, out, q, kv, ring, ent, sel, sink, seqs, pos, seqOf, blocks, part DevicePtr, sh AttnShape, faithful bool) error {
 	if sh.Rows < 0 || sh.Heads <= 0 || sh.D <= 0 || sh.D%32 != 0 || sh.D > 1024 || sh.Window <= 0 || sh.Per <= 0 || ceilDiv(sh.Heads, attnHeads) > 65535 ||
-		sh.MaxKeys < 0 || (sh.EntryBytes != 0 && !entryBytesOK(sh.D, sh.Nope, sh.EntryBytes)) {
+		sh.MaxKeys < 0 || sh.LiveKeys < 0 || (sh.EntryBytes != 0 && !entryBytesOK(sh.D, sh.Nope, sh.EntryBytes)) {
 		return fmt.Errorf("cuda: sparse_attn_f32: bad shape %+v", sh)
 	}
 	if sh.Rows == 0 {
@@ -278,6 +280,7 @@ const (
 	attnMaxSplits = 64
 	attnBlock     = 64
 	attnCTAsPerSM = 2
+	attnRowLive   = 2 // live key blocks a row up to which one CTA per (row, group) runs them
 )
 
 // attnRecord is the floats of a split's partial result: m and l of every
@@ -290,8 +293,11 @@ type attnPlan struct {
 }
 
 // planAttn picks the sparse attention path of sh (the choice only steers
-// speed). One CTA per (row, head group) when those fill the SMs or a row
-// has one block of keys. Otherwise the keys are split: over 8-CTA clusters
+// speed). One CTA per (row, head group) when those fill the SMs, a row has
+// one block of keys, or at most attnRowLive blocks' worth of keys can hold
+// an entry (a short context: that CTA skips the empty blocks, where a split
+// path pays its faithful max pass, the combine and the barriers for one
+// block a CTA). Otherwise the keys are split: over 8-CTA clusters
 // or over as many CTAs as one wave of the device holds (at most a block of
 // keys each), whichever leaves fewer blocks in a row on one CTA counting
 // the cluster grid's waves (the cluster on a tie). A forced path
@@ -305,6 +311,11 @@ func (c *Context) planAttn(sh AttnShape) (attnPlan, error) {
 		keys = sh.Window + sh.SelCols
 	}
 	nb := max(1, ceilDiv(keys, attnBlock))
+	liveKeys := sh.LiveKeys
+	if liveKeys == 0 {
+		liveKeys = keys
+	}
+	live := ceilDiv(liveKeys, attnBlock)
 	wave := attnCTAsPerSM * dev.SMs
 	clusterOK := dev.Major >= 9 && sh.Rows <= 65535
 	splitOK := sh.Rows <= 65535 && rg <= c.fixupSlots()
@@ -326,7 +337,7 @@ func (c *Context) planAttn(sh AttnShape) (attnPlan, error) {
 		}
 		return attnPlan{path: PathAttnSplit, splits: splits}, nil
 	}
-	if rg >= dev.SMs || nb == 1 || !splitOK {
+	if rg >= dev.SMs || nb == 1 || live <= attnRowLive || !splitOK {
 		return attnPlan{path: PathAttnRow}, nil
 	}
 	splitCost := ceilDiv(nb, splits)

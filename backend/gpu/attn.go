@@ -185,10 +185,16 @@ func (b *Backend) SparseAttention(s backend.KVStore, q, kv, sel backend.Tensor, 
 	if k.spec.Compact {
 		sh.Nope, sh.EntryBytes = D-kl.spec.RopeDim, kl.eb
 	}
-	// The most keys a row reads (a recorded step: at its capacity) steers the split.
+	// The most keys a row reads, and the most that can hold an entry (a
+	// recorded step: at its capacity), steer the split.
 	sh.MaxKeys = a.Window + selCols
-	if a.Ratio == 128 {
+	sh.LiveKeys = min(a.Window, db.MaxEnd)
+	switch a.Ratio {
+	case 4:
+		sh.LiveKeys += min(selCols, db.MaxEnd/4)
+	case 128:
 		sh.MaxKeys = a.Window + db.MaxEnd/128
+		sh.LiveKeys += db.MaxEnd / 128
 	}
 	var part cuda.DevicePtr
 	if nb := cuda.AttnScratchBytes(b.s, sh); nb > 0 {

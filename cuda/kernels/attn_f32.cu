@@ -922,6 +922,7 @@ struct AttnSmem {
 	float sc[AT_HG][64];    // scores (NaN: no key)
 	float4 pw[64][2];       // bf16-rounded P per (key, head): heads 4i..4i+3 in pw[k][i]
 	u32 inv[64][2];         // byte per (key, head): P not added (the CPU skips it)
+	int wlive[AT_THREADS / 32]; // warp w's key pointers hold a key (block w/2 of a fetch)
 	__align__(16) float al[AT_HG]; // read as float4 per head quad
 	float m[AT_HG], l[AT_HG], lf[AT_HG], mloc[AT_HG];
 	float f[AT_SMAX][AT_HG]; // combine factors
@@ -965,6 +966,9 @@ DEV void attn_body(float* __restrict__ out, const float* __restrict__ q, const f
 	const int nb = (nkeys + 63) >> 6;
 	int blo = 0, bhi = nb;
 	if (SPLIT) { blo = rank * nb / ns; bhi = (rank + 1) * nb / ns; }
+	// Blocks at or past nbl hold no key where that follows from the positions
+	// alone (no compressed part: the window's nwin keys only).
+	const int nbl = ncomp == 0 ? (nwin + 63) >> 6 : nb;
 	// The (row, group)'s first split record (recomputed where used: fewer live registers).
 	auto first = [&]() { return ((size_t)row * ((H + AT_HG - 1) / AT_HG) + g) * ns; };
 	for (int i = tid; i < AT_HG * D4; i += AT_THREADS) {
@@ -999,10 +1003,15 @@ DEV void attn_body(float* __restrict__ out, const float* __restrict__ q, const f
 				}
 			}
 			sm.kp[tid] = kk;
+			const bool any = __ballot_sync(0xffffffffu, kk != nullptr) != 0u;
+			if (lane == 0) sm.wlive[w] = any;
 			__syncthreads();
 		}
 		ko = (b - kc) * 64;
 	};
+	// Block b (just fetched) has a key. An empty block changes neither the max
+	// nor (m, l, acc) (alpha = exp(0) = 1, no P): it is skipped.
+	auto live = [&](int b) { return (sm.wlive[2 * (b - kc)] | sm.wlive[2 * (b - kc) + 1]) != 0; };
 	// Scores of the block's n keys into sm.sc: warp w, keys 8w..8w+7.
 	auto scores = [&](int n) {
 #pragma unroll 1
@@ -1033,10 +1042,12 @@ DEV void attn_body(float* __restrict__ out, const float* __restrict__ q, const f
 
 	if (MODE == AT_MAX || (MODE == AT_CLU && faithful)) {
 		// Pass 1: this CTA's score maxima, then the running max of the blocks before it.
-		for (int b = blo; b < bhi; b++) {
+		// Only later splits read the maxima: none of them has a key when bhi >= nbl.
+		for (int b = blo; b < min(bhi, nbl) && bhi < nbl; b++) {
 			const int b0 = b * 64, n = min(64, nkeys - b0);
 			__syncthreads();
 			fetch(b);
+			if (!live(b)) continue;
 			scores(n);
 			__syncthreads();
 			if (w < AT_HG) {
@@ -1072,10 +1083,11 @@ DEV void attn_body(float* __restrict__ out, const float* __restrict__ q, const f
 	float4 acc0[4], acc1[4];
 #pragma unroll
 	for (int i = 0; i < 4; i++) { acc0[i] = f4zero(); acc1[i] = f4zero(); }
-	for (int b = blo; b < bhi; b++) {
+	for (int b = blo; b < min(bhi, nbl); b++) {
 		const int b0 = b * 64, n = min(64, nkeys - b0);
 		__syncthreads();
 		fetch(b);
+		if (!live(b)) continue;
 		scores(n);
 		__syncthreads();
 		if (w < AT_HG) { // head w: block max, rescale, P
