@@ -109,11 +109,12 @@ fi
 go test -tags megamoe_emu -count=1 -timeout 120m -run 'TestEmu|TestKernelsVsCPU|TestIndexerTopKVsCPU|TestIndexerScoresMMAVsSIMT|TestGraphReplay|TestStreamForkJoin|TestPoolHold|TestErrorsNameCallAndCode|TestCopiesMemsetPinned' ./cuda
 go test -tags megamoe_emu -count=1 -timeout 120m -run 'TestElementwiseOps|TestEmbedAndRope|TestHeadNorm|TestHcPreHead|TestForkRules|TestAttnSplitGraph' ./backend/gpu
 go test -tags megamoe_emu -count=1 -timeout 120m -run 'TestCheckOpsTiny' ./backend/gpu/opcheck
-# The Hopper TMA/wgmma kernels on the emulated H200 (about 30 s): linear_fp8_wg
-# with its stage ring wrapping, moe_fp4_wg (MXFP4 and NVFP4), linear_fp8_tdec
-# and the planner's linear_fp8_tdec3. Every case: MEGAMOE_EMU=sm_90a+tma
+# The Hopper TMA/wgmma kernels on the emulated H200 (about 40 s): linear_fp8_wg
+# with its stage ring wrapping and its staged bulk-store epilogue (wg-bulk),
+# moe_fp4_wg (MXFP4 and NVFP4), linear_fp8_tdec and the planner's
+# linear_fp8_tdec3. Every case: MEGAMOE_EMU=sm_90a+tma
 # scripts/emu-test.sh ./cuda 'TestKernelsVsCPU/^(wg|decwg)$' (about 30 minutes).
-MEGAMOE_EMU=sm_90a+tma go test -tags megamoe_emu -count=1 -timeout 120m -run 'TestKernelsVsCPU/^wg$/linear_fp8/^70x384x1024$' ./cuda
+MEGAMOE_EMU=sm_90a+tma go test -tags megamoe_emu -count=1 -timeout 120m -run 'TestKernelsVsCPU/^(wg|wg-bulk)$/linear_fp8/^70x384x1024$' ./cuda
 MEGAMOE_EMU=sm_90a+tma go test -tags megamoe_emu -count=1 -timeout 120m -run 'TestKernelsVsCPU/^wg$/moe_fp4/^(E=256_M=8_n=256_k=512_nvfp4|E=4_M=200_n=384_k=256_mxfp4_gap)$' ./cuda
 MEGAMOE_EMU=sm_90a+tma go test -tags megamoe_emu -count=1 -timeout 120m -run 'TestKernelsVsCPU/^(decwg|auto)$/linear_fp8/^2x136x16512$' ./cuda
 # The sm_100a tcgen05 kernels (their committed PTX fixtures) on the emulated B200.

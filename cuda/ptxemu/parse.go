@@ -3,10 +3,10 @@
 // memory. It covers the instructions NVRTC emits for MegaMoE's kernels at
 // compute_80 and compute_90a (integer and float arithmetic, conversions,
 // shuffles, votes, atomics, ldmatrix, mma.sync m16n8k8/k16/k32, cp.async,
-// clusters), sm_90a's TMA, mbarriers, wgmma, stmatrix and setmaxnreg, and
-// sm_100a's tcgen05 (docs/emulator.md); forms it does not run fail with a
-// clear error when executed. It exists so the GPU
-// backend's tests can run, slowly, on a machine without a GPU.
+// clusters), sm_90a's TMA and bulk stores, mbarriers, wgmma, stmatrix and
+// setmaxnreg, and sm_100a's tcgen05 (docs/emulator.md); forms it does not
+// run fail with a clear error when executed. It exists so the GPU backend's
+// tests can run, slowly, on a machine without a GPU.
 package ptxemu
 
 import (

@@ -32,8 +32,9 @@ type thread struct {
 	// and the committed groups, oldest first (see decCp)
 	cpIssued []func()
 	cpGroups [][]func()
-	tc       tcThread // tcgen05 work issued by this thread and not yet complete
-	wg       wgThread // wgmma groups issued by this thread and not yet waited for
+	tc       tcThread   // tcgen05 work issued by this thread and not yet complete
+	wg       wgThread   // wgmma groups issued by this thread and not yet waited for
+	bk       bulkThread // bulk stores issued by this thread and not yet complete
 	// last global allocation touched, to skip the device lookup
 	cBase uint64
 	cBuf  []byte
@@ -104,6 +105,7 @@ func (t *thread) run() {
 		}
 		in.exec(t, in)
 	}
+	t.bulkExit()
 	t.tcExit()
 	t.exit()
 }

@@ -139,15 +139,13 @@ func (m TensorMap) check() error {
 // [dst], [tmap, {c0..}], [mbar]{, ctaMask}{, hint}, the tensor store
 // cp.async.bulk.tensor.Nd.global.shared::cta{.tile}.bulk_group [tmap, {c..}], [src],
 // the 1-D load cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes
-// [dst], [src], size, [mbar], and cp.async.bulk.commit_group / wait_group.
+// [dst], [src], size, [mbar], the 1-D store
+// cp.async.bulk.global.shared::cta.bulk_group{.L2::cache_hint} [dst], [src], size{, hint},
+// and cp.async.bulk.commit_group / wait_group{.read} N (bulk.go).
 func (f *Function) decodeBulk(in *inst, rest string) error {
 	switch {
-	case in.has("commit_group"):
-		in.exec = func(*thread, *inst) {}
-		return nil
-	case in.has("wait_group") || in.has("wait_group.read"):
-		in.exec = func(*thread, *inst) {} // stores complete when issued
-		return nil
+	case in.has("commit_group") || in.has("wait_group"):
+		return f.decBulkGroup(in, rest)
 	case in.has("im2col") || in.has("cta_group::2") || in.has("prefetch") || in.has("reduce"):
 		return f.deferUnsupported(in, "instruction "+strings.SplitN(in.text, " ", 2)[0])
 	}
@@ -203,8 +201,13 @@ func (f *Function) decodeBulk(in *inst, rest string) error {
 			return fmt.Errorf("%s: .multicast::cluster takes a CTA mask", in.text)
 		}
 		in.exec = func(t *thread, in *inst) { t.tmaLoad(in, multicast) }
+	case store:
+		if !in.has("bulk_group") || len(ops) != 3 && !(len(ops) == 4 && in.has("L2::cache_hint")) {
+			return unsupported("bulk copy %s", in.text)
+		}
+		in.exec = func(t *thread, in *inst) { t.bulkStore(in) }
 	default:
-		if !in.has("mbarrier::complete_tx::bytes") || len(ops) != 4 || in.has("multicast::cluster") {
+		if !in.has("global") || !in.has("mbarrier::complete_tx::bytes") || len(ops) != 4 || in.has("multicast::cluster") {
 			return unsupported("bulk copy %s", in.text)
 		}
 		in.exec = func(t *thread, in *inst) { t.bulkLoad(in) }
@@ -381,15 +384,14 @@ func (t *thread) land(img []byte, dst, bar uint64, mask uint16, multicast bool, 
 func (t *thread) bulkLoad(in *inst) {
 	dst, src := t.addr(&in.args[0]), t.addr(&in.args[1])
 	n := int(uint32(t.get(&in.args[2])))
-	if n%16 != 0 || dst%16 != 0 || src%16 != 0 {
-		t.illegal(fmt.Errorf("cp.async.bulk of %d bytes %#x -> %#x: sizes and addresses must be multiples of 16", n, src, dst))
-	}
+	t.bulkAlign(in, dst, src, n)
 	img := append([]byte(nil), t.mem(spGlobal, src, n)...)
 	t.land(img, dst, t.addr(&in.args[3]), 0, false, n, 0)
 }
 
-// tmaStore writes the box from shared memory (swizzled) to global memory
-// when issued, skipping out-of-bounds elements.
+// tmaStore reads the box from shared memory (swizzled) when issued and
+// queues its global writes in the thread's bulk group (bulk.go), skipping
+// out-of-bounds elements.
 func (t *thread) tmaStore(in *inst) {
 	m := t.readMap(&in.args[0])
 	if m.elemBits() < 8 {
@@ -398,6 +400,12 @@ func (t *thread) tmaStore(in *inst) {
 	c := t.coords(&in.args[1], m.Rank)
 	src := t.addr(&in.args[2])
 	rb, n := m.rowBytes(), m.elemBits()/8
+	rows := 1
+	for d := 1; d < m.Rank; d++ {
+		rows *= int(m.Box[d])
+	}
+	op := &bulkOp{text: in.text, src: src, span: m.span(), img: t.sharedImage(src, rows*rb, m.span())}
+	lo, hi := max(c[0], 0), min(c[0]+int64(m.Box[0]), int64(m.Dims[0]))
 	m.boxRows(func(row int, idx [5]int) {
 		base := m.Addr
 		for d := 1; d < m.Rank; d++ {
@@ -407,15 +415,9 @@ func (t *thread) tmaStore(in *inst) {
 			}
 			base += uint64(x) * m.Strides[d]
 		}
-		for i := 0; i < int(m.Box[0]); i++ {
-			x := c[0] + int64(i)
-			if x < 0 || x >= int64(m.Dims[0]) {
-				continue
-			}
-			g := t.mem(spGlobal, base+uint64(x)*uint64(n), n)
-			for j := range n {
-				g[j] = t.mem(spShared, swizzle(src+uint64(row*rb+i*n+j), m.span()), 1)[0]
-			}
+		if lo < hi {
+			op.segs = append(op.segs, bulkSeg{dst: t.mem(spGlobal, base+uint64(lo)*uint64(n), int(hi-lo)*n), off: row*rb + int(lo-c[0])*n})
 		}
 	})
+	t.bulkIssue(op)
 }

@@ -339,4 +339,11 @@ func TestBulkCopyAndTMAStore(t *testing.T) {
 			}
 		}
 	}
+	// the box's shared source overwritten before its group's reads complete
+	early := strings.Replace(bulkStorePTX, "cp.async.bulk.commit_group;", "st.shared.u32 [%r3+640], %r4;\n\tcp.async.bulk.commit_group;", 1)
+	mod = loadPTX100(t, d, early)
+	err := launch(t, d, mod, "bs", Dim{1, 1, 1}, Dim{1, 1, 1}, 0, params(sp, upMap(t, d, m), uint32(row0)))
+	if err == nil || !strings.Contains(err.Error(), "changed before") {
+		t.Errorf("source overwritten before wait_group.read: %v, want a failure", err)
+	}
 }
