@@ -245,6 +245,11 @@ DEV void hc_part_body(float* __restrict__ out, const float* __restrict__ x, cons
 	}
 }
 
+// A split partial: CG (the one-launch kernels, whose other CTAs wrote it)
+// from L2, past L1.
+template <bool CG, typename T>
+DEV T hc_ldp(const T* p) { if (CG) return __ldcg(p); return *p; }
+
 // Shared memory of the final hc pre/head kernels.
 template <int N, bool PRE>
 struct HcFin {
@@ -259,7 +264,7 @@ struct HcFin {
 // partials in orow summed (a fixed order), then pre into f.pre and, PRE,
 // post into mr and the Sinkhorn input into f.c. Every partial has been read
 // on return, so orow may be overwritten.
-template <int N, bool PRE>
+template <int N, bool PRE, bool CG>
 DEV void hc_fin_mix(HcFin<N, PRE>& f, const float* __restrict__ orow, float* __restrict__ mr,
 	const float* __restrict__ base, int d, float s0, float s1, float s2, float eps, float normEps, int S)
 {
@@ -275,7 +280,7 @@ DEV void hc_fin_mix(HcFin<N, PRE>& f, const float* __restrict__ orow, float* __r
 			if (i < MIX) {
 				const float* pp = orow + 2 * S + i;
 #pragma unroll 8
-				for (int s = j; s < S; s += 8) t += __ldcg(pp + s * MIX);
+				for (int s = j; s < S; s += 8) t += hc_ldp<CG>(pp + s * MIX);
 			}
 			t += __shfl_xor_sync(0xffffffffu, t, 4);
 			t += __shfl_xor_sync(0xffffffffu, t, 2);
@@ -286,7 +291,7 @@ DEV void hc_fin_mix(HcFin<N, PRE>& f, const float* __restrict__ orow, float* __r
 	if (w == HC_THREADS / 32 - 1) {
 		const double* ps = reinterpret_cast<const double*>(orow);
 		double t = 0.0;
-		for (int s = lane; s < S; s += 32) t += __ldcg(ps + s);
+		for (int s = lane; s < S; s += 32) t += hc_ldp<CG>(ps + s);
 		t = warp_sum_d(t);
 		if (lane == 0) f.tot = t;
 	}
@@ -336,14 +341,14 @@ DEV float4 hc_wsum4(const float* __restrict__ xr, int d, const float (&p)[N], in
 
 // The final hc head kernel (N mix entries, one scale, no Sinkhorn): the
 // partials summed by hc_fin_mix, then the pre-weighted sum of the streams.
-template <int N>
+template <int N, bool CG = false>
 DEV void hc_head_fin_body(int r, float* __restrict__ out, const float* __restrict__ x, const float* __restrict__ base,
 	int d, float s0, float eps, float normEps, int rnd, int S)
 {
 	__shared__ HcFin<N, false> f;
 	const int tid = threadIdx.x;
 	float* orow = out + (size_t)r * d;
-	hc_fin_mix<N, false>(f, orow, nullptr, base, d, s0, 0.0f, 0.0f, eps, normEps, S);
+	hc_fin_mix<N, false, CG>(f, orow, nullptr, base, d, s0, 0.0f, 0.0f, eps, normEps, S);
 	float p[N];
 #pragma unroll
 	for (int j = 0; j < N; j++) p[j] = f.pre[j];
@@ -381,7 +386,7 @@ DEV float hc_rr(double tot, int width, float normEps) {
 // quant_fp8_f32's codes q [rows, d] and e8m0 scales qs [rows, d/128] bit for
 // bit (a warp's 32 float4s of one step are one 128-value block), as
 // rmsnorm_quant_f32 does: the linears that take the row skip their launch.
-template <int N, bool NORM, bool QUANT = false>
+template <int N, bool NORM, bool QUANT = false, bool CG = false>
 DEV void hc_fin2_body(int r, float* __restrict__ y, float* __restrict__ out, float* __restrict__ mixo,
 	const float* __restrict__ x, const float* __restrict__ base, const float* __restrict__ nw, int d, float s0,
 	float s1, float s2, int iters, float eps, float normEps, int rnd, int S, float neps,
@@ -412,7 +417,7 @@ DEV void hc_fin2_body(int r, float* __restrict__ y, float* __restrict__ out, flo
 		for (int sb = lane; sb < S; sb += 32 * 8) {
 			double v[8];
 #pragma unroll
-			for (int k = 0; k < 8; k++) v[k] = sb + 32 * k < S ? __ldcg(ps + sb + 32 * k) : 0.0;
+			for (int k = 0; k < 8; k++) v[k] = sb + 32 * k < S ? hc_ldp<CG>(ps + sb + 32 * k) : 0.0;
 #pragma unroll
 			for (int k = 0; k < 8; k++)
 				if (sb + 32 * k < S) a += v[k];
@@ -457,7 +462,7 @@ DEV void hc_fin2_body(int r, float* __restrict__ y, float* __restrict__ out, flo
 			for (int sb = j; sb < S; sb += 8 * HC_PB) {
 				float v[HC_PB];
 #pragma unroll
-				for (int k = 0; k < HC_PB; k++) v[k] = sb + 8 * k < S ? __ldcg(pp + (sb + 8 * k) * MIX) : 0.0f;
+				for (int k = 0; k < HC_PB; k++) v[k] = sb + 8 * k < S ? hc_ldp<CG>(pp + (sb + 8 * k) * MIX) : 0.0f;
 #pragma unroll
 				for (int k = 0; k < HC_PB; k++)
 					if (sb + 8 * k < S) t += v[k];
@@ -564,7 +569,7 @@ DEV void hc_pre_fused_body(float* __restrict__ y, float* __restrict__ out, float
 	__shared__ int last;
 	hc_part_body<N, true>(out, x, fn, 1, d, C, S);
 	if (!splitk_last(counter, S, &last)) return;
-	hc_fin2_body<N, NORM, QUANT>(0, y, out, mix, x, base, nw, d, s0, s1, s2, iters, eps, normEps, rnd, S, neps, q, qs);
+	hc_fin2_body<N, NORM, QUANT, true>(0, y, out, mix, x, base, nw, d, s0, s1, s2, iters, eps, normEps, rnd, S, neps, q, qs);
 }
 
 #define HC_FUSED_PRE(NAME, N, NORM, QUANT)                                                                     \
@@ -587,7 +592,7 @@ DEV void hc_pre_fused_body(float* __restrict__ y, float* __restrict__ out, float
 		__shared__ int last;                                                                                   \
 		hc_part_body<N, false>(out, x, fn, 1, d, C, S);                                                        \
 		if (!splitk_last(counter, S, &last)) return;                                                           \
-		hc_head_fin_body<N>(0, out, x, base, d, s0, eps, normEps, rnd, S);                                     \
+		hc_head_fin_body<N, true>(0, out, x, base, d, s0, eps, normEps, rnd, S);                                     \
 	}
 
 HC_FUSED_KERNELS(1)
