@@ -166,7 +166,6 @@ func TestKernelResources(t *testing.T) {
 		{"moe_fp4_dec", "moe_fp4_decm", 0}, {"moe_fp4_dec", "moe_fp4_decm_nv", 8},
 		{"rmsnorm", "rmsnorm_bf16", 0}, {"ops_f32", "rmsnorm_f32", 0},
 		{"hc_f32", "hc_pre_part_f32_n4", 0}, {"hc_f32", "hc_pre_fin_f32_n4", 0}, {"hc_f32", "hc_pre_fin_norm_f32_n4", 0},
-		{"hc_f32", "hc_pre_fused_norm_f32_n4", 0}, {"hc_f32", "hc_pre_fused_norm_quant_f32_n4", 0}, {"hc_f32", "hc_head_fused_f32_n4", 0},
 		{"linear_fp8_wg", "linear_fp8_wg", 0}, {"linear_fp8_wg", "linear_fp8_wg_bulk", 0}, {"linear_fp8_wg", "linear_fp8_wg_n192", 0}, {"linear_fp8_wg", "linear_fp8_wg_n192d", 0}, {"linear_fp8_wg", "linear_fp8_wg_s5", 0},
 		{"moe_fp4_wg", "moe_fp4_wg32", 0}, {"moe_fp4_wg", "moe_fp4_wg128", 0},
 		{"linear_f32", "gemv1_f32_w1", 0}, {"linear_f32", "gemv_f32_w1", 0}, {"linear_bf16", "linear_bf16_w1", 0}, {"linear_bf16", "linear_bf16_w2", 0}, {"linear_bf16", "linear_bf16x3_w1", 0},

@@ -14,10 +14,8 @@ func HcStreamsUnrolled(n int) bool { return hcStreams(n) }
 
 // HcPreF32 collapses x [rows, n*d] with fn [(2+n)*n, n*d] and base [(2+n)*n]
 // into out [rows, d] and writes post|comb (Sinkhorn, iters rounds) into
-// mix [rows, n+n*n]. scale holds the pre, post and comb scales. twoLaunch:
-// the split's partial and final kernels as two launches even where one
-// would do (the same bits; benchmarks compare the two).
-func HcPreF32(s *Stream, out, mix, x, fn, base DevicePtr, rows, n, d int, scale [3]float32, iters int, eps, normEps float32, rnd, twoLaunch bool) error {
+// mix [rows, n+n*n]. scale holds the pre, post and comb scales.
+func HcPreF32(s *Stream, out, mix, x, fn, base DevicePtr, rows, n, d int, scale [3]float32, iters int, eps, normEps float32, rnd bool) error {
 	if rows < 0 || !hcStreams(n) || d <= 0 || int64(n)*int64(d) > 1<<31-1 || iters < 0 {
 		return fmt.Errorf("cuda: hc_pre_f32: bad shape rows=%d n=%d (1, 2, 4 or 8) d=%d iters=%d", rows, n, d, iters)
 	}
@@ -25,9 +23,6 @@ func HcPreF32(s *Stream, out, mix, x, fn, base DevicePtr, rows, n, d int, scale 
 		return nil
 	}
 	if p, ok := planHcPre(rows, n, (2+n)*n, d, s.ctx.dev.SMs); ok {
-		if hcOneLaunch(rows, twoLaunch) {
-			return p.launchPreFused(s, fmt.Sprintf("hc_pre_fused_f32_n%d", n), 0, out, mix, x, fn, base, 0, 0, 0, d, scale, iters, eps, normEps, 0, rnd)
-		}
 		k := hcPreKernels(n)
 		if err := p.launchPart(s, k.part, out, x, fn, rows, d); err != nil {
 			return err
@@ -49,9 +44,8 @@ func HcPreF32(s *Stream, out, mix, x, fn, base DevicePtr, rows, n, d int, scale 
 // split does not apply or a pointer is not 16-byte aligned (rmsnorm_f32
 // would take its scalar path); run the two separately. q, qs (both or
 // neither; d % 128 == 0): also write y's FP8 quantisation there, QuantFP8F32's
-// codes [rows, d] and scales [rows, d/128] for blocks of 128. twoLaunch as
-// HcPreF32's.
-func HcPreNormF32(s *Stream, y, out, mix, x, fn, base, w, q, qs DevicePtr, rows, n, d int, scale [3]float32, iters int, eps, hcNormEps, normEps float32, rnd, twoLaunch bool) (ok bool, err error) {
+// codes [rows, d] and scales [rows, d/128] for blocks of 128.
+func HcPreNormF32(s *Stream, y, out, mix, x, fn, base, w, q, qs DevicePtr, rows, n, d int, scale [3]float32, iters int, eps, hcNormEps, normEps float32, rnd bool) (ok bool, err error) {
 	if rows <= 0 || !hcStreams(n) || d <= 0 || int64(n)*int64(d) > 1<<31-1 || iters < 0 || (y|out|x|w)&15 != 0 {
 		return false, nil
 	}
@@ -61,13 +55,6 @@ func HcPreNormF32(s *Stream, y, out, mix, x, fn, base, w, q, qs DevicePtr, rows,
 	p, ok := planHcPre(rows, n, (2+n)*n, d, s.ctx.dev.SMs)
 	if !ok {
 		return false, nil
-	}
-	if hcOneLaunch(rows, twoLaunch) {
-		name := fmt.Sprintf("hc_pre_fused_norm_f32_n%d", n)
-		if q != 0 {
-			name = fmt.Sprintf("hc_pre_fused_norm_quant_f32_n%d", n)
-		}
-		return true, p.launchPreFused(s, name, y, out, mix, x, fn, base, w, q, qs, d, scale, iters, eps, hcNormEps, normEps, rnd)
 	}
 	k := hcPreKernels(n)
 	if err := p.launchPart(s, k.part, out, x, fn, rows, d); err != nil {
@@ -128,25 +115,6 @@ func planHcPre(rows, n, mix, d, sms int) (hcPrePlan, bool) {
 	return p, true
 }
 
-// hcOneLaunch reports whether a split hc pre or head of rows rows runs as
-// one launch, whose last CTA runs the final kernel's work: one row only, as
-// that CTA would run a row block's rows one after another.
-func hcOneLaunch(rows int, twoLaunch bool) bool { return rows == 1 && !twoLaunch }
-
-// launchPreFused launches hc_pre_fused*: the partials of launchPart, then
-// the final kernel's work (name: plain, norm or norm + quant) in the last
-// CTA, on the stream's first split-K counter.
-func (p hcPrePlan) launchPreFused(s *Stream, name string, y, out, mix, x, fn, base, w, q, qs DevicePtr, d int, scale [3]float32, iters int, eps, hcNormEps, normEps float32, rnd bool) error {
-	counter, err := s.fixupCounters()
-	if err != nil {
-		return err
-	}
-	a := new(Args).Ptr(y).Ptr(out).Ptr(mix).Ptr(x).Ptr(fn).Ptr(base).Ptr(w).Ptr(q).Ptr(qs).Ptr(counter).
-		I32(d).I32(p.cols).I32(p.splits).F32(scale[0]).F32(scale[1]).F32(scale[2]).I32(iters).F32(eps).
-		F32(hcNormEps).I32(b2i(rnd)).F32(normEps)
-	return launch(s, "hc_f32", name, Dim3{uint32(p.splits), 1, 1}, Dim3{hcFinThreads, 1, 1}, 4*p.rowsPer*p.cols, a)
-}
-
 // launchPart launches the split's partial-sum kernel (hc_pre_part or
 // hc_head_part): the partials go to out's rows.
 func (p hcPrePlan) launchPart(s *Stream, name string, out, x, fn DevicePtr, rows, d int) error {
@@ -156,9 +124,8 @@ func (p hcPrePlan) launchPart(s *Stream, name string, out, x, fn DevicePtr, rows
 }
 
 // HcHeadF32 is the final collapse: fn [n, n*d], base [n], one scale, no
-// Sinkhorn; split over CTAs like hc pre where the partials fit (one launch
-// for one row unless twoLaunch, as HcPreF32).
-func HcHeadF32(s *Stream, out, x, fn, base DevicePtr, rows, n, d int, scale, eps, normEps float32, rnd, twoLaunch bool) error {
+// Sinkhorn; split over CTAs like hc pre where the partials fit.
+func HcHeadF32(s *Stream, out, x, fn, base DevicePtr, rows, n, d int, scale, eps, normEps float32, rnd bool) error {
 	if rows < 0 || !hcStreams(n) || d <= 0 || int64(n)*int64(d) > 1<<31-1 {
 		return fmt.Errorf("cuda: hc_head_f32: bad shape rows=%d n=%d (1, 2, 4 or 8) d=%d", rows, n, d)
 	}
@@ -166,15 +133,6 @@ func HcHeadF32(s *Stream, out, x, fn, base DevicePtr, rows, n, d int, scale, eps
 		return nil
 	}
 	if p, ok := planHcPre(rows, n, n, d, s.ctx.dev.SMs); ok {
-		if hcOneLaunch(rows, twoLaunch) {
-			counter, err := s.fixupCounters()
-			if err != nil {
-				return err
-			}
-			a := new(Args).Ptr(out).Ptr(x).Ptr(fn).Ptr(base).Ptr(counter).I32(d).I32(p.cols).I32(p.splits).F32(scale).
-				F32(eps).F32(normEps).I32(b2i(rnd))
-			return launch(s, "hc_f32", fmt.Sprintf("hc_head_fused_f32_n%d", n), Dim3{uint32(p.splits), 1, 1}, Dim3{256, 1, 1}, 4*p.rowsPer*p.cols, a)
-		}
 		if err := p.launchPart(s, fmt.Sprintf("hc_head_part_f32_n%d", n), out, x, fn, rows, d); err != nil {
 			return err
 		}

@@ -35,17 +35,11 @@ func RouterTopK(s *Stream, logits DevicePtr, rows, experts, k int, bias, table, 
 // counts [E] (scratch), offsets [E+1], perm [nk] (pair of every position,
 // ascending inside an expert) and inv [nk] (position of every pair; -1 for
 // pairs with an id outside [0, E), which are left out, so offsets[E] < nk).
-// One launch (moe_permute) unless twoLaunch: moe_count, then moe_scatter
-// (the same outputs; benchmarks compare the two).
-func MoEPermute(s *Stream, ids DevicePtr, nk, experts int, counts, offsets, perm, inv DevicePtr, twoLaunch bool) error {
+func MoEPermute(s *Stream, ids DevicePtr, nk, experts int, counts, offsets, perm, inv DevicePtr) error {
 	if nk < 0 || experts <= 0 || experts > 1<<20 {
 		return fmt.Errorf("cuda: moe_permute: bad shape nk=%d experts=%d", nk, experts)
 	}
 	grid := Dim3{uint32(ceilDiv(experts, 8)), 1, 1}
-	if !twoLaunch {
-		a := new(Args).Ptr(ids).I32(nk).I32(experts).Ptr(counts).Ptr(offsets).Ptr(perm).Ptr(inv)
-		return launch(s, "moe_route", "moe_permute", grid, Dim3{256, 1, 1}, 0, a)
-	}
 	a := new(Args).Ptr(ids).I32(nk).I32(experts).Ptr(counts).Ptr(inv)
 	if err := launch(s, "moe_route", "moe_count", grid, Dim3{256, 1, 1}, 0, a); err != nil {
 		return err

@@ -12,7 +12,6 @@ type MoERouteArgs struct {
 	Shape                      MoEShape  // a grouped GEMM the tile list serves (Experts, Rows = Pairs)
 	XQ, XS, XG, X              DevicePtr // as MoEGatherQuant's; X 0: no gather
 	K, D                       int       // slots per row, row width (% 128 == 0)
-	TwoLaunch                  bool      // MoEPermute's
 }
 
 // MoERoute sorts the pairs into expert order (MoEPermute), gathers and
@@ -24,7 +23,7 @@ func MoERoute(s *Stream, a MoERouteArgs) (MoETileList, error) {
 	if err := a.check(); err != nil {
 		return MoETileList{}, err
 	}
-	if err := MoEPermute(s, a.IDs, a.Pairs, a.Experts, a.Counts, a.Offsets, a.Perm, a.Inv, a.TwoLaunch); err != nil {
+	if err := MoEPermute(s, a.IDs, a.Pairs, a.Experts, a.Counts, a.Offsets, a.Perm, a.Inv); err != nil {
 		return MoETileList{}, err
 	}
 	if a.X != 0 {

@@ -91,8 +91,6 @@ func (b routeBufs) args(a cuda.MoERouteArgs, mode string) cuda.MoERouteArgs {
 // list and FP8 gather of faithful mode, the fp32 gather too (trace) or alone
 // (exact); outputs are poisoned first, so a row left unwritten shows. The
 // decode path is forced: decmap writes no list (its kernel finds the tiles).
-// Trace mode sorts the pairs in two launches (moe_count, moe_scatter), the
-// others in one (moe_permute).
 func TestMoERoute(t *testing.T) {
 	ctx, s := gpu(t)
 	d := devBufs{t, ctx, s}
@@ -122,9 +120,7 @@ func TestMoERoute(t *testing.T) {
 		for _, mode := range []string{"faithful", "trace", "exact"} {
 			tag := fmt.Sprintf("%s E=%d K=%d tokens=%d d=%d %s", c.name, c.E, c.K, c.tokens, c.d, mode)
 			b := d.routeBufs(c, sh)
-			a := b.args(base, mode)
-			a.TwoLaunch = mode == "trace"
-			tl, err := cuda.MoERoute(s, a)
+			tl, err := cuda.MoERoute(s, b.args(base, mode))
 			if err != nil {
 				t.Fatalf("%s: %v", tag, err)
 			}

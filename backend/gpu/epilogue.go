@@ -12,11 +12,9 @@ import (
 // (cuda/kernels/rowops.cuh), so the results are the same bits.
 
 // SetSplitFused runs RopeHadamardFP4 and ExpertsCombinePost as their
-// separate ops, a one-row hc pre or head as its partial and final kernels
-// and the MoE pairs' sort as moe_count then moe_scatter (on), or each in
-// one launch (off, the default), for the steps that follow, so that tools
-// can time both in one process. Recorded steps keep what they captured: see
-// DropGraphs.
+// separate ops (on) or in one launch each (off, the default) for the steps
+// that follow, so that tools can time both in one process. Recorded steps
+// keep what they captured: see DropGraphs.
 func (b *Backend) SetSplitFused(on bool) error {
 	if err := b.Join(); err != nil {
 		return err

@@ -60,7 +60,7 @@ type Backend struct {
 	pdl      bool               // programmatic dependent launch for small steps (pdlFor)
 	drawBuf  *cuda.HostBuffer   // pinned staging of SampleDraw's parameters and ids
 	side     sideStream         // forked ops (side.go)
-	split    bool               // RopeHadamardFP4, ExpertsCombinePost, hc pre/head and the MoE sort as their parts (SetSplitFused)
+	split    bool               // RopeHadamardFP4 and ExpertsCombinePost as their parts (SetSplitFused)
 	closed   bool
 }
 

@@ -32,7 +32,7 @@ func (b *Backend) HcPre(x backend.Tensor, h backend.HC, a backend.HcArgs, out, m
 	}
 	xt, ot, mt, n, d := t[0], t[1], t[2], a.Streams, x.Cols()/a.Streams
 	sc := [3]float32{hh.scale[0], hh.scale[1], hh.scale[2]}
-	if err := cuda.HcPreF32(b.s, ot.ptr, mt.ptr, xt.ptr, hh.fn.Ptr, hh.base.Ptr, xt.rows, n, d, sc, a.Sinkhorn, a.Eps, a.NormEps, b.faithful(), b.split); err != nil {
+	if err := cuda.HcPreF32(b.s, ot.ptr, mt.ptr, xt.ptr, hh.fn.Ptr, hh.base.Ptr, xt.rows, n, d, sc, a.Sinkhorn, a.Eps, a.NormEps, b.faithful()); err != nil {
 		return fmt.Errorf("hc pre: %w", err)
 	}
 	return nil
@@ -86,7 +86,7 @@ func (b *Backend) hcPreNorm(x backend.Tensor, h backend.HC, a backend.HcArgs, no
 		q, qs = fp8Layout(h8.q8.Ptr, xt.rows, d)
 	}
 	sc := [3]float32{hh.scale[0], hh.scale[1], hh.scale[2]}
-	fused, err := cuda.HcPreNormF32(b.s, yt.ptr, ot.ptr, mt.ptr, xt.ptr, hh.fn.Ptr, hh.base.Ptr, wv.buf.Ptr, q, qs, xt.rows, n, d, sc, a.Sinkhorn, a.Eps, a.NormEps, eps, b.faithful(), b.split)
+	fused, err := cuda.HcPreNormF32(b.s, yt.ptr, ot.ptr, mt.ptr, xt.ptr, hh.fn.Ptr, hh.base.Ptr, wv.buf.Ptr, q, qs, xt.rows, n, d, sc, a.Sinkhorn, a.Eps, a.NormEps, eps, b.faithful())
 	if err == nil && fused && h8 != nil {
 		return h8, nil
 	}
@@ -117,7 +117,7 @@ func (b *Backend) HcHead(x backend.Tensor, h backend.HC, a backend.HcArgs, out b
 		return err
 	}
 	xt, ot, n, d := t[0], t[1], a.Streams, x.Cols()/a.Streams
-	if err := cuda.HcHeadF32(b.s, ot.ptr, xt.ptr, hh.fn.Ptr, hh.base.Ptr, xt.rows, n, d, hh.scale[0], a.Eps, a.NormEps, b.faithful(), b.split); err != nil {
+	if err := cuda.HcHeadF32(b.s, ot.ptr, xt.ptr, hh.fn.Ptr, hh.base.Ptr, xt.rows, n, d, hh.scale[0], a.Eps, a.NormEps, b.faithful()); err != nil {
 		return fmt.Errorf("hc head: %w", err)
 	}
 	return nil

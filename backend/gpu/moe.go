@@ -341,7 +341,7 @@ func (b *Backend) experts(f backend.Tensor, e backend.Experts, weights, ids back
 	steps := []func() error{func() (err error) {
 		tl, err = cuda.MoERoute(b.s, cuda.MoERouteArgs{IDs: lids, Pairs: nk, Experts: E, Counts: counts, Offsets: offsets, Perm: perm, Inv: inv,
 			Tiles: tiles, Shape: cuda.MoEShape{Experts: E, Rows: nk, N: ex.w2.n, K: ex.w2.k, Format: ex.format},
-			XQ: xq, XS: xs, XG: xg, X: ft.ptr, K: K, D: d, TwoLaunch: b.split})
+			XQ: xq, XS: xs, XG: xg, X: ft.ptr, K: K, D: d})
 		return err
 	}}
 	switch {

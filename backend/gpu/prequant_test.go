@@ -101,7 +101,7 @@ func TestFusedLinearInputs(t *testing.T) {
 						o, mix := scratch()
 						hh := hcp.(*hc)
 						ok, err := cuda.HcPreNormF32(g.s, y, o.(*Tensor).ptr, mix.(*Tensor).ptr, hx.G.(*Tensor).ptr, hh.fn.Ptr, hh.base.Ptr,
-							w.(*vec).buf.Ptr, q, qs, c.rows, ns, c.d, [3]float32{hh.scale[0], hh.scale[1], hh.scale[2]}, a.Sinkhorn, a.Eps, a.NormEps, 1e-6, true, g.split)
+							w.(*vec).buf.Ptr, q, qs, c.rows, ns, c.d, [3]float32{hh.scale[0], hh.scale[1], hh.scale[2]}, a.Sinkhorn, a.Eps, a.NormEps, 1e-6, true)
 						if err == nil && !ok {
 							err = fmt.Errorf("hc_pre_fin_norm_quant not launched")
 						}

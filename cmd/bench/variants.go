@@ -14,8 +14,8 @@ import (
 // variant is one run of --variants: noSide runs every op on the main stream;
 // moe, linear and attn force the MoE GEMM's, the FP8 linear's and the sparse
 // attention's kernel paths (cuda.KernelChoice) where they apply; unfused runs
-// RopeHadamardFP4, ExpertsCombinePost, the one-row hc pre/head and the MoE
-// pairs' sort as their parts (gpu.Backend.SetSplitFused).
+// RopeHadamardFP4 and ExpertsCombinePost as their parts
+// (gpu.Backend.SetSplitFused).
 type variant struct {
 	label   string
 	noSide  bool
@@ -33,9 +33,7 @@ type variant struct {
 // "dense-decsk" (linear_fp8_dsk on every decode FP8 linear it can run),
 // "dense-deccta" (the decode FP8 linears without linear_fp8_dsk: K split
 // inside a CTA only, linear_fp8_dec or the TMA kernels), "unfused" (the
-// indexer's q epilogue, the MoE's hc post, the one-row hc pre/head's
-// partial and final kernels and moe_count + moe_scatter as separate
-// launches), "attn-row", "attn-cluster", "attn-split" (every sparse
+// indexer's q epilogue and the MoE's hc post as separate launches), "attn-row", "attn-cluster", "attn-split" (every sparse
 // attention call on that path: one CTA per row and head group, the keys over
 // 8-CTA clusters, the keys over a plain grid) or "" or "default" (the
 // default run).

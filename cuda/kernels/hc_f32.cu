@@ -177,21 +177,19 @@ DEV void hc_part_body(float* __restrict__ out, const float* __restrict__ x, cons
 		return i < MIX ? *reinterpret_cast<const float4*>(fn + (size_t)i * width + c0 + 4 * c4)
 			       : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
 	};
-	const bool act = tid < HC_THREADS; // (the fused kernels' warp 8 only passes the barrier)
 	float4 f0[RW];
-	if (act && lane < C4) {
+	if (lane < C4) {
 #pragma unroll
 		for (int k = 0; k < RW; k++) f0[k] = fnat(k, lane);
 	}
 	PDL_ENTRY();
-	for (int idx = tid; act && idx < R * C4; idx += HC_THREADS) {
+	for (int idx = tid; idx < R * C4; idx += HC_THREADS) {
 		const int r = idx / C4, c4 = idx - r * C4;
 		float4 v = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
 		if (r0 + r < rows) v = *reinterpret_cast<const float4*>(x + (size_t)(r0 + r) * width + c0 + 4 * c4);
 		xs4[r * CS + c4] = v;
 	}
 	__syncthreads();
-	if (!act) return;
 	if (w < R && r0 + w < rows) { // partial sum of squares of row r0+w
 		double ss = 0.0;
 		for (int c4 = lane; c4 < C4; c4 += 32) {
@@ -245,11 +243,6 @@ DEV void hc_part_body(float* __restrict__ out, const float* __restrict__ x, cons
 	}
 }
 
-// A split partial: CG (the one-launch kernels, whose other CTAs wrote it)
-// from L2, past L1.
-template <bool CG, typename T>
-DEV T hc_ldp(const T* p) { if (CG) return __ldcg(p); return *p; }
-
 // Shared memory of the final hc pre/head kernels.
 template <int N, bool PRE>
 struct HcFin {
@@ -264,7 +257,7 @@ struct HcFin {
 // partials in orow summed (a fixed order), then pre into f.pre and, PRE,
 // post into mr and the Sinkhorn input into f.c. Every partial has been read
 // on return, so orow may be overwritten.
-template <int N, bool PRE, bool CG>
+template <int N, bool PRE>
 DEV void hc_fin_mix(HcFin<N, PRE>& f, const float* __restrict__ orow, float* __restrict__ mr,
 	const float* __restrict__ base, int d, float s0, float s1, float s2, float eps, float normEps, int S)
 {
@@ -280,7 +273,7 @@ DEV void hc_fin_mix(HcFin<N, PRE>& f, const float* __restrict__ orow, float* __r
 			if (i < MIX) {
 				const float* pp = orow + 2 * S + i;
 #pragma unroll 8
-				for (int s = j; s < S; s += 8) t += hc_ldp<CG>(pp + s * MIX);
+				for (int s = j; s < S; s += 8) t += pp[s * MIX];
 			}
 			t += __shfl_xor_sync(0xffffffffu, t, 4);
 			t += __shfl_xor_sync(0xffffffffu, t, 2);
@@ -291,7 +284,7 @@ DEV void hc_fin_mix(HcFin<N, PRE>& f, const float* __restrict__ orow, float* __r
 	if (w == HC_THREADS / 32 - 1) {
 		const double* ps = reinterpret_cast<const double*>(orow);
 		double t = 0.0;
-		for (int s = lane; s < S; s += 32) t += hc_ldp<CG>(ps + s);
+		for (int s = lane; s < S; s += 32) t += ps[s];
 		t = warp_sum_d(t);
 		if (lane == 0) f.tot = t;
 	}
@@ -341,14 +334,14 @@ DEV float4 hc_wsum4(const float* __restrict__ xr, int d, const float (&p)[N], in
 
 // The final hc head kernel (N mix entries, one scale, no Sinkhorn): the
 // partials summed by hc_fin_mix, then the pre-weighted sum of the streams.
-template <int N, bool CG = false>
-DEV void hc_head_fin_body(int r, float* __restrict__ out, const float* __restrict__ x, const float* __restrict__ base,
+template <int N>
+DEV void hc_head_fin_body(float* __restrict__ out, const float* __restrict__ x, const float* __restrict__ base,
 	int d, float s0, float eps, float normEps, int rnd, int S)
 {
 	__shared__ HcFin<N, false> f;
-	const int tid = threadIdx.x;
+	const int r = blockIdx.x, tid = threadIdx.x;
 	float* orow = out + (size_t)r * d;
-	hc_fin_mix<N, false, CG>(f, orow, nullptr, base, d, s0, 0.0f, 0.0f, eps, normEps, S);
+	hc_fin_mix<N, false>(f, orow, nullptr, base, d, s0, 0.0f, 0.0f, eps, normEps, S);
 	float p[N];
 #pragma unroll
 	for (int j = 0; j < N; j++) p[j] = f.pre[j];
@@ -386,8 +379,8 @@ DEV float hc_rr(double tot, int width, float normEps) {
 // quant_fp8_f32's codes q [rows, d] and e8m0 scales qs [rows, d/128] bit for
 // bit (a warp's 32 float4s of one step are one 128-value block), as
 // rmsnorm_quant_f32 does: the linears that take the row skip their launch.
-template <int N, bool NORM, bool QUANT = false, bool CG = false>
-DEV void hc_fin2_body(int r, float* __restrict__ y, float* __restrict__ out, float* __restrict__ mixo,
+template <int N, bool NORM, bool QUANT = false>
+DEV void hc_fin2_body(float* __restrict__ y, float* __restrict__ out, float* __restrict__ mixo,
 	const float* __restrict__ x, const float* __restrict__ base, const float* __restrict__ nw, int d, float s0,
 	float s1, float s2, int iters, float eps, float normEps, int rnd, int S, float neps,
 	u8* __restrict__ q = nullptr, u8* __restrict__ qs = nullptr)
@@ -402,7 +395,7 @@ DEV void hc_fin2_body(int r, float* __restrict__ y, float* __restrict__ out, flo
 	__shared__ float pre[N];
 	__shared__ double tot;
 	__shared__ float red[32];
-	const int tid = threadIdx.x, lane = tid & 31;
+	const int r = blockIdx.x, tid = threadIdx.x, lane = tid & 31;
 	float* orow = out + (size_t)r * d;
 	float* mr = mixo + (size_t)r * (N + NN);
 	const int width = N * d;
@@ -417,7 +410,7 @@ DEV void hc_fin2_body(int r, float* __restrict__ y, float* __restrict__ out, flo
 		for (int sb = lane; sb < S; sb += 32 * 8) {
 			double v[8];
 #pragma unroll
-			for (int k = 0; k < 8; k++) v[k] = sb + 32 * k < S ? hc_ldp<CG>(ps + sb + 32 * k) : 0.0;
+			for (int k = 0; k < 8; k++) v[k] = sb + 32 * k < S ? ps[sb + 32 * k] : 0.0;
 #pragma unroll
 			for (int k = 0; k < 8; k++)
 				if (sb + 32 * k < S) a += v[k];
@@ -462,7 +455,7 @@ DEV void hc_fin2_body(int r, float* __restrict__ y, float* __restrict__ out, flo
 			for (int sb = j; sb < S; sb += 8 * HC_PB) {
 				float v[HC_PB];
 #pragma unroll
-				for (int k = 0; k < HC_PB; k++) v[k] = sb + 8 * k < S ? hc_ldp<CG>(pp + (sb + 8 * k) * MIX) : 0.0f;
+				for (int k = 0; k < HC_PB; k++) v[k] = sb + 8 * k < S ? pp[(sb + 8 * k) * MIX] : 0.0f;
 #pragma unroll
 				for (int k = 0; k < HC_PB; k++)
 					if (sb + 8 * k < S) t += v[k];
@@ -521,20 +514,20 @@ DEV void hc_fin2_body(int r, float* __restrict__ y, float* __restrict__ out, flo
 		float* out, float* mix, const float* x, const float* base, int d, float s0, float s1, float s2,        \
 		int iters, float eps, float normEps, int rnd, int S)                                                   \
 	{                                                                                                          \
-		hc_fin2_body<N, false>(blockIdx.x, nullptr, out, mix, x, base, nullptr, d, s0, s1, s2, iters, eps, normEps, rnd, S, \
+		hc_fin2_body<N, false>(nullptr, out, mix, x, base, nullptr, d, s0, s1, s2, iters, eps, normEps, rnd, S, \
 			0.0f);                                                                                             \
 	}                                                                                                          \
 	extern "C" __global__ void __launch_bounds__(HC_NORM_THREADS) hc_pre_fin_norm_f32_n##N(                  \
 		float* y, float* out, float* mix, const float* x, const float* base, const float* w, int d, float s0,  \
 		float s1, float s2, int iters, float eps, float normEps, int rnd, int S, float neps)                   \
 	{                                                                                                          \
-		hc_fin2_body<N, true>(blockIdx.x, y, out, mix, x, base, w, d, s0, s1, s2, iters, eps, normEps, rnd, S, neps);      \
+		hc_fin2_body<N, true>(y, out, mix, x, base, w, d, s0, s1, s2, iters, eps, normEps, rnd, S, neps);      \
 	}                                                                                                          \
 	extern "C" __global__ void __launch_bounds__(HC_NORM_THREADS) hc_pre_fin_norm_quant_f32_n##N(            \
 		float* y, float* out, float* mix, const float* x, const float* base, const float* w, int d, float s0,  \
 		float s1, float s2, int iters, float eps, float normEps, int rnd, int S, float neps, u8* q, u8* qs)    \
 	{                                                                                                          \
-		hc_fin2_body<N, true, true>(blockIdx.x, y, out, mix, x, base, w, d, s0, s1, s2, iters, eps, normEps, rnd, S, neps, \
+		hc_fin2_body<N, true, true>(y, out, mix, x, base, w, d, s0, s1, s2, iters, eps, normEps, rnd, S, neps, \
 			q, qs);                                                                                            \
 	}                                                                                                          \
 	extern "C" __global__ void __launch_bounds__(HC_THREADS) hc_head_part_f32_n##N(                          \
@@ -546,59 +539,13 @@ DEV void hc_fin2_body(int r, float* __restrict__ y, float* __restrict__ out, flo
 		float* out, const float* x, const float* base, int d, float s0, float eps, float normEps, int rnd,     \
 		int S)                                                                                                 \
 	{ PDL_ENTRY();                                                                                             \
-		hc_head_fin_body<N>(blockIdx.x, out, x, base, d, s0, eps, normEps, rnd, S);                                        \
+		hc_head_fin_body<N>(out, x, base, d, s0, eps, normEps, rnd, S);                                        \
 	}
 
 HC_SPLIT_KERNELS(1)
 HC_SPLIT_KERNELS(2)
 HC_SPLIT_KERNELS(4)
 HC_SPLIT_KERNELS(8)
-
-// ---- hc pre/head in one launch (one row: batch-1 decode) ----
-// The part kernel's CTAs, then the last of them to count itself in on the
-// stream's split-K counter (splitk_last: it also zeroes the counter for the
-// next launch or graph replay) runs the final kernel's body on row 0: the
-// same partials summed in the same order, so the same bits as the two
-// launches, one launch fewer.
-template <int N, bool NORM, bool QUANT>
-DEV void hc_pre_fused_body(float* __restrict__ y, float* __restrict__ out, float* __restrict__ mix,
-	const float* __restrict__ x, const float* __restrict__ fn, const float* __restrict__ base,
-	const float* __restrict__ nw, u8* __restrict__ q, u8* __restrict__ qs, int* __restrict__ counter, int d, int C,
-	int S, float s0, float s1, float s2, int iters, float eps, float normEps, int rnd, float neps)
-{
-	__shared__ int last;
-	hc_part_body<N, true>(out, x, fn, 1, d, C, S);
-	if (!splitk_last(counter, S, &last)) return;
-	hc_fin2_body<N, NORM, QUANT, true>(0, y, out, mix, x, base, nw, d, s0, s1, s2, iters, eps, normEps, rnd, S, neps, q, qs);
-}
-
-#define HC_FUSED_PRE(NAME, N, NORM, QUANT)                                                                     \
-	extern "C" __global__ void __launch_bounds__(HC_NORM_THREADS) NAME(float* y, float* out, float* mix,     \
-		const float* x, const float* fn, const float* base, const float* w, u8* q, u8* qs, int* counter, int d, \
-		int C, int S, float s0, float s1, float s2, int iters, float eps, float normEps, int rnd, float neps)   \
-	{                                                                                                          \
-		hc_pre_fused_body<N, NORM, QUANT>(y, out, mix, x, fn, base, w, q, qs, counter, d, C, S, s0, s1, s2,    \
-			iters, eps, normEps, rnd, neps);                                                                   \
-	}
-
-#define HC_FUSED_KERNELS(N)                                                                                     \
-	HC_FUSED_PRE(hc_pre_fused_f32_n##N, N, false, false)                                                       \
-	HC_FUSED_PRE(hc_pre_fused_norm_f32_n##N, N, true, false)                                                   \
-	HC_FUSED_PRE(hc_pre_fused_norm_quant_f32_n##N, N, true, true)                                              \
-	extern "C" __global__ void __launch_bounds__(HC_THREADS) hc_head_fused_f32_n##N(float* out, const float* x, \
-		const float* fn, const float* base, int* counter, int d, int C, int S, float s0, float eps,           \
-		float normEps, int rnd)                                                                                \
-	{                                                                                                          \
-		__shared__ int last;                                                                                   \
-		hc_part_body<N, false>(out, x, fn, 1, d, C, S);                                                        \
-		if (!splitk_last(counter, S, &last)) return;                                                           \
-		hc_head_fin_body<N, true>(0, out, x, base, d, s0, eps, normEps, rnd, S);                                     \
-	}
-
-HC_FUSED_KERNELS(1)
-HC_FUSED_KERNELS(2)
-HC_FUSED_KERNELS(4)
-HC_FUSED_KERNELS(8)
 
 // Weightless per-head RMS norm in place (head_norm_seg), one warp per
 // segment of hd values (8 warps per block).

@@ -148,36 +148,6 @@ extern "C" __global__ void moe_scatter(
 	scatter_expert(ids, nk, e, off, lane, perm, inv);
 }
 
-// moe_count then moe_scatter in one launch, the same outputs: warp e counts
-// the pairs of expert e and, in the same pass over ids, the valid pairs of
-// lower experts (its offset, the prefix of counts that moe_scatter sums),
-// then scatters its pairs. inv[i] = -1 only for pairs of an id outside
-// [0, E); the others' are set by their expert's scatter.
-extern "C" __global__ void moe_permute(const int* __restrict__ ids, int nk, int E, int* __restrict__ counts,
-	int* __restrict__ offsets, int* __restrict__ perm, int* __restrict__ inv)
-{
-	PDL_ENTRY();
-	for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < nk; i += gridDim.x * blockDim.x) {
-		const int id = ids[i];
-		if (id < 0 || id >= E) inv[i] = -1;
-	}
-	const int e = (blockIdx.x * blockDim.x + threadIdx.x) >> 5, lane = threadIdx.x & 31;
-	if (e >= E) return;
-	int c = 0, off = 0;
-	for (int i0 = 0; i0 < nk; i0 += 32) {
-		const int i = i0 + lane;
-		const int id = i < nk ? ids[i] : -1;
-		c += __popc(__ballot_sync(0xffffffffu, id == e));
-		off += __popc(__ballot_sync(0xffffffffu, id >= 0 && id < e));
-	}
-	if (lane == 0) {
-		counts[e] = c;
-		offsets[e] = off;
-		if (e == E - 1) offsets[E] = off + c;
-	}
-	scatter_expert(ids, nk, e, off, lane, perm, inv);
-}
-
 // acc[r, :] = Σ_k y[inv[r*K+k], :] over k in ascending expert id (stable),
 // fp32 adds in that order; skipped pairs (inv < 0) add nothing; y bf16 (exact:
 // fp32). Grid (rows, ceil(d / COMBINE_CHUNK)), COMBINE_THREADS threads: every
