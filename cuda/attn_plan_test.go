@@ -26,16 +26,16 @@ func TestPlanAttn(t *testing.T) {
 		path   Path
 		splits int
 	}{
-		{"flash batch 1 swa", h100, KernelChoice{}, swa(1, 64), PathAttnRow, 0},
+		{"flash batch 1 swa", h100, KernelChoice{}, swa(1, 64), PathAttnCluster, 0},
 		{"flash batch 1 csa at 40 tokens", h100, KernelChoice{}, live(csa(1, 64, 512), 40+10), PathAttnRow, 0},
-		{"flash batch 1 csa at 100 tokens", h100, KernelChoice{}, live(csa(1, 64, 512), 100+25), PathAttnRow, 0},
+		{"flash batch 1 csa at 100 tokens", h100, KernelChoice{}, live(csa(1, 64, 512), 100+25), PathAttnSplit, 10},
 		{"flash batch 1 csa at 128 tokens", h100, KernelChoice{}, live(csa(1, 64, 512), 128+32), PathAttnSplit, 10},
 		{"flash batch 1 hca at 40 tokens", h100, KernelChoice{}, live(hca(1, 64, 40), 40), PathAttnRow, 0},
 		{"flash batch 1 csa", h100, KernelChoice{}, csa(1, 64, 512), PathAttnSplit, 10},
 		{"flash batch 1 hca 4K", h100, KernelChoice{}, hca(1, 64, 4096), PathAttnCluster, 0},
 		{"flash batch 1 hca 128K", h100, KernelChoice{}, hca(1, 64, 131072), PathAttnSplit, 18},
 		{"flash batch 1 hca 1M", h100, KernelChoice{}, hca(1, 64, 1<<20), PathAttnSplit, 33},
-		{"flash batch 8 swa", h100, KernelChoice{}, swa(8, 64), PathAttnRow, 0},
+		{"flash batch 8 swa", h100, KernelChoice{}, swa(8, 64), PathAttnSplit, 2},
 		{"flash batch 8 hca 4K", h100, KernelChoice{}, hca(8, 64, 4096), PathAttnSplit, 3},
 		{"flash batch 8 csa", h100, KernelChoice{}, csa(8, 64, 512), PathAttnSplit, 4},
 		{"flash batch 16 csa", h100, KernelChoice{}, csa(16, 64, 512), PathAttnSplit, 2},
@@ -43,7 +43,7 @@ func TestPlanAttn(t *testing.T) {
 		{"pro batch 1 csa", h100, KernelChoice{}, csa(1, 128, 1024), PathAttnSplit, 16},
 		{"pro batch 8 csa", h100, KernelChoice{}, csa(8, 128, 1024), PathAttnSplit, 2},
 		{"window of one block", h100, KernelChoice{}, AttnShape{Rows: 1, Heads: 64, D: 512, Window: 64}, PathAttnRow, 0},
-		{"a100 batch 1 swa", a100, KernelChoice{}, swa(1, 64), PathAttnRow, 0},
+		{"a100 batch 1 swa", a100, KernelChoice{}, swa(1, 64), PathAttnSplit, 2},
 		{"a100 batch 1 hca 4K", a100, KernelChoice{}, hca(1, 64, 4096), PathAttnSplit, 3},
 		{"a100 batch 1 hca 1M", a100, KernelChoice{}, hca(1, 64, 1<<20), PathAttnSplit, 27},
 		{"forced row", h100, KernelChoice{Attn: PathAttnRow}, csa(1, 64, 512), PathAttnRow, 0},
