@@ -157,28 +157,7 @@ func (in *dskInputs) run(t *testing.T, s *Stream, wide bool) []byte {
 // output is returned.
 func (in *dskInputs) graph(t *testing.T, s *Stream) []byte {
 	t.Helper()
-	if err := s.BeginCapture(); err != nil {
-		t.Fatal(err)
-	}
-	err := in.launch(s, false)
-	g, cerr := s.EndCapture()
-	if err != nil || cerr != nil {
-		t.Fatalf("capture: %v, %v", err, cerr)
-	}
-	defer g.Close()
-	exec, err := g.Instantiate()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer exec.Close()
-	var got []byte
-	for range 2 {
-		if err := exec.Launch(s); err != nil {
-			t.Fatal(err)
-		}
-		got = in.download(t, s, false)
-	}
-	return got
+	return replayTwice(t, s, func() error { return in.launch(s, false) }, func() []byte { return in.download(t, s, false) })
 }
 
 // check holds every bf16 output to the float64 twin: within one bf16
