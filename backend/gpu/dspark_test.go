@@ -1,6 +1,7 @@
 package gpu
 
 import (
+	"context"
 	"path/filepath"
 	"slices"
 	"testing"
@@ -72,12 +73,38 @@ func TestDSparkGreedyOnGPU(t *testing.T) {
 	g := openGPU(t, Options{})
 	w, mc, mg := dsparkTwins(t, g)
 	toks := randomTokens(90, w.Config.Vocab, 6)
-	var prompts [][]int32
-	for _, n := range []int{9, 40, 90} {
-		prompts = append(prompts, toks[:min(n, len(toks))])
-	}
 	gen := func(m *model.Model, spec engine.SpecConfig) [][]int32 {
-		return greedyRun(t, m, engine.Config{MaxModelLen: 256, MaxBatchTokens: 64, Speculative: spec}, prompts, 16)
+		e, err := engine.New(engine.FromModel(m), engine.Config{MaxModelLen: 256, MaxBatchTokens: 64, Speculative: spec})
+		must(t, err)
+		ctx, cancel := context.WithCancel(t.Context())
+		done := make(chan struct{})
+		go func() { _ = e.Run(ctx); close(done) }()
+		defer func() { cancel(); <-done }()
+		var streams []*engine.Stream
+		for _, n := range []int{9, 40, 90} {
+			st, err := e.Submit(&engine.Request{Prompt: toks[:min(n, len(toks))], MaxTokens: 16})
+			must(t, err)
+			streams = append(streams, st)
+		}
+		out := make([][]int32, len(streams))
+		for i, st := range streams {
+			for fin := engine.FinishNone; fin == engine.FinishNone; {
+				select {
+				case <-st.Ready():
+				case <-t.Context().Done():
+					t.Fatal("stream unfinished")
+				}
+				for ev, ok := st.Next(); ok; ev, ok = st.Next() {
+					for _, tk := range ev.Tokens {
+						out[i] = append(out[i], tk.ID)
+					}
+					if fin = ev.Finish; ev.Err != nil {
+						t.Fatalf("request %d: %v", i, ev.Err)
+					}
+				}
+			}
+		}
+		return out
 	}
 	spec := engine.SpecConfig{Method: "dspark"}
 	plain, cpu, gpu := gen(mc, engine.SpecConfig{}), gen(mc, spec), gen(mg, spec)
