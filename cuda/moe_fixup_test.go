@@ -310,10 +310,16 @@ func (in *fixupInputs) same(t *testing.T, what string, got, want []byte) {
 // zero requires the stream's counters back at zero.
 func (in *fixupInputs) zero(t *testing.T, s *Stream) {
 	t.Helper()
+	countersZero(t, s)
+}
+
+// countersZero requires the split-K counters of s back at zero.
+func countersZero(t *testing.T, s *Stream) {
+	t.Helper()
 	if s.fix == nil {
-		t.Fatal("no fixup counters on the stream")
+		t.Fatal("no split-K counters on the stream")
 	}
-	c := make([]byte, 4*in.ctx.fixupSlots())
+	c := make([]byte, 4*s.ctx.fixupSlots())
 	if err := s.CopyDtoH(c, s.fix.Ptr); err != nil {
 		t.Fatal(err)
 	}
