@@ -488,6 +488,33 @@ type DeviceSampler interface {
 	SampleDraw(logits Tensor, d []Draw, ids []int32) error
 }
 
+// MarkovDrawer is implemented by backends that draw DSpark's greedy drafts
+// where the logits are: each draft's Markov bias depends on the previous
+// draft, so the chain stays on the device and only the ids come back.
+type MarkovDrawer interface {
+	// MarkovDraw writes ids [k, n] (I32; n = len(tokens)/k blocks): for
+	// j = 0…k−1 and block s, ids[j][s] = the greedy token (Draw's rule) of
+	// base row s·k+j [n·k, vocab] plus bias(p), p being the block's anchor
+	// tokens[s·k] for j = 0, else ids[j−1][s]; bias(p) is LinearF32 of
+	// Embed(w1, p) (one stream) by w2, over the n blocks at once, and the
+	// sum is in fp32. tokens are the blocks' token ids (the step's).
+	MarkovDraw(base Tensor, tokens []int32, k int, w1 Embedding, w2 Linear, ids Tensor) error
+}
+
+// Markov returns be's MarkovDrawer, looking through decorators, or nil.
+func Markov(be Backend) MarkovDrawer {
+	for {
+		if md, ok := be.(MarkovDrawer); ok {
+			return md
+		}
+		w, ok := be.(Wrapper)
+		if !ok {
+			return nil
+		}
+		be = w.Unwrap()
+	}
+}
+
 // SliceStats summarises x (non-finite values excluded from min/max).
 func SliceStats(x []float32) Stats {
 	s := Stats{FirstBad: -1, Min: float32(math.Inf(1)), Max: float32(math.Inf(-1))}

@@ -606,3 +606,25 @@ func CheckGatherRows(x Tensor, rows []int, out Tensor) error {
 	}
 	return nil
 }
+
+// CheckMarkovDraw checks MarkovDraw's shapes.
+func CheckMarkovDraw(base Tensor, tokens []int32, k int, w1 Embedding, w2 Linear, ids Tensor) error {
+	switch {
+	case isNil(base) || isNil(ids) || isNil(w1) || isNil(w2):
+		return fmt.Errorf("markov draw: nil operand")
+	case k <= 0 || len(tokens) == 0 || len(tokens)%k != 0:
+		return fmt.Errorf("markov draw: %d tokens in blocks of %d", len(tokens), k)
+	case base.DType() != F32 || base.Rows() != len(tokens) || base.Cols() != w2.Out():
+		return fmt.Errorf("markov draw: base %dx%d for %d rows of vocab %d", base.Rows(), base.Cols(), len(tokens), w2.Out())
+	case w2.In() != w1.Dim():
+		return fmt.Errorf("markov draw: w2 takes %d values, w1 rows have %d", w2.In(), w1.Dim())
+	case ids.DType() != I32 || ids.Rows() != k || ids.Cols() != len(tokens)/k:
+		return fmt.Errorf("markov draw: ids %dx%d, want I32 %dx%d", ids.Rows(), ids.Cols(), k, len(tokens)/k)
+	}
+	for _, t := range tokens {
+		if t < 0 || int(t) >= w1.Vocab() {
+			return fmt.Errorf("markov draw: token %d outside vocab %d", t, w1.Vocab())
+		}
+	}
+	return nil
+}

@@ -93,17 +93,28 @@ func (m *Model) DSparkDim() int { return m.cfg.Dim * len(m.cfg.DSparkTargetLayer
 
 // DSparkItem is one sequence's drafter step: Context holds, flattened
 // rows×DSparkDim, the captured features of positions Start, Start+1, … (as
-// Forward returns them in Output.Hidden), which enter the stages' windows;
-// with Draft, a block follows: Anchor (the token at the position after the
-// context) and noise tokens, whose base logits (before the Markov head)
-// Output.Logits returns, DSparkRows rows. Positions must come in order
-// without gaps.
+// Forward returns them in Output.Hidden), or In names them on the device
+// (Output.Kept of a KeepHidden step; Context is then empty); they enter the
+// stages' windows. With Draft, a block follows: Anchor (the token at the
+// position after the context) and noise tokens, whose base logits (before
+// the Markov head) Output.Logits returns, DSparkRows rows; with Draw as well,
+// where the model CanDrawDSpark, the block's greedy drafts through the
+// Markov head come back instead (Output.RowIDs, DSparkRows tokens), drawn on
+// the device, and no logits. Positions must come in order without gaps.
 type DSparkItem struct {
 	Seq     *kvcache.Sequence
 	Start   int
 	Context []float32
+	In      HiddenRef
 	Anchor  int32
 	Draft   bool
+	Draw    bool
+}
+
+// CanDrawDSpark reports whether ForwardDSpark honours DSparkItem.Draw: the
+// backend draws the Markov chain where the logits are.
+func (m *Model) CanDrawDSpark() bool {
+	return m.ds != nil && backend.Markov(m.be) != nil && !m.sharded()
 }
 
 // ForwardDSpark runs the DSpark drafter: the context rows of every item,
@@ -117,8 +128,9 @@ func (m *Model) ForwardDSpark(items []DSparkItem) (*Output, error) {
 	c, w := m.cfg, m.DSparkDim()
 	ctx, blk := &backend.Batch{}, &backend.Batch{}
 	att := &backend.Batch{} // the block's rows all at its last position: each sees the whole block
-	var feats []float32
+	var src []rowSrc
 	var ids []int32
+	draw := false
 	for i, it := range items {
 		if it.Seq == nil || it.Seq.Slot() < 0 {
 			return nil, fmt.Errorf("model dspark: item %d: sequence has no cache state (run Forward first)", i)
@@ -127,6 +139,15 @@ func (m *Model) ForwardDSpark(items []DSparkItem) (*Output, error) {
 			return nil, fmt.Errorf("model dspark: item %d: %d context values, not rows of %d", i, len(it.Context), w)
 		}
 		n := len(it.Context) / w
+		if it.In.H != nil {
+			if err := it.In.check(); err != nil {
+				return nil, fmt.Errorf("model dspark: item %d: input: %w", i, err)
+			}
+			if it.In.H.t.Cols() != w || n > 0 {
+				return nil, fmt.Errorf("model dspark: item %d: device rows of width %d (want %d) and %d host rows", i, it.In.H.t.Cols(), w, n)
+			}
+			n = it.In.Rows
+		}
 		if it.Start < 0 || it.Draft && it.Start+n < 1 {
 			return nil, fmt.Errorf("model dspark: item %d: a block at position %d has no context before it", i, it.Start+n)
 		}
@@ -139,9 +160,10 @@ func (m *Model) ForwardDSpark(items []DSparkItem) (*Output, error) {
 				ctx.Pos = append(ctx.Pos, int32(it.Start+r))
 				ctx.Seq = append(ctx.Seq, int32(len(ctx.Seqs)-1))
 			}
-			feats = append(feats, it.Context...)
+			src = append(src, rowSrc{host: it.Context, in: it.In, rows: n})
 		}
 		if it.Draft {
+			draw = draw || it.Draw
 			a, k := it.Start+n, m.ds.rows
 			si := backend.SeqInfo{Slot: it.Seq.Slot(), Blocks: it.Seq.Blocks(), Start: a, Row0: len(blk.Pos), Rows: k}
 			blk.Seqs, att.Seqs = append(blk.Seqs, si), append(att.Seqs, si)
@@ -156,8 +178,12 @@ func (m *Model) ForwardDSpark(items []DSparkItem) (*Output, error) {
 			}
 		}
 	}
-	if len(feats) > 0 {
-		if err := m.dsparkContext(feats, ctx); err != nil {
+	if len(src) > 0 {
+		x, err := m.stageRows(src, ctx.Rows(), w)
+		if err != nil {
+			return nil, fmt.Errorf("model dspark context: %w", err)
+		}
+		if err := m.dsparkContext(x, ctx); err != nil {
 			return nil, err
 		}
 	}
@@ -165,42 +191,32 @@ func (m *Model) ForwardDSpark(items []DSparkItem) (*Output, error) {
 	if len(ids) == 0 {
 		return out, nil
 	}
-	logits, err := m.dsparkBlock(ids, blk, att)
+	draw = draw && m.CanDrawDSpark()
+	outs, err := m.dsparkBlock(ids, blk, att, draw)
 	if err != nil {
 		return nil, err
 	}
-	k := 0
-	for i, it := range items {
-		if it.Draft {
-			n := m.ds.rows * c.Vocab
-			out.Logits[i] = logits[k : k+n : k+n]
-			k += n
-		}
-	}
-	return out, nil
+	return out, m.dsparkOutput(items, outs, len(ids), draw, out)
 }
 
-// dsparkContext writes the context rows' window entries of every stage.
-func (m *Model) dsparkContext(feats []float32, bt *backend.Batch) error {
+// dsparkContext writes the context rows' window entries of every stage
+// from their features f [rows, DSparkDim].
+func (m *Model) dsparkContext(f backend.Tensor, bt *backend.Batch) error {
 	be, c := m.be, m.cfg
 	n := bt.Rows()
 	if m.tr != nil {
 		m.tr.batch = bt
 	}
 	m.tr.at(c.Layers, "dspark context", nil)
-	f := be.Empty(n, m.DSparkDim(), backend.F32)
 	y := be.Empty(n, c.Dim, backend.F32)
 	mx := be.Empty(n, c.Dim, backend.F32)
 	kvr := be.Empty(n, c.HeadDim, backend.F32)
 	kv := be.Empty(n, c.HeadDim, backend.F32)
 	defer func() {
-		for _, t := range []backend.Tensor{f, y, mx, kvr, kv} {
+		for _, t := range []backend.Tensor{y, mx, kvr, kv} {
 			be.Free(t)
 		}
 	}()
-	if err := be.Upload(f, feats); err != nil {
-		return fmt.Errorf("model dspark context: %w", err)
-	}
 	if err := be.Linear(f, m.ds.mainProj, y); err != nil {
 		return fmt.Errorf("model dspark main_proj: %w", err)
 	}
@@ -223,9 +239,10 @@ func (m *Model) dsparkContext(feats []float32, bt *backend.Batch) error {
 	return nil
 }
 
-// dsparkBlock runs the blocks through the stages and returns their base
-// logits, rows×vocab.
-func (m *Model) dsparkBlock(ids []int32, bt, att *backend.Batch) ([]float32, error) {
+// dsparkBlock runs the blocks through the stages: its outputs are their
+// base logits [rows, vocab] and, with draw, the drafts [DSparkRows, blocks]
+// (I32) drawn through the Markov head.
+func (m *Model) dsparkBlock(ids []int32, bt, att *backend.Batch, draw bool) (outs []backend.Tensor, err error) {
 	be, c := m.be, m.cfg
 	n := len(ids)
 	if m.tr != nil {
@@ -246,7 +263,77 @@ func (m *Model) dsparkBlock(ids []int32, bt, att *backend.Batch) ([]float32, err
 	for i := range rows {
 		rows[i] = i
 	}
-	return m.logits(x, rows, m.ds.hcHead, m.ds.norm, "dspark ")
+	lg, err := m.headLogits(x, rows, m.ds.hcHead, m.ds.norm, "dspark ")
+	if err != nil {
+		return nil, err
+	}
+	if !draw {
+		return []backend.Tensor{lg}, nil
+	}
+	k := m.ds.rows
+	drafts := be.Empty(k, n/k, backend.I32)
+	m.tr.at(c.Layers, "dspark markov", nil)
+	if err := backend.Markov(be).MarkovDraw(lg, ids, k, m.ds.w1, m.ds.w2, drafts); err != nil {
+		be.Free(lg)
+		be.Free(drafts)
+		return nil, fmt.Errorf("model dspark markov draw: %w", err)
+	}
+	return []backend.Tensor{lg, drafts}, nil
+}
+
+// dsparkOutput fills out from the block's outputs (dsparkBlock) of rows
+// rows: the drawn drafts of the items that asked, the logits of the other
+// drafting items (downloaded only for them); it frees outs.
+func (m *Model) dsparkOutput(items []DSparkItem, outs []backend.Tensor, rows int, draw bool, out *Output) error {
+	be, c, k := m.be, m.cfg, m.ds.rows
+	lg := outs[0]
+	if draw {
+		nb := rows / k
+		got := make([]int32, rows)
+		err := be.DownloadI32(outs[1], got)
+		be.Free(outs[1])
+		if err != nil {
+			be.Free(lg)
+			return fmt.Errorf("model dspark drafts: %w", err)
+		}
+		out.RowIDs = make([][]int32, len(items))
+		s := 0
+		for i, it := range items {
+			if !it.Draft {
+				continue
+			}
+			if it.Draw {
+				out.RowIDs[i] = make([]int32, k)
+				for j := range k {
+					out.RowIDs[i][j] = got[j*nb+s]
+				}
+			}
+			s++
+		}
+	}
+	host := false
+	for _, it := range items {
+		host = host || it.Draft && (!draw || !it.Draw)
+	}
+	if !host {
+		be.Free(lg)
+		return nil
+	}
+	logits, err := m.downloadLogits(lg, rows, "dspark ")
+	if err != nil {
+		return err
+	}
+	r := 0
+	for i, it := range items {
+		if it.Draft {
+			n := k * c.Vocab
+			if !draw || !it.Draw {
+				out.Logits[i] = logits[r : r+n : r+n]
+			}
+			r += n
+		}
+	}
+	return nil
 }
 
 // dsparkStage is runBlock with the block attention of dsparkAttn.
@@ -373,16 +460,20 @@ func (m *Model) MarkovBias(prev []int32) ([][]float32, error) {
 	return out, nil
 }
 
-// capture is the DSpark feature of the target layer just run: the streams
-// x averaged over hc, [rows, dim].
-func (m *Model) capture(x backend.Tensor) (backend.Tensor, error) {
+// capture writes the DSpark feature of target t (the layer just run) into
+// rows [t·n, (t+1)·n) of caps: the streams x [n, hc·d] averaged over hc.
+// Captures are target-major so that a step's ops fill fixed row ranges.
+func (m *Model) capture(x, caps backend.Tensor, t int) error {
 	be, c := m.be, m.cfg
 	n := x.Rows()
 	xv, err := be.View(x, n*c.HcMult, c.Dim)
 	if err != nil {
-		return nil, err
+		return err
 	}
-	acc := be.Empty(n, c.Dim, backend.F32)
+	acc, err := be.Slice(caps, t*n, n)
+	if err != nil {
+		return err
+	}
 	s := be.Empty(n, c.Dim, backend.F32)
 	defer be.Free(s)
 	rows := make([]int, n)
@@ -399,36 +490,55 @@ func (m *Model) capture(x backend.Tensor) (backend.Tensor, error) {
 			err = be.Combine(acc, s, acc)
 		}
 		if err != nil {
-			be.Free(acc)
-			return nil, fmt.Errorf("model dspark capture: %w", err)
+			return fmt.Errorf("model dspark capture: %w", err)
 		}
 	}
 	if err := be.Scale(acc, 1/float32(c.HcMult)); err != nil {
-		be.Free(acc)
-		return nil, fmt.Errorf("model dspark capture: %w", err)
+		return fmt.Errorf("model dspark capture: %w", err)
 	}
-	return acc, nil
+	return nil
 }
 
 // downloadCaptures returns every row's captured features, the target
-// layers' rows side by side, and frees caps.
-func (m *Model) downloadCaptures(caps []backend.Tensor, n int) ([]float32, error) {
-	d := m.cfg.Dim
-	w := d * len(caps)
+// layers' rows side by side (rows×DSparkDim), from the target-major caps.
+func (m *Model) downloadCaptures(caps backend.Tensor, n int) ([]float32, error) {
+	d, nt := m.cfg.Dim, len(m.cfg.DSparkTargetLayers)
+	w := d * nt
+	flat := make([]float32, n*w)
+	if err := m.be.Download(caps, flat); err != nil {
+		return nil, fmt.Errorf("model dspark capture: %w", err)
+	}
 	all := make([]float32, n*w)
-	one := make([]float32, n*d)
-	defer func() {
-		for _, cp := range caps {
-			m.be.Free(cp)
-		}
-	}()
-	for t, cp := range caps {
-		if err := m.be.Download(cp, one); err != nil {
-			return nil, fmt.Errorf("model dspark capture: %w", err)
-		}
+	for t := range nt {
 		for r := range n {
-			copy(all[r*w+t*d:r*w+(t+1)*d], one[r*d:(r+1)*d])
+			copy(all[r*w+t*d:r*w+(t+1)*d], flat[(t*n+r)*d:(t*n+r+1)*d])
 		}
 	}
 	return all, nil
+}
+
+// keepCaptures gathers the target-major caps of n rows into a new Hidden of
+// rows×DSparkDim (row r: the targets' features side by side) on the device.
+func (m *Model) keepCaptures(caps backend.Tensor, n int) (*Hidden, error) {
+	be, d, nt := m.be, m.cfg.Dim, len(m.cfg.DSparkTargetLayers)
+	if caps.Rows() != n*nt {
+		return nil, fmt.Errorf("model dspark capture: %d captured rows for %d rows of %d targets", caps.Rows(), n, nt)
+	}
+	y := be.Empty(n, d*nt, backend.F32)
+	yv, err := be.View(y, n*nt, d)
+	if err != nil {
+		be.Free(y)
+		return nil, err
+	}
+	perm := make([]int, n*nt)
+	for r := range n {
+		for t := range nt {
+			perm[r*nt+t] = t*n + r
+		}
+	}
+	if err := be.GatherRows(caps, perm, yv); err != nil {
+		be.Free(y)
+		return nil, fmt.Errorf("model dspark: keep captures: %w", err)
+	}
+	return &Hidden{t: y}, nil
 }

@@ -78,23 +78,44 @@ func (m *Model) keepRows(x backend.Tensor, rows []int) (*Hidden, error) {
 	return &Hidden{t: y}, nil
 }
 
-// mtpInput returns the MTP pass's input streams [n, hc·d] filled from the
-// items (device rows gathered, host rows uploaded). The rows live in a
-// staging tensor per power-of-two row count that the model keeps: a pass
-// recorded as a CUDA graph reads its input from a fixed address.
+// rowSrc is one item's input rows for stageRows: on the host (host,
+// flattened rows×width) or on the device (in).
+type rowSrc struct {
+	host []float32
+	in   HiddenRef
+	rows int
+}
+
+// mtpInput returns the MTP pass's input streams [n, hc·d] (stageRows).
 func (m *Model) mtpInput(items []MTPItem, n int) (backend.Tensor, error) {
-	be, w := m.be, m.cfg.HcDim()
+	src := make([]rowSrc, len(items))
+	for i, it := range items {
+		src[i] = rowSrc{host: it.Hidden, in: it.In, rows: len(it.Next)}
+	}
+	x, err := m.stageRows(src, n, m.cfg.HcDim())
+	if err != nil {
+		return nil, fmt.Errorf("model mtp input: %w", err)
+	}
+	return x, nil
+}
+
+// stageRows returns the items' input rows [n, width] (device rows gathered,
+// host rows uploaded). The rows live in a staging tensor per width and
+// power-of-two row count that the model keeps: a pass recorded as a CUDA
+// graph reads its input from a fixed address.
+func (m *Model) stageRows(items []rowSrc, n, width int) (backend.Tensor, error) {
+	be := m.be
 	c := 1
 	for c < n {
 		c *= 2
 	}
 	if m.stage == nil {
-		m.stage = map[int]backend.Tensor{}
+		m.stage = map[[2]int]backend.Tensor{}
 	}
-	st := m.stage[c]
+	st := m.stage[[2]int{c, width}]
 	if st == nil {
-		st = be.Empty(c, w, backend.F32)
-		m.stage[c] = st
+		st = be.Empty(c, width, backend.F32)
+		m.stage[[2]int{c, width}] = st
 	}
 	x, err := be.Slice(st, 0, n)
 	if err != nil {
@@ -105,25 +126,28 @@ func (m *Model) mtpInput(items []MTPItem, n int) (backend.Tensor, error) {
 	off := 0
 	for i := 0; i < len(items); {
 		it := items[i]
-		cnt := len(it.Next)
-		if it.In.H == nil {
-			dst, err := be.Slice(x, off, cnt)
+		if it.in.H == nil {
+			if it.rows == 0 {
+				i++
+				continue
+			}
+			dst, err := be.Slice(x, off, it.rows)
 			if err == nil {
-				err = be.Upload(dst, it.Hidden)
+				err = be.Upload(dst, it.host)
 			}
 			if err != nil {
-				return nil, fmt.Errorf("model mtp input: item %d: %w", i, err)
+				return nil, fmt.Errorf("item %d: %w", i, err)
 			}
-			off += cnt
+			off += it.rows
 			i++
 			continue
 		}
-		src := it.In.H
+		src := it.in.H
 		var rows []int
 		j := i
-		for ; j < len(items) && items[j].In.H == src; j++ {
-			for r := range items[j].In.Rows {
-				rows = append(rows, items[j].In.Row0+r)
+		for ; j < len(items) && items[j].in.H == src; j++ {
+			for r := range items[j].in.Rows {
+				rows = append(rows, items[j].in.Row0+r)
 			}
 		}
 		dst := x
@@ -133,16 +157,19 @@ func (m *Model) mtpInput(items []MTPItem, n int) (backend.Tensor, error) {
 			}
 		}
 		if err := be.GatherRows(src.t, rows, dst); err != nil {
-			return nil, fmt.Errorf("model mtp input: items %d..%d: %w", i, j-1, err)
+			return nil, fmt.Errorf("items %d..%d: %w", i, j-1, err)
 		}
 		off += len(rows)
 		i = j
+	}
+	if off != n {
+		return nil, fmt.Errorf("%d input rows staged for %d", off, n)
 	}
 	return x, nil
 }
 
 // Close frees what the model keeps on its backend besides the weights and
-// the cache: the MTP passes' input staging.
+// the cache: the drafters' input staging.
 func (m *Model) Close() {
 	m.mu.Lock()
 	defer m.mu.Unlock()

@@ -86,10 +86,10 @@ type Model struct {
 	ds     *dspark // nil without a DSpark drafter
 	cache  *kvcache.Manager
 	store  backend.KVStore
-	part   *checkpoint.Part       // nil: the whole model
-	tr     *tracer                // nil unless TraceNonFinite or Probe: be is then traced
-	stage  map[int]backend.Tensor // the MTP passes' input rows, per power-of-two row count (mtpInput)
-	mu     sync.Mutex             // one forward at a time
+	part   *checkpoint.Part          // nil: the whole model
+	tr     *tracer                   // nil unless TraceNonFinite or Probe: be is then traced
+	stage  map[[2]int]backend.Tensor // the drafters' input rows, per power-of-two row count and width (stageRows)
+	mu     sync.Mutex                // one forward at a time
 }
 
 // checkPart requires sharded weights and a communicator to come together and
@@ -325,9 +325,9 @@ type BatchItem struct {
 	// streams (MTP) or, on a DSpark checkpoint, the target layers' streams
 	// averaged over hc and concatenated (DSparkDim).
 	Hidden bool
-	// KeepHidden keeps every row's final streams on the device instead
-	// (Output.Kept, from row Output.KeptRow[i]): the MTP block's inputs
-	// (MTPItem.In). Not on a DSpark checkpoint.
+	// KeepHidden keeps every row's drafter input (as Hidden gives it) on
+	// the device instead (Output.Kept, from row Output.KeptRow[i]): the MTP
+	// block's inputs (MTPItem.In) or DSpark's (DSparkItem.In).
 	KeepHidden bool
 	// Draw asks for the next token drawn on the device from the last row
 	// (Output.IDs) where the model CanDraw; the logits then stay there
@@ -518,21 +518,22 @@ func (m *Model) Forward(b *Batch) (*Output, error) {
 		}
 	}
 	hidden := wantHidden(b.Items)
-	if m.ds != nil && keepsHidden(b.Items) {
-		return nil, errors.New("model: a DSpark checkpoint's drafter inputs come to the host (BatchItem.Hidden), not KeepHidden")
-	}
 	// forward's outputs: the logits, then with hidden the final streams or,
-	// with DSpark, the target layers' features.
+	// with DSpark, the target layers' features (captures).
 	forward := func() (outs []backend.Tensor, err error) {
 		x := be.Empty(n, c.HcDim(), backend.F32)
-		var caps []backend.Tensor
+		var caps backend.Tensor
 		defer func() {
 			if err != nil {
-				for _, t := range append(caps, x) {
-					be.Free(t)
+				be.Free(x)
+				if caps != nil {
+					be.Free(caps)
 				}
 			}
 		}()
+		if m.ds != nil && hidden {
+			caps = be.Empty(len(c.DSparkTargetLayers)*n, c.Dim, backend.F32)
+		}
 		m.tr.at(-1, "", nil)
 		if err := be.Embed(m.embed, ids, c.HcMult, x); err != nil {
 			return nil, fmt.Errorf("model embed: %w", err)
@@ -541,12 +542,10 @@ func (m *Model) Forward(b *Batch) (*Output, error) {
 			if x, err = m.runBlock(blk, x, ids, bt, fmt.Sprintf("layer %d ", blk.index)); err != nil {
 				return nil, err
 			}
-			if m.ds != nil && hidden && slices.Contains(c.DSparkTargetLayers, blk.index) {
-				cp, err := m.capture(x)
-				if err != nil {
+			if t := slices.Index(c.DSparkTargetLayers, blk.index); caps != nil && t >= 0 {
+				if err := m.capture(x, caps, t); err != nil {
 					return nil, err
 				}
-				caps = append(caps, cp)
 			}
 		}
 		lg, err := m.headLogits(x, rows, m.hcHead, m.norm, "")
@@ -554,9 +553,9 @@ func (m *Model) Forward(b *Batch) (*Output, error) {
 			return nil, err
 		}
 		switch {
-		case hidden && m.ds != nil:
+		case caps != nil:
 			be.Free(x)
-			return append([]backend.Tensor{lg}, caps...), nil
+			return []backend.Tensor{lg, caps}, nil
 		case hidden:
 			return []backend.Tensor{lg, x}, nil
 		}
@@ -573,7 +572,7 @@ func (m *Model) Forward(b *Batch) (*Output, error) {
 		return nil, err
 	}
 	lg := outs[0]
-	if len(outs) == 0 || hidden && m.ds == nil && len(outs) != 2 {
+	if len(outs) == 0 || hidden && len(outs) != 2 {
 		for _, t := range outs {
 			be.Free(t)
 		}
@@ -608,7 +607,10 @@ func (m *Model) Forward(b *Batch) (*Output, error) {
 	} else {
 		be.Free(lg)
 	}
-	if hidden && m.ds == nil && keepsHidden(b.Items) {
+	if m.ds != nil {
+		out.HiddenDim = m.DSparkDim()
+	}
+	if keepsHidden(b.Items) {
 		if err := m.keepStep(outs[1], bt, b.Items, out); err != nil {
 			be.Free(outs[1])
 			return nil, err
@@ -618,16 +620,15 @@ func (m *Model) Forward(b *Batch) (*Output, error) {
 		be.Free(outs[1])
 	}
 	if hidden && hostHidden(b.Items) {
-		w := c.HcDim()
+		w := out.HiddenDim
 		var all []float32
 		if m.ds != nil {
-			w, out.HiddenDim = m.DSparkDim(), m.DSparkDim()
-			all, err = m.downloadCaptures(outs[1:], n)
+			all, err = m.downloadCaptures(outs[1], n)
 		} else {
 			all = make([]float32, n*w)
 			err = be.Download(outs[1], all)
-			be.Free(outs[1])
 		}
+		be.Free(outs[1])
 		if err != nil {
 			return nil, err
 		}
@@ -667,13 +668,20 @@ func keepsHidden(items []BatchItem) bool {
 	return false
 }
 
-// keepStep keeps the step's final streams x on the device (Output.Kept).
+// keepStep keeps the step's drafter inputs x (the final streams, or with
+// DSpark the captures) on the device (Output.Kept).
 func (m *Model) keepStep(x backend.Tensor, bt *backend.Batch, items []BatchItem, out *Output) error {
-	rows := make([]int, x.Rows())
-	for r := range rows {
-		rows[r] = r
+	var h *Hidden
+	var err error
+	if m.ds != nil {
+		h, err = m.keepCaptures(x, bt.Rows())
+	} else {
+		rows := make([]int, x.Rows())
+		for r := range rows {
+			rows[r] = r
+		}
+		h, err = m.keepRows(x, rows)
 	}
-	h, err := m.keepRows(x, rows)
 	if err != nil {
 		return err
 	}
