@@ -194,7 +194,7 @@ func newSpeculator(m Model, c SpecConfig, cfg Config) (_ *speculator, err error)
 	}
 	return &speculator{m: sm, d: d, k: k, maxLen: cfg.MaxModelLen, budget: cfg.MaxBatchTokens, log: cfg.Logger,
 		logged: time.Now(), stats: SpecStats{PerPos: make([]int64, k)}, prevLog: SpecStats{PerPos: make([]int64, k)},
-		keep: newStreamKeeper(sm, c)}, nil
+		keep: newStreamKeeper(sm)}, nil
 }
 
 // state returns seq's drafting state, reset when its cache was replaced.

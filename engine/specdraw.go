@@ -107,3 +107,22 @@ func (sp *speculator) verifyDrawn(seq *Sequence, ids []int32, vocab int, p *prop
 	}
 	return out, nil
 }
+
+// dsparkDrawer is a Speculator that draws greedy DSpark drafts on its
+// device (model.DSparkItem.Draw): only the drafts' ids come back.
+type dsparkDrawer interface {
+	CanDrawDSpark() bool
+	// ForwardDSparkDraw is ForwardDSpark that also returns, per item with
+	// Draw, its drafts drawn on the device (and then no logits), or nil
+	// rows where the model drew none.
+	ForwardDSparkDraw(items []model.DSparkItem) (logits [][]float32, ids [][]int32, err error)
+}
+
+// dsparkDraw returns the model's dsparkDrawer when MTP drafts would be drawn
+// on the device (the engine samples there), else nil.
+func (sp *speculator) dsparkDraw() dsparkDrawer {
+	if d, ok := sp.m.(dsparkDrawer); ok && sp.drawer != nil && d.CanDrawDSpark() {
+		return d
+	}
+	return nil
+}

@@ -69,22 +69,27 @@ func (dsparkDrafter) propose(sp *speculator, items []Item) ([]*proposal, error) 
 	ctx := make([]model.DSparkItem, len(queued))
 	for j, i := range queued {
 		st := items[i].Seq.spec
-		ctx[j] = model.DSparkItem{Seq: items[i].Seq.KV, Start: st.mtpLen, Context: st.hidden}
+		if st.dev.H != nil && len(st.hidden) > 0 { // rows of two steps: one input
+			if err := sp.toHost(st); err != nil {
+				return nil, err
+			}
+		}
+		ctx[j] = model.DSparkItem{Seq: items[i].Seq.KV, Start: st.mtpLen, Context: st.hidden, In: st.dev}
 	}
 	if len(ctx) > 0 {
 		if _, err := sp.m.ForwardDSpark(ctx); err != nil {
 			return nil, err
 		}
 	}
-	for i := range items {
-		if st := items[i].Seq.spec; st != nil {
-			st.mtpLen += len(st.hidden) / w
-			st.hidden = st.hidden[:0]
-		}
+	for _, i := range queued {
+		st := items[i].Seq.spec
+		st.mtpLen += st.pending(w)
+		st.hidden, st.dev = st.hidden[:0], model.HiddenRef{}
 	}
 	// The blocks of the decoding sequences that can hold their drafts,
 	// within the step's row budget.
 	spare := sp.spare(items)
+	dd := sp.dsparkDraw()
 	var blk []model.DSparkItem
 	var who, ks []int
 	for i := range items {
@@ -96,17 +101,45 @@ func (dsparkDrafter) propose(sp *speculator, items []Item) ([]*proposal, error) 
 			continue // no drafts this step (no room): plain decoding
 		}
 		spare -= k
-		blk = append(blk, model.DSparkItem{Seq: it.Seq.KV, Start: st.mtpLen, Anchor: it.Seq.Tokens[st.mtpLen], Draft: true})
+		blk = append(blk, model.DSparkItem{Seq: it.Seq.KV, Start: st.mtpLen, Anchor: it.Seq.Tokens[st.mtpLen], Draft: true,
+			Draw: dd != nil && sp.mtpDraw(it.Seq) != nil})
 		who, ks = append(who, i), append(ks, k)
 		props[i] = &proposal{}
 	}
 	if len(blk) == 0 {
 		return props, nil
 	}
-	base, err := sp.m.ForwardDSpark(blk)
+	var base [][]float32
+	var drawn [][]int32
+	if dd != nil {
+		base, drawn, err = dd.ForwardDSparkDraw(blk)
+	} else {
+		base, err = sp.m.ForwardDSpark(blk)
+	}
 	if err != nil {
 		return nil, err
 	}
+	host := who[:0:0] // the blocks whose drafts are chosen on the host
+	var hks []int
+	var hblk []model.DSparkItem
+	for c, i := range who {
+		if drawn != nil && drawn[c] != nil {
+			if len(drawn[c]) < ks[c] {
+				return nil, fmt.Errorf("engine: dspark drew %d drafts for %d", len(drawn[c]), ks[c])
+			}
+			props[i].tokens = append(props[i].tokens, drawn[c][:ks[c]]...)
+			continue
+		}
+		host, hks, hblk = append(host, i), append(hks, ks[c]), append(hblk, blk[c])
+		base[len(host)-1] = base[c]
+	}
+	return props, sp.markovChain(items, props, hblk, base[:len(host)], host, hks)
+}
+
+// markovChain chooses the drafts of blocks blk (of items who, ks drafts
+// each) on the host from their base logits: draft j from row j plus the
+// Markov bias after draft j-1 (after the anchor for j = 0).
+func (sp *speculator) markovChain(items []Item, props []*proposal, blk []model.DSparkItem, base [][]float32, who, ks []int) error {
 	vocab := sp.m.Vocab()
 	for j := 0; ; j++ {
 		var prev []int32
@@ -122,16 +155,19 @@ func (dsparkDrafter) propose(sp *speculator, items []Item) ([]*proposal, error) 
 			prev, at = append(prev, p), append(at, c)
 		}
 		if len(prev) == 0 {
-			return props, nil
+			return nil
 		}
 		bias, err := sp.m.MarkovBias(prev)
 		if err != nil {
-			return nil, err
+			return err
 		}
 		if len(bias) != len(prev) {
-			return nil, fmt.Errorf("engine: markov head returned %d rows for %d tokens", len(bias), len(prev))
+			return fmt.Errorf("engine: markov head returned %d rows for %d tokens", len(bias), len(prev))
 		}
 		for r, c := range at {
+			if len(base[c]) < (j+1)*vocab {
+				return fmt.Errorf("engine: dspark returned %d logits for row %d", len(base[c]), j)
+			}
 			row := base[c][j*vocab : (j+1)*vocab]
 			lg := make([]float32, vocab)
 			for v := range lg {

@@ -7,14 +7,15 @@ import (
 	"github.com/megamoe/megamoe/model"
 )
 
-// The MTP block's inputs on the device: a verification keeps its final
-// streams there (model.BatchItem.KeepHidden) and the next MTP catch-up
-// gathers its rows from them (model.MTPItem.In); a chained draft reads the
+// The drafters' inputs on the device: a verification keeps its final
+// streams there, or DSpark's captured features (model.BatchItem.KeepHidden),
+// and the next MTP catch-up or DSpark context gathers its rows from them
+// (model.MTPItem.In, model.DSparkItem.In); a chained MTP draft reads the
 // previous pass's output streams the same way (KeepNext). Only token ids
 // (and the logits rows a host sample needs) come back.
 
-// streamKeeper is a Speculator that keeps the MTP block's input streams on
-// its device (model.Model with an MTP block).
+// streamKeeper is a Speculator that keeps the drafter's input rows on its
+// device (model.Model).
 type streamKeeper interface {
 	// ForwardKept is ForwardVerify with the rows' final streams kept on
 	// the device instead of returned.
@@ -54,14 +55,14 @@ func (o *mtpOut) next(j int) ([]float32, model.HiddenRef) {
 	return o.hidden[j], model.HiddenRef{}
 }
 
-// newStreamKeeper returns m's streamKeeper for MTP drafts, else nil (host
-// streams: DSpark, models that cannot keep them, test doubles).
-func newStreamKeeper(m Speculator, c SpecConfig) streamKeeper {
+// newStreamKeeper returns m's streamKeeper, else nil (host streams: models
+// that cannot keep them, test doubles).
+func newStreamKeeper(m Speculator) streamKeeper {
 	k, ok := m.(streamKeeper)
-	if !ok || c.Method == "dspark" {
+	if !ok {
 		return nil
 	}
-	if a, isA := m.(modelAdapter); isA && (a.m.Config().HasDSpark() || !a.keeps()) {
+	if a, isA := m.(modelAdapter); isA && !a.keeps() {
 		return nil
 	}
 	return k

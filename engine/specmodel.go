@@ -41,6 +41,7 @@ type speculative interface {
 	ForwardMTP(items []model.MTPItem) (*model.Output, error)
 	DSparkRows() int
 	ForwardDSpark(items []model.DSparkItem) (*model.Output, error)
+	CanDrawDSpark() bool
 	MarkovBias(prev []int32) ([][]float32, error)
 	Snapshot(s *kvcache.Sequence, mtpOnly bool) error
 	Restore(s *kvcache.Sequence, n int, mtpOnly bool) error
@@ -80,18 +81,30 @@ func (a modelAdapter) DSparkRows() int {
 
 // ForwardDSpark implements Speculator.
 func (a modelAdapter) ForwardDSpark(items []model.DSparkItem) ([][]float32, error) {
+	logits, _, err := a.ForwardDSparkDraw(items)
+	return logits, err
+}
+
+// ForwardDSparkDraw implements dsparkDrawer.
+func (a modelAdapter) ForwardDSparkDraw(items []model.DSparkItem) ([][]float32, [][]int32, error) {
 	sp, err := a.spec()
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	out, err := sp.ForwardDSpark(items)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	if len(out.Logits) != len(items) {
-		return nil, fmt.Errorf("engine: dspark returned %d items for %d", len(out.Logits), len(items))
+	if len(out.Logits) != len(items) || out.RowIDs != nil && len(out.RowIDs) != len(items) {
+		return nil, nil, fmt.Errorf("engine: dspark returned %d logits and %d drawn rows for %d items", len(out.Logits), len(out.RowIDs), len(items))
 	}
-	return out.Logits, nil
+	return out.Logits, out.RowIDs, nil
+}
+
+// CanDrawDSpark implements dsparkDrawer.
+func (a modelAdapter) CanDrawDSpark() bool {
+	sp, err := a.spec()
+	return err == nil && sp.CanDrawDSpark()
 }
 
 // MarkovBias implements Speculator.
