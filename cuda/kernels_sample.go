@@ -64,3 +64,37 @@ func Uniform32(u float64) float32 {
 	}
 	return f
 }
+
+// AddArgmax writes ids[r] (int32 [rows]) = the greedy token of row r of a
+// (lda floats apart) plus row r of b [rows, vocab], summed in fp32: NaN as
+// -inf, ties to the lowest id, 0 for a row of -inf (SampleDraw's greedy
+// rule). DSpark's Markov chain: a base logits row plus the bias of the
+// previous token.
+func AddArgmax(s *Stream, ids, a DevicePtr, lda int, b DevicePtr, rows, vocab int) error {
+	if err := sampleShape("add_argmax", rows, vocab); err != nil {
+		return err
+	}
+	if lda < vocab {
+		return fmt.Errorf("cuda: add_argmax: rows %d apart, vocab %d", lda, vocab)
+	}
+	if rows == 0 {
+		return nil
+	}
+	if ids == 0 || a == 0 || b == 0 {
+		return fmt.Errorf("cuda: add_argmax: nil operand")
+	}
+	args := new(Args).Ptr(ids).Ptr(a).I64(int64(lda)).Ptr(b).I32(vocab)
+	return launch(s, "sample", "add_argmax", Dim3{uint32(rows), 1, 1}, Dim3{sampleThreads, 1, 1}, 0, args)
+}
+
+// StrideI32 writes dst[r] = src[r·stride] for r < n (int32).
+func StrideI32(s *Stream, dst, src DevicePtr, stride, n int) error {
+	if n < 0 || stride < 1 || n > 1<<24 {
+		return fmt.Errorf("cuda: stride_i32: bad shape n=%d stride=%d", n, stride)
+	}
+	if n == 0 {
+		return nil
+	}
+	args := new(Args).Ptr(dst).Ptr(src).I32(stride).I32(n)
+	return launch(s, "sample", "stride_i32", Dim3{uint32((n + 255) / 256), 1, 1}, Dim3{256, 1, 1}, 0, args)
+}

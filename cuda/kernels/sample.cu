@@ -264,3 +264,32 @@ extern "C" __global__ void __launch_bounds__(SB) sample_draw(
 	}
 	if (threadIdx.x == 0) ids[r] = id >= 0 ? id : best;
 }
+
+// DSpark's Markov chain (backend.MarkovDrawer): ids[r] = the greedy token
+// (NaN -> -inf, ties -> lowest id, all -inf -> 0) of row r of a (stride lda
+// floats) plus row r of b [rows, V], summed in fp32.
+extern "C" __global__ void __launch_bounds__(SB) add_argmax(
+	int* __restrict__ ids, const float* __restrict__ a, long long lda, const float* __restrict__ b, int V)
+{
+	PDL_ENTRY();
+	__shared__ Smem S;
+	const int r = blockIdx.x;
+	const float* x = a + (size_t)r * lda;
+	const float* y = b + (size_t)r * V;
+	float v = __int_as_float(0xff800000);
+	int bi = IMAX;
+	for (int i = threadIdx.x; i < V; i += SB) {
+		const float s = clean(__fadd_rn(x[i], y[i]));
+		if (s > v) { v = s; bi = i; }
+	}
+	block_argmax(v, bi, S);
+	if (threadIdx.x == 0) ids[r] = bi == IMAX ? 0 : bi;
+}
+
+// dst[r] = src[r * stride] for r < n (a block's anchor among a step's ids).
+extern "C" __global__ void stride_i32(int* __restrict__ dst, const int* __restrict__ src, int stride, int n)
+{
+	PDL_ENTRY();
+	const int r = blockIdx.x * blockDim.x + threadIdx.x;
+	if (r < n) dst[r] = src[(size_t)r * stride];
+}
