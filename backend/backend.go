@@ -177,9 +177,13 @@ type Batch struct {
 	Seq  []int32 // index into Seqs of every row
 	// Name tells RecordStep which forward a step runs ("" the main model's,
 	// "mtp" the MTP block's with the logits of each sequence's last row,
-	// "mtp all" with those of other rows): steps of different names never
-	// share a recording.
+	// "mtp all" with those of other rows, "dspark ctx" the DSpark context,
+	// "dspark" its blocks and "dspark draw" its blocks drawn through the
+	// Markov head): steps of different names never share a recording.
 	Name string
+	// Also holds further layouts the step's ops take (a DSpark block's
+	// attention rows): a recording holds them beside the step's.
+	Also []*Batch
 }
 
 // Rows is the total number of rows.

@@ -178,13 +178,21 @@ func (m *Model) ForwardDSpark(items []DSparkItem) (*Output, error) {
 			}
 		}
 	}
+	be := m.be
 	if len(src) > 0 {
+		// A recorded context reads its rows from the staging (a fixed
+		// address); it has no token ids.
 		x, err := m.stageRows(src, ctx.Rows(), w)
 		if err != nil {
 			return nil, fmt.Errorf("model dspark context: %w", err)
 		}
-		if err := m.dsparkContext(x, ctx); err != nil {
+		ctx.Name = "dspark ctx"
+		outs, err := be.RecordStep(ctx, make([]int32, ctx.Rows()), func() ([]backend.Tensor, error) { return nil, m.dsparkContext(x, ctx) })
+		if err != nil {
 			return nil, err
+		}
+		for _, t := range outs {
+			be.Free(t)
 		}
 	}
 	out := &Output{Logits: make([][]float32, len(items)), Vocab: c.Vocab}
@@ -192,9 +200,20 @@ func (m *Model) ForwardDSpark(items []DSparkItem) (*Output, error) {
 		return out, nil
 	}
 	draw = draw && m.CanDrawDSpark()
-	outs, err := m.dsparkBlock(ids, blk, att, draw)
+	blk.Name, blk.Also = "dspark", []*backend.Batch{att}
+	want := 1
+	if draw {
+		blk.Name, want = "dspark draw", 2
+	}
+	outs, err := be.RecordStep(blk, ids, func() ([]backend.Tensor, error) { return m.dsparkBlock(ids, blk, att, draw) })
 	if err != nil {
 		return nil, err
+	}
+	if len(outs) != want {
+		for _, t := range outs {
+			be.Free(t)
+		}
+		return nil, fmt.Errorf("model dspark: block step returned %d outputs, want %d", len(outs), want)
 	}
 	return out, m.dsparkOutput(items, outs, len(ids), draw, out)
 }

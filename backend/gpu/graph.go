@@ -38,6 +38,13 @@ import (
 // recording under such a key fails (and the layout runs eagerly) when an
 // op would bake rows or slots that the key does not fix.
 //
+// The DSpark drafter's passes are recorded apart too: the context (Batch.Name
+// "dspark ctx"; its input rows staged at a fixed address as the MTP's) keys on
+// the batch and its rows in all, with at most mtpGraphRows rows a sequence;
+// the blocks ("dspark", "dspark draw" with the Markov chain drawn) on the
+// batch and the rows, every block having the model's rows, with the block's
+// attention layout (Batch.Also) an input beside its own.
+//
 // A layout is recorded the second time it is seen (the first step warms the
 // kernels, tables and pools eagerly); a layout whose recording fails runs
 // eagerly from then on.
@@ -159,7 +166,8 @@ type GraphStats struct {
 	Graphs, Recorded, Replayed, Eager int
 	// Kinds splits the counts by step kind: "step" (the main model's
 	// steps without drafts), "verify" (with drafts), "mtp" (the MTP
-	// block's passes).
+	// block's passes), "dspark ctx" and "dspark" (the DSpark drafter's
+	// context and block passes).
 	Kinds  map[string]GraphCounts
 	Nodes  int // nodes (kernels, copies, memsets) of the recordings kept
 	Failed []string
@@ -193,6 +201,9 @@ func (b *Backend) GraphStats() GraphStats {
 // graphKey is the recorded layout of bt, or "" when bt is no decode step
 // (one row per sequence, or a verification's rows with Keep).
 func graphKey(bt *backend.Batch) (key string, capacity int) {
+	if strings.HasPrefix(bt.Name, "dspark") {
+		return dsparkKey(bt)
+	}
 	if len(bt.Seqs) == 0 || bt.Name != "" && bt.Name != "mtp" {
 		return "", 0
 	}
@@ -232,6 +243,32 @@ func graphKey(bt *backend.Batch) (key string, capacity int) {
 	return fmt.Sprintf("verify n=%d ctx=%d rows%s", len(bt.Seqs), capacity, spec.String()), capacity
 }
 
+// dsparkKey is graphKey of a DSpark pass: the batch, the context bucket and
+// the rows in all (a context pass: at most mtpGraphRows a sequence, more is
+// a prompt, run eagerly).
+func dsparkKey(bt *backend.Batch) (string, int) {
+	switch bt.Name {
+	case "dspark ctx", "dspark", "dspark draw":
+	default:
+		return "", 0
+	}
+	if len(bt.Seqs) == 0 {
+		return "", 0
+	}
+	end := 0
+	for _, s := range bt.Seqs {
+		if s.Rows < 1 || bt.Name == "dspark ctx" && s.Rows > mtpGraphRows {
+			return "", 0
+		}
+		end = max(end, s.Start+s.Rows)
+	}
+	capacity := ctxBucketMin
+	for capacity < end {
+		capacity *= 2
+	}
+	return fmt.Sprintf("%s n=%d ctx=%d rows=%d", bt.Name, len(bt.Seqs), capacity, bt.Rows()), capacity
+}
+
 // stepWords appends the device inputs of the step bt to dst: its layout,
 // then for a step with drafts the layouts of SplitKeep's parts, and its
 // index lists (stepLists). It returns the layouts and the lists' word ranges
@@ -244,13 +281,15 @@ func stepWords(bt *backend.Batch, capBlk int, dst []int32) ([]int32, []devBatch,
 	}
 	dbs := []devBatch{db}
 	lists := stepLists(bt)
+	var parts []*backend.Batch
 	if keep, spec, _, _, ok := bt.SplitKeep(); ok && bt.Name != "mtp" {
-		for _, part := range []*backend.Batch{keep, spec} {
-			if dst, db, err = layoutBatch(part, capBlk, dst); err != nil {
-				return nil, nil, at, err
-			}
-			dbs = append(dbs, db)
+		parts = []*backend.Batch{keep, spec}
+	}
+	for _, part := range append(parts, bt.Also...) {
+		if dst, db, err = layoutBatch(part, capBlk, dst); err != nil {
+			return nil, nil, at, err
 		}
+		dbs = append(dbs, db)
 	}
 	for i, l := range lists {
 		at[i] = [2]int{len(dst), len(dst) + len(l)}
@@ -387,7 +426,7 @@ func (b *Backend) fits(bt *backend.Batch, capacity int) bool {
 // totalsKey reports whether bt's key holds only totals (graphKey): an MTP
 // pass, or a step where every sequence verifies drafts.
 func totalsKey(bt *backend.Batch) bool {
-	if bt.Name == "mtp" {
+	if bt.Name == "mtp" || strings.HasPrefix(bt.Name, "dspark") {
 		return true
 	}
 	for _, s := range bt.Seqs {
@@ -400,8 +439,13 @@ func totalsKey(bt *backend.Batch) bool {
 
 // stepKind names bt's kind in GraphStats.Kinds.
 func stepKind(bt *backend.Batch) string {
-	if strings.HasPrefix(bt.Name, "mtp") {
+	switch {
+	case strings.HasPrefix(bt.Name, "mtp"):
 		return "mtp"
+	case bt.Name == "dspark ctx":
+		return "dspark ctx"
+	case strings.HasPrefix(bt.Name, "dspark"):
+		return "dspark"
 	}
 	for _, s := range bt.Seqs {
 		if s.Keep > 0 && s.Keep < s.Rows {

@@ -34,6 +34,11 @@ func TestGraphKeys(t *testing.T) {
 		{"verify beside a decode row: slots", batchOf("", [4]int{3, 1, 0, 5}, [4]int{1, 0, 1, -1}), batchOf("", [4]int{3, 1, 2, 5}, [4]int{1, 0, 1, -1}), false},
 		{"mtp: rows per sequence", batchOf("mtp", [4]int{2, 0, 0, 0}, [4]int{1, 0, 1, 0}), batchOf("mtp", [4]int{1, 0, 3, 0}, [4]int{2, 0, 1, 0}), true},
 		{"mtp against a decode step", batchOf("mtp", [4]int{1, 0, 0, 0}), batchOf("", [4]int{1, 0, 0, 0}), false},
+		{"dspark context: rows per sequence and slots", batchOf("dspark ctx", [4]int{2, 0, 0, 0}, [4]int{1, 0, 1, 0}), batchOf("dspark ctx", [4]int{1, 0, 3, 0}, [4]int{2, 0, 2, 0}), true},
+		{"dspark context: rows in all", batchOf("dspark ctx", [4]int{2, 0, 0, 0}), batchOf("dspark ctx", [4]int{3, 0, 0, 0}), false},
+		{"dspark blocks: slots", batchOf("dspark draw", [4]int{4, 0, 0, 0}, [4]int{4, 0, 1, 0}), batchOf("dspark draw", [4]int{4, 0, 5, 0}, [4]int{4, 0, 2, 0}), true},
+		{"dspark blocks drawn or not", batchOf("dspark draw", [4]int{4, 0, 0, 0}), batchOf("dspark", [4]int{4, 0, 0, 0}), false},
+		{"dspark context against an mtp pass", batchOf("dspark ctx", [4]int{1, 0, 0, 0}), batchOf("mtp", [4]int{1, 0, 0, 0}), false},
 	}
 	for _, c := range cases {
 		ka, _ := graphKey(c.a)
@@ -43,9 +48,11 @@ func TestGraphKeys(t *testing.T) {
 		}
 	}
 	for _, bt := range []*backend.Batch{
-		batchOf("", [4]int{5, 0, 0, 0}),        // a prompt
-		batchOf("mtp", [4]int{40, 0, 0, 0}),    // the MTP block over a prompt
-		batchOf("mtp all", [4]int{2, 0, 0, 0}), // every row's logits
+		batchOf("", [4]int{5, 0, 0, 0}),            // a prompt
+		batchOf("mtp", [4]int{40, 0, 0, 0}),        // the MTP block over a prompt
+		batchOf("mtp all", [4]int{2, 0, 0, 0}),     // every row's logits
+		batchOf("dspark ctx", [4]int{40, 0, 0, 0}), // the DSpark context of a prompt
+		batchOf("dspark other", [4]int{4, 0, 0, 0}),
 	} {
 		if k, _ := graphKey(bt); k != "" {
 			t.Errorf("%+v: key %q, want none", bt.Seqs, k)

@@ -15,6 +15,13 @@ import (
 // returns the tokens (maxTok each at most).
 func greedyRun(t *testing.T, m *model.Model, cfg engine.Config, prompts [][]int32, maxTok int) [][]int32 {
 	t.Helper()
+	out, _ := greedyRunStats(t, m, cfg, prompts, maxTok)
+	return out
+}
+
+// greedyRunStats is greedyRun that also returns the engine's draft counts.
+func greedyRunStats(t *testing.T, m *model.Model, cfg engine.Config, prompts [][]int32, maxTok int) ([][]int32, engine.SpecStats) {
+	t.Helper()
 	e, err := engine.New(engine.FromModel(m), cfg)
 	must(t, err)
 	ctx, cancel := context.WithCancel(t.Context())
@@ -45,7 +52,7 @@ func greedyRun(t *testing.T, m *model.Model, cfg engine.Config, prompts [][]int3
 			}
 		}
 	}
-	return out
+	return out, e.Stats().Spec
 }
 
 // TestSpecEngineGraphsOnGPU: greedy decoding through the engine with MTP
