@@ -298,3 +298,48 @@ func TestUniform32(t *testing.T) {
 		}
 	}
 }
+
+// TestAddArgmaxVsCPU: add_argmax (a row, lda floats apart, plus a bias row,
+// summed in fp32, then the greedy rule) against the twin's greedy draw of
+// the sums; stride_i32 picks every stride-th id.
+func TestAddArgmaxVsCPU(t *testing.T) {
+	ctx, s := gpu(t)
+	d := devBufs{t, ctx, s}
+	rng := rand.New(rand.NewPCG(rand.Uint64(), 5))
+	for _, tc := range []struct{ rows, vocab, stride int }{{1, 1, 1}, {3, 1000, 4}, {7, 129280, 2}, {64, 1000, 1}} {
+		t.Run(fmt.Sprintf("rows%d_vocab%d_stride%d", tc.rows, tc.vocab, tc.stride), func(t *testing.T) {
+			a := sampleLogits(rng, tc.rows*tc.stride, tc.vocab)
+			b := sampleLogits(rng, tc.rows, tc.vocab)
+			sum := make([]float32, tc.rows*tc.vocab)
+			for r := range tc.rows {
+				for v := range tc.vocab {
+					sum[r*tc.vocab+v] = a[r*tc.stride*tc.vocab+v] + b[r*tc.vocab+v]
+				}
+			}
+			ids := d.poisonedIDs(tc.rows)
+			if err := cuda.AddArgmax(s, ids, d.up(sliceBytes(a)), tc.stride*tc.vocab, d.up(sliceBytes(b)), tc.rows, tc.vocab); err != nil {
+				t.Fatal(err)
+			}
+			z, zi := make([]float32, tc.rows), make([]int32, tc.rows)
+			got, want := d.ids(ids, tc.rows), cpuref.SampleDraw(sum, tc.rows, tc.vocab, z, zi, z, z, z)
+			for r := range got {
+				if got[r] != want[r] {
+					t.Errorf("row %d: got %d, want %d", r, got[r], want[r])
+				}
+			}
+			src := make([]int32, tc.rows*tc.stride)
+			for i := range src {
+				src[i] = int32(rng.IntN(1 << 20))
+			}
+			dst := d.poisonedIDs(tc.rows)
+			if err := cuda.StrideI32(s, dst, d.up(sliceBytes(src)), tc.stride, tc.rows); err != nil {
+				t.Fatal(err)
+			}
+			for r, id := range d.ids(dst, tc.rows) {
+				if id != src[r*tc.stride] {
+					t.Errorf("stride_i32 row %d: got %d, want %d", r, id, src[r*tc.stride])
+				}
+			}
+		})
+	}
+}
