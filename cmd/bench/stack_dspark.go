@@ -39,6 +39,12 @@ func (f *stackFlags) checkDSpark() error {
 	if err != nil {
 		return fmt.Errorf("--preset: %w", err)
 	}
+	if f.prefill < 2 {
+		// A one-token prefill step has a plain decode step's shape, whose
+		// CUDA graph (recorded without the drafter's features) it would
+		// replay.
+		return errors.New(`--prefill 1 with method "dspark": the prefill must capture the drafter's features; want --prefill >= 2`)
+	}
 	if f.layers != 0 && f.layers < s.Targets {
 		return fmt.Errorf("--layers %d: the DSpark drafter reads the last %d layers built, want --layers >= %d", f.layers, s.Targets, s.Targets)
 	}

@@ -271,6 +271,7 @@ func TestStackDSparkFlagErrors(t *testing.T) {
 		{[]string{"--speculative-config", `{"method":"dspark","block":2}`}, `unknown field "block"`},
 		{[]string{"--preset", "flash", "--layers", "2", "--speculative-config", `{"method":"dspark"}`}, "--layers 2: the DSpark drafter reads the last 3 layers built"},
 		{[]string{"--mtp", "--speculative-config", `{"method":"dspark"}`}, `--mtp with method "dspark"`},
+		{[]string{"--prefill", "1", "--speculative-config", `{"method":"dspark"}`}, "want --prefill >= 2"},
 		{[]string{"--preset", "huge", "--speculative-config", `{"method":"dspark"}`}, "--preset"},
 	} {
 		_, err := parseStack(tc.args, io.Discard)
