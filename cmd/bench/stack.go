@@ -63,7 +63,7 @@ func parseStack(args []string, stderr io.Writer) (*stackFlags, error) {
 	fs.StringVar(&f.numerics, "numerics", "faithful", "faithful | exact")
 	fs.IntVar(&f.threads, "threads", 0, "CPU backend workers (0 = GOMAXPROCS)")
 	fs.BoolVar(&f.draw, "draw", false, "decode steps take the greedy token drawn on the device (only ids come back, as serve --device-sampling does) instead of downloading every logits row; their logits are then not checked for NaN (with --speculative-config also the drafts and the verifying rows)")
-	fs.Func("speculative-config", `also time decode steps with drafts, e.g. {"method":"mtp","num_speculative_tokens":2} (builds the MTP block)`, func(v string) (err error) {
+	fs.Func("speculative-config", `also time decode steps with drafts, e.g. {"method":"mtp","num_speculative_tokens":2} (builds the MTP block) or {"method":"dspark","num_speculative_tokens":3} (builds the published DSpark drafter over the last three layers built)`, func(v string) (err error) {
 		f.spec, err = engine.ParseSpecConfig(v)
 		return err
 	})
@@ -103,7 +103,9 @@ func parseStack(args []string, stderr io.Writer) (*stackFlags, error) {
 	if fs.NArg() > 0 {
 		return nil, fmt.Errorf("unexpected arguments %q", fs.Args())
 	}
-	f.mtp = f.mtp || f.spec.Enabled()
+	if !f.dspark() {
+		f.mtp = f.mtp || f.spec.Enabled()
+	}
 	sideSet := false
 	fs.Visit(func(fl *flag.Flag) { sideSet = sideSet || fl.Name == "side-stream" })
 	switch {
@@ -130,6 +132,11 @@ func parseStack(args []string, stderr io.Writer) (*stackFlags, error) {
 	}
 	if err := checkContextFlags(fs, &f); err != nil {
 		return nil, err
+	}
+	if f.dspark() {
+		if err := f.checkDSpark(); err != nil {
+			return nil, err
+		}
 	}
 	if f.format != checkpoint.GenOfficial && f.format != checkpoint.GenNVFP4 {
 		return nil, fmt.Errorf("--format %q, want %s or %s", f.format, checkpoint.GenOfficial, checkpoint.GenNVFP4)
@@ -212,7 +219,8 @@ func stack(f *stackFlags, stdout, stderr io.Writer) error {
 		if prof != nil {
 			be = observe.Wrap(be, prof)
 		}
-		return model.New(w, be, model.Options{Numerics: f.numerics, Threads: f.threads, TraceNonFinite: trace, CacheBytes: cacheBytes})
+		return model.New(w, be, model.Options{Numerics: f.numerics, Threads: f.threads, TraceNonFinite: trace, CacheBytes: cacheBytes,
+			DSparkRows: f.spec.DSparkRows()})
 	}
 	t1 := time.Now()
 	m, err := build(be, f.trace)
@@ -224,6 +232,9 @@ func stack(f *stackFlags, stdout, stderr io.Writer) error {
 
 	fmt.Fprintf(stdout, "preset %s  layers %d/%d  mtp %v  format %s  device %s  numerics %s\n",
 		f.preset, c.Layers, full.Layers, c.MTPLayers > 0, f.format, be.Name(), f.numerics)
+	if c.HasDSpark() {
+		fmt.Fprint(stdout, dsparkLine(c, full, m.DSparkRows()))
+	}
 	fmt.Fprintf(stdout, "weights %s (checkpoint bytes)  host heap %s  kv cache %s\n",
 		gib(weightBytes), gib(int64(ms.HeapAlloc)), gib(cacheBytes))
 	if g, ok := be.(*gpu.Backend); ok {
@@ -264,7 +275,7 @@ func stack(f *stackFlags, stdout, stderr io.Writer) error {
 		}
 		sr, err = runSpecPlan(m, f, prof)
 		if onGPU && f.graphs && err == nil {
-			specGraphs = specGraphLines(before, g.GraphStats())
+			specGraphs = specGraphLines(before, g.GraphStats(), f.dspark())
 		}
 	}
 	if err == nil && onGPU && f.decode > 0 {
@@ -366,7 +377,8 @@ func cacheFor(c *checkpoint.Config, f *stackFlags) int64 {
 }
 
 // autoLayers is the number of main layers whose weights fit in the free GPU
-// memory next to the embedding, head, MTP block, KV cache and a reserve.
+// memory next to the embedding, head, MTP block or DSpark drafter, KV cache
+// and a reserve.
 func autoLayers(f *stackFlags, full *checkpoint.Config, formats checkpoint.FormatFunc, be backend.Backend) (int, error) {
 	g, ok := be.(*gpu.Backend)
 	if !ok {
@@ -381,18 +393,25 @@ func autoLayers(f *stackFlags, full *checkpoint.Config, formats checkpoint.Forma
 	}
 	perLayer := make([]int64, full.Layers)
 	var fixed int64
-	for _, s := range checkpoint.Tensors(full, formats) {
+	all, least := full, 1 // least: the fewest layers a stack can have
+	if f.dspark() {
+		if all, err = f.cut(full, full.Layers); err != nil {
+			return 0, err
+		}
+		least = len(all.DSparkTargetLayers)
+	}
+	for _, s := range checkpoint.Tensors(all, formats) {
 		if rest, ok := strings.CutPrefix(s.Name, "layers."); ok {
 			i, _ := strconv.Atoi(rest[:strings.IndexByte(rest, '.')])
 			perLayer[i] += s.Bytes()
-		} else if f.mtp || !strings.HasPrefix(s.Name, "mtp.") {
+		} else if f.mtp || all.HasDSpark() || !strings.HasPrefix(s.Name, "mtp.") {
 			fixed += s.Bytes()
 		}
 	}
 	budget := float64(free) - f.reserveGiB*(1<<30)
 	n := 0
 	for ; n < full.Layers; n++ {
-		c, err := checkpoint.CutLayers(full, n+1, f.mtp)
+		c, err := f.cut(full, max(n+1, least))
 		if err != nil {
 			return 0, err
 		}
@@ -619,12 +638,19 @@ func (f *stackFlags) setSynth(name string) error {
 }
 
 // cut is full with its first layers main layers (0: all of them) and the
-// MTP block if --mtp.
+// MTP block if --mtp, or the preset's DSpark drafter over the last layers
+// built with a DSpark speculative config.
 func (f *stackFlags) cut(full *checkpoint.Config, layers int) (*checkpoint.Config, error) {
 	if layers == 0 {
 		layers = full.Layers
 	}
 	c, err := checkpoint.CutLayers(full, layers, f.mtp)
+	if err == nil && f.dspark() {
+		var s checkpoint.DSparkShape
+		if s, err = checkpoint.PresetDSpark(f.preset); err == nil {
+			c, err = checkpoint.WithDSpark(c, s)
+		}
+	}
 	if err != nil {
 		return nil, fmt.Errorf("--layers %d: %w", layers, err)
 	}

@@ -25,8 +25,9 @@ type specSeq struct {
 	kv      *kvcache.Sequence
 	toks    []int32         // prompt and generated tokens
 	pending []int32         // tokens not yet in the cache (replayed drafts, then the last token)
-	mtpLen  int             // positions the MTP block has processed
-	hidden  model.HiddenRef // the main model's final streams of positions mtpLen…, on the device
+	mtpLen  int             // positions the drafter (MTP block, DSpark windows) has processed
+	hidden  model.HiddenRef // MTP: the main model's final streams of positions mtpLen…, on the device
+	feats   []float32       // DSpark: the captured features of positions mtpLen…, on the host
 }
 
 // freeHidden frees the distinct tensors the sequences' queued streams are in.
@@ -44,12 +45,13 @@ func freeHidden(m *model.Model, seqs []*specSeq) {
 // specStackResult is what the timed steps with drafts did.
 type specStackResult struct {
 	steps []time.Duration
-	// The parts of each step: the MTP passes (catch-up and chained drafts,
-	// with their draws), the verifying forward (with its draws) and the
-	// rest (snapshots, rollbacks, host work).
+	// The parts of each step: the draft passes (MTP: catch-up and chained
+	// drafts, with their draws; DSpark: dsparkDraft), the verifying forward
+	// (with its draws) and the rest (snapshots, rollbacks, host work).
 	mtp, verify, rest []time.Duration
-	headMs            float64 // the head alone over a verification's rows (GPU; 0: not measured)
-	emitted           int     // tokens emitted by the timed steps
+	ds                []dsparkParts // DSpark: the draft pass's parts
+	headMs            float64       // the head alone over a verification's rows (GPU; 0: not measured)
+	emitted           int           // tokens emitted by the timed steps
 	drafted           int
 	accepted          int
 	perPos            []int
@@ -69,7 +71,11 @@ func runSpecPlan(m *model.Model, f *stackFlags, prof *timedBackend) (*specStackR
 		defer m.FreeSequence(seqs[i].kv)
 	}
 	defer freeHidden(m, seqs)
-	if err := specPrefill(m, f, seqs, rng); err != nil {
+	prefill, run := specPrefill, specStep
+	if f.dspark() {
+		prefill, run = dsparkPrefill, dsparkStep
+	}
+	if err := prefill(m, f, seqs, rng); err != nil {
 		return nil, err
 	}
 	k := f.spec.NumTokens
@@ -80,7 +86,7 @@ func runSpecPlan(m *model.Model, f *stackFlags, prof *timedBackend) (*specStackR
 			prof.reset()
 		}
 		t := time.Now()
-		st, err := specStep(m, seqs, k, f.acceptRate, f.draw, rng)
+		st, err := run(m, seqs, k, f.acceptRate, f.draw, rng)
 		if err != nil {
 			return nil, fmt.Errorf("speculative step %d: %w", step, err)
 		}
@@ -92,6 +98,7 @@ func runSpecPlan(m *model.Model, f *stackFlags, prof *timedBackend) (*specStackR
 		r.mtp = append(r.mtp, st.mtp[0])
 		r.verify = append(r.verify, st.verify[0])
 		r.rest = append(r.rest, r.steps[len(r.steps)-1]-st.mtp[0]-st.verify[0])
+		r.ds = append(r.ds, st.ds...)
 		r.emitted += st.emitted
 		r.drafted += st.drafted
 		r.accepted += st.accepted
@@ -199,24 +206,51 @@ func specStep(m *model.Model, seqs []*specSeq, k int, acceptRate float64, draw b
 			drafts[i] = append(drafts[i], token(out, i, -1, vocab))
 		}
 	}
-	// One forward pass verifies every sequence's drafts.
+	st.mtp = []time.Duration{tMTP}
+	// One forward pass verifies every sequence's drafts; the MTP block
+	// reads the verified rows' final streams from the device.
+	err = verifyDrafts(m, seqs, drafts, acceptRate, draw, rng, st, func(i, n, a int, vout *model.Output) error {
+		// The MTP block has seen positions before start+n-1; rows n-1… up
+		// to the last accepted draft are right.
+		seqs[i].hidden = model.HiddenRef{H: vout.Kept, Row0: vout.KeptRow[i] + n - 1, Rows: a + 1}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return st, nil
+}
+
+// verifyDrafts verifies every sequence's drafts in one forward pass of its
+// pending tokens and drafts, accepts a prefix of them (with probability
+// acceptRate each regardless of the logits, or greedily when acceptRate <
+// 0), rolls the cache back to the emitted tokens and adds the counts and
+// the forward's time to st. verified(i, n, a, out) is called for sequence
+// i, of n pending tokens and a accepted drafts, before its tokens are
+// updated: the verification's rows n-1 … n-1+a are the ones the drafter
+// must see next (the DSpark features in out.Hidden, the MTP block's streams
+// in out.Kept).
+func verifyDrafts(m *model.Model, seqs []*specSeq, drafts [][]int32, acceptRate float64, draw bool, rng *rand.Rand,
+	st *specStackResult, verified func(i, n, a int, out *model.Output) error) error {
+	vocab := m.Config().Vocab
+	ds := m.HasDSpark() // its drafter's inputs come to the host
 	b := &model.Batch{Items: make([]model.BatchItem, len(seqs))}
 	for i, s := range seqs {
 		b.Items[i] = model.BatchItem{Seq: s.kv, Tokens: append(slices.Clone(s.pending), drafts[i]...), AllLogits: !draw, DrawRows: draw,
-			KeepHidden: true, Keep: len(s.pending)}
+			Hidden: ds, KeepHidden: !ds, Keep: len(s.pending)}
 	}
-	t0 = time.Now()
+	t0 := time.Now()
 	vout, err := m.Forward(b)
-	st.verify, st.mtp = []time.Duration{time.Since(t0)}, []time.Duration{tMTP}
+	st.verify = []time.Duration{time.Since(t0)}
 	if err != nil {
-		return nil, fmt.Errorf("verify: %w", err)
+		return fmt.Errorf("verify: %w", err)
 	}
 	rbs := make([]model.Rollback, len(seqs))
 	shrink := make([]int, len(seqs))
 	for i, s := range seqs {
-		n := len(s.pending)
+		n, k := len(s.pending), len(drafts[i])
 		if vout.RowIDs == nil && len(vout.Logits[i]) != (n+k)*vocab {
-			return nil, fmt.Errorf("sequence %d: %d logits for %d rows", i, len(vout.Logits[i]), n+k)
+			return fmt.Errorf("sequence %d: %d logits for %d rows", i, len(vout.Logits[i]), n+k)
 		}
 		a := 0
 		for ; a < k; a++ {
@@ -232,16 +266,16 @@ func specStep(m *model.Model, seqs []*specSeq, k int, acceptRate float64, draw b
 		bonus := token(vout, i, n-1+a, vocab)
 		start := s.kv.Len() - n - k
 		kept := 0
-		if a == k { // every draft kept: only the MTP chain is undone
+		if a == k { // every draft kept: only the drafter's state is restored
 			kept = k
 			rbs[i] = model.Rollback{Seq: s.kv, MTPOnly: true}
 		} else { // back to the kept rows; the accepted drafts are replayed next step
 			rbs[i] = model.Rollback{Seq: s.kv, N: start + n}
 		}
 		shrink[i] = start + n + kept + 1
-		// The MTP block has seen positions before start+n-1; rows n-1… up
-		// to the last accepted draft are right.
-		s.hidden = model.HiddenRef{H: vout.Kept, Row0: vout.KeptRow[i] + n - 1, Rows: a + 1}
+		if err := verified(i, n, a, vout); err != nil {
+			return err
+		}
 		s.toks = append(append(s.toks, drafts[i][:a]...), bonus)
 		s.pending = slices.Clone(s.toks[len(s.toks)-1-(a-kept):])
 		st.emitted += a + 1
@@ -249,12 +283,12 @@ func specStep(m *model.Model, seqs []*specSeq, k int, acceptRate float64, draw b
 		st.accepted += a
 	}
 	if err := m.Restores(rbs); err != nil {
-		return nil, err
+		return err
 	}
 	for i, s := range seqs {
 		m.Cache().Shrink(s.kv, shrink[i])
 	}
-	return st, nil
+	return nil
 }
 
 // token is item i's greedy token of row r (-1: its only row): drawn on the

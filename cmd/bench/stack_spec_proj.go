@@ -10,15 +10,32 @@ import (
 )
 
 // specGraphLines counts how the steps with drafts ran between two
-// GraphStats: the verifications and the MTP passes apart.
-func specGraphLines(before, after gpu.GraphStats) string {
+// GraphStats: the verifications and the draft passes apart (MTP: kind
+// "mtp"; DSpark: every kind but plain steps and verifications). DSpark
+// passes that do not go through RecordStep run eagerly and are counted
+// nowhere.
+func specGraphLines(before, after gpu.GraphStats, dspark bool) string {
 	d := func(kind string) gpu.GraphCounts {
 		a, b := after.Kinds[kind], before.Kinds[kind]
 		return gpu.GraphCounts{Recorded: a.Recorded - b.Recorded, Replayed: a.Replayed - b.Replayed, Eager: a.Eager - b.Eager}
 	}
 	v, m := d("verify"), d("mtp")
-	return fmt.Sprintf("cuda graphs of the steps with drafts: verifications %d recorded, %d replayed, %d eager; MTP passes %d recorded, %d replayed, %d eager\n",
-		v.Recorded, v.Replayed, v.Eager, m.Recorded, m.Replayed, m.Eager)
+	passes := fmt.Sprintf("MTP passes %d recorded, %d replayed, %d eager", m.Recorded, m.Replayed, m.Eager)
+	if dspark {
+		m = gpu.GraphCounts{}
+		for kind := range after.Kinds {
+			if kind != "step" && kind != "verify" {
+				k := d(kind)
+				m.Recorded, m.Replayed, m.Eager = m.Recorded+k.Recorded, m.Replayed+k.Replayed, m.Eager+k.Eager
+			}
+		}
+		passes = fmt.Sprintf("DSpark passes %d recorded, %d replayed, %d eager", m.Recorded, m.Replayed, m.Eager)
+		if m == (gpu.GraphCounts{}) {
+			passes = "DSpark passes not recorded (they run eagerly)"
+		}
+	}
+	return fmt.Sprintf("cuda graphs of the steps with drafts: verifications %d recorded, %d replayed, %d eager; %s\n",
+		v.Recorded, v.Replayed, v.Eager, passes)
 }
 
 // median is the median of d in seconds (0 for none).
@@ -50,8 +67,13 @@ func (r *specStackResult) project(out io.Writer, f *stackFlags, plain *stackResu
 	p := median(plain.steps)
 	pf := hp + (p-hp)/float64(l)*float64(full)
 	vf := hv + (v-hv)/float64(l)*float64(full)
-	fmt.Fprintf(out, "parts of a step with drafts (medians): MTP passes %.3f ms (%d a step), verification %.3f ms, rest %.3f ms (snapshots, rollbacks, host); head over %d rows %.3f ms, over %d rows %.3f ms (%s)\n",
-		m*1e3, f.spec.NumTokens, v*1e3, rest*1e3, f.batch*(f.spec.NumTokens+1), hv*1e3, f.batch, hp*1e3, how)
+	heads := fmt.Sprintf("head over %d rows %.3f ms, over %d rows %.3f ms (%s)", f.batch*(f.spec.NumTokens+1), hv*1e3, f.batch, hp*1e3, how)
+	if f.dspark() {
+		r.projectDSpark(out, f, fr, dsparkProj{a: a, p: pf, d: m, v: v, vf: vf, rest: rest, heads: heads})
+		return
+	}
+	fmt.Fprintf(out, "parts of a step with drafts (medians): MTP passes %.3f ms (%d a step), verification %.3f ms, rest %.3f ms (snapshots, rollbacks, host); %s\n",
+		m*1e3, f.spec.NumTokens, v*1e3, rest*1e3, heads)
 	fmt.Fprintf(out, "projected %d-layer ratio = A × P / (M + V + R) = %.3f × %.3f / (%.3f + %.3f + %.3f) = %.2fx, "+
 		"where A is the mean acceptance length, P = head + (plain step − head)/%d × %d and V = head_v + (verification − head_v)/%d × %d (ms), M the MTP passes and R the rest as measured\n",
 		full, a, pf*1e3, m*1e3, vf*1e3, rest*1e3, a*pf/(m+vf+rest), l, full, l, full)
