@@ -353,7 +353,7 @@ type BatchItem struct {
 type Output struct {
 	Logits    [][]float32
 	IDs       []int32
-	RowIDs    [][]int32 // per DrawRows item drawn on the device, every row's token
+	RowIDs    [][]int32 // per DrawRows item drawn on the device, every row's token; per DSparkItem with Draw, its drafts
 	Hidden    [][]float32
 	Vocab     int
 	HiddenDim int
