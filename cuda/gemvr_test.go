@@ -45,72 +45,77 @@ func TestGemvRowsBits(t *testing.T) {
 		shapes = append(shapes, shape{129280, 4096, 129280, false, all, 4099})
 	}
 	for _, sh := range shapes {
-		rows := slices.Max(sh.rows)
-		groups := sh.n / sh.r
-		ldx := groups * sh.k
-		hw := make([]uint16, sh.n*sh.k)
-		for i := range hw {
-			hw[i] = cpuref.F32ToBF16(float32(rng.NormFloat64() * 0.05))
-		}
-		hx := make([]float32, rows*ldx)
-		for i := range hx {
-			hx[i] = float32(rng.NormFloat64() * math.Ldexp(1, rng.IntN(9)-4))
-		}
-		w, x := upload(t, ctx, s, u16bytes(hw)), upload(t, ctx, s, f32bytes(hx))
-		y := alloc(t, ctx, 4*rows*sh.n)
-		ls := 3 - gemvLogRowsPerCTA(sh.n)
-		lsh := LinearShape{M: 1, N: sh.n, K: sh.k, R: sh.r, LdX: ldx, Format: WeightBF16}
-		tag := fmt.Sprintf("%dx%d/r%d", sh.n, sh.k, sh.r)
+		tag := fmt.Sprintf("%dx%d_r%d", sh.n, sh.k, sh.r)
 		if sh.rnd {
-			tag += "/bf16"
+			tag += "_bf16"
 		}
-		// The twin, and each row alone on gemv1.
-		want := make([]float32, rows*sh.n)
-		if sh.sample == 1 {
-			cpuref.GemvBF16(want, hx, ldx, hw, rows, sh.n, sh.k, sh.r, ls, sh.rnd)
-		} else {
-			col := make([]float32, rows)
-			for o := 0; o < sh.n; o += sh.sample {
-				cpuref.GemvBF16(col, hx, ldx, hw[o*sh.k:], rows, 1, sh.k, 1, ls, sh.rnd)
-				for i := range rows {
-					want[i*sh.n+o] = col[i]
-				}
+		t.Run(tag, func(t *testing.T) { gemvRowsShape(t, ctx, s, rng, sh.n, sh.k, sh.r, sh.rnd, sh.rows, sh.sample) })
+	}
+}
+
+// gemvRowsShape runs TestGemvRowsBits on one shape: n outputs in groups of
+// r over k columns each, the twin on every sample-th output (r == n).
+func gemvRowsShape(t *testing.T, ctx *Context, s *Stream, rng *rand.Rand, n, k, r int, rnd bool, mrows []int, sample int) {
+	rows := slices.Max(mrows)
+	ldx := n / r * k
+	hw := make([]uint16, n*k)
+	for i := range hw {
+		hw[i] = cpuref.F32ToBF16(float32(rng.NormFloat64() * 0.05))
+	}
+	hx := make([]float32, rows*ldx)
+	for i := range hx {
+		hx[i] = float32(rng.NormFloat64() * math.Ldexp(1, rng.IntN(9)-4))
+	}
+	w, x := upload(t, ctx, s, u16bytes(hw)), upload(t, ctx, s, f32bytes(hx))
+	y := alloc(t, ctx, 4*rows*n)
+	ls := 3 - gemvLogRowsPerCTA(n)
+	lsh := LinearShape{M: 1, N: n, K: k, R: r, LdX: ldx, Format: WeightBF16}
+	// The twin, and each row alone on gemv1.
+	want := make([]float32, rows*n)
+	if sample == 1 {
+		cpuref.GemvBF16(want, hx, ldx, hw, rows, n, k, r, ls, rnd)
+	} else {
+		col := make([]float32, rows)
+		for o := 0; o < n; o += sample {
+			cpuref.GemvBF16(col, hx, ldx, hw[o*k:], rows, 1, k, 1, ls, rnd)
+			for i := range rows {
+				want[i*n+o] = col[i]
 			}
 		}
-		alone := make([]float32, rows*sh.n)
-		for i := range rows {
-			runGemv(t, s, y, sh.n, alone[i*sh.n:], func() error {
-				return LinearF32Kernel(s, y.Ptr, x.Ptr.Add(4*i*ldx), w.Ptr, 0, lsh, sh.rnd)
-			})
-		}
-		sameBits(t, tag+": gemv1 vs twin", alone, want, sh.n, sh.sample)
-		for _, m := range sh.rows {
-			t.Run(fmt.Sprintf("%d/%s", m, tag), func(t *testing.T) {
-				msh := lsh
-				msh.M = m
-				type launcher struct {
-					name string
-					run  func() error
+	}
+	alone := make([]float32, rows*n)
+	for i := range rows {
+		runGemv(t, s, y, n, alone[i*n:], func() error {
+			return LinearF32Kernel(s, y.Ptr, x.Ptr.Add(4*i*ldx), w.Ptr, 0, lsh, rnd)
+		})
+	}
+	sameBits(t, "gemv1 vs twin", alone, want, n, sample)
+	for _, m := range mrows {
+		t.Run(fmt.Sprint(m), func(t *testing.T) {
+			msh := lsh
+			msh.M = m
+			type launcher struct {
+				name string
+				run  func() error
+			}
+			runs := []launcher{{"auto", func() error { return LinearF32Kernel(s, y.Ptr, x.Ptr, w.Ptr, 0, msh, rnd) }}}
+			for _, g := range GemvRowsVariants(m) {
+				if gemvRowsFits(g, msh) {
+					runs = append(runs, launcher{g.String(), func() error { return LinearF32Rows(s, y.Ptr, x.Ptr, w.Ptr, msh, rnd, g) }})
+				} else if err := LinearF32Rows(s, y.Ptr, x.Ptr, w.Ptr, msh, rnd, g); err == nil {
+					t.Errorf("gemvr %v took %+v", g, msh)
 				}
-				runs := []launcher{{"auto", func() error { return LinearF32Kernel(s, y.Ptr, x.Ptr, w.Ptr, 0, msh, sh.rnd) }}}
-				for _, g := range GemvRowsVariants(m) {
-					if gemvRowsFits(g, msh) {
-						runs = append(runs, launcher{g.String(), func() error { return LinearF32Rows(s, y.Ptr, x.Ptr, w.Ptr, msh, sh.rnd, g) }})
-					} else if err := LinearF32Rows(s, y.Ptr, x.Ptr, w.Ptr, msh, sh.rnd, g); err == nil {
-						t.Errorf("gemvr %v took %+v", g, msh)
-					}
-				}
-				if len(runs) < 2 {
-					t.Fatalf("no gemvr variant takes %+v", msh)
-				}
-				got := make([]float32, m*sh.n)
-				for _, l := range runs {
-					runGemv(t, s, y, m*sh.n, got, l.run)
-					sameBits(t, l.name+" vs twin", got, want[:m*sh.n], sh.n, sh.sample)
-					sameBits(t, l.name+" vs gemv1 row by row", got, alone[:m*sh.n], sh.n, 1)
-				}
-			})
-		}
+			}
+			if len(runs) < 2 {
+				t.Fatalf("no gemvr variant takes %+v", msh)
+			}
+			got := make([]float32, m*n)
+			for _, l := range runs {
+				runGemv(t, s, y, m*n, got, l.run)
+				sameBits(t, l.name+" vs twin", got, want[:m*n], n, sample)
+				sameBits(t, l.name+" vs gemv1 row by row", got, alone[:m*n], n, 1)
+			}
+		})
 	}
 }
 
