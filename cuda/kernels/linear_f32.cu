@@ -485,6 +485,7 @@ template <int MM, int RW, int NB> DEV void gemvr_slice(float (&acc)[RW][MM], con
 // takes RW << lrpc output rows: warp w streams K slice j = w % 2^ls of
 // rows o0 + [0, RW), o0 = (blockIdx.x << lrpc | w >> ls) * RW, ls = 3 -
 // lrpc (gemv's slices). Rows past N load row N-1 and are not written.
+// Weights only are read before PDL_ENTRY.
 template <int MM, int RW, int NB> DEV void gemvr(float* __restrict__ y, const float* __restrict__ x, const u8* __restrict__ w,
 	int M, int N, int K, int R, int ldx, int rnd, int lrpc)
 {
@@ -494,17 +495,24 @@ template <int MM, int RW, int NB> DEV void gemvr(float* __restrict__ y, const fl
 	const int o0 = ((blockIdx.x << lrpc) + (warp >> ls)) * RW, j = warp & ((1 << ls) - 1);
 	const int sl = (((K - 1) >> ls) + 8) & ~7;
 	const int kb = min(K, j * sl), ke = min(K, kb + sl);
+	const u8* wr[RW];
+#pragma unroll
+	for (int q = 0; q < RW; q++) wr[q] = w + (size_t)min(o0 + q, N - 1) * K * 2;
+	// The first half of each row's slice to L2 before the PDL wait: at most
+	// 128 KB a CTA (32 head rows), the bytes gemv1's 4 CTAs an SM ask for
+	// (the whole rows of 2 CTAs, 512 KB an SM, would be more than L2 holds
+	// over all SMs).
+	if (lane == 0)
+#pragma unroll
+		for (int q = 0; q < RW; q++)
+			if (o0 + q < N) prefetch_l2(wr[q] + (size_t)kb * 2, (ke - kb) & ~15);
+	PDL_ENTRY();
 	float acc[RW][MM];
 #pragma unroll
 	for (int q = 0; q < RW; q++)
 #pragma unroll
 		for (int m = 0; m < MM; m++) acc[q][m] = 0.f;
-	if (o0 < N) {
-		const u8* wr[RW];
-#pragma unroll
-		for (int q = 0; q < RW; q++) wr[q] = w + (size_t)min(o0 + q, N - 1) * K * 2;
-		gemvr_slice<MM, RW, NB>(acc, wr, x + (size_t)(o0 / R) * K, M, ldx, kb, ke, lane);
-	}
+	if (o0 < N) gemvr_slice<MM, RW, NB>(acc, wr, x + (size_t)(o0 / R) * K, M, ldx, kb, ke, lane);
 	// Every thread reaches the barrier; warps past N only add zeros to red.
 #pragma unroll
 	for (int q = 0; q < RW; q++)
@@ -525,17 +533,10 @@ template <int MM, int RW, int NB> DEV void gemvr(float* __restrict__ y, const fl
 	}
 }
 
-// The CTA's weight rows go to L2 before the PDL wait, at most 128 KB (the
-// bytes gemv1's 4 CTAs an SM ask for; 2 CTAs of 32 head rows would ask
-// for 512 KB an SM, more than L2 holds over all SMs).
 #define GEMVR_ARGS float* __restrict__ y, const float* __restrict__ x, const u8* __restrict__ w, \
 	int M, int N, int K, int R, int ldx, int rnd, int lrpc
 #define GEMVR_KERNEL(name, MM, RW, NB) \
 	extern "C" __global__ void __launch_bounds__(256, 2) name(GEMVR_ARGS) { \
-		const int o = (blockIdx.x << lrpc) * RW; \
-		const u64 pb = (u64)min(RW << lrpc, N - o) * K * 2; \
-		if (threadIdx.x == 0 && o < N) prefetch_l2(w + (size_t)o * K * 2, pb < (128u << 10) ? pb : (128u << 10)); \
-		PDL_ENTRY(); \
 		gemvr<MM, RW, NB>(y, x, w, M, N, K, R, ldx, rnd, lrpc); \
 	}
 // The planner's picks and the variants bench kernels times (kernels_f32.go:
