@@ -63,3 +63,60 @@ func TestPlanBF16Dec(t *testing.T) {
 		t.Error("linear_bf16_dec took groups of 192 rows (tiles of 128)")
 	}
 }
+
+// TestGemvRowsVariants: the planner's gemvr pick by row count (none outside
+// 2..8), which shapes it takes, and every variant exists in linear_f32.cu.
+func TestGemvRowsVariants(t *testing.T) {
+	for _, c := range []struct {
+		m    int
+		pick GemvRows
+	}{{0, GemvRows{}}, {1, GemvRows{}}, {2, GemvRows{2, 4, 2}}, {3, GemvRows{4, 4, 2}}, {4, GemvRows{4, 4, 2}},
+		{5, GemvRows{8, 4, 1}}, {8, GemvRows{8, 4, 1}}, {9, GemvRows{}}} {
+		gs := GemvRowsVariants(c.m)
+		var got GemvRows // none
+		if len(gs) > 0 {
+			got = gs[0]
+		}
+		if got != c.pick {
+			t.Errorf("GemvRowsVariants(%d) starts with %v, want %v", c.m, got, c.pick)
+		}
+		for _, g := range gs {
+			if g.MM < c.m {
+				t.Errorf("GemvRowsVariants(%d) has %v (at most %d rows)", c.m, g, g.MM)
+			}
+		}
+	}
+	head := LinearShape{M: 3, N: 129280, K: 4096, R: 129280, LdX: 4096, Format: WeightBF16}
+	for _, c := range []struct {
+		name string
+		edit func(*LinearShape)
+		g    GemvRows
+		ok   bool
+	}{
+		{"head", func(*LinearShape) {}, GemvRows{4, 4, 2}, true},
+		{"fp32 weights", func(s *LinearShape) { s.Format = WeightF32 }, GemvRows{4, 4, 2}, false},
+		{"more rows than MM", func(s *LinearShape) { s.M = 5 }, GemvRows{4, 4, 2}, false},
+		{"one row", func(s *LinearShape) { s.M = 1 }, GemvRows{2, 4, 2}, false},
+		{"groups of 2 rows, 4 a warp", func(s *LinearShape) { s.N, s.R = 1026, 2 }, GemvRows{4, 4, 2}, false},
+		{"groups of 2 rows, 2 a warp", func(s *LinearShape) { s.N, s.R = 1026, 2 }, GemvRows{4, 2, 2}, true},
+		{"a variant not compiled", func(*LinearShape) {}, GemvRows{4, 8, 2}, false},
+	} {
+		sh := head
+		c.edit(&sh)
+		if got := gemvRowsFits(c.g, sh); got != c.ok {
+			t.Errorf("%s: gemvRowsFits(%v, %+v) = %v, want %v", c.name, c.g, sh, got, c.ok)
+		}
+	}
+	src, err := KernelSource("linear_f32")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, g := range gemvRowsKernels {
+		if decl := fmt.Sprintf("GEMVR_KERNEL(gemvr_%v, %d, %d, %d)", g, g.MM, g.RW, g.NB); !strings.Contains(src, decl) {
+			t.Errorf("linear_f32.cu lacks %s", decl)
+		}
+	}
+	if err := LinearF32Rows(nil, 0, 0, 0, head, false, GemvRows{2, 4, 2}); err == nil {
+		t.Error("LinearF32Rows ran 3 rows on a 2-row kernel")
+	}
+}

@@ -1,6 +1,10 @@
 package cuda
 
-import "fmt"
+import (
+	"fmt"
+	"math/bits"
+	"slices"
+)
 
 // Launchers of kernels/ops_f32.cu and kernels/linear_f32.cu: the fp32
 // activation ops of the GPU backend. rnd rounds results to bf16 (faithful).
@@ -287,14 +291,87 @@ func gemvLogRowsPerCTA(n int) int {
 	return l
 }
 
-// LinearF32Kernel runs the fp32 SIMT linear (weights dequantised on chip).
-func LinearF32Kernel(s *Stream, y, x, w, ws DevicePtr, sh LinearShape, rnd bool) error {
+// GemvRows is one gemvr kernel (kernels/linear_f32.cu): the decode GEMV of
+// bf16 weights for 2..MM rows with RW output rows a warp (each x value it
+// loads serves RW rows) and NB register buffers of weights in flight. Each
+// row's outputs are those the 1-row kernel gives for that row alone, bit
+// for bit, and each weight is read once for all rows.
+type GemvRows struct{ MM, RW, NB int }
+
+func (g GemvRows) String() string { return fmt.Sprintf("m%d_r%d_b%d", g.MM, g.RW, g.NB) }
+
+// gemvRowsKernels are the compiled variants, the planner's pick for each
+// row bound first: four rows a warp, two weight buffers where the
+// registers allow it (one at 8 rows).
+var gemvRowsKernels = []GemvRows{{2, 4, 2}, {2, 4, 1}, {2, 2, 2}, {4, 4, 2}, {4, 4, 1}, {4, 2, 2}, {8, 4, 1}, {8, 2, 2}}
+
+// GemvRowsVariants are the gemvr kernels that take m rows, the one
+// LinearF32Kernel picks first (none outside 2..8).
+func GemvRowsVariants(m int) []GemvRows {
+	if m < 2 || m > 8 {
+		return nil
+	}
+	mm := 8
+	if m <= 4 {
+		mm = max(2, 1<<bits.Len(uint(m-1)))
+	}
+	var gs []GemvRows
+	for _, g := range gemvRowsKernels {
+		if g.MM == mm {
+			gs = append(gs, g)
+		}
+	}
+	return gs
+}
+
+// gemvRowsFits reports whether gemvr g takes sh (the decode GEMV's K and
+// alignment rules hold): bf16 weights, 2..MM rows, groups of whole warps'
+// rows.
+func gemvRowsFits(g GemvRows, sh LinearShape) bool {
+	return slices.Contains(gemvRowsKernels, g) && sh.Format == WeightBF16 && sh.M >= 2 && sh.M <= g.MM && sh.R%g.RW == 0
+}
+
+// LinearF32Rows runs gemvr g on sh (the shape rules of LinearF32Kernel's
+// decode GEMV; bf16 weights, 2..g.MM rows, R a multiple of g.RW).
+// LinearF32Kernel picks GemvRowsVariants(M)[0] by itself; this runs the
+// others (bench kernels, tests).
+func LinearF32Rows(s *Stream, y, x, w DevicePtr, sh LinearShape, rnd bool, g GemvRows) error {
+	if err := checkLinearF32(sh); err != nil {
+		return err
+	}
+	if !gemvRowsFits(g, sh) || !gemvFits(sh, x, w) {
+		return fmt.Errorf("cuda: gemvr %v: shape %+v or alignment (x %#x, w %#x) not supported", g, sh, uint64(x), uint64(w))
+	}
+	return launchGemvRows(s, y, x, w, sh, rnd, g)
+}
+
+func launchGemvRows(s *Stream, y, x, w DevicePtr, sh LinearShape, rnd bool, g GemvRows) error {
+	lrpc := gemvLogRowsPerCTA(sh.N)
+	a := new(Args).Ptr(y).Ptr(x).Ptr(w).I32(sh.M).I32(sh.N).I32(sh.K).I32(sh.R).I32(sh.LdX).I32(b2i(rnd)).I32(lrpc)
+	return launch(s, "linear_f32", "gemvr_"+g.String(), Dim3{uint32(ceilDiv(sh.N, g.RW<<lrpc)), 1, 1}, Dim3{256, 1, 1}, 0, a)
+}
+
+// gemvFits reports whether the decode GEMV takes sh with x and w there.
+func gemvFits(sh LinearShape, x, w DevicePtr) bool {
+	return sh.M <= 8 && sh.K%8 == 0 && sh.LdX%4 == 0 && x%16 == 0 && w%16 == 0
+}
+
+// checkLinearF32 checks the shape rules every fp32 SIMT linear shares.
+func checkLinearF32(sh LinearShape) error {
 	if sh.M < 0 || sh.N <= 0 || sh.K <= 0 || sh.R <= 0 || sh.N%sh.R != 0 || sh.LdX < sh.K*(sh.N/sh.R) ||
 		sh.Format < WeightF32 || sh.Format > WeightNVFP4 {
 		return fmt.Errorf("cuda: linear_f32: bad shape %+v", sh)
 	}
 	if sh.Format >= WeightMXFP4 && sh.K%2 != 0 {
 		return fmt.Errorf("cuda: linear_f32: FP4 needs even K, got %d", sh.K)
+	}
+	return nil
+}
+
+// LinearF32Kernel runs the fp32 SIMT linear (weights dequantised on chip).
+func LinearF32Kernel(s *Stream, y, x, w, ws DevicePtr, sh LinearShape, rnd bool) error {
+	if err := checkLinearF32(sh); err != nil {
+		return err
 	}
 	if sh.M == 0 {
 		return nil
@@ -304,9 +381,13 @@ func LinearF32Kernel(s *Stream, y, x, w, ws DevicePtr, sh LinearShape, rnd bool)
 	}
 	a := new(Args).Ptr(y).Ptr(x).Ptr(w).Ptr(ws).I32(int(sh.Format)).F32(sh.Scale2).I32(sh.SCols).
 		I32(sh.M).I32(sh.N).I32(sh.K).I32(sh.R).I32(sh.LdX).I32(b2i(rnd))
-	if sh.M <= 8 && sh.K%8 == 0 && sh.LdX%4 == 0 && x%16 == 0 && w%16 == 0 {
+	if gemvFits(sh, x, w) {
 		// Decode: warps stream the weights (the tiled kernel would run
-		// ceil(N/64) CTAs over the whole of K).
+		// ceil(N/64) CTAs over the whole of K); bf16 weights at 2-8 rows
+		// on gemvr, one weight read for all rows.
+		if gs := GemvRowsVariants(sh.M); len(gs) > 0 && gemvRowsFits(gs[0], sh) {
+			return launchGemvRows(s, y, x, w, sh, rnd, gs[0])
+		}
 		lrpc := gemvLogRowsPerCTA(sh.N)
 		name := gemvKernels[min(sh.M, 2)-1][sh.Format]
 		return launch(s, "linear_f32", name, Dim3{uint32(ceilDiv(sh.N, 1<<lrpc)), 1, 1}, Dim3{256, 1, 1}, 0, a.I32(lrpc))

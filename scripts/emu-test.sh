@@ -107,6 +107,8 @@ fi
 # and error paths, and the emulated driver's own
 # tests (TestEmu*, which plain go test no longer builds).
 go test -tags megamoe_emu -count=1 -timeout 120m -run 'TestEmu|TestKernelsVsCPU|TestIndexerTopKVsCPU|TestIndexerScoresMMAVsSIMT|TestGraphReplay|TestStreamForkJoin|TestPoolHold|TestErrorsNameCallAndCode|TestCopiesMemsetPinned' ./cuda
+# gemvr's rows against gemv1's bits on two shapes (about a minute; every shape: TestGemvRowsBits, 15 minutes).
+go test -tags megamoe_emu -count=1 -timeout 120m -run 'TestGemvRowsBits/(8x8200|200x1032)' ./cuda
 go test -tags megamoe_emu -count=1 -timeout 120m -run 'TestElementwiseOps|TestEmbedAndRope|TestHeadNorm|TestHcPreHead|TestForkRules|TestAttnSplitGraph' ./backend/gpu
 go test -tags megamoe_emu -count=1 -timeout 120m -run 'TestCheckOpsTiny' ./backend/gpu/opcheck
 # The Hopper TMA/wgmma kernels on the emulated H200 (about 40 s): linear_fp8_wg

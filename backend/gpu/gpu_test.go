@@ -204,8 +204,8 @@ func TestLinears(t *testing.T) {
 					p.Check("linear-f32 "+tag, o2, 1e-5)
 				}
 			}
-			// The fp32 linear of bf16 weights on linear_bf16x3_dec (1, 2 and 4
-			// token tiles; a split K of 4096 at 30 rows).
+			// The fp32 linear of bf16 weights: 2 rows on gemvr, 9 and 30 on
+			// linear_bf16x3_dec (2 and 4 token tiles; a split K of 4096 at 30 rows).
 			for _, sh := range []struct{ m, out, in int }{{2, 256, 512}, {9, 384, 1024}, {30, 128, 4096}} {
 				cl := opcheck.RandLinear(p.Rng, checkpoint.FormatBF16, sh.out, sh.in)
 				cw, err := p.C.PrepareLinear(cl)

@@ -201,13 +201,15 @@ func (b *Backend) LinearF32(x backend.Tensor, w backend.Linear, out backend.Tens
 	return b.linearF32(ot.ptr, xt.ptr, l, xt.rows)
 }
 
-// linearF32 is the fp32 linear y[m, :] = x[m, :] · Wᵀ (no rounding): with
-// bf16 weights on tensor cores, x split exactly into three bf16 parts
-// (every product exact), from 2 rows on (one row streams as fast on the SIMT
-// GEMV, which is slower from 2 rows on); otherwise the SIMT kernels.
+// linearF32 is the fp32 linear y[m, :] = x[m, :] · Wᵀ (no rounding): up to
+// 8 rows the SIMT GEMV (bf16 weights at 2-8 rows on gemvr: each weight read
+// once for all rows, and each row's outputs bit for bit those of the 1-row
+// kernel, so a row's logits do not depend on the batch); from 9 rows, bf16
+// weights on tensor cores, x split exactly into three bf16 parts (every
+// product exact); otherwise the SIMT kernels.
 func (b *Backend) linearF32(y, x cuda.DevicePtr, l *linear, m int) error {
 	sh, _ := l.shape(m, 1, l.in)
-	if m >= 2 && sh.Format == cuda.WeightBF16 && cuda.BF16x3DecFits(sh, x, l.w.Ptr) {
+	if m > bf16MinRows && sh.Format == cuda.WeightBF16 && cuda.BF16x3DecFits(sh, x, l.w.Ptr) {
 		part, err := b.decPartials(sh)
 		if err != nil {
 			return err

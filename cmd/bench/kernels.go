@@ -173,10 +173,17 @@ func runKernels(args []string, stdout, stderr io.Writer) error {
 				}
 			}
 		}
-		// The head (fp32 linear, bf16 weights): the SIMT GEMV and linear_bf16x3_dec.
+		// The head (fp32 linear, bf16 weights): the SIMT GEMV (gemv1 at one
+		// token, gemvr's pick at 2-8: what the backend runs), gemvr's other
+		// variants, and linear_bf16x3_dec (the backend's path at 9-32).
 		for _, t := range toks {
 			if t <= 8 {
 				jobs = append(jobs, job{"gemv_f32", "head_simt", t, kcheck.HeadVocab, m.D, []cuda.Path{cuda.PathDec}, kcheck.GemvF32Case(t, kcheck.HeadVocab, m.D, false)})
+			}
+			for i, g := range cuda.GemvRowsVariants(t) {
+				if i > 0 {
+					jobs = append(jobs, job{"gemv_f32", "head_rows_" + g.String(), t, kcheck.HeadVocab, m.D, []cuda.Path{cuda.PathDec}, kcheck.GemvRowsCase(t, kcheck.HeadVocab, m.D, g)})
+				}
 			}
 			if cuda.BF16x3DecFits(cuda.LinearShape{M: t, N: kcheck.HeadVocab, K: m.D, R: kcheck.HeadVocab, LdX: m.D, Format: cuda.WeightBF16}, 0, 0) {
 				jobs = append(jobs, job{"gemv_f32", "head_x3", t, kcheck.HeadVocab, m.D, []cuda.Path{cuda.PathDec}, kcheck.GemvF32Case(t, kcheck.HeadVocab, m.D, true)})

@@ -502,6 +502,16 @@ func SmallCases() []Case {
 		// linear_bf16x3_dec (fp32 x in three planes): one slice, split K, 2 and 4 token tiles.
 		GemvF32Case(1, 384, 640, true), GemvF32Case(3, 256, 1024, true), GemvF32Case(9, 128, 2048, true),
 		GemvF32Case(27, 256, 512, true), GemvF32Case(4, 256, 512, false),
+		// The SIMT GEMV of bf16 weights: gemv1, gemvr's picks at 2, 3 and 8
+		// rows and its other variants (8 K slices with ragged tails; the
+		// other slicings: cuda TestGemvRowsBits).
+		GemvF32Case(1, 200, 1032, false), GemvF32Case(2, 132, 1032, false), GemvF32Case(3, 200, 1032, false),
+		GemvF32Case(8, 200, 264, false),
+	}
+	for _, m := range []int{2, 4, 8} {
+		for _, g := range cuda.GemvRowsVariants(m)[1:] {
+			cs = append(cs, GemvRowsCase(m, 200, 1032, g))
+		}
 	}
 	for _, f := range []cuda.FP4Format{cuda.MXFP4, cuda.NVFP4} {
 		cs = append(cs,

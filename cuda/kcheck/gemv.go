@@ -185,15 +185,30 @@ func GemvMMACase(m, n, k, r int, f cuda.WeightFormat) Case {
 }
 
 // GemvF32Case checks linear_bf16x3_dec (cuda.LinearF32BF16x3Dec; dec
-// false: the SIMT GEMV, cuda.LinearF32Kernel) on the fp32 linear of bf16
-// weights [n, k] and fp32 x that is not bf16-valued (the head, the
-// compressor): fp32 outputs within 2^-20·Σ|products| (+2^-126) of the
-// float64 sum (Mismatch counts the others).
+// false: the SIMT GEMV, cuda.LinearF32Kernel: gemv1 at one row, gemvr at
+// 2-8) on the fp32 linear of bf16 weights [n, k] and fp32 x that is not
+// bf16-valued (the head, the compressor): fp32 outputs within
+// 2^-20·Σ|products| (+2^-126) of the float64 sum (Mismatch counts the
+// others).
 func GemvF32Case(m, n, k int, dec bool) Case {
-	comp := "gemv_f32_simt"
 	if dec {
-		comp = "gemv_f32_x3"
+		return gemvF32Case("gemv_f32_x3", m, n, k, true, func(s *cuda.Stream, y, x, w, part cuda.DevicePtr, sh cuda.LinearShape) error {
+			return cuda.LinearF32BF16x3Dec(s, y, x, w, part, sh)
+		})
 	}
+	return gemvF32Case("gemv_f32_simt", m, n, k, false, func(s *cuda.Stream, y, x, w, _ cuda.DevicePtr, sh cuda.LinearShape) error {
+		return cuda.LinearF32Kernel(s, y, x, w, 0, sh, false)
+	})
+}
+
+// GemvRowsCase is GemvF32Case on gemvr variant g (cuda.LinearF32Rows).
+func GemvRowsCase(m, n, k int, g cuda.GemvRows) Case {
+	return gemvF32Case("gemv_f32_rows_"+g.String(), m, n, k, false, func(s *cuda.Stream, y, x, w, _ cuda.DevicePtr, sh cuda.LinearShape) error {
+		return cuda.LinearF32Rows(s, y, x, w, sh, false, g)
+	})
+}
+
+func gemvF32Case(comp string, m, n, k int, split bool, launch func(s *cuda.Stream, y, x, w, part cuda.DevicePtr, sh cuda.LinearShape) error) Case {
 	return Case{Component: comp, Shape: shapeStr("%dx%dx%d", m, n, k), Run: func(env *Env) Result {
 		res := Result{Component: comp, Shape: shapeStr("m=%d n=%d k=%d", m, n, k), Limit: LimitFP32}
 		rng := env.rng()
@@ -204,18 +219,13 @@ func GemvF32Case(m, n, k int, dec bool) Case {
 		w, wv := bf16Weights(rng, n, k)
 		sh := cuda.LinearShape{M: m, N: n, K: k, R: n, LdX: k, Format: cuda.WeightBF16}
 		c := gemvRun{m: m, n: n, k: k, ldx: k, x: x, w: w, ws: make([]byte, 16),
-			launch: func(s *cuda.Stream, y, x, w, _, part cuda.DevicePtr) error {
-				if dec {
-					return cuda.LinearF32BF16x3Dec(s, y, x, w, part, sh)
-				}
-				return cuda.LinearF32Kernel(s, y, x, w, 0, sh, false)
-			},
-			dot:  groupedDot(x, k, k, n, wv),
-			want: func(sum float64) float64 { return sum },
+			launch: func(s *cuda.Stream, y, x, w, _, part cuda.DevicePtr) error { return launch(s, y, x, w, part, sh) },
+			dot:    groupedDot(x, k, k, n, wv),
+			want:   func(sum float64) float64 { return sum },
 			ok: func(g float64, _ uint32, sum, abs float64) bool {
 				return math.Abs(g-sum) <= math.Ldexp(abs, -20)+0x1p-126
 			}}
-		if dec {
+		if split {
 			c.partBytes = cuda.BF16DecScratchBytes(env.S, sh)
 		}
 		return c.run(env, res)

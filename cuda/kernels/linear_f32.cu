@@ -393,3 +393,159 @@ GEMV_KERNEL(gemv1_f32_w1, 1, 1, 4)
 GEMV_KERNEL(gemv1_f32_w2, 2, 1, 4)
 GEMV_KERNEL(gemv1_f32_w3, 3, 1, 4)
 GEMV_KERNEL(gemv1_f32_w4, 4, 1, 4)
+
+// ---- Decode GEMV, several output rows a warp (bf16 weights) ----
+// gemv<F, MM> loads x once per output row: at 2-8 rows its x loads (8M L1
+// wavefronts per 256 weights of a row, against 4 for the weights) bound it,
+// not the weights. gemvr<MM, RW, NB> has each warp stream RW output rows of
+// one K slice, so that an x value loaded serves RW rows. Each (row m,
+// output o) sum is gemv<1, 1>'s bit for bit at the same lrpc: the same K
+// slices; lane l's fmaf(x, w, acc) over the tail's units (those
+// gemv_slice's checked step takes), then the whole steps' units, in order;
+// warp_sum; the slices added in slice order.
+
+// gemvr_cvt widens one unit (8 bf16 weights, 4 words) of each row.
+template <int RW> DEV void gemvr_cvt(const u32 (&r)[RW][4], float (&v)[RW][8]) {
+#pragma unroll
+	for (int q = 0; q < RW; q++)
+#pragma unroll
+		for (int i = 0; i < 4; i++) {
+			v[q][2 * i] = __uint_as_float(r[q][i] << 16);
+			v[q][2 * i + 1] = __uint_as_float(r[q][i] & 0xffff0000u);
+		}
+}
+
+// gemvr_fma accumulates a unit's weights v against x[m, k..k+8) (xk =
+// &x[0, k]) for the M <= MM rows, in gfma's order.
+template <int MM, int RW> DEV void gemvr_fma(const float (&v)[RW][8], const float* xk, int ldx, int M, float (&acc)[RW][MM]) {
+#pragma unroll
+	for (int m = 0; m < MM; m++) {
+		if (m >= M) break;
+		const float4* xp = reinterpret_cast<const float4*>(xk + (size_t)m * ldx);
+		const float4 a = xp[0], b = xp[1];
+#pragma unroll
+		for (int q = 0; q < RW; q++) {
+			float t = acc[q][m];
+			t = fmaf(a.x, v[q][0], t); t = fmaf(a.y, v[q][1], t); t = fmaf(a.z, v[q][2], t); t = fmaf(a.w, v[q][3], t);
+			t = fmaf(b.x, v[q][4], t); t = fmaf(b.y, v[q][5], t); t = fmaf(b.z, v[q][6], t); t = fmaf(b.w, v[q][7], t);
+			acc[q][m] = t;
+		}
+	}
+}
+
+// gemvr_load issues the loads of one unit at k of each row (wr[q]: row q).
+template <int RW> DEV void gemvr_load(u32 (&r)[RW][4], const u8* const (&wr)[RW], int k) {
+#pragma unroll
+	for (int q = 0; q < RW; q++) {
+		const uint4 t = ldw16(wr[q] + (size_t)k * 2);
+		r[q][0] = t.x; r[q][1] = t.y; r[q][2] = t.z; r[q][3] = t.w;
+	}
+}
+
+// gemvr_slice accumulates weights [kb, ke) of RW rows into this lane's
+// acc. The lane's units, in gemv_slice's order: nt tail units at kb +
+// t*256 + lane*8 (t*256 < lim), then kf + (t-nt)*256 + lane*8. NB register
+// buffers: a unit's loads are issued NB units ahead, as soon as the buffer
+// they reuse is widened.
+template <int MM, int RW, int NB> DEV void gemvr_slice(float (&acc)[RW][MM], const u8* const (&wr)[RW], const float* xg,
+	int M, int ldx, int kb, int ke, int lane)
+{
+	const int kf = kb + (ke - kb) % GP<1>::STEP;
+	const int lim = kf - kb - lane * 8;
+	const int nt = lim > 0 ? (lim + 255) >> 8 : 0;
+	const int T = nt + ((ke - kf) >> 8);
+#define GEMVR_K(t) (((t) < nt ? kb + ((t) << 8) : kf + (((t) - nt) << 8)) + lane * 8)
+	u32 ra[RW][4], rb[RW][4];
+	float v[RW][8];
+	if (NB == 1) {
+		if (T > 0) gemvr_load<RW>(ra, wr, GEMVR_K(0));
+		for (int t = 0; t < T; t++) {
+			gemvr_cvt<RW>(ra, v);
+			if (t + 1 < T) gemvr_load<RW>(ra, wr, GEMVR_K(t + 1));
+			gemvr_fma<MM, RW>(v, xg + GEMVR_K(t), ldx, M, acc);
+		}
+	} else {
+		if (T > 0) gemvr_load<RW>(ra, wr, GEMVR_K(0));
+		if (T > 1) gemvr_load<RW>(rb, wr, GEMVR_K(1));
+		for (int t = 0; t < T; t += 2) {
+			gemvr_cvt<RW>(ra, v);
+			if (t + 2 < T) gemvr_load<RW>(ra, wr, GEMVR_K(t + 2));
+			gemvr_fma<MM, RW>(v, xg + GEMVR_K(t), ldx, M, acc);
+			if (t + 1 >= T) break;
+			gemvr_cvt<RW>(rb, v);
+			if (t + 3 < T) gemvr_load<RW>(rb, wr, GEMVR_K(t + 3));
+			gemvr_fma<MM, RW>(v, xg + GEMVR_K(t + 1), ldx, M, acc);
+		}
+	}
+#undef GEMVR_K
+}
+
+// gemvr: y[m, o] for M <= MM rows, bf16 weights, groups of R output rows
+// (R % RW == 0: a warp's rows share their x columns). A CTA of 8 warps
+// takes RW << lrpc output rows: warp w streams K slice j = w % 2^ls of
+// rows o0 + [0, RW), o0 = (blockIdx.x << lrpc | w >> ls) * RW, ls = 3 -
+// lrpc (gemv's slices). Rows past N load row N-1 and are not written.
+// Weights only are read before PDL_ENTRY.
+template <int MM, int RW, int NB> DEV void gemvr(float* __restrict__ y, const float* __restrict__ x, const u8* __restrict__ w,
+	int M, int N, int K, int R, int ldx, int rnd, int lrpc)
+{
+	__shared__ float red[8][RW][MM]; // [warp][row q][m]
+	const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+	const int ls = 3 - lrpc;
+	const int o0 = ((blockIdx.x << lrpc) + (warp >> ls)) * RW, j = warp & ((1 << ls) - 1);
+	const int sl = (((K - 1) >> ls) + 8) & ~7;
+	const int kb = min(K, j * sl), ke = min(K, kb + sl);
+	const u8* wr[RW];
+#pragma unroll
+	for (int q = 0; q < RW; q++) wr[q] = w + (size_t)min(o0 + q, N - 1) * K * 2;
+	// The first half of each row's slice to L2 before the PDL wait: at most
+	// 128 KB a CTA (32 head rows), the bytes gemv1's 4 CTAs an SM ask for
+	// (the whole rows of 2 CTAs, 512 KB an SM, would be more than L2 holds
+	// over all SMs).
+	if (lane == 0)
+#pragma unroll
+		for (int q = 0; q < RW; q++)
+			if (o0 + q < N) prefetch_l2(wr[q] + (size_t)kb * 2, (ke - kb) & ~15);
+	PDL_ENTRY();
+	float acc[RW][MM];
+#pragma unroll
+	for (int q = 0; q < RW; q++)
+#pragma unroll
+		for (int m = 0; m < MM; m++) acc[q][m] = 0.f;
+	if (o0 < N) gemvr_slice<MM, RW, NB>(acc, wr, x + (size_t)(o0 / R) * K, M, ldx, kb, ke, lane);
+	// Every thread reaches the barrier; warps past N only add zeros to red.
+#pragma unroll
+	for (int q = 0; q < RW; q++)
+#pragma unroll
+		for (int m = 0; m < MM; m++) {
+			if (m >= M) break;
+			const float s = warp_sum(acc[q][m]);
+			if (lane == 0) red[warp][q][m] = s;
+		}
+	__syncthreads();
+	const int q = lane / M, m = lane - q * M; // RW * M <= 32
+	if (j == 0 && q < RW && o0 + q < N) {
+		float s = red[warp][q][m];
+#pragma unroll
+		for (int i = 1; i < 8; i++)
+			if (i < (1 << ls)) s += red[warp + i][q][m];
+		y[(size_t)m * N + o0 + q] = rnd ? bf16_to_f32(f32_to_bf16(s)) : s;
+	}
+}
+
+#define GEMVR_ARGS float* __restrict__ y, const float* __restrict__ x, const u8* __restrict__ w, \
+	int M, int N, int K, int R, int ldx, int rnd, int lrpc
+#define GEMVR_KERNEL(name, MM, RW, NB) \
+	extern "C" __global__ void __launch_bounds__(256, 2) name(GEMVR_ARGS) { \
+		gemvr<MM, RW, NB>(y, x, w, M, N, K, R, ldx, rnd, lrpc); \
+	}
+// The planner's picks and the variants bench kernels times (kernels_f32.go:
+// gemvRowsKernels): rows MM, RW output rows a warp, NB weight buffers.
+GEMVR_KERNEL(gemvr_m2_r4_b2, 2, 4, 2)
+GEMVR_KERNEL(gemvr_m2_r4_b1, 2, 4, 1)
+GEMVR_KERNEL(gemvr_m2_r2_b2, 2, 2, 2)
+GEMVR_KERNEL(gemvr_m4_r4_b2, 4, 4, 2)
+GEMVR_KERNEL(gemvr_m4_r4_b1, 4, 4, 1)
+GEMVR_KERNEL(gemvr_m4_r2_b2, 4, 2, 2)
+GEMVR_KERNEL(gemvr_m8_r4_b1, 8, 4, 1)
+GEMVR_KERNEL(gemvr_m8_r2_b2, 8, 2, 2)
