@@ -30,7 +30,7 @@ func TestKVStoreBytes(t *testing.T) {
 			var slot, block int64
 			for i, k := range l.Layers {
 				lk := backend.LayerKV{Window: k.Window, HeadDim: k.HeadDim, RopeDim: k.RopeDim, Ratio: k.Ratio, IndexDim: k.IndexDim}
-				kl, err := newKVLayer(lk, c.store == kvcache.StoreCompact, l.BlockTokens)
+				kl, err := newKVLayer(lk, c.store == kvcache.StoreCompact, l.BlockTokens, 0)
 				if err != nil {
 					t.Fatalf("layer %d: %v", i, err)
 				}
