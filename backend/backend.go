@@ -189,11 +189,6 @@ type SeqInfo struct {
 	Start  int     // tokens already in the cache before this step (= position of its first row)
 	Row0   int     // first row of this sequence in the batch
 	Rows   int     // rows (tokens) of this sequence in the batch
-	// Keep > 0 marks speculative rows: the state after the first Keep rows
-	// is copied into slot Spare (by the model, between the writes of the
-	// two parts) so that restoring Spare undoes the rows after them. The
-	// backend ops ignore both.
-	Keep, Spare int
 }
 
 // Batch is the host-side row layout of one forward step: rows of all sequences
@@ -204,7 +199,8 @@ type Batch struct {
 	Seq  []int32 // index into Seqs of every row
 	// Name tells RecordStep which forward a step runs ("" the main model's,
 	// "mtp" the MTP block's with the logits of each sequence's last row,
-	// "mtp all" with those of other rows, "dspark ctx" the DSpark context,
+	// "mtp all" with those of other rows, "verify" the main model's
+	// verification of drafts, "dspark ctx" the DSpark context,
 	// "dspark" its blocks and "dspark draw" its blocks drawn through the
 	// Markov head): steps of different names never share a recording.
 	Name string

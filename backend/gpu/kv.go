@@ -216,14 +216,7 @@ func (b *Backend) CopySlot(s backend.KVStore, cs ...backend.SlotCopy) error {
 	}
 	for _, sc := range order {
 		g := groups[sc]
-		var dp, sp cuda.DevicePtr
-		if c := b.rec; c != nil { // a step with drafts' snapshots: the slots are inputs of the recording
-			dst, src := slotLists(g)
-			dp, sp = c.list(listSpares, dst), c.list(listSlots, src)
-		}
 		switch {
-		case dp != 0 && sp != 0:
-			err = b.copySlotsAt(k, g, dp, sp)
 		case b.rec != nil && !b.rec.fixed(nil):
 			err = fmt.Errorf("copy slots: the slots of a recorded step are neither an input nor fixed by its key")
 		case len(g) > 2 && len(g) <= 65535 && b.rec == nil:
