@@ -168,3 +168,36 @@ func TestDSparkCheckpointServes(t *testing.T) {
 	}
 	run(t, m, prompt(20, m.Config().Vocab, 1), []int{15, 1})
 }
+
+// TestDraftsOption: Options.Drafts sizes the cache's slack (the layout
+// counts it); -1 takes the DSpark drafter's block rows and is an error
+// without one.
+func TestDraftsOption(t *testing.T) {
+	w := genWeights(t, checkpoint.SmallConfig(), 1)
+	for _, tc := range []struct {
+		drafts, want int
+		err          bool
+	}{{0, 0, false}, {3, 3, false}, {-1, 0, true}, {-2, 0, true}} {
+		m, err := New(w, nil, Options{Numerics: "exact", Drafts: tc.drafts})
+		if tc.err {
+			if err == nil {
+				t.Errorf("drafts %d: no error", tc.drafts)
+			}
+			continue
+		}
+		if err != nil {
+			t.Fatalf("drafts %d: %v", tc.drafts, err)
+		}
+		if m.Drafts() != tc.want || m.Cache().Layout().Slack != tc.want {
+			t.Errorf("drafts %d: model %d, layout %d", tc.drafts, m.Drafts(), m.Cache().Layout().Slack)
+		}
+	}
+	w = genWeights(t, checkpoint.SmallDSparkConfig(), 1)
+	m, err := New(w, nil, Options{Numerics: "exact", Drafts: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m.Drafts() != m.DSparkRows() || m.Drafts() == 0 {
+		t.Errorf("drafts -1 with DSpark: %d, block rows %d", m.Drafts(), m.DSparkRows())
+	}
+}
