@@ -67,7 +67,7 @@ func TestGoldenWithDrafts(t *testing.T) {
 			if testing.Short() && !tc.forced {
 				t.Skip("the forced drafts cover the paths")
 			}
-			m, err := model.New(w, nil, model.Options{CacheBytes: 64 << 20})
+			m, err := model.New(w, nil, model.Options{CacheBytes: 64 << 20, Drafts: tc.k})
 			if err != nil {
 				t.Fatal(err)
 			}

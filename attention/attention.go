@@ -141,7 +141,7 @@ func Prepare(be backend.Backend, c *checkpoint.Config, l *checkpoint.Layer) (*La
 // (Backend.HcPreNormLinears) and hands Forward their outputs.
 func (l *Layer) InputLinears() []backend.Linear { return []backend.Linear{l.WqA, l.WKV} }
 
-func (l *Layer) compress(be backend.Backend, st backend.KVStore, x backend.Tensor, c *Compressor, kind backend.CompressKind, b *backend.Batch, sp *split) error {
+func (l *Layer) compress(be backend.Backend, st backend.KVStore, x backend.Tensor, c *Compressor, kind backend.CompressKind, b *backend.Batch) error {
 	n := x.Rows()
 	A := be.Empty(n, c.WKV.Out(), backend.F32)
 	Z := be.Empty(n, c.WGate.Out(), backend.F32)
@@ -155,16 +155,7 @@ func (l *Layer) compress(be backend.Backend, st backend.KVStore, x backend.Tenso
 	}
 	args := backend.CompressArgs{Layer: l.Index, Kind: kind, Ratio: c.Ratio, Dim: c.Dim,
 		APE: c.APE, Norm: c.Norm, NormEps: l.Eps, Rope: l.Rope}
-	if sp == nil {
-		return be.Compress(st, A, Z, args, b)
-	}
-	part := backend.SlotComp
-	if kind == backend.CompressIndex {
-		part = backend.SlotIndexComp
-	}
-	return sp.run(be, st, part, []backend.Tensor{A, Z}, func(xs []backend.Tensor, b *backend.Batch) error {
-		return be.Compress(st, xs[0], xs[1], args, b)
-	})
+	return be.Compress(st, A, Z, args, b)
 }
 
 // Forward runs the attention sub-layer on the normed input a [N, d], given
@@ -197,7 +188,6 @@ func (l *Layer) Forward(be backend.Backend, st backend.KVStore, a backend.Tensor
 		return nil, fmt.Errorf("attn: %d input linear outputs, want 2 (wq_a, wkv)", len(first))
 	}
 	qa, kvr := first[0], first[1]
-	sp := splitBatch(b, l.Index) // nil unless the step has speculative rows
 	wrap := func(name string, err error) error {
 		if err != nil {
 			return fmt.Errorf("attn %s: %w", name, err)
@@ -214,7 +204,7 @@ func (l *Layer) Forward(be backend.Backend, st backend.KVStore, a backend.Tensor
 			return err
 		}
 		if ix := l.Idx; ix != nil {
-			if err := wrap("indexer compressor", l.compress(be, st, a, &ix.Comp, backend.CompressIndex, b, sp)); err != nil {
+			if err := wrap("indexer compressor", l.compress(be, st, a, &ix.Comp, backend.CompressIndex, b)); err != nil {
 				return err
 			}
 			w = empty(n, ix.Heads, backend.F32)
@@ -227,7 +217,7 @@ func (l *Layer) Forward(be backend.Backend, st backend.KVStore, a backend.Tensor
 			}
 		}
 		if l.Comp != nil {
-			return wrap("compressor", l.compress(be, st, a, l.Comp, backend.CompressKV, b, sp))
+			return wrap("compressor", l.compress(be, st, a, l.Comp, backend.CompressKV, b))
 		}
 		return nil
 	}
@@ -270,12 +260,8 @@ func (l *Layer) Forward(be backend.Backend, st backend.KVStore, a backend.Tensor
 	scale := float32(1 / math.Sqrt(float64(D)))
 	err := be.SparseAttention(st, q, kv, sel, backend.AttnArgs{Layer: l.Index, Heads: H, HeadDim: D, Window: l.Window,
 		Ratio: l.Ratio, Scale: scale, Sink: l.Sink}, b, o)
-	if err == nil && sp == nil {
+	if err == nil {
 		err = be.WriteWindow(st, l.Index, kv, b)
-	} else if err == nil {
-		err = sp.run(be, st, backend.SlotWindow, []backend.Tensor{kv}, func(xs []backend.Tensor, b *backend.Batch) error {
-			return be.WriteWindow(st, l.Index, xs[0], b)
-		})
 	}
 	if err == nil {
 		err = be.Rope(o, backend.RopeArgs{Freqs: l.Rope, HeadDim: D, Inverse: true}, b)

@@ -131,6 +131,33 @@ type KVSpec struct {
 	Layers    []LayerKV
 	MaxBlocks int
 	MaxSlots  int
+	// Slack is the most rows a step may write past a sequence's committed
+	// length (the speculative drafts N; 0 without drafts). Every rolling
+	// state is a ring indexed by absolute position: the window ring holds
+	// Window + Slack entries (position p at p mod RingLen), a compressor's
+	// pending state c·Ratio + Slack rows (p at p mod CompRows). These
+	// suffice: a row at position q reads q-Window+1..q (window) or
+	// q-c·Ratio+1..q (pooling), each committed or written earlier in the
+	// same step; a step starting at committed length S writes at most
+	// positions S..S+Slack, which are all less than RingLen (resp.
+	// CompRows) above any position a later row of committed length >= S+1
+	// reads, so no write of a rejected position lands on a ring row
+	// still to be read, and rejected rows are overwritten when the
+	// sequence gets there.
+	Slack int
+}
+
+// RingLen is the window ring entries of layer i: Window + Slack.
+func (s KVSpec) RingLen(i int) int { return s.Layers[i].Window + s.Slack }
+
+// CompRows is the pending-state rows of each compressor of layer i
+// (0 without compression): c·Ratio + Slack.
+func (s KVSpec) CompRows(i int) int {
+	l := s.Layers[i]
+	if l.Ratio == 0 {
+		return 0
+	}
+	return CompressCoff(l.Ratio)*l.Ratio + s.Slack
 }
 
 // SlotCopy names a CopySlot: Part of the layers [From, To) of slot Src
@@ -162,11 +189,6 @@ type SeqInfo struct {
 	Start  int     // tokens already in the cache before this step (= position of its first row)
 	Row0   int     // first row of this sequence in the batch
 	Rows   int     // rows (tokens) of this sequence in the batch
-	// Keep > 0 marks speculative rows: the state after the first Keep rows
-	// is copied into slot Spare (by the model, between the writes of the
-	// two parts) so that restoring Spare undoes the rows after them. The
-	// backend ops ignore both.
-	Keep, Spare int
 }
 
 // Batch is the host-side row layout of one forward step: rows of all sequences
@@ -177,7 +199,8 @@ type Batch struct {
 	Seq  []int32 // index into Seqs of every row
 	// Name tells RecordStep which forward a step runs ("" the main model's,
 	// "mtp" the MTP block's with the logits of each sequence's last row,
-	// "mtp all" with those of other rows, "dspark ctx" the DSpark context,
+	// "mtp all" with those of other rows, "verify" the main model's
+	// verification of drafts, "dspark ctx" the DSpark context,
 	// "dspark" its blocks and "dspark draw" its blocks drawn through the
 	// Markov head): steps of different names never share a recording.
 	Name string

@@ -130,6 +130,9 @@ func CheckKVSpec(spec KVSpec) error {
 	if spec.MaxSlots < 0 || spec.MaxBlocks < 0 {
 		return fmt.Errorf("kv store: %d slots %d blocks", spec.MaxSlots, spec.MaxBlocks)
 	}
+	if spec.Slack < 0 {
+		return fmt.Errorf("kv store: slack %d", spec.Slack)
+	}
 	for i, l := range spec.Layers {
 		if l.Ratio != 0 && (spec.BlockTokens <= 0 || spec.BlockTokens%l.Ratio != 0) {
 			return fmt.Errorf("kv store: layer %d ratio %d does not divide block tokens %d", i, l.Ratio, spec.BlockTokens)

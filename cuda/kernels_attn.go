@@ -1,6 +1,9 @@
 package cuda
 
-import "fmt"
+import (
+	"cmp"
+	"fmt"
+)
 
 // Launchers of kernels/attn_f32.cu: the KV-store ops of the GPU backend.
 // seqs/pos/seqOf/blocks are the device batch layout of backend/gpu (six int32
@@ -23,7 +26,8 @@ func entryBytesOK(d, nope, eb int) bool {
 func indexBytesOK(d, kb int) bool { return d > 0 && d%8 == 0 && kb%4 == 0 && kb >= d/2+ceilDiv(d, 32) }
 
 // WriteWindowF32 copies the last w rows of every sequence of kv [rows, d] into
-// its ring [slots][w][d] at slot pos mod w.
+// its ring [slots][w][d] at slot pos mod w (w: the ring's entries, the
+// window and the store's slack).
 func WriteWindowF32(s *Stream, ring, kv, seqs, seqOf DevicePtr, rows, w, d int) error {
 	if rows < 0 || w <= 0 || d <= 0 {
 		return fmt.Errorf("cuda: write_window_f32: bad shape rows=%d w=%d d=%d", rows, w, d)
@@ -52,10 +56,20 @@ func WriteWindowKV8(s *Stream, ring, kv, seqs, seqOf DevicePtr, rows, w, d, nope
 // CompressShape describes one compressor: ratio r, entry width dc, state
 // factor c (2 for ratio 4), entries per block, rope dims, kind (0 FP8, 1
 // Hadamard+FP4), and Bytes per stored entry: 0 for fp32, else the compact
-// entry (kind 0, dc-RopeDim e4m3 values) or index key (kind 1).
+// entry (kind 0, dc-RopeDim e4m3 values) or index key (kind 1). Rows is the
+// state's ring rows per slot (position p at row p mod Rows; 0: C·R).
 type CompressShape struct {
 	R, Dc, C, Per, RopeDim, Kind, Bytes int
+	Rows                                int
 	Eps                                 float32
+}
+
+// rows is the state's ring rows per slot.
+func (sh CompressShape) rows() int {
+	if sh.Rows == 0 {
+		return sh.C * sh.R
+	}
+	return sh.Rows
 }
 
 // CompressF32 pools every entry the step's rows complete (the row at position
@@ -63,7 +77,8 @@ type CompressShape struct {
 // [blocks][per][dc] (or [blocks][per] compact entries of sh.Bytes, faithful
 // only); st{A,Z} is the pre-step state.
 func CompressF32(s *Stream, dst, A, Z, ape, stA, stZ, norm, rf32, rf64, seqs, blocks, pos, seqOf DevicePtr, rows int, sh CompressShape, faithful bool) error {
-	if rows < 0 || sh.R <= 0 || sh.Dc <= 0 || sh.Dc%32 != 0 || (sh.C != 1 && sh.C != 2) || sh.Per <= 0 || sh.RopeDim > sh.Dc || (sh.Kind == 1 && sh.Dc&(sh.Dc-1) != 0) {
+	if rows < 0 || sh.R <= 0 || sh.Dc <= 0 || sh.Dc%32 != 0 || (sh.C != 1 && sh.C != 2) || sh.Per <= 0 || sh.RopeDim > sh.Dc || (sh.Kind == 1 && sh.Dc&(sh.Dc-1) != 0) ||
+		sh.rows() < sh.C*sh.R {
 		return fmt.Errorf("cuda: compress_f32: bad shape %+v", sh)
 	}
 	if sh.Bytes != 0 {
@@ -79,21 +94,21 @@ func CompressF32(s *Stream, dst, A, Z, ape, stA, stZ, norm, rf32, rf64, seqs, bl
 		return nil
 	}
 	a := new(Args).Ptr(dst).Ptr(A).Ptr(Z).Ptr(ape).Ptr(stA).Ptr(stZ).Ptr(norm).Ptr(rf32).Ptr(rf64).Ptr(seqs).Ptr(blocks).Ptr(pos).Ptr(seqOf).
-		I32(sh.R).I32(sh.Dc).I32(sh.C).I32(sh.Per).I32(sh.RopeDim).F32(sh.Eps).I32(sh.Kind).I32(b2i(faithful)).I32(sh.Bytes)
+		I32(sh.R).I32(sh.Dc).I32(sh.C).I32(sh.Per).I32(sh.RopeDim).F32(sh.Eps).I32(sh.Kind).I32(b2i(faithful)).I32(sh.Bytes).I32(sh.rows())
 	return launch(s, "attn_f32", "compress_f32", Dim3{uint32(rows), 1, 1}, Dim3{256, 1, 1}, 4*sh.Dc, a)
 }
 
 // CompressStateF32 writes the post-step compressor state of nseq sequences
 // (run after CompressF32, which reads the pre-step state).
 func CompressStateF32(s *Stream, stA, stZ, A, Z, ape, seqs DevicePtr, nseq int, sh CompressShape) error {
-	if nseq < 0 || sh.R <= 0 || sh.Dc <= 0 || (sh.C != 1 && sh.C != 2) {
+	if nseq < 0 || sh.R <= 0 || sh.Dc <= 0 || (sh.C != 1 && sh.C != 2) || sh.rows() < sh.C*sh.R {
 		return fmt.Errorf("cuda: compress_state_f32: bad shape %+v", sh)
 	}
 	if nseq == 0 {
 		return nil
 	}
-	n := sh.R * sh.C * sh.Dc
-	a := new(Args).Ptr(stA).Ptr(stZ).Ptr(A).Ptr(Z).Ptr(ape).Ptr(seqs).I32(sh.R).I32(sh.Dc).I32(sh.C)
+	n := sh.rows() * sh.C * sh.Dc
+	a := new(Args).Ptr(stA).Ptr(stZ).Ptr(A).Ptr(Z).Ptr(ape).Ptr(seqs).I32(sh.R).I32(sh.Dc).I32(sh.C).I32(sh.rows())
 	return launch(s, "attn_f32", "compress_state_f32", Dim3{uint32(ceilDiv(n, 256)), uint32(nseq), 1}, Dim3{256, 1, 1}, 0, a)
 }
 
@@ -202,9 +217,11 @@ func IndexerTopKF32(s *Stream, out, scores, pos DevicePtr, rows, ld, topk, ratio
 // compressed part; 0: Window + SelCols) and LiveKeys the keys of a row that
 // can hold an entry (the window's positions so far and the available
 // compressed entries; 0: MaxKeys); they only steer how the keys are split
-// over CTAs.
+// over CTAs. Ring is the window ring's entries per slot (position p at
+// entry p mod Ring; 0: Window).
 type AttnShape struct {
 	Rows, Heads, D, Window, Ratio, Per, SelCols int
+	Ring                                        int
 	Nope, EntryBytes                            int
 	MaxKeys, LiveKeys                           int
 	Scale                                       float32
@@ -214,7 +231,7 @@ type AttnShape struct {
 // holds AttnScratchBytes(s, sh) bytes when that is not zero (the split
 // path's partial results).
 func SparseAttnF32(s *Stream, out, q, kv, ring, ent, sel, sink, seqs, pos, seqOf, blocks, part DevicePtr, sh AttnShape, faithful bool) error {
-	if sh.Rows < 0 || sh.Heads <= 0 || sh.D <= 0 || sh.D%32 != 0 || sh.D > 1024 || sh.Window <= 0 || sh.Per <= 0 || ceilDiv(sh.Heads, attnHeads) > 65535 ||
+	if sh.Rows < 0 || sh.Heads <= 0 || sh.D <= 0 || sh.D%32 != 0 || sh.D > 1024 || sh.Window <= 0 || (sh.Ring != 0 && sh.Ring < sh.Window) || sh.Per <= 0 || ceilDiv(sh.Heads, attnHeads) > 65535 ||
 		sh.MaxKeys < 0 || sh.LiveKeys < 0 || (sh.EntryBytes != 0 && !entryBytesOK(sh.D, sh.Nope, sh.EntryBytes)) {
 		return fmt.Errorf("cuda: sparse_attn_f32: bad shape %+v", sh)
 	}
@@ -230,7 +247,7 @@ func SparseAttnF32(s *Stream, out, q, kv, ring, ent, sel, sink, seqs, pos, seqOf
 		name, es = "kv8", sh.EntryBytes
 	}
 	a := new(Args).Ptr(out).Ptr(q).Ptr(kv).Ptr(ring).Ptr(ent).Ptr(sel).I32(sh.SelCols).Ptr(sink).Ptr(seqs).Ptr(pos).Ptr(seqOf).Ptr(blocks).
-		I32(sh.Rows).I32(sh.Heads).I32(sh.D).I32(sh.Window).I32(sh.Ratio).I32(sh.Per).I32(sh.Nope).I32(es).F32(sh.Scale).I32(b2i(faithful))
+		I32(sh.Rows).I32(sh.Heads).I32(sh.D).I32(sh.Window).I32(cmp.Or(sh.Ring, sh.Window)).I32(sh.Ratio).I32(sh.Per).I32(sh.Nope).I32(es).F32(sh.Scale).I32(b2i(faithful))
 	groups := ceilDiv(sh.Heads, attnHeads)
 	smem := 4 * attnHeads * sh.D // the group's q rows
 	switch pl.path {

@@ -34,9 +34,6 @@ type ForwardItem struct {
 	// Draw asks a DrawingModel for the next token drawn where the logits
 	// are (see model.BatchItem.Draw).
 	Draw *backend.Draw
-	// Keep > 0: the rows after the first Keep are speculative drafts
-	// (model.BatchItem.Keep).
-	Keep int
 	// DrawRows asks a verifying model for every row's greedy token drawn on
 	// its device (model.BatchItem.DrawRows).
 	DrawRows bool

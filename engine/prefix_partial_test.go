@@ -102,7 +102,7 @@ func TestPrefixCachePartialBlocks(t *testing.T) {
 				}
 				capB := int64(256 << 20)
 				if c.cacheB != nil {
-					m, err := model.New(w, nil, model.Options{Numerics: numerics})
+					m, err := model.New(w, nil, model.Options{Numerics: numerics, Drafts: c.cfg.Speculative.Drafts()})
 					if err != nil {
 						t.Fatal(err)
 					}

@@ -23,7 +23,7 @@ type prefixRun struct {
 
 func runWaves(t *testing.T, w *checkpoint.Weights, numerics string, cacheBytes int64, cfg Config, waves [][]*Request) prefixRun {
 	t.Helper()
-	m, err := model.New(w, nil, model.Options{Numerics: numerics, CacheBytes: cacheBytes, Threads: 2})
+	m, err := model.New(w, nil, model.Options{Numerics: numerics, CacheBytes: cacheBytes, Threads: 2, Drafts: cfg.Speculative.Drafts()})
 	if err != nil {
 		t.Fatal(err)
 	}

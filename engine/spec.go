@@ -11,7 +11,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/megamoe/megamoe/kvcache"
 	"github.com/megamoe/megamoe/model"
 	"golang.org/x/sync/errgroup"
 )
@@ -77,6 +76,18 @@ func (c SpecConfig) DSparkRows() int {
 	return 0
 }
 
+// Drafts is model.Options.Drafts for c: the most drafts a step verifies
+// (0 without drafts, -1 for DSpark's dspark_block_size).
+func (c SpecConfig) Drafts() int {
+	switch {
+	case !c.Enabled():
+		return 0
+	case c.Method == "dspark" && c.NumTokens == 0:
+		return -1
+	}
+	return c.NumTokens
+}
+
 // Validate checks the method and the draft count.
 func (c SpecConfig) Validate() error {
 	switch c.Method {
@@ -140,7 +151,7 @@ type specResult struct {
 	tokens   []Sampled
 	accepted int // drafts among tokens
 	ended    bool
-	kept     int // draft rows the cache keeps (all or none)
+	kept     int // draft rows the cache keeps (the accepted ones)
 }
 
 // drafter proposes a step's drafts: mtpDrafter or dsparkDrafter
@@ -148,7 +159,7 @@ type specResult struct {
 type drafter interface {
 	// propose brings the drafter up to each item's processed tokens (the
 	// hidden states queued in its specState) and drafts for the decoding
-	// items that can take drafts (snapshotting their cache first).
+	// items that can take drafts.
 	propose(sp *speculator, items []Item) ([]*proposal, error)
 }
 
@@ -192,6 +203,9 @@ func newSpeculator(m Model, c SpecConfig, cfg Config) (_ *speculator, err error)
 	} else if !sm.HasMTP() {
 		return nil, fmt.Errorf("speculative config: method %q: the checkpoint has no MTP block (num_nextn_predict_layers = 0%s)", c.Method, dsparkHint(sm))
 	}
+	if n := sm.Drafts(); k > n {
+		return nil, fmt.Errorf("speculative config: num_speculative_tokens %d: the model's cache has slack for %d drafts a step (model.Options.Drafts)", k, n)
+	}
 	return &speculator{m: sm, d: d, k: k, maxLen: cfg.MaxModelLen, budget: cfg.MaxBatchTokens, log: cfg.Logger,
 		logged: time.Now(), stats: SpecStats{PerPos: make([]int64, k)}, prevLog: SpecStats{PerPos: make([]int64, k)},
 		keep: newStreamKeeper(sm)}, nil
@@ -218,7 +232,9 @@ func (sp *speculator) drafts(it *Item) int {
 }
 
 // propose brings the MTP block up to each sequence's processed tokens and
-// chains drafts for the decoding ones (snapshotting their cache first).
+// chains drafts for the decoding ones. The chain writes the MTP block's
+// rolling state at positions past the ones it caught up on; the next
+// catch-up rewrites them (backend.KVSpec.Slack).
 func (mtpDrafter) propose(sp *speculator, items []Item) (_ []*proposal, err error) {
 	w := sp.m.HiddenDim()
 	props := make([]*proposal, len(items))
@@ -257,7 +273,6 @@ func (mtpDrafter) propose(sp *speculator, items []Item) (_ []*proposal, err erro
 		i, k, j int // item, drafts, row in the last pass
 	}
 	var chains []chain
-	var kvs []*kvcache.Sequence
 	for j, i := range who {
 		it := &items[i]
 		st := it.Seq.spec
@@ -269,12 +284,7 @@ func (mtpDrafter) propose(sp *speculator, items []Item) (_ []*proposal, err erro
 		}
 		spare -= k
 		chains = append(chains, chain{i: i, k: k, j: j})
-		kvs = append(kvs, it.Seq.KV)
 	}
-	ok := sp.snapshots(kvs)
-	chains = slices.DeleteFunc(chains, func(ch chain) bool { // no snapshot (no spare slot): plain decoding
-		return !ok[items[ch.i].Seq.KV]
-	})
 	for _, ch := range chains {
 		props[ch.i] = &proposal{}
 		props[ch.i].addDrawn(items[ch.i].Seq.Sampler, out.logits[ch.j], out.ids, ch.j)
@@ -392,7 +402,7 @@ func (sp *speculator) run(items []Item) (_ []Result, err error) {
 		fwd[i] = ForwardItem{Seq: it.Seq.KV, Tokens: it.Tokens(), AllLogits: it.AllLogits}
 		if p := props[i]; p != nil {
 			fwd[i].Tokens = append(slices.Clip(fwd[i].Tokens), p.tokens...)
-			fwd[i].AllLogits, fwd[i].Keep = true, it.N
+			fwd[i].AllLogits = true
 			if sp.drawer != nil && drawsRows(it.Seq) {
 				fwd[i].AllLogits, fwd[i].DrawRows = false, true
 			}
@@ -400,7 +410,6 @@ func (sp *speculator) run(items []Item) (_ []Result, err error) {
 	}
 	vo, err := sp.forward(fwd)
 	if err != nil {
-		sp.rollbackAll(items, props)
 		return nil, err
 	}
 	defer func() { // kept streams no state took
@@ -451,7 +460,6 @@ func (sp *speculator) run(items []Item) (_ []Result, err error) {
 		})
 	}
 	_ = g.Wait() // the workers return no errors
-	var rbs []model.Rollback
 	var users []*specState
 	for i := range items {
 		it := &items[i]
@@ -473,11 +481,12 @@ func (sp *speculator) run(items []Item) (_ []Result, err error) {
 					sp.stats.PerPos[j]++
 				}
 			}
-			if r.accepted == len(p.tokens) { // every draft kept: only the drafter's state is restored
-				r.kept = r.accepted
-				rbs = append(rbs, model.Rollback{Seq: it.Seq.KV, MTPOnly: true})
-			} else { // back to the kept rows; the accepted drafts are replayed next step
-				rbs = append(rbs, model.Rollback{Seq: it.Seq.KV, N: it.Seq.Computed + it.N})
+			// Rollback is rewinding the length: the rows of rejected drafts
+			// stay in the rolling states and blocks, never read and
+			// overwritten when the sequence gets there (backend.KVSpec.Slack).
+			r.kept = r.accepted
+			if err := sp.m.Rewind(it.Seq.KV, it.Seq.Computed+it.N+r.accepted); err != nil {
+				return nil, err
 			}
 		}
 		if seen < it.Seq.Computed { // a prefix cache hit: the drafter's positions start after it
@@ -496,9 +505,6 @@ func (sp *speculator) run(items []Item) (_ []Result, err error) {
 		if err := sp.retain(vo.kept, users); err != nil {
 			return nil, err
 		}
-	}
-	if err := sp.restores(rbs); err != nil {
-		return nil, err
 	}
 	for i := range items { // blocks reserved for rejected positions go back
 		if props[i] != nil {
@@ -529,53 +535,6 @@ func (sp *speculator) report() {
 		"per_position", strings.Join(rates, ","))
 	sp.logged, sp.prevLog = time.Now(), s
 	sp.prevLog.PerPos = slices.Clone(s.PerPos)
-}
-
-// rollbackAll restores the snapshots of a step whose forward failed.
-func (sp *speculator) rollbackAll(items []Item, props []*proposal) {
-	var rbs []model.Rollback
-	for i := range items {
-		if props[i] != nil {
-			rbs = append(rbs, model.Rollback{Seq: items[i].Seq.KV, N: items[i].Seq.Computed, MTPOnly: true})
-		}
-	}
-	_ = sp.restores(rbs) // the step fails its sequences anyway
-}
-
-// slotBatcher is a Speculator that snapshots and restores many sequences in
-// one backend call (model.Model).
-type slotBatcher interface {
-	Snapshots(ss []*kvcache.Sequence, mtpOnly bool) error
-	Restores(rs []model.Rollback) error
-}
-
-// snapshots takes the MTP snapshot of each of kvs (one call where the
-// model batches them) and reports which have one.
-func (sp *speculator) snapshots(kvs []*kvcache.Sequence) map[*kvcache.Sequence]bool {
-	ok := make(map[*kvcache.Sequence]bool, len(kvs))
-	if b, isB := sp.m.(slotBatcher); isB && len(kvs) > 1 && b.Snapshots(kvs, true) == nil {
-		for _, kv := range kvs {
-			ok[kv] = true
-		}
-		return ok
-	}
-	for _, kv := range kvs { // one by one: a sequence that gets no spare slot drafts nothing
-		ok[kv] = sp.m.Snapshot(kv, true) == nil
-	}
-	return ok
-}
-
-// restores applies rbs (one call where the model batches them).
-func (sp *speculator) restores(rbs []model.Rollback) error {
-	if b, isB := sp.m.(slotBatcher); isB && len(rbs) > 1 {
-		return b.Restores(rbs)
-	}
-	for _, r := range rbs {
-		if err := sp.m.Restore(r.Seq, r.N, r.MTPOnly); err != nil {
-			return err
-		}
-	}
-	return nil
 }
 
 // postSpec records a verification's tokens (Postprocess's share for a

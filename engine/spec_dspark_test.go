@@ -67,7 +67,7 @@ func loadDSpark(t *testing.T) *checkpoint.Weights {
 
 func dsparkModel(t *testing.T, w *checkpoint.Weights, rows int, cache int64) Speculator {
 	t.Helper()
-	m, err := model.New(w, nil, model.Options{Numerics: "exact", CacheBytes: cache, Threads: 2, DSparkRows: rows})
+	m, err := model.New(w, nil, model.Options{Numerics: "exact", CacheBytes: cache, Threads: 2, DSparkRows: rows, Drafts: -1})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -235,11 +235,10 @@ type chainSpec struct {
 	markov [][]float32 // by previous token
 }
 
-func (c *chainSpec) HiddenDim() int                         { return 1 }
-func (c *chainSpec) Vocab() int                             { return 8 }
-func (c *chainSpec) DSparkRows() int                        { return len(c.base) / 8 }
-func (c *chainSpec) Cache() *kvcache.Manager                { return c.cache }
-func (c *chainSpec) Snapshot(*kvcache.Sequence, bool) error { return nil }
+func (c *chainSpec) HiddenDim() int          { return 1 }
+func (c *chainSpec) Vocab() int              { return 8 }
+func (c *chainSpec) DSparkRows() int         { return len(c.base) / 8 }
+func (c *chainSpec) Cache() *kvcache.Manager { return c.cache }
 func (c *chainSpec) ForwardDSpark(items []model.DSparkItem) ([][]float32, error) {
 	out := make([][]float32, len(items))
 	for i := range out {

@@ -52,7 +52,7 @@ func TestSpecDSparkDeviceDraw(t *testing.T) {
 				t.Skip("the full block covers the paths")
 			}
 			be := &drawingCPU{Backend: cpu.New(cpu.Options{Threads: 2})}
-			mm, err := model.New(w, be, model.Options{Numerics: "exact", CacheBytes: 64 << 20, DSparkRows: rows})
+			mm, err := model.New(w, be, model.Options{Numerics: "exact", CacheBytes: 64 << 20, DSparkRows: rows, Drafts: -1})
 			if err != nil {
 				t.Fatal(err)
 			}

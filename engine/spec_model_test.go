@@ -84,7 +84,7 @@ func TestSpecSmallModelGreedy(t *testing.T) {
 	}
 	defer st.Close()
 	newModel := func() Speculator {
-		m, err := model.New(w, nil, model.Options{Numerics: "exact", CacheBytes: 64 << 20, Threads: 2})
+		m, err := model.New(w, nil, model.Options{Numerics: "exact", CacheBytes: 64 << 20, Threads: 2, Drafts: MaxSpeculativeTokens})
 		if err != nil {
 			t.Fatal(err)
 		}

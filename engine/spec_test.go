@@ -178,7 +178,20 @@ func TestSpecConfigErrors(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "cannot draft") {
 		t.Errorf("engine without a drafter: %v", err)
 	}
+	// More drafts than the model's cache has slack for are refused at start.
+	_, err = New(slackSpec{newToySpec(newToy(t, 1<<20), 0), 1}, Config{MaxModelLen: 64, Speculative: SpecConfig{Method: "mtp", NumTokens: 2}})
+	if err == nil || !strings.Contains(err.Error(), "slack for 1 drafts") {
+		t.Errorf("engine with 2 drafts on a model with slack 1: %v", err)
+	}
 }
+
+// slackSpec is a Speculator whose cache has slack for n drafts.
+type slackSpec struct {
+	*toySpec
+	n int
+}
+
+func (s slackSpec) Drafts() int { return s.n }
 
 // TestSpeculativeSamplingChiSquare: drafts drawn from q and passed through
 // the acceptance rule come out distributed as the target p (temperature,

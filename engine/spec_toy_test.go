@@ -10,7 +10,7 @@ import (
 // toySpec is toyModel with a drafter: its "MTP block" predicts from the
 // token context it is given (the history up to the row, then the drafts it
 // chained), right except where a hash of the context says to miss, so
-// drafts are accepted and rejected at every position. Restore truncates the
+// drafts are accepted and rejected at every position. Rewind truncates the
 // history as the real cache rolls back.
 type toySpec struct {
 	*toyModel
@@ -71,12 +71,9 @@ func (m *toySpec) ForwardMTP(items []model.MTPItem) ([][]float32, [][]float32, e
 	return logits, hidden, nil
 }
 
-func (m *toySpec) Snapshot(s *kvcache.Sequence, _ bool) error { return m.cache.ReserveSpare(s) }
+func (m *toySpec) Drafts() int { return MaxSpeculativeTokens }
 
-func (m *toySpec) Restore(s *kvcache.Sequence, n int, mtpOnly bool) error {
-	if mtpOnly {
-		return nil
-	}
+func (m *toySpec) Rewind(s *kvcache.Sequence, n int) error {
 	m.hist[s.ID] = m.hist[s.ID][:n]
 	return m.cache.Rewind(s, n)
 }

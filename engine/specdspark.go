@@ -97,7 +97,7 @@ func (dsparkDrafter) propose(sp *speculator, items []Item) ([]*proposal, error) 
 		st := sp.state(it.Seq)
 		k := min(sp.drafts(it), spare)
 		if k <= 0 || st.mtpLen != len(it.Seq.Tokens)-1 ||
-			sp.m.Cache().Reserve(it.Seq.KV, it.Seq.Computed+it.N+k) != nil || sp.m.Snapshot(it.Seq.KV, true) != nil {
+			sp.m.Cache().Reserve(it.Seq.KV, it.Seq.Computed+it.N+k) != nil {
 			continue // no drafts this step (no room): plain decoding
 		}
 		spare -= k

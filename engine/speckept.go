@@ -86,7 +86,7 @@ var errNoKeep = errors.New("engine: this model does not keep streams on its devi
 func (a modelAdapter) ForwardKept(items []ForwardItem) (verifyOut, error) {
 	b := &model.Batch{Items: make([]model.BatchItem, len(items))}
 	for i, it := range items {
-		b.Items[i] = model.BatchItem{Seq: it.Seq, Tokens: it.Tokens, AllLogits: it.AllLogits, KeepHidden: true, Keep: it.Keep, DrawRows: it.DrawRows}
+		b.Items[i] = model.BatchItem{Seq: it.Seq, Tokens: it.Tokens, AllLogits: it.AllLogits, KeepHidden: true, DrawRows: it.DrawRows}
 	}
 	out, err := a.m.Forward(b)
 	if err != nil {

@@ -10,8 +10,8 @@ import (
 
 // Speculator is a Model that drafts with its MTP block or its DSpark
 // drafter (speculative decoding): forward passes that also return every
-// row's drafter input, the drafters, and snapshots of a sequence's cache
-// state.
+// row's drafter input, the drafters, and the rewind of a sequence's cache
+// after a verification.
 type Speculator interface {
 	Model
 	// HasMTP reports whether the checkpoint has an MTP block.
@@ -30,9 +30,11 @@ type Speculator interface {
 	ForwardDSpark(items []model.DSparkItem) ([][]float32, error)
 	// MarkovBias is the DSpark Markov head's bias after each token.
 	MarkovBias(prev []int32) ([][]float32, error)
-	// Snapshot and Restore: model.Model's.
-	Snapshot(s *kvcache.Sequence, mtpOnly bool) error
-	Restore(s *kvcache.Sequence, n int, mtpOnly bool) error
+	// Drafts is the most drafts per step the model's cache has slack for
+	// (model.Options.Drafts).
+	Drafts() int
+	// Rewind sets s back to n processed tokens (model.Model.Rewind).
+	Rewind(s *kvcache.Sequence, n int) error
 }
 
 // speculative is the part of *model.Model behind Speculator.
@@ -43,8 +45,8 @@ type speculative interface {
 	ForwardDSpark(items []model.DSparkItem) (*model.Output, error)
 	CanDrawDSpark() bool
 	MarkovBias(prev []int32) ([][]float32, error)
-	Snapshot(s *kvcache.Sequence, mtpOnly bool) error
-	Restore(s *kvcache.Sequence, n int, mtpOnly bool) error
+	Drafts() int
+	Rewind(s *kvcache.Sequence, n int) error
 }
 
 var errNoSpec = errors.New("this model cannot draft (tensor-parallel models do not speculate yet)")
@@ -126,7 +128,7 @@ func (a modelAdapter) ForwardHidden(items []ForwardItem) ([][]float32, [][]float
 func (a modelAdapter) ForwardVerify(items []ForwardItem) ([][]float32, [][]float32, [][]int32, error) {
 	b := &model.Batch{Items: make([]model.BatchItem, len(items))}
 	for i, it := range items {
-		b.Items[i] = model.BatchItem{Seq: it.Seq, Tokens: it.Tokens, AllLogits: it.AllLogits, Hidden: true, Keep: it.Keep, DrawRows: it.DrawRows}
+		b.Items[i] = model.BatchItem{Seq: it.Seq, Tokens: it.Tokens, AllLogits: it.AllLogits, Hidden: true, DrawRows: it.DrawRows}
 	}
 	out, err := a.m.Forward(b)
 	if err != nil {
@@ -157,38 +159,20 @@ func (a modelAdapter) ForwardMTPDraw(items []model.MTPItem) ([][]float32, [][]fl
 	return out.Logits, out.Hidden, out.IDs, nil
 }
 
-// Snapshot implements Speculator.
-func (a modelAdapter) Snapshot(s *kvcache.Sequence, mtpOnly bool) error {
+// Drafts implements Speculator.
+func (a modelAdapter) Drafts() int {
+	sp, err := a.spec()
+	if err != nil {
+		return 0
+	}
+	return sp.Drafts()
+}
+
+// Rewind implements Speculator.
+func (a modelAdapter) Rewind(s *kvcache.Sequence, n int) error {
 	sp, err := a.spec()
 	if err != nil {
 		return err
 	}
-	return sp.Snapshot(s, mtpOnly)
-}
-
-// Snapshots implements slotBatcher.
-func (a modelAdapter) Snapshots(ss []*kvcache.Sequence, mtpOnly bool) error {
-	b, ok := a.m.(slotBatcher)
-	if !ok {
-		return errNoSpec
-	}
-	return b.Snapshots(ss, mtpOnly)
-}
-
-// Restores implements slotBatcher.
-func (a modelAdapter) Restores(rs []model.Rollback) error {
-	b, ok := a.m.(slotBatcher)
-	if !ok {
-		return errNoSpec
-	}
-	return b.Restores(rs)
-}
-
-// Restore implements Speculator.
-func (a modelAdapter) Restore(s *kvcache.Sequence, n int, mtpOnly bool) error {
-	sp, err := a.spec()
-	if err != nil {
-		return err
-	}
-	return sp.Restore(s, n, mtpOnly)
+	return sp.Rewind(s, n)
 }

@@ -29,6 +29,32 @@ type Layout struct {
 	StateBytes  int64 // fixed bytes per sequence: window rings + compressor states
 	BlockBytes  int64 // bytes of one block over all compressed layers (0 if none)
 	Layers      []LayerKind
+	// Slack is the rows every rolling state has beyond its window
+	// (backend.KVSpec.Slack: the drafts a step writes past a sequence's
+	// committed length), counted in StateBytes.
+	Slack int
+}
+
+// WithSlack is l with n more slack rows in every window ring and
+// compressor pending state.
+func (l Layout) WithSlack(n int) Layout {
+	for _, k := range l.Layers {
+		l.StateBytes += int64(n) * int64(l.EntryBytes)
+		if k.Ratio > 0 {
+			cc := int64(compressCoff(k.Ratio))
+			l.StateBytes += 2 * int64(n) * cc * int64(k.HeadDim+k.IndexDim) * 4
+		}
+	}
+	l.Slack += n
+	return l
+}
+
+// compressCoff is the compressor's c (backend.CompressCoff).
+func compressCoff(ratio int) int {
+	if ratio == 4 {
+		return 2
+	}
+	return 1
 }
 
 // DefaultBlockTokens is a multiple of every compression ratio.
@@ -69,10 +95,7 @@ func LayoutFromConfig(c *checkpoint.Config, blockTokens int, s Store) (Layout, e
 		l.Layers = append(l.Layers, k)
 		l.StateBytes += int64(k.Window) * int64(l.EntryBytes)
 		if r > 0 {
-			cc := 1
-			if r == 4 {
-				cc = 2
-			}
+			cc := compressCoff(r)
 			// pending state: (A, Z) fp32 for cc·r rows of cc·Dc values.
 			l.StateBytes += int64(2*cc*r*cc*k.HeadDim) * 4
 			l.BlockBytes += int64(blockTokens/r) * int64(l.EntryBytes)
@@ -93,7 +116,6 @@ type Sequence struct {
 	blocks []int32
 	fresh  bool
 	freed  bool
-	spare  int // snapshot slot of speculative decoding, -1 if none
 	// Prefix cache (Match, Commit): the chain hashes of its full blocks, how
 	// many of its blocks were offered to the cache, and its hash root.
 	prefix    bool
@@ -159,7 +181,7 @@ func (m *Manager) NewSequence() *Sequence {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.nextID++
-	return &Sequence{ID: m.nextID, slot: -1, spare: -1}
+	return &Sequence{ID: m.nextID, slot: -1}
 }
 
 func (m *Manager) blocksFor(tokens int) int {
@@ -261,15 +283,11 @@ func (m *Manager) Free(s *Sequence) {
 		m.freeSlots = append(m.freeSlots, s.slot)
 		m.used -= m.layout.StateBytes
 	}
-	if s.spare >= 0 {
-		m.freeSlots = append(m.freeSlots, s.spare)
-		m.used -= m.layout.StateBytes
-	}
 	// Last block first: a prefix's tail is evicted before its head.
 	for i := len(s.blocks) - 1; i >= 0; i-- {
 		m.releaseBlock(s.blocks[i])
 	}
-	s.blocks, s.slot, s.spare, s.len, s.freed, s.hashes = nil, -1, -1, 0, true, nil
+	s.blocks, s.slot, s.len, s.freed, s.hashes = nil, -1, 0, true, nil
 }
 
 // UsedBytes is the storage currently owned by sequences (the prefix cache's

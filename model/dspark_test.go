@@ -1,6 +1,7 @@
 package model
 
 import (
+	"fmt"
 	"math"
 	"math/rand/v2"
 	"testing"
@@ -120,23 +121,36 @@ func TestDSparkRowsOption(t *testing.T) {
 }
 
 // TestDSparkSpeculativeRollback runs the main model and the drafter as a
-// DSpark speculative decoder does: each step drafts a block, verifies k
-// drafts of which a random number are right (Keep rows, Restore after a
-// rejection) and feeds the drafter the captured features of the verified
-// positions. Every verified row's logits and features equal plain
+// DSpark speculative decoder does: each step verifies the last token and k
+// drafts of which the first a are right, rewinds the sequence to them
+// (positional rollback) and feeds the drafter the captured features of the
+// verified positions. Every verified row's logits and features equal plain
 // decoding's bit for bit, and the last block's logits equal those of a
 // drafter given the same context without any speculation: neither the
-// rejected rows nor the blocks leave a trace. With the fp32 store (exact
-// numerics) and the compact one (faithful).
+// rejected rows nor the blocks leave a trace. For k = 1…3 and every
+// acceptance pattern with the fp32 store (exact numerics), and with the
+// compact one (faithful).
 func TestDSparkSpeculativeRollback(t *testing.T) {
 	for _, mode := range []string{"exact", "faithful"} {
-		t.Run(mode, func(t *testing.T) { dsparkSpeculativeRollback(t, mode) })
+		for k := 1; k <= 3; k++ {
+			for _, pt := range acceptPatterns {
+				if mode == "faithful" && (k != 3 || pt.name != "random") || testing.Short() && k != 3 {
+					continue
+				}
+				t.Run(fmt.Sprintf("%s k=%d %s", mode, k, pt.name), func(t *testing.T) {
+					dsparkSpeculativeRollback(t, mode, k, pt.accept)
+				})
+			}
+		}
 	}
 }
 
-func dsparkSpeculativeRollback(t *testing.T, mode string) {
-	const n, pre, k = 90, 20, 4
-	m := newSynth(t, checkpoint.SmallDSparkConfig(), mode)
+func dsparkSpeculativeRollback(t *testing.T, mode string, k int, accept func(rng *rand.Rand, s, k int) int) {
+	const n, pre = 90, 20
+	m, err := New(genWeights(t, checkpoint.SmallDSparkConfig(), 1), nil, Options{Numerics: mode, Drafts: k})
+	if err != nil {
+		t.Fatal(err)
+	}
 	c := m.Config()
 	w := m.DSparkDim()
 	toks := prompt(n, c.Vocab, 9)
@@ -164,37 +178,28 @@ func dsparkSpeculativeRollback(t *testing.T, mode string) {
 	}
 	feed(o.Hidden[0], 0, pre)
 	rng := rand.New(rand.NewPCG(3, 4))
-	kept, known := pre, pre+1
-	for known+k < n-1 {
-		if err := m.Snapshot(s, true); err != nil {
-			t.Fatal(err)
-		}
-		a := rng.IntN(k + 1)
-		in := append([]int32(nil), toks[kept:known+k]...)
-		nKeep := known - kept
-		for j := nKeep + a; j < len(in); j++ {
+	kept := pre // cached tokens; the next one is known, not yet fed
+	for step := 0; kept+1+k < n-1; step++ {
+		a := accept(rng, step, k)
+		in := append([]int32(nil), toks[kept:kept+1+k]...)
+		for j := 1 + a; j < len(in); j++ {
 			in[j] = (in[j] + int32(1+rng.IntN(50))) % int32(c.Vocab)
 		}
-		o, err := m.Forward(&Batch{Items: []BatchItem{{Seq: s, Tokens: in, AllLogits: true, Hidden: true, Keep: nKeep}}})
+		o, err := m.Forward(&Batch{Items: []BatchItem{{Seq: s, Tokens: in, AllLogits: true, Hidden: true}}})
 		if err != nil {
 			t.Fatal(err)
 		}
-		for r := range nKeep + a {
+		for r := range 1 + a {
 			equalRows(t, "verify row", kept+r, refRows[kept+r], o.Rows(0)[r])
 			equalRows(t, "verify row features", kept+r, refHid[(kept+r)*w:(kept+r+1)*w], o.Hidden[0][r*w:(r+1)*w])
 		}
-		if a == k {
-			kept += nKeep + k
-		} else {
-			if err := m.Restore(s, kept+nKeep, false); err != nil {
-				t.Fatal(err)
-			}
-			kept += nKeep
+		kept += 1 + a
+		if err := m.Rewind(s, kept); err != nil {
+			t.Fatal(err)
 		}
-		known += a + 1
 		m.Cache().Shrink(s, kept+1)
-		// The drafter gets the verified positions (replayed rows included once).
-		feed(refHid[fed*w:(known-1)*w], fed, known-1)
+		// The drafter gets the verified positions.
+		feed(refHid[fed*w:kept*w], fed, kept)
 	}
 	got, err := m.ForwardDSpark([]DSparkItem{{Seq: s, Start: fed, Anchor: toks[fed], Draft: true}})
 	if err != nil {

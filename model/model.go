@@ -49,6 +49,29 @@ type Options struct {
 	// dspark_block_size, 0 for dspark_block_size. It sizes the drafter's
 	// window rings (window + rows entries).
 	DSparkRows int
+	// Drafts is the most drafts a speculative step verifies per sequence
+	// (0 without speculative decoding): every rolling state (window rings,
+	// compressor pending states) gets that many slack rows
+	// (backend.KVSpec.Slack), so that rollback is rewinding the length.
+	// -1: the DSpark drafter's block rows (DSparkRows resolved).
+	Drafts int
+}
+
+// verifying reports whether a step is a verification of drafts: some item
+// has several rows and every such item wants each row's logits (a prefill
+// chunk wants its last one). Its recording is keyed on the rows of every
+// sequence (backend.Batch.Name "verify").
+func verifying(items []BatchItem) bool {
+	multi := false
+	for _, it := range items {
+		if len(it.Tokens) > 1 {
+			if !it.AllLogits && !it.DrawRows {
+				return false
+			}
+			multi = true
+		}
+	}
+	return multi
 }
 
 // DefaultCacheBytes is the cache capacity when Options.CacheBytes is 0.
@@ -195,6 +218,14 @@ func New(w *checkpoint.Weights, be backend.Backend, opts Options) (*Model, error
 			layout.Layers[i].Window = m.ds.window
 		}
 	}
+	drafts := opts.Drafts
+	if drafts == -1 && m.ds != nil {
+		drafts = m.ds.rows
+	}
+	if drafts < 0 {
+		return nil, fmt.Errorf("model: drafts %d (-1 only with a DSpark drafter)", opts.Drafts)
+	}
+	layout = layout.WithSlack(drafts)
 	capBytes := opts.CacheBytes
 	if opts.SizeCache != nil {
 		if capBytes, err = opts.SizeCache(layout); err != nil {
@@ -209,7 +240,7 @@ func New(w *checkpoint.Weights, be backend.Backend, opts Options) (*Model, error
 		// One rank only: the ranks of a split model would not follow the hits.
 		m.cache.AllowPrefixCaching(fmt.Sprintf("numerics=%s store=%s", num, layout.Store))
 	}
-	spec := backend.KVSpec{BlockTokens: layout.BlockTokens, Compact: layout.Store == kvcache.StoreCompact, MaxBlocks: m.cache.MaxBlocks(), MaxSlots: m.cache.MaxSlots()}
+	spec := backend.KVSpec{BlockTokens: layout.BlockTokens, Compact: layout.Store == kvcache.StoreCompact, MaxBlocks: m.cache.MaxBlocks(), MaxSlots: m.cache.MaxSlots(), Slack: layout.Slack}
 	for _, k := range layout.Layers {
 		spec.Layers = append(spec.Layers, backend.LayerKV{Window: k.Window, HeadDim: k.HeadDim, RopeDim: k.RopeDim, Ratio: k.Ratio, IndexDim: k.IndexDim})
 	}
@@ -339,10 +370,6 @@ type BatchItem struct {
 	// greedy verification of drafts needs only these. Where the model cannot
 	// draw, Logits holds every row instead.
 	DrawRows bool
-	// Keep > 0 makes the rows after the first Keep speculative: the cache
-	// state after the first Keep rows is kept in the sequence's spare slot
-	// (Snapshot reserves it), so that Restore undoes the others.
-	Keep int
 }
 
 // Output holds per item its fp32 logits, flattened rows×vocab: one row (its
@@ -472,14 +499,7 @@ func (m *Model) prepare(items []BatchItem, mtp bool) (*backend.Batch, []int32, e
 				return nil, nil, fmt.Errorf("model: %w", err)
 			}
 		}
-		si := backend.SeqInfo{Slot: it.Seq.Slot(), Blocks: it.Seq.Blocks(), Start: start, Row0: len(ids), Rows: len(it.Tokens)}
-		if it.Keep > 0 && it.Keep < len(it.Tokens) {
-			if it.Seq.Spare() < 0 {
-				return nil, nil, fmt.Errorf("model: item %d: speculative rows need a snapshot slot (Snapshot first)", i)
-			}
-			si.Keep, si.Spare = it.Keep, it.Seq.Spare()
-		}
-		bt.Seqs = append(bt.Seqs, si)
+		bt.Seqs = append(bt.Seqs, backend.SeqInfo{Slot: it.Seq.Slot(), Blocks: it.Seq.Blocks(), Start: start, Row0: len(ids), Rows: len(it.Tokens)})
 		for k, t := range it.Tokens {
 			ids = append(ids, t)
 			bt.Pos = append(bt.Pos, int32(start+k))
@@ -500,6 +520,9 @@ func (m *Model) Forward(b *Batch) (*Output, error) {
 	bt, ids, err := m.prepare(b.Items, false)
 	if err != nil {
 		return nil, err
+	}
+	if verifying(b.Items) {
+		bt.Name = "verify"
 	}
 	if m.tr != nil {
 		m.tr.batch = bt

@@ -10,13 +10,13 @@ import (
 	"github.com/megamoe/megamoe/num"
 )
 
-// compState is the pending state of one compressor: rows (c·r) of width c·Dc;
-// for ratio 4 rows [0,4) hold the previous complete window, [4,8) the current.
+// compState is the pending state of one compressor: a ring of
+// KVSpec.CompRows rows of width c·Dc, position p at row p mod CompRows.
 type compState struct{ A, Z []float32 }
 
 type layerState struct {
-	win       []float32 // Window × HeadDim ring, slot = pos mod Window (fp32 store)
-	winC      []byte    // the ring as Window compact entries (compact store)
+	win       []float32 // RingLen × HeadDim ring, slot = pos mod RingLen (fp32 store)
+	winC      []byte    // the ring as RingLen compact entries (compact store)
 	comp, idx compState
 }
 
@@ -61,9 +61,8 @@ func store(s backend.KVStore) (*kvStore, error) {
 	return k, nil
 }
 
-func newComp(ratio, dim int) compState {
-	c := coff(ratio)
-	n := c * ratio * c * dim
+func newComp(rows, ratio, dim int) compState {
+	n := rows * coff(ratio) * dim
 	st := compState{A: make([]float32, n), Z: make([]float32, n)}
 	return st
 }
@@ -105,14 +104,14 @@ func (k *kvStore) alloc(id int) *slotState {
 		for i, l := range k.spec.Layers {
 			ls := &st.layers[i]
 			if k.fmts != nil {
-				ls.winC = make([]byte, l.Window*k.fmts[i].entry.Bytes())
+				ls.winC = make([]byte, k.spec.RingLen(i)*k.fmts[i].entry.Bytes())
 			} else {
-				ls.win = make([]float32, l.Window*l.HeadDim)
+				ls.win = make([]float32, k.spec.RingLen(i)*l.HeadDim)
 			}
 			if l.Ratio > 0 {
-				ls.comp = newComp(l.Ratio, l.HeadDim)
+				ls.comp = newComp(k.spec.CompRows(i), l.Ratio, l.HeadDim)
 				if l.IndexDim > 0 {
-					ls.idx = newComp(l.Ratio, l.IndexDim)
+					ls.idx = newComp(k.spec.CompRows(i), l.Ratio, l.IndexDim)
 				}
 			}
 		}
@@ -266,6 +265,7 @@ func (b *Backend) Compress(s backend.KVStore, A, Z backend.Tensor, a backend.Com
 	at, zt := t[0], t[1]
 	r, dc, c := a.Ratio, a.Dim, coff(a.Ratio)
 	w := c * dc
+	L := k.spec.CompRows(a.Layer)
 	ape, okA := a.APE.(*mat)
 	nw, okN := a.Norm.(*vec)
 	if !okA || !okN {
@@ -300,10 +300,7 @@ func (b *Backend) Compress(s backend.KVStore, A, Z backend.Tensor, a backend.Com
 				row := sq.Row0 + i
 				t := int(bt.Pos[row])
 				wi := t % r
-				sr := wi
-				if c == 2 {
-					sr = r + wi
-				}
+				sr := t % L
 				copy(st.A[sr*w:(sr+1)*w], at.Row(row))
 				zr := st.Z[sr*w : (sr+1)*w]
 				for ch, v := range zt.Row(row) {
@@ -313,11 +310,7 @@ func (b *Backend) Compress(s backend.KVStore, A, Z backend.Tensor, a backend.Com
 					continue
 				}
 				j := (t+1)/r - 1
-				pool(st, r, dc, c, u)
-				if c == 2 { // roll: current window becomes the previous one
-					copy(st.A[:r*w], st.A[r*w:])
-					copy(st.Z[:r*w], st.Z[r*w:])
-				}
+				pool(st, t, L, r, dc, c, u)
 				if faithful {
 					num.RoundBF16Slice(u)
 				}
@@ -337,19 +330,20 @@ func (b *Backend) Compress(s backend.KVStore, A, Z backend.Tensor, a backend.Com
 	})
 }
 
-// pool computes the per-channel softmax-weighted sum over the state's slots.
-// Ratio 4: the "a" halves of rows [0,4) then the "b" halves of rows [4,8).
-func pool(st *compState, r, dc, c int, u []float32) {
+// pool computes the per-channel softmax-weighted sum over the c·r positions
+// up to t (the window's last), oldest first, from the ring of L rows. Ratio
+// 4: the "a" halves of the previous window's rows, then the "b" halves of
+// the current one's. The previous window of the first entry is positions
+// below 0, ring rows never written since the reset (z = -inf).
+func pool(st *compState, t, L, r, dc, c int, u []float32) {
 	w := c * dc
 	nslots := c * r
 	off := func(s int) int {
-		if c == 2 && s < r {
-			return s * w // "a" half of the previous window
+		o := ((t-nslots+1+s)%L + L) % L * w
+		if c == 2 && s >= r {
+			o += dc // "b" half of the current window
 		}
-		if c == 2 {
-			return s*w + dc // "b" half of the current window
-		}
-		return s * w
+		return o
 	}
 	for ch := range dc {
 		mx := float32(math.Inf(-1))
@@ -633,14 +627,13 @@ func (b *Backend) WriteWindow(s backend.KVStore, layer int, kv backend.Tensor, b
 	if err != nil {
 		return err
 	}
-	l := k.spec.Layers[layer]
 	for si := range bt.Seqs {
 		sq := &bt.Seqs[si]
 		slot, err := k.slot(sq.Slot)
 		if err != nil {
 			return err
 		}
-		for i := max(0, sq.Rows-l.Window); i < sq.Rows; i++ {
+		for i := max(0, sq.Rows-k.spec.RingLen(layer)); i < sq.Rows; i++ {
 			if err := k.writeRing(&slot.layers[layer], layer, sq.Start+i, kt.Row(sq.Row0+i)); err != nil {
 				return fmt.Errorf("write window: %w", err)
 			}

@@ -122,7 +122,7 @@ func (k *kvStore) ringSlot(ls *layerState, layer, i int) []byte {
 // fp32 store, or the slot decoded into buf for a compact one.
 func (k *kvStore) readRing(ls *layerState, layer, p int, buf []float32) ([]float32, error) {
 	l := k.spec.Layers[layer]
-	i := p % l.Window
+	i := p % k.spec.RingLen(layer)
 	if k.fmts == nil {
 		return ls.win[i*l.HeadDim : (i+1)*l.HeadDim], nil
 	}
@@ -135,7 +135,7 @@ func (k *kvStore) readRing(ls *layerState, layer, p int, buf []float32) ([]float
 // writeRing stores x as the ring's entry for position p.
 func (k *kvStore) writeRing(ls *layerState, layer, p int, x []float32) error {
 	l := k.spec.Layers[layer]
-	i := p % l.Window
+	i := p % k.spec.RingLen(layer)
 	if k.fmts == nil {
 		copy(ls.win[i*l.HeadDim:(i+1)*l.HeadDim], x)
 		return nil

@@ -27,9 +27,9 @@ func (b *Backend) WriteWindow(s backend.KVStore, layer int, kv backend.Tensor, b
 		return err
 	}
 	if k.spec.Compact {
-		return cuda.WriteWindowKV8(b.s, kl.win.Ptr, kt.ptr, db.Seqs, db.Seq, db.Rows, l.Window, l.HeadDim, l.HeadDim-l.RopeDim, kl.eb)
+		return cuda.WriteWindowKV8(b.s, kl.win.Ptr, kt.ptr, db.Seqs, db.Seq, db.Rows, kl.ring, l.HeadDim, l.HeadDim-l.RopeDim, kl.eb)
 	}
-	return cuda.WriteWindowF32(b.s, kl.win.Ptr, kt.ptr, db.Seqs, db.Seq, db.Rows, l.Window, l.HeadDim)
+	return cuda.WriteWindowF32(b.s, kl.win.Ptr, kt.ptr, db.Seqs, db.Seq, db.Rows, kl.ring, l.HeadDim)
 }
 
 // Compress implements backend.Backend: one CTA per row, those that complete
@@ -71,7 +71,7 @@ func (b *Backend) Compress(s backend.KVStore, A, Z backend.Tensor, a backend.Com
 	if err != nil {
 		return err
 	}
-	sh := cuda.CompressShape{R: r, Dc: dc, C: c, Per: kl.per, RopeDim: rt.dim, Kind: kind, Bytes: eb, Eps: a.NormEps}
+	sh := cuda.CompressShape{R: r, Dc: dc, C: c, Per: kl.per, RopeDim: rt.dim, Kind: kind, Bytes: eb, Rows: kl.rows, Eps: a.NormEps}
 	if err := cuda.CompressF32(b.s, dst.Ptr, at.ptr, zt.ptr, ape.buf.Ptr, st.a.Ptr, st.z.Ptr, nw.buf.Ptr, rt.f32.Ptr, rt.f64.Ptr,
 		db.Seqs, db.Blocks, db.Pos, db.Seq, db.Rows, sh, b.faithful()); err != nil {
 		return fmt.Errorf("compress layer %d: %w", a.Layer, err)
@@ -181,7 +181,7 @@ func (b *Backend) SparseAttention(s backend.KVStore, q, kv, sel backend.Tensor, 
 	if kl.kv != nil {
 		ent = kl.kv.Ptr
 	}
-	sh := cuda.AttnShape{Rows: n, Heads: H, D: D, Window: a.Window, Ratio: a.Ratio, Per: max(kl.per, 1), SelCols: selCols, Scale: a.Scale}
+	sh := cuda.AttnShape{Rows: n, Heads: H, D: D, Window: a.Window, Ring: kl.ring, Ratio: a.Ratio, Per: max(kl.per, 1), SelCols: selCols, Scale: a.Scale}
 	if k.spec.Compact {
 		sh.Nope, sh.EntryBytes = D-kl.spec.RopeDim, kl.eb
 	}

@@ -14,15 +14,37 @@ import (
 // writes over a multi-step schedule (prefill chunks, then decode) on layers of
 // ratio 0, 4 (with indexer) and 128, comparing every output with the CPU.
 func TestKVStoreSteps(t *testing.T) {
-	const (
-		D, RD, W, ID, IH, H, topK = 128, 64, 16, 64, 4, 8, 12
-	)
-	spec := backend.KVSpec{BlockTokens: 256, MaxBlocks: 8, MaxSlots: 2, Layers: []backend.LayerKV{
-		{Window: W, HeadDim: D}, {Window: W, HeadDim: D, Ratio: 4, IndexDim: ID}, {Window: W, HeadDim: D, Ratio: 128}}}
 	// Rows per sequence and step: prefill chunks, then decode; the second
 	// sequence starts short (window padding with Start > 0) and crosses
 	// position 128 in a decode step, the first inside a prefill chunk.
 	steps := [][2]int{{37, 5}, {40, 32}, {60, 30}, {1, 1}, {1, 55}, {3, 1}, {1, 1}, {1, 2}, {1, 1}, {1, 1}}
+	kvStoreSteps(t, 0, steps, steps)
+}
+
+// TestKVStoreRollback is TestKVStoreSteps with positional rollback on a
+// store with slack 3: after prefill, steps of the last token and 3 drafts
+// per sequence commit 1 to 4 rows (the rest stay written in rings and
+// blocks; nothing is copied, committed rows are not fed again), across
+// window wraps and the entries of ratio 4 and 128. The CPU's rollback is
+// exact against a run without drafts (cpu.TestPositionalRollback).
+func TestKVStoreRollback(t *testing.T) {
+	steps := [][2]int{{60, 6}, {60, 1}}
+	commit := [][2]int{{60, 6}, {60, 1}}
+	for i := range 9 {
+		steps = append(steps, [2]int{4, 4})
+		commit = append(commit, [2]int{1 + i%4, 1 + (i+2)%4})
+	}
+	kvStoreSteps(t, 3, steps, commit)
+}
+
+// kvStoreSteps runs steps (rows per sequence) on a store with the slack,
+// each advancing the sequences by commit's rows.
+func kvStoreSteps(t *testing.T, slack int, steps, commit [][2]int) {
+	const (
+		D, RD, W, ID, IH, H, topK = 128, 64, 16, 64, 4, 8, 12
+	)
+	spec := backend.KVSpec{BlockTokens: 256, MaxBlocks: 8, MaxSlots: 2, Slack: slack, Layers: []backend.LayerKV{
+		{Window: W, HeadDim: D}, {Window: W, HeadDim: D, Ratio: 4, IndexDim: ID}, {Window: W, HeadDim: D, Ratio: 128}}}
 	for _, mode := range []backend.Numerics{backend.Faithful, backend.Exact} {
 		t.Run(mode.String(), func(t *testing.T) {
 			p := newPair(t, mode)
@@ -128,7 +150,7 @@ func TestKVStoreSteps(t *testing.T) {
 					must(t, p.G.WriteWindow(kv.G, layer, kvr.G, bt))
 				}
 				for i := range starts {
-					starts[i] += st[i]
+					starts[i] += commit[si][i]
 				}
 			}
 		})

@@ -90,9 +90,9 @@ func (d *devBatch) place(p cuda.DevicePtr) {
 	d.Blocks = d.Seq.Add(4 * d.Rows)
 }
 
-// batchLayouts is how many device layouts deviceBatch keeps: a step with
-// speculative rows alternates, layer by layer, between its batch and the two
-// sub-batches of its stateful ops (kept rows, drafts).
+// batchLayouts is how many device layouts deviceBatch keeps: a step may
+// alternate, layer by layer, between its batch and further layouts of its
+// ops (Batch.Also: a DSpark block's attention rows).
 const batchLayouts = 4
 
 // deviceBatch returns bt's device layout (uploading it unless one of the

@@ -20,7 +20,7 @@ func dsparkTwins(t *testing.T, g *Backend) (*checkpoint.Weights, *model.Model, *
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { st.Close() })
-	mc, mg := twinModels(t, w, g, model.Options{CacheBytes: 64 << 20, Numerics: "exact"})
+	mc, mg := twinModels(t, w, g, model.Options{CacheBytes: 64 << 20, Numerics: "exact", Drafts: -1})
 	return w, mc, mg
 }
 

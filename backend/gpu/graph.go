@@ -22,14 +22,11 @@ import (
 // Graphs run one at a time on the backend's stream and rewrite every buffer
 // before reading it, so they share the arena.
 //
-// A step with drafts (SeqInfo.Keep) is recorded too: its stateful ops run on
-// the two parts of backend.Batch.SplitKeep, whose layouts the recording
-// holds beside the step's, as it holds the index lists of the parts' row
-// gathers and of the snapshot copies (spare and state slots). When every
-// sequence verifies drafts, the key is the batch, the rows and the kept
-// rows in all (the shapes), so steps whose sequences keep different rows,
-// or have other slots, replay one recording; otherwise it holds every
-// sequence's rows, kept rows, slot and spare slot.
+// A verification of drafts (Batch.Name "verify": every row's logits wanted,
+// the last token and N drafts a drafting sequence) is recorded too: its key
+// is the batch and every sequence's rows (at most mtpGraphRows), its slots
+// and positions inputs like a decode step's. Rollback rewinds lengths only,
+// so nothing else of a step with drafts is baked.
 //
 // A pass of the MTP block (Batch.Name "mtp") is recorded apart from the
 // main model's steps: its key is the batch and its rows in all (a catch-up
@@ -199,26 +196,20 @@ func (b *Backend) GraphStats() GraphStats {
 }
 
 // graphKey is the recorded layout of bt, or "" when bt is no decode step
-// (one row per sequence, or a verification's rows with Keep).
+// (one row per sequence) or verification.
 func graphKey(bt *backend.Batch) (key string, capacity int) {
 	if strings.HasPrefix(bt.Name, "dspark") {
 		return dsparkKey(bt)
 	}
-	if len(bt.Seqs) == 0 || bt.Name != "" && bt.Name != "mtp" {
+	if len(bt.Seqs) == 0 || bt.Name != "" && bt.Name != "mtp" && bt.Name != "verify" {
 		return "", 0
 	}
-	end, kept, drafting := 0, 0, 0
+	end := 0
 	var spec strings.Builder
 	mtp := bt.Name == "mtp"
 	for _, s := range bt.Seqs {
-		if s.Keep > 0 && s.Keep < s.Rows && !mtp {
-			kept += s.Keep
-			drafting++
-		}
 		switch {
-		case s.Keep > 0 && s.Keep < s.Rows && !mtp:
-			fmt.Fprintf(&spec, " %d/%d@%d>%d", s.Rows, s.Keep, s.Slot, s.Spare)
-		case mtp && s.Rows >= 1 && s.Rows <= mtpGraphRows:
+		case (mtp || bt.Name == "verify") && s.Rows >= 1 && s.Rows <= mtpGraphRows:
 			fmt.Fprintf(&spec, " %d", s.Rows)
 		case s.Rows != 1:
 			return "", 0
@@ -231,11 +222,8 @@ func graphKey(bt *backend.Batch) (key string, capacity int) {
 	for capacity < end {
 		capacity *= 2
 	}
-	switch {
-	case mtp: // the last rows are inputs
+	if mtp { // the last rows are inputs
 		return fmt.Sprintf("mtp n=%d ctx=%d rows=%d", len(bt.Seqs), capacity, bt.Rows()), capacity
-	case drafting == len(bt.Seqs): // every sequence verifies drafts: its rows and slots are inputs
-		return fmt.Sprintf("verify n=%d ctx=%d rows=%d kept=%d", len(bt.Seqs), capacity, bt.Rows(), kept), capacity
 	}
 	if bt.Rows() == len(bt.Seqs) {
 		return fmt.Sprintf("decode n=%d ctx=%d", len(bt.Seqs), capacity), capacity
@@ -270,8 +258,8 @@ func dsparkKey(bt *backend.Batch) (string, int) {
 }
 
 // stepWords appends the device inputs of the step bt to dst: its layout,
-// then for a step with drafts the layouts of SplitKeep's parts, and its
-// index lists (stepLists). It returns the layouts and the lists' word ranges
+// then the further layouts of its ops (Batch.Also), and its index lists
+// (stepLists). It returns the layouts and the lists' word ranges
 // in dst (empty for the lists a step has not).
 func stepWords(bt *backend.Batch, capBlk int, dst []int32) ([]int32, []devBatch, [numLists][2]int, error) {
 	var at [numLists][2]int
@@ -281,11 +269,7 @@ func stepWords(bt *backend.Batch, capBlk int, dst []int32) ([]int32, []devBatch,
 	}
 	dbs := []devBatch{db}
 	lists := stepLists(bt)
-	var parts []*backend.Batch
-	if keep, spec, _, _, ok := bt.SplitKeep(); ok && bt.Name != "mtp" {
-		parts = []*backend.Batch{keep, spec}
-	}
-	for _, part := range append(parts, bt.Also...) {
+	for _, part := range bt.Also {
 		if dst, db, err = layoutBatch(part, capBlk, dst); err != nil {
 			return nil, nil, at, err
 		}
@@ -299,16 +283,10 @@ func stepWords(bt *backend.Batch, capBlk int, dst []int32) ([]int32, []devBatch,
 }
 
 // The index lists of a step, inputs of its recording, so that its key need
-// not hold what they index: for a step with drafts the rows of SplitKeep's
-// two parts (their gathers) and the spare and state slots of the
-// speculative sequences (their snapshot copies); for an MTP pass the last
-// row of every sequence (the head's gather).
+// not hold what they index: for an MTP pass the last row of every sequence
+// (the head's gather).
 const (
-	listKeepRows = iota
-	listSpecRows
-	listSpares
-	listSlots
-	listLast
+	listLast = iota
 	numLists
 )
 
@@ -317,17 +295,6 @@ func stepLists(bt *backend.Batch) (l [numLists][]int32) {
 	if bt.Name == "mtp" {
 		for _, sq := range bt.Seqs {
 			l[listLast] = append(l[listLast], int32(sq.Row0+sq.Rows-1))
-		}
-		return l
-	}
-	_, _, keepRows, specRows, ok := bt.SplitKeep()
-	if !ok {
-		return l
-	}
-	l[listKeepRows], l[listSpecRows] = int32s(keepRows), int32s(specRows)
-	for _, sq := range bt.Seqs {
-		if sq.Keep > 0 && sq.Keep < sq.Rows {
-			l[listSpares], l[listSlots] = append(l[listSpares], int32(sq.Spare)), append(l[listSlots], int32(sq.Slot))
 		}
 	}
 	return l
@@ -424,17 +391,9 @@ func (b *Backend) fits(bt *backend.Batch, capacity int) bool {
 }
 
 // totalsKey reports whether bt's key holds only totals (graphKey): an MTP
-// pass, or a step where every sequence verifies drafts.
+// or DSpark pass.
 func totalsKey(bt *backend.Batch) bool {
-	if bt.Name == "mtp" || strings.HasPrefix(bt.Name, "dspark") {
-		return true
-	}
-	for _, s := range bt.Seqs {
-		if s.Keep <= 0 || s.Keep >= s.Rows {
-			return false
-		}
-	}
-	return len(bt.Seqs) > 0
+	return bt.Name == "mtp" || strings.HasPrefix(bt.Name, "dspark")
 }
 
 // stepKind names bt's kind in GraphStats.Kinds.
@@ -446,11 +405,8 @@ func stepKind(bt *backend.Batch) string {
 		return "dspark ctx"
 	case strings.HasPrefix(bt.Name, "dspark"):
 		return "dspark"
-	}
-	for _, s := range bt.Seqs {
-		if s.Keep > 0 && s.Keep < s.Rows {
-			return "verify"
-		}
+	case bt.Name == "verify":
+		return "verify"
 	}
 	return "step"
 }

@@ -7,11 +7,11 @@ import (
 	"github.com/megamoe/megamoe/backend"
 )
 
-// batchOf lays out sequences of (rows, keep, slot, spare) as the model does.
-func batchOf(name string, seqs ...[4]int) *backend.Batch {
+// batchOf lays out sequences of (rows, slot) as the model does.
+func batchOf(name string, seqs ...[2]int) *backend.Batch {
 	bt := &backend.Batch{Name: name}
 	for i, s := range seqs {
-		bt.Seqs = append(bt.Seqs, backend.SeqInfo{Slot: s[2], Spare: s[3], Start: 100, Row0: len(bt.Pos), Rows: s[0], Keep: s[1]})
+		bt.Seqs = append(bt.Seqs, backend.SeqInfo{Slot: s[1], Start: 100, Row0: len(bt.Pos), Rows: s[0]})
 		for r := range s[0] {
 			bt.Pos = append(bt.Pos, int32(100+r))
 			bt.Seq = append(bt.Seq, int32(i))
@@ -21,24 +21,24 @@ func batchOf(name string, seqs ...[4]int) *backend.Batch {
 }
 
 // TestGraphKeys: steps whose sequences differ only in what the recording
-// takes as inputs (kept rows per sequence, slots, last rows of an MTP pass)
-// share a key; the others do not; steps that are not recorded have none.
+// takes as inputs (slots, last rows of an MTP pass) share a key; the others
+// do not; steps that are not recorded have none.
 func TestGraphKeys(t *testing.T) {
 	cases := []struct {
 		name string
 		a, b *backend.Batch
 		same bool
 	}{
-		{"verify: kept rows per sequence and slots", batchOf("", [4]int{3, 1, 0, 5}, [4]int{4, 2, 1, 6}), batchOf("", [4]int{4, 2, 2, 7}, [4]int{3, 1, 3, 8}), true},
-		{"verify: kept rows in all", batchOf("", [4]int{3, 1, 0, 5}, [4]int{3, 1, 1, 6}), batchOf("", [4]int{4, 2, 0, 5}, [4]int{3, 1, 1, 6}), false},
-		{"verify beside a decode row: slots", batchOf("", [4]int{3, 1, 0, 5}, [4]int{1, 0, 1, -1}), batchOf("", [4]int{3, 1, 2, 5}, [4]int{1, 0, 1, -1}), false},
-		{"mtp: rows per sequence", batchOf("mtp", [4]int{2, 0, 0, 0}, [4]int{1, 0, 1, 0}), batchOf("mtp", [4]int{1, 0, 3, 0}, [4]int{2, 0, 1, 0}), true},
-		{"mtp against a decode step", batchOf("mtp", [4]int{1, 0, 0, 0}), batchOf("", [4]int{1, 0, 0, 0}), false},
-		{"dspark context: rows per sequence and slots", batchOf("dspark ctx", [4]int{2, 0, 0, 0}, [4]int{1, 0, 1, 0}), batchOf("dspark ctx", [4]int{1, 0, 3, 0}, [4]int{2, 0, 2, 0}), true},
-		{"dspark context: rows in all", batchOf("dspark ctx", [4]int{2, 0, 0, 0}), batchOf("dspark ctx", [4]int{3, 0, 0, 0}), false},
-		{"dspark blocks: slots", batchOf("dspark draw", [4]int{4, 0, 0, 0}, [4]int{4, 0, 1, 0}), batchOf("dspark draw", [4]int{4, 0, 5, 0}, [4]int{4, 0, 2, 0}), true},
-		{"dspark blocks drawn or not", batchOf("dspark draw", [4]int{4, 0, 0, 0}), batchOf("dspark", [4]int{4, 0, 0, 0}), false},
-		{"dspark context against an mtp pass", batchOf("dspark ctx", [4]int{1, 0, 0, 0}), batchOf("mtp", [4]int{1, 0, 0, 0}), false},
+		{"verify: slots", batchOf("verify", [2]int{3, 0}, [2]int{3, 1}), batchOf("verify", [2]int{3, 2}, [2]int{3, 3}), true},
+		{"verify: rows per sequence", batchOf("verify", [2]int{3, 0}, [2]int{4, 1}), batchOf("verify", [2]int{4, 0}, [2]int{3, 1}), false},
+		{"verify beside a decode row: slots", batchOf("verify", [2]int{3, 0}, [2]int{1, 1}), batchOf("verify", [2]int{3, 2}, [2]int{1, 3}), true},
+		{"mtp: rows per sequence", batchOf("mtp", [2]int{2, 0}, [2]int{1, 1}), batchOf("mtp", [2]int{1, 3}, [2]int{2, 1}), true},
+		{"mtp against a decode step", batchOf("mtp", [2]int{1, 0}), batchOf("", [2]int{1, 0}), false},
+		{"dspark context: rows per sequence and slots", batchOf("dspark ctx", [2]int{2, 0}, [2]int{1, 1}), batchOf("dspark ctx", [2]int{1, 3}, [2]int{2, 2}), true},
+		{"dspark context: rows in all", batchOf("dspark ctx", [2]int{2, 0}), batchOf("dspark ctx", [2]int{3, 0}), false},
+		{"dspark blocks: slots", batchOf("dspark draw", [2]int{4, 0}, [2]int{4, 1}), batchOf("dspark draw", [2]int{4, 5}, [2]int{4, 2}), true},
+		{"dspark blocks drawn or not", batchOf("dspark draw", [2]int{4, 0}), batchOf("dspark", [2]int{4, 0}), false},
+		{"dspark context against an mtp pass", batchOf("dspark ctx", [2]int{1, 0}), batchOf("mtp", [2]int{1, 0}), false},
 	}
 	for _, c := range cases {
 		ka, _ := graphKey(c.a)
@@ -48,11 +48,12 @@ func TestGraphKeys(t *testing.T) {
 		}
 	}
 	for _, bt := range []*backend.Batch{
-		batchOf("", [4]int{5, 0, 0, 0}),            // a prompt
-		batchOf("mtp", [4]int{40, 0, 0, 0}),        // the MTP block over a prompt
-		batchOf("mtp all", [4]int{2, 0, 0, 0}),     // every row's logits
-		batchOf("dspark ctx", [4]int{40, 0, 0, 0}), // the DSpark context of a prompt
-		batchOf("dspark other", [4]int{4, 0, 0, 0}),
+		batchOf("", [2]int{5, 0}),            // a prompt
+		batchOf("verify", [2]int{40, 0}),     // more rows than a verification has
+		batchOf("mtp", [2]int{40, 0}),        // the MTP block over a prompt
+		batchOf("mtp all", [2]int{2, 0}),     // every row's logits
+		batchOf("dspark ctx", [2]int{40, 0}), // the DSpark context of a prompt
+		batchOf("dspark other", [2]int{4, 0}),
 	} {
 		if k, _ := graphKey(bt); k != "" {
 			t.Errorf("%+v: key %q, want none", bt.Seqs, k)
@@ -60,20 +61,15 @@ func TestGraphKeys(t *testing.T) {
 	}
 }
 
-// TestStepLists: a verification's lists are its parts' rows and its
-// speculative sequences' spare and state slots; an MTP pass's the last row
-// of each sequence.
+// TestStepLists: an MTP pass's list is the last row of each sequence; a
+// verification has none.
 func TestStepLists(t *testing.T) {
-	l := stepLists(batchOf("", [4]int{3, 1, 0, 5}, [4]int{1, 0, 1, -1}, [4]int{4, 2, 2, 7}))
-	want := [numLists][]int32{listKeepRows: {0, 3, 4, 5}, listSpecRows: {1, 2, 6, 7}, listSpares: {5, 7}, listSlots: {0, 2}}
-	for i := range want {
-		if !slices.Equal(l[i], want[i]) {
-			t.Errorf("verification list %d: %v, want %v", i, l[i], want[i])
-		}
+	if l := stepLists(batchOf("verify", [2]int{3, 0}, [2]int{1, 1})); l[listLast] != nil {
+		t.Errorf("verification lists %v, want none", l)
 	}
-	l = stepLists(batchOf("mtp", [4]int{2, 0, 0, 0}, [4]int{1, 0, 1, 0}, [4]int{3, 0, 2, 0}))
-	if !slices.Equal(l[listLast], []int32{1, 2, 5}) || l[listKeepRows] != nil {
-		t.Errorf("mtp lists %v, want last rows [1 2 5] only", l)
+	l := stepLists(batchOf("mtp", [2]int{2, 0}, [2]int{1, 1}, [2]int{3, 2}))
+	if !slices.Equal(l[listLast], []int32{1, 2, 5}) {
+		t.Errorf("mtp lists %v, want last rows [1 2 5]", l)
 	}
 }
 

@@ -23,14 +23,17 @@ type kvLayer struct {
 	spec      backend.LayerKV
 	per       int          // entries per block (0 for ratio 0)
 	eb, kb    int          // bytes per entry, per index key
-	win       *cuda.Buffer // [MaxSlots][Window] entries
+	ring      int          // window ring entries (Window + slack)
+	rows      int          // compressor ring rows (c·Ratio + slack)
+	win       *cuda.Buffer // [MaxSlots][ring] entries
 	kv, ik    *cuda.Buffer // [MaxBlocks][per] entries | index keys
 	comp, idx compBufs
 }
 
-// newKVLayer returns the geometry of layer l's storage (no buffers yet).
-func newKVLayer(l backend.LayerKV, compact bool, blockTokens int) (kvLayer, error) {
-	kl := kvLayer{spec: l, eb: 4 * l.HeadDim, kb: 4 * l.IndexDim}
+// newKVLayer returns the geometry of layer l's storage (no buffers yet);
+// slack as backend.KVSpec.Slack.
+func newKVLayer(l backend.LayerKV, compact bool, blockTokens, slack int) (kvLayer, error) {
+	kl := kvLayer{spec: l, eb: 4 * l.HeadDim, kb: 4 * l.IndexDim, ring: l.Window + slack}
 	if compact {
 		ef, err := kvcache.NewEntryFormat(l.HeadDim, l.RopeDim)
 		if err != nil {
@@ -48,16 +51,17 @@ func newKVLayer(l backend.LayerKV, compact bool, blockTokens int) (kvLayer, erro
 	if l.Ratio > 0 {
 		c := coff(l.Ratio)
 		kl.per = blockTokens / l.Ratio
-		kl.comp.n = c * l.Ratio * c * l.HeadDim
+		kl.rows = c*l.Ratio + slack
+		kl.comp.n = kl.rows * c * l.HeadDim
 		if l.IndexDim > 0 {
-			kl.idx.n = c * l.Ratio * c * l.IndexDim
+			kl.idx.n = kl.rows * c * l.IndexDim
 		}
 	}
 	return kl, nil
 }
 
 // slotBytes is what one state slot takes: window ring and compressor states.
-func (kl *kvLayer) slotBytes() int { return kl.spec.Window*kl.eb + 2*4*(kl.comp.n+kl.idx.n) }
+func (kl *kvLayer) slotBytes() int { return kl.ring*kl.eb + 2*4*(kl.comp.n+kl.idx.n) }
 
 // blockBytes is what one block takes: compressed entries and index keys.
 func (kl *kvLayer) blockBytes() int {
@@ -100,11 +104,11 @@ func (b *Backend) NewKVStore(spec backend.KVSpec) (backend.KVStore, error) {
 		return buf, nil
 	}
 	for i, l := range spec.Layers {
-		kl, err := newKVLayer(l, spec.Compact, spec.BlockTokens)
+		kl, err := newKVLayer(l, spec.Compact, spec.BlockTokens, spec.Slack)
 		if err != nil {
 			return nil, fmt.Errorf("kv store: layer %d: %w", i, err)
 		}
-		if kl.win, err = alloc(spec.MaxSlots * l.Window * kl.eb); err != nil {
+		if kl.win, err = alloc(spec.MaxSlots * kl.ring * kl.eb); err != nil {
 			return nil, fmt.Errorf("kv store: layer %d window: %w", i, err)
 		}
 		if l.Ratio > 0 {
@@ -162,7 +166,7 @@ func (b *Backend) ResetSlot(s backend.KVStore, slot int) error {
 	ninf := math.Float32bits(float32(math.Inf(-1)))
 	for i := range k.layers {
 		kl := &k.layers[i]
-		wn := kl.spec.Window * kl.eb
+		wn := kl.ring * kl.eb
 		if err := b.s.Memset8(kl.win.Ptr.Add(slot*wn), 0, wn); err != nil {
 			return fmt.Errorf("reset slot %d: %w", slot, err)
 		}
@@ -212,14 +216,7 @@ func (b *Backend) CopySlot(s backend.KVStore, cs ...backend.SlotCopy) error {
 	}
 	for _, sc := range order {
 		g := groups[sc]
-		var dp, sp cuda.DevicePtr
-		if c := b.rec; c != nil { // a step with drafts' snapshots: the slots are inputs of the recording
-			dst, src := slotLists(g)
-			dp, sp = c.list(listSpares, dst), c.list(listSlots, src)
-		}
 		switch {
-		case dp != 0 && sp != 0:
-			err = b.copySlotsAt(k, g, dp, sp)
 		case b.rec != nil && !b.rec.fixed(nil):
 			err = fmt.Errorf("copy slots: the slots of a recorded step are neither an input nor fixed by its key")
 		case len(g) > 2 && len(g) <= 65535 && b.rec == nil:
@@ -253,7 +250,7 @@ func (k *kvStore) slotRegions(l int, part backend.SlotPart) []slotRegion {
 	all := part == backend.SlotAll
 	var rs []slotRegion
 	if all || part == backend.SlotWindow { // entries of kl.eb bytes (fp32 or compact)
-		rs = append(rs, slotRegion{kl.win, kl.spec.Window * kl.eb})
+		rs = append(rs, slotRegion{kl.win, kl.ring * kl.eb})
 	}
 	for j, c := range []compBufs{kl.comp, kl.idx} {
 		if c.a == nil || !all && part != []backend.SlotPart{backend.SlotComp, backend.SlotIndexComp}[j] {

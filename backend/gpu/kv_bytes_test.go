@@ -10,7 +10,8 @@ import (
 
 // TestKVStoreBytes: what NewKVStore allocates per state slot and per block
 // is the kvcache accounting (the cache's capacity and `bench kv` report), in
-// both store kinds. Needs no GPU.
+// both store kinds, and with the slack rows of speculative decoding. Needs
+// no GPU.
 func TestKVStoreBytes(t *testing.T) {
 	for _, c := range []struct {
 		preset string
@@ -30,12 +31,23 @@ func TestKVStoreBytes(t *testing.T) {
 			var slot, block int64
 			for i, k := range l.Layers {
 				lk := backend.LayerKV{Window: k.Window, HeadDim: k.HeadDim, RopeDim: k.RopeDim, Ratio: k.Ratio, IndexDim: k.IndexDim}
-				kl, err := newKVLayer(lk, c.store == kvcache.StoreCompact, l.BlockTokens)
+				kl, err := newKVLayer(lk, c.store == kvcache.StoreCompact, l.BlockTokens, 0)
 				if err != nil {
 					t.Fatalf("layer %d: %v", i, err)
 				}
 				slot += int64(kl.slotBytes())
 				block += int64(kl.blockBytes())
+			}
+			var slack int64
+			sl := l.WithSlack(3)
+			for _, k := range l.Layers {
+				lk := backend.LayerKV{Window: k.Window, HeadDim: k.HeadDim, RopeDim: k.RopeDim, Ratio: k.Ratio, IndexDim: k.IndexDim}
+				kl, err := newKVLayer(lk, c.store == kvcache.StoreCompact, l.BlockTokens, 3)
+				must(t, err)
+				slack += int64(kl.slotBytes())
+			}
+			if slack != sl.StateBytes || sl.Slack != 3 {
+				t.Errorf("GPU store with 3 slack rows: slot %d bytes; layout: %d (slack %d)", slack, sl.StateBytes, sl.Slack)
 			}
 			perTok := float64(block) / float64(l.BlockTokens)
 			t.Logf("%s %v: GPU store %.2f bytes/token (block %d bytes), %d bytes per sequence slot; bench kv %.2f bytes/token, %d fixed",

@@ -103,10 +103,8 @@ func (b *Backend) GatherRows(x backend.Tensor, rows []int, out backend.Tensor) e
 	if c := b.rec; c != nil && len(rows) > 0 {
 		// Rows that vary between steps of one key: an input of the recording.
 		idx := int32s(rows)
-		for _, role := range []int{listKeepRows, listSpecRows, listLast} {
-			if p := c.list(role, idx); p != 0 {
-				return cuda.CopyRowsU32(b.s, ot.ptr, xt.ptr, 0, p, len(rows), int64(xt.cols))
-			}
+		if p := c.list(listLast, idx); p != 0 {
+			return cuda.CopyRowsU32(b.s, ot.ptr, xt.ptr, 0, p, len(rows), int64(xt.cols))
 		}
 		if !c.fixed(rows) {
 			return fmt.Errorf("gather: rows %v of a recorded step are neither an input nor fixed by its key", rows)
@@ -118,7 +116,7 @@ func (b *Backend) GatherRows(x backend.Tensor, rows []int, out backend.Tensor) e
 			runs++
 		}
 	}
-	// Many runs (the parts of a step with drafts, one run per sequence): one
+	// Many runs (rows of several sequences): one
 	// kernel over an index list (uploaded once per step: the list repeats in
 	// every layer). Else one copy per run; a recorded step always copies.
 	if runs > 2 && b.rec == nil && len(rows) <= 65535 {

@@ -99,11 +99,10 @@ func copySlotRestore(t *testing.T, compact bool) {
 }
 
 // TestSpeculativeRollbackOnGPU runs the small model on the GPU as the
-// speculative decoder does (replays and the last token kept, drafts of
-// which a random number are right, the kept state restored after a
-// rejection; window wraps and CSA/HCA entries inside the drafts): the rows
-// conditioned on right tokens, and decoding afterwards, match plain decoding
-// on the GPU.
+// speculative decoder does (the last token and drafts of which a random
+// number are right, the sequence rewound to them; window wraps and CSA/HCA
+// entries inside the drafts): the rows conditioned on right tokens, and
+// decoding afterwards, match plain decoding on the GPU.
 func TestSpeculativeRollbackOnGPU(t *testing.T) {
 	g := openGPU(t, Options{})
 	const n, pre, k = 150, 20, 4
@@ -113,7 +112,7 @@ func TestSpeculativeRollbackOnGPU(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer st.Close()
-	m, err := model.New(w, g, model.Options{CacheBytes: 64 << 20, Numerics: "exact"})
+	m, err := model.New(w, g, model.Options{CacheBytes: 64 << 20, Numerics: "exact", Drafts: k})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -132,27 +131,21 @@ func TestSpeculativeRollbackOnGPU(t *testing.T) {
 	s := m.Cache().NewSequence()
 	defer m.FreeSequence(s)
 	prefill(t, m, s, toks[:pre], pre)
-	kept, known := pre, pre+1
-	for known+k < n-5 {
-		must(t, m.Snapshot(s, true))
+	kept := pre // cached tokens; the next one is known, not yet fed
+	for kept+1+k < n-5 {
 		a := r.IntN(k + 1)
-		in := append([]int32(nil), toks[kept:known+k]...)
-		nKeep := known - kept
-		for j := nKeep + a; j < len(in); j++ {
+		in := append([]int32(nil), toks[kept:kept+1+k]...)
+		for j := 1 + a; j < len(in); j++ {
 			in[j] = (in[j] + int32(1+r.IntN(50))) % int32(w.Config.Vocab)
 		}
-		o, err := m.Forward(&model.Batch{Items: []model.BatchItem{{Seq: s, Tokens: in, AllLogits: true, Keep: nKeep}}})
+		o, err := m.Forward(&model.Batch{Items: []model.BatchItem{{Seq: s, Tokens: in, AllLogits: true}}})
 		must(t, err)
-		for j := range nKeep + a {
+		for j := range 1 + a {
 			check("verify row", kept+j, o.Rows(0)[j])
 		}
-		if a == k {
-			kept += nKeep + k
-		} else {
-			must(t, m.Restore(s, kept+nKeep, false))
-			kept += nKeep
-		}
-		known += a + 1
+		kept += 1 + a
+		must(t, m.Rewind(s, kept))
+		m.Cache().Shrink(s, kept+1)
 	}
 	for L := kept; L < n; L++ {
 		o, err := m.Forward(&model.Batch{Items: []model.BatchItem{{Seq: s, Tokens: toks[L : L+1]}}})

@@ -70,7 +70,7 @@ func TestSpecEngineGraphsOnGPU(t *testing.T) {
 	prompts := [][]int32{randomTokens(9, w.Config.Vocab, 3), randomTokens(40, w.Config.Vocab, 4), randomTokens(23, w.Config.Vocab, 5)}
 	const maxTok = 24
 	run := func(g *Backend, spec engine.SpecConfig) [][]int32 {
-		m, err := model.New(w, g, model.Options{CacheBytes: 128 << 20})
+		m, err := model.New(w, g, model.Options{CacheBytes: 128 << 20, Drafts: spec.Drafts()})
 		must(t, err)
 		defer m.Close()
 		return greedyRun(t, m, engine.Config{MaxModelLen: 256, MaxBatchTokens: 64, DeviceSampling: true, Speculative: spec}, prompts, maxTok)

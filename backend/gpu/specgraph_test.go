@@ -17,7 +17,7 @@ import (
 type specSeq struct {
 	kv      *kvcache.Sequence
 	toks    []int32
-	pending []int32         // tokens not yet in the cache: replayed drafts, then the last token
+	pending []int32         // tokens not yet in the cache: the last one
 	mtpLen  int             // positions the MTP block has processed
 	hidden  model.HiddenRef // final streams of positions mtpLen… not yet fed to the MTP block, on the device
 }
@@ -30,8 +30,8 @@ type specTrace struct {
 }
 
 // specLoopStep drafts k tokens per sequence with the MTP block, verifies them
-// in one forward pass (Keep: the pending tokens), accepts the drafts that
-// equal the target's argmax and rolls the cache back as the engine does.
+// in one forward pass with the pending token, accepts the drafts that
+// equal the target's argmax and rewinds the cache as the engine does.
 // The final streams stay on the device (KeepHidden, MTPItem.In, KeepNext).
 func specLoopStep(t *testing.T, m *model.Model, seqs []*specSeq, k int) specTrace {
 	t.Helper()
@@ -52,7 +52,6 @@ func specLoopStep(t *testing.T, m *model.Model, seqs []*specSeq, k int) specTrac
 	tr := specTrace{drafts: make([][]int32, len(seqs)), mtp: make([][]float32, len(seqs))}
 	for i, s := range seqs {
 		must(t, m.Cache().Reserve(s.kv, s.kv.Len()+len(s.pending)+k))
-		must(t, m.Snapshot(s.kv, true))
 		tr.drafts[i] = []int32{engine.Argmax(out.Logits[i])}
 		tr.mtp[i] = append(tr.mtp[i], out.Logits[i]...)
 	}
@@ -73,7 +72,7 @@ func specLoopStep(t *testing.T, m *model.Model, seqs []*specSeq, k int) specTrac
 	m.FreeHidden(out.Kept)
 	b := &model.Batch{}
 	for i, s := range seqs {
-		b.Items = append(b.Items, model.BatchItem{Seq: s.kv, Tokens: append(slices.Clone(s.pending), tr.drafts[i]...), AllLogits: true, KeepHidden: true, Keep: len(s.pending)})
+		b.Items = append(b.Items, model.BatchItem{Seq: s.kv, Tokens: append(slices.Clone(s.pending), tr.drafts[i]...), AllLogits: true, KeepHidden: true})
 	}
 	vout, err := m.Forward(b)
 	must(t, err)
@@ -86,17 +85,11 @@ func specLoopStep(t *testing.T, m *model.Model, seqs []*specSeq, k int) specTrac
 			a++
 		}
 		start := s.kv.Len() - n - k
-		kept := 0
-		if a == k {
-			kept = k
-			must(t, m.Restore(s.kv, 0, true))
-		} else {
-			must(t, m.Restore(s.kv, start+n, false))
-		}
-		m.Cache().Shrink(s.kv, start+n+kept+1)
+		must(t, m.Rewind(s.kv, start+n+a))
+		m.Cache().Shrink(s.kv, start+n+a+1)
 		s.hidden = model.HiddenRef{H: vout.Kept, Row0: vout.KeptRow[i] + n - 1, Rows: a + 1}
 		s.toks = append(append(s.toks, tr.drafts[i][:a]...), engine.Argmax(row(n-1+a)))
-		s.pending = slices.Clone(s.toks[len(s.toks)-1-(a-kept):])
+		s.pending = slices.Clone(s.toks[len(s.toks)-1:])
 	}
 	return tr
 }
@@ -106,7 +99,7 @@ func specLoopStep(t *testing.T, m *model.Model, seqs []*specSeq, k int) specTrac
 // an eager backend and on one that records steps as CUDA graphs: the drafts,
 // the emitted tokens and every logit of the MTP passes and the verifications
 // must be identical, and the verifications and MTP passes of a repeated
-// layout (rows and kept rows per sequence) must be replays.
+// layout (rows per sequence) must be replays.
 func TestRecordedSpecSteps(t *testing.T) {
 	ge := openGPU(t, Options{})
 	gr := openGPU(t, Options{Graphs: true})
@@ -115,7 +108,6 @@ func TestRecordedSpecSteps(t *testing.T) {
 	w, st, err := checkpoint.Load(dir)
 	must(t, err)
 	defer st.Close()
-	opts := model.Options{CacheBytes: 128 << 20}
 	rng := rand.New(rand.NewPCG(3, 5))
 	prompts := [][]int32{make([]int32, 40), make([]int32, 9)}
 	for _, p := range prompts {
@@ -124,6 +116,7 @@ func TestRecordedSpecSteps(t *testing.T) {
 		}
 	}
 	const k, steps = 2, 24
+	opts := model.Options{CacheBytes: 128 << 20, Drafts: k}
 	var traces [2][]specTrace
 	var toks [2][][]int32
 	for r, be := range []*Backend{ge, gr} {

@@ -127,7 +127,7 @@ func runSpec(args []string, stdout, stderr io.Writer) error {
 		defer g.Close()
 		be = g
 	}
-	m, err := model.New(w, be, model.Options{})
+	m, err := model.New(w, be, model.Options{Drafts: slices.Max(f.draftCounts)}) // the cache's slack for the most drafts measured
 	if err != nil {
 		return err
 	}

@@ -220,7 +220,7 @@ func stack(f *stackFlags, stdout, stderr io.Writer) error {
 			be = observe.Wrap(be, prof)
 		}
 		return model.New(w, be, model.Options{Numerics: f.numerics, Threads: f.threads, TraceNonFinite: trace, CacheBytes: cacheBytes,
-			DSparkRows: f.spec.DSparkRows()})
+			DSparkRows: f.spec.DSparkRows(), Drafts: f.spec.Drafts()})
 	}
 	t1 := time.Now()
 	m, err := build(be, f.trace)

@@ -9,7 +9,6 @@ import (
 
 	"github.com/megamoe/megamoe/checkpoint"
 	"github.com/megamoe/megamoe/engine"
-	"github.com/megamoe/megamoe/kvcache"
 	"github.com/megamoe/megamoe/model"
 )
 
@@ -189,17 +188,10 @@ func dsparkStep(m *model.Model, seqs []*specSeq, k int, acceptRate float64, draw
 	if err != nil {
 		return nil, err
 	}
-	// The block wrote no state: the snapshot after it holds the drafter's
-	// windows with the context, as the engine's taken before the block.
-	kvs := make([]*kvcache.Sequence, len(seqs))
-	for i, s := range seqs {
+	for _, s := range seqs {
 		if err := m.Cache().Reserve(s.kv, s.kv.Len()+len(s.pending)+k); err != nil {
 			return nil, err
 		}
-		kvs[i] = s.kv
-	}
-	if err := m.Snapshots(kvs, true); err != nil {
-		return nil, err
 	}
 	w := m.DSparkDim()
 	err = verifyDrafts(m, seqs, drafts, acceptRate, draw, rng, st, func(i, n, a int, vout *model.Output) error {

@@ -59,7 +59,7 @@ func (r *specStackResult) projectDSpark(out io.Writer, f *stackFlags, fr *floorR
 		}
 		return median(d) * 1e3
 	}
-	fmt.Fprintf(out, "parts of a step with drafts (medians): DSpark pass %.3f ms (context %.3f ms, block %.3f ms, Markov head %.3f ms over %d positions), verification %.3f ms, rest %.3f ms (snapshots, rollbacks, host); %s\n",
+	fmt.Fprintf(out, "parts of a step with drafts (medians): DSpark pass %.3f ms (context %.3f ms, block %.3f ms, Markov head %.3f ms over %d positions), verification %.3f ms, rest %.3f ms (rewinds, host); %s\n",
 		x.d*1e3, part(func(p dsparkParts) time.Duration { return p.context }), part(func(p dsparkParts) time.Duration { return p.block }),
 		part(func(p dsparkParts) time.Duration { return p.markov }), k, x.v*1e3, x.rest*1e3, x.heads)
 	ratio := func(d float64) float64 { return x.a * x.p / (d + x.vf + x.rest) }

@@ -79,7 +79,7 @@ func testDSparkStepRollback(t *testing.T, open func(*testing.T) backend.Backend,
 			if err != nil {
 				t.Fatal(err)
 			}
-			m, err := model.New(w, be, model.Options{CacheBytes: 2 * cacheFor(c, f), Numerics: numerics, DSparkRows: tc.k})
+			m, err := model.New(w, be, model.Options{CacheBytes: 2 * cacheFor(c, f), Numerics: numerics, DSparkRows: tc.k, Drafts: tc.k})
 			if err != nil {
 				t.Fatal(err)
 			}

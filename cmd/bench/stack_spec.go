@@ -17,14 +17,14 @@ import (
 // Decode steps with MTP drafts (--speculative-config): the engine's step
 // (engine/spec.go) driven on the model directly. Each step brings the MTP
 // block up to the sequence's tokens, chains the drafts, verifies them in one
-// forward pass of k+1 rows per sequence beside the kept rows, accepts a
-// prefix of them and rolls the cache back to the emitted tokens.
+// forward pass of k+1 rows per sequence (the last token and the drafts),
+// accepts a prefix of them and rewinds the cache to the accepted rows.
 
 // specSeq is one sequence's drafting state.
 type specSeq struct {
 	kv      *kvcache.Sequence
 	toks    []int32         // prompt and generated tokens
-	pending []int32         // tokens not yet in the cache (replayed drafts, then the last token)
+	pending []int32         // tokens not yet in the cache (the last one; the prompt before prefill)
 	mtpLen  int             // positions the drafter (MTP block, DSpark windows) has processed
 	hidden  model.HiddenRef // MTP: the main model's final streams of positions mtpLen…, on the device
 	feats   []float32       // DSpark: the captured features of positions mtpLen…, on the host
@@ -47,7 +47,7 @@ type specStackResult struct {
 	steps []time.Duration
 	// The parts of each step: the draft passes (MTP: catch-up and chained
 	// drafts, with their draws; DSpark: dsparkDraft), the verifying forward
-	// (with its draws) and the rest (snapshots, rollbacks, host work).
+	// (with its draws) and the rest (rewinds, host work).
 	mtp, verify, rest []time.Duration
 	ds                []dsparkParts // DSpark: the draft pass's parts
 	headMs            float64       // the head alone over a verification's rows (GPU; 0: not measured)
@@ -179,16 +179,11 @@ func specStep(m *model.Model, seqs []*specSeq, k int, acceptRate float64, draw b
 	}
 	defer func() { m.FreeHidden(out.Kept) }()
 	drafts := make([][]int32, len(seqs))
-	kvs := make([]*kvcache.Sequence, len(seqs))
 	for i, s := range seqs {
 		if err := m.Cache().Reserve(s.kv, s.kv.Len()+len(s.pending)+k); err != nil {
 			return nil, err
 		}
-		kvs[i] = s.kv
 		drafts[i] = []int32{token(out, i, -1, vocab)}
-	}
-	if err := m.Snapshots(kvs, true); err != nil { // every sequence's in one call, as the engine
-		return nil, err
 	}
 	for d := 1; d < k; d++ {
 		for i, s := range seqs {
@@ -224,7 +219,7 @@ func specStep(m *model.Model, seqs []*specSeq, k int, acceptRate float64, draw b
 // verifyDrafts verifies every sequence's drafts in one forward pass of its
 // pending tokens and drafts, accepts a prefix of them (with probability
 // acceptRate each regardless of the logits, or greedily when acceptRate <
-// 0), rolls the cache back to the emitted tokens and adds the counts and
+// 0), rewinds the cache to the accepted rows and adds the counts and
 // the forward's time to st. verified(i, n, a, out) is called for sequence
 // i, of n pending tokens and a accepted drafts, before its tokens are
 // updated: the verification's rows n-1 … n-1+a are the ones the drafter
@@ -237,7 +232,7 @@ func verifyDrafts(m *model.Model, seqs []*specSeq, drafts [][]int32, acceptRate 
 	b := &model.Batch{Items: make([]model.BatchItem, len(seqs))}
 	for i, s := range seqs {
 		b.Items[i] = model.BatchItem{Seq: s.kv, Tokens: append(slices.Clone(s.pending), drafts[i]...), AllLogits: !draw, DrawRows: draw,
-			Hidden: ds, KeepHidden: !ds, Keep: len(s.pending)}
+			Hidden: ds, KeepHidden: !ds}
 	}
 	t0 := time.Now()
 	vout, err := m.Forward(b)
@@ -245,7 +240,6 @@ func verifyDrafts(m *model.Model, seqs []*specSeq, drafts [][]int32, acceptRate 
 	if err != nil {
 		return fmt.Errorf("verify: %w", err)
 	}
-	rbs := make([]model.Rollback, len(seqs))
 	shrink := make([]int, len(seqs))
 	for i, s := range seqs {
 		n, k := len(s.pending), len(drafts[i])
@@ -265,25 +259,20 @@ func verifyDrafts(m *model.Model, seqs []*specSeq, drafts [][]int32, acceptRate 
 		}
 		bonus := token(vout, i, n-1+a, vocab)
 		start := s.kv.Len() - n - k
-		kept := 0
-		if a == k { // every draft kept: only the drafter's state is restored
-			kept = k
-			rbs[i] = model.Rollback{Seq: s.kv, MTPOnly: true}
-		} else { // back to the kept rows; the accepted drafts are replayed next step
-			rbs[i] = model.Rollback{Seq: s.kv, N: start + n}
+		// Rollback rewinds the length, as the engine: the rejected rows'
+		// writes are never read (backend.KVSpec.Slack).
+		if err := m.Rewind(s.kv, start+n+a); err != nil {
+			return err
 		}
-		shrink[i] = start + n + kept + 1
+		shrink[i] = start + n + a + 1
 		if err := verified(i, n, a, vout); err != nil {
 			return err
 		}
 		s.toks = append(append(s.toks, drafts[i][:a]...), bonus)
-		s.pending = slices.Clone(s.toks[len(s.toks)-1-(a-kept):])
+		s.pending = slices.Clone(s.toks[len(s.toks)-1:])
 		st.emitted += a + 1
 		st.drafted += k
 		st.accepted += a
-	}
-	if err := m.Restores(rbs); err != nil {
-		return err
 	}
 	for i, s := range seqs {
 		m.Cache().Shrink(s.kv, shrink[i])

@@ -72,7 +72,7 @@ func (r *specStackResult) project(out io.Writer, f *stackFlags, plain *stackResu
 		r.projectDSpark(out, f, fr, dsparkProj{a: a, p: pf, d: m, v: v, vf: vf, rest: rest, heads: heads})
 		return
 	}
-	fmt.Fprintf(out, "parts of a step with drafts (medians): MTP passes %.3f ms (%d a step), verification %.3f ms, rest %.3f ms (snapshots, rollbacks, host); %s\n",
+	fmt.Fprintf(out, "parts of a step with drafts (medians): MTP passes %.3f ms (%d a step), verification %.3f ms, rest %.3f ms (rewinds, host); %s\n",
 		m*1e3, f.spec.NumTokens, v*1e3, rest*1e3, heads)
 	fmt.Fprintf(out, "projected %d-layer ratio = A × P / (M + V + R) = %.3f × %.3f / (%.3f + %.3f + %.3f) = %.2fx, "+
 		"where A is the mean acceptance length, P = head + (plain step − head)/%d × %d and V = head_v + (verification − head_v)/%d × %d (ms), M the MTP passes and R the rest as measured\n",

@@ -78,7 +78,7 @@ func testSpecStepRollback(t *testing.T, open func(*testing.T) backend.Backend, n
 			if err != nil {
 				t.Fatal(err)
 			}
-			m, err := model.New(w, be, model.Options{CacheBytes: 2 * cacheFor(c, f), Numerics: numerics})
+			m, err := model.New(w, be, model.Options{CacheBytes: 2 * cacheFor(c, f), Numerics: numerics, Drafts: tc.k})
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -132,7 +132,7 @@ func run(args []string, stdout, stderr io.Writer) error {
 	default:
 		return fmt.Errorf("--device %q, want cpu or cuda", f.device)
 	}
-	m, err := model.New(w, be, model.Options{Numerics: f.numerics, Threads: f.threads, TraceNonFinite: f.trace, DSparkRows: spec.DSparkRows()})
+	m, err := model.New(w, be, model.Options{Numerics: f.numerics, Threads: f.threads, TraceNonFinite: f.trace, DSparkRows: spec.DSparkRows(), Drafts: spec.Drafts()})
 	if err != nil {
 		return err
 	}

@@ -343,7 +343,7 @@ func formatBytes(n int64) string {
 // ranks (one GPU each with --device cuda; CPU backends otherwise), and
 // whether it runs on GPUs.
 func buildModel(w *checkpoint.Weights, o *options, log *slog.Logger) (engine.Stepper, bool, error) {
-	opts := model.Options{Numerics: o.numerics, Threads: o.threads, DSparkRows: o.spec.DSparkRows()}
+	opts := model.Options{Numerics: o.numerics, Threads: o.threads, DSparkRows: o.spec.DSparkRows(), Drafts: o.spec.Drafts()}
 	if o.tp == 1 {
 		be, err := pickBackend(o.device, gpu.Options{Graphs: o.cudaGraphs, NoSideStream: !o.sideStream}, log)
 		if err != nil {

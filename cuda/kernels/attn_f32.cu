@@ -13,7 +13,8 @@ DEV float4 f4zero() { return make_float4(0.0f, 0.0f, 0.0f, 0.0f); }
 #define SQ(s, f) seqs[(s) * 6 + (f)]
 #define NEG_INF __int_as_float(0xff800000)
 
-// Window ring write: rows of a sequence beyond its last W are skipped.
+// Window ring write (W: the ring's entries, window + slack): rows of a
+// sequence beyond its last W are skipped.
 extern "C" __global__ void write_window_f32(
 	float* __restrict__ ring, const float* __restrict__ kv, const int* __restrict__ seqs, const int* __restrict__ seqOf,
 	int rows, int W, int D)
@@ -45,29 +46,24 @@ extern "C" __global__ void write_window_kv8(
 	enc_entry_warp(ring + ((size_t)SQ(s, 0) * W + p % W) * eb, kv + (size_t)r * D, nope, D - nope, eb, threadIdx.x & 31);
 }
 
-// Slot p of window j (c == 2: slot < r is the "a" half of the previous
-// window) as the CPU state holds it when entry j completes: this step's row or
-// the pre-step state row (rolled rows for windows completed before the step).
+// Slot s of the window that completes entry j: position p = (j+1)·r - c·r + s
+// (c == 2: s < r is the "a" half of the previous window), oldest first as the
+// CPU pools them. This step's row when p >= start, else the state's ring row
+// p mod L (L = c·r + slack rows; positions below 0 read rows never written
+// since the reset).
 DEV void comp_slot(const float* A, const float* Z, const float* ape, const float* sA, const float* sZ,
-	int start, int row0, int r, int dc, int c, int j, int s, int ch, float* a, float* z)
+	int start, int row0, int r, int dc, int c, int L, int j, int s, int ch, float* a, float* z)
 {
 	const int w = c * dc;
-	int p, half;
-	if (c == 2 && s < r) { p = (j - 1) * r + s; half = 0; }
-	else { p = j * r + (c == 2 ? s - r : s); half = c == 2 ? dc : 0; }
-	if (p < 0) { // window -1: the pre-step "previous" rows (reset state)
-		*a = sA[(size_t)s * w + ch];
-		*z = sZ[(size_t)s * w + ch];
-		return;
-	}
+	const int p = (j + 1 - c) * r + s;
+	const int half = c == 2 && s >= r ? dc : 0;
 	if (p >= start) {
 		const size_t o = (size_t)(row0 + p - start) * w + half + ch;
 		*a = A[o];
 		*z = Z[o] + ape[(size_t)(p % r) * w + half + ch];
 		return;
 	}
-	int sr = p % r;
-	if (c == 2 && !((p / r + 1) * r - 1 < start)) sr += r; // still the current window pre-step
+	const int sr = (p % L + L) % L;
 	*a = sA[(size_t)sr * w + half + ch];
 	*z = sZ[(size_t)sr * w + half + ch];
 }
@@ -96,7 +92,7 @@ extern "C" __global__ void __launch_bounds__(256) compress_f32(
 	const float* __restrict__ stA, const float* __restrict__ stZ, const float* __restrict__ norm,
 	const float* __restrict__ rf32, const double* __restrict__ rf64,
 	const int* __restrict__ seqs, const int* __restrict__ blocks, const int* __restrict__ rowPos, const int* __restrict__ seqOf,
-	int r, int dc, int c, int per, int rd, float eps, int kind, int faithful, int eb)
+	int r, int dc, int c, int per, int rd, float eps, int kind, int faithful, int eb, int L)
 {
 	PDL_ENTRY();
 	extern __shared__ float u[];
@@ -106,22 +102,22 @@ extern "C" __global__ void __launch_bounds__(256) compress_f32(
 	const int si = seqOf[blockIdx.x], j = (p + 1) / r - 1;
 	const int slot = SQ(si, 0), start = SQ(si, 1), row0 = SQ(si, 2);
 	const int w = c * dc;
-	const size_t stN = (size_t)c * r * w;
+	const size_t stN = (size_t)L * w;
 	const float* sA = stA + (size_t)slot * stN;
 	const float* sZ = stZ + (size_t)slot * stN;
 	const int ns = c * r;
 	for (int ch = threadIdx.x; ch < dc; ch += blockDim.x) {
 		float a, z, mx = NEG_INF, den = 0.0f, acc = 0.0f;
 		for (int s = 0; s < ns; s++) {
-			comp_slot(A, Z, ape, sA, sZ, start, row0, r, dc, c, j, s, ch, &a, &z);
+			comp_slot(A, Z, ape, sA, sZ, start, row0, r, dc, c, L, j, s, ch, &a, &z);
 			mx = fmaxf(mx, z);
 		}
 		for (int s = 0; s < ns; s++) {
-			comp_slot(A, Z, ape, sA, sZ, start, row0, r, dc, c, j, s, ch, &a, &z);
+			comp_slot(A, Z, ape, sA, sZ, start, row0, r, dc, c, L, j, s, ch, &a, &z);
 			den += exp32(z - mx);
 		}
 		for (int s = 0; s < ns; s++) {
-			comp_slot(A, Z, ape, sA, sZ, start, row0, r, dc, c, j, s, ch, &a, &z);
+			comp_slot(A, Z, ape, sA, sZ, start, row0, r, dc, c, L, j, s, ch, &a, &z);
 			float p = exp32(z - mx) / den;
 			acc += a * p;
 		}
@@ -245,49 +241,27 @@ extern "C" __global__ void __launch_bounds__(256) compress_f32(
 	for (int ch = threadIdx.x; ch < dc; ch += blockDim.x) o[ch] = u[ch];
 }
 
-// Post-step compressor state, one thread per (sequence, s < r, channel of c·Dc):
-// row s (c == 1) or rows s and r+s (c == 2) exactly as the CPU leaves them.
+// Post-step compressor state, one thread per (sequence, ring row l < L,
+// channel of c·Dc): row l takes this step's latest position p ≡ l (mod L),
+// as the CPU leaves it; rows no position of the step maps to stay.
 extern "C" __global__ void compress_state_f32(
 	float* __restrict__ stA, float* __restrict__ stZ, const float* __restrict__ A, const float* __restrict__ Z,
-	const float* __restrict__ ape, const int* __restrict__ seqs, int r, int dc, int c)
+	const float* __restrict__ ape, const int* __restrict__ seqs, int r, int dc, int c, int L)
 {
 	PDL_ENTRY();
 	const int w = c * dc;
 	const int i = blockIdx.x * blockDim.x + threadIdx.x;
-	if (i >= r * w) return;
-	const int s = i / w, ch = i % w;
+	if (i >= L * w) return;
+	const int l = i / w, ch = i % w;
 	const int si = blockIdx.y;
 	const int slot = SQ(si, 0), start = SQ(si, 1), row0 = SQ(si, 2), rows = SQ(si, 3);
-	if (rows <= 0) return;
 	const int E = start + rows;
-	float* sA = stA + (size_t)slot * c * r * w;
-	float* sZ = stZ + (size_t)slot * c * r * w;
-	const int cur = c == 2 ? r + s : s; // row that takes positions ≡ s (mod r)
-	const float oa = sA[(size_t)cur * w + ch], oz = sZ[(size_t)cur * w + ch];
-	// Latest position ≡ s below E.
-	float na = oa, nz = oz;
-	if (E - 1 >= s) {
-		const int p = E - 1 - ((E - 1 - s) % r);
-		if (p >= start) {
-			na = A[(size_t)(row0 + p - start) * w + ch];
-			nz = Z[(size_t)(row0 + p - start) * w + ch] + ape[(size_t)s * w + ch];
-		}
-	}
-	if (c == 2) {
-		const int jc = E / r; // completed windows; the last roll copied window jc-1
-		if (jc >= 1 && jc * r - 1 >= start) {
-			const int p = (jc - 1) * r + s;
-			float pa = oa, pz = oz; // pre-step current row
-			if (p >= start) {
-				pa = A[(size_t)(row0 + p - start) * w + ch];
-				pz = Z[(size_t)(row0 + p - start) * w + ch] + ape[(size_t)s * w + ch];
-			}
-			sA[(size_t)s * w + ch] = pa;
-			sZ[(size_t)s * w + ch] = pz;
-		}
-	}
-	sA[(size_t)cur * w + ch] = na;
-	sZ[(size_t)cur * w + ch] = nz;
+	if (rows <= 0 || E - 1 < l) return;
+	const int p = E - 1 - (E - 1 - l) % L;
+	if (p < start) return;
+	const size_t o = (size_t)slot * L * w + (size_t)l * w + ch;
+	stA[o] = A[(size_t)(row0 + p - start) * w + ch];
+	stZ[o] = Z[(size_t)(row0 + p - start) * w + ch] + ape[(size_t)(p % r) * w + ch];
 }
 
 // Indexer scores: scores[row, j] = rb(Σ_h rb(max(rb(q_h·k_j), 0)·w_h)) for the
@@ -939,7 +913,7 @@ template <int MODE, bool CPT>
 DEV void attn_body(float* __restrict__ out, const float* __restrict__ q, const float* __restrict__ kv,
 	const u8* __restrict__ ring, const u8* __restrict__ ent, const int* __restrict__ sel, int selCols,
 	const float* __restrict__ sink, const int* __restrict__ seqs, const int* __restrict__ pos,
-	const int* __restrict__ seqOf, const int* __restrict__ blocks, int H, int D, int W, int ratio, int per,
+	const int* __restrict__ seqOf, const int* __restrict__ blocks, int H, int D, int W, int RW, int ratio, int per,
 	int nope, int es, float scale, int faithful, int row, int g, int rank, int ns, float* __restrict__ part,
 	float* __restrict__ pmax, int* __restrict__ counters)
 {
@@ -992,7 +966,7 @@ DEV void attn_body(float* __restrict__ out, const float* __restrict__ q, const f
 				if (ki < nwin) {
 					const int p = p0 + ki;
 					kk = p >= start ? reinterpret_cast<const u8*>(kv + (size_t)(row0 + p - start) * D)
-					                : ring + ((size_t)slot * W + p % W) * es + tag;
+					                : ring + ((size_t)slot * RW + p % RW) * es + tag;
 				} else if (ki >= winLen) {
 					int j = ki - winLen;
 					if (ratio == 4) {
@@ -1267,9 +1241,9 @@ DEV void attn_body(float* __restrict__ out, const float* __restrict__ q, const f
 	float* __restrict__ out, const float* __restrict__ q, const float* __restrict__ kv, const u8* __restrict__ ring,   \
 		const u8* __restrict__ ent, const int* __restrict__ sel, int selCols, const float* __restrict__ sink,           \
 		const int* __restrict__ seqs, const int* __restrict__ pos, const int* __restrict__ seqOf,                      \
-		const int* __restrict__ blocks, int rows, int H, int D, int W, int ratio, int per, int nope, int es,           \
+		const int* __restrict__ blocks, int rows, int H, int D, int W, int RW, int ratio, int per, int nope, int es,   \
 		float scale, int faithful
-#define ATTN_PASS out, q, kv, ring, ent, sel, selCols, sink, seqs, pos, seqOf, blocks, H, D, W, ratio, per, nope, es, scale, faithful
+#define ATTN_PASS out, q, kv, ring, ent, sel, selCols, sink, seqs, pos, seqOf, blocks, H, D, W, RW, ratio, per, nope, es, scale, faithful
 
 // One CTA per (row, head group): grid (rows, groups).
 #define ATTN_KERNEL(name, CPT)                                                                                 \

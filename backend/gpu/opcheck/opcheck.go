@@ -486,8 +486,8 @@ func checkHead(p *Pair, d OpDims, tab *embedTable) {
 		p.Check(fmt.Sprintf("head linear_f32 bf16 %dx%dx%d", m, d.Vocab, d.Dim), o, 1e-5)
 	}
 	// The head's rows: the last row of each of three sequences of the streams
-	// (runs of rows: copies); the kept rows or drafts of sequences of a step
-	// with drafts (many runs: one kernel).
+	// (runs of rows: copies); scattered rows of several sequences (many
+	// runs: one kernel).
 	n := 7
 	xs := p.Rand(n, d.HcMult*d.Dim, 1)
 	for _, rows := range [][]int{{2, 3, 6}, {0, 2, 3, 5, 6, 1}} {
