@@ -370,8 +370,8 @@ func cacheFor(c *checkpoint.Config, f *stackFlags) int64 {
 		return 0 // model.New reports the same error
 	}
 	per := kvcache.NewManager(layout, 0).BytesFor(f.prefill + f.decode)
-	if k := f.spec.NumTokens; k > 0 { // steps with drafts take up to k+1 tokens, one more untimed, and a snapshot slot
-		per = max(per, kvcache.NewManager(layout, 0).BytesFor(f.prefill+(f.decode+1)*(k+1)+k+1)+layout.StateBytes)
+	if k := f.spec.NumTokens; k > 0 { // steps with drafts take up to k+1 tokens, one more untimed
+		per = max(per, kvcache.NewManager(layout, 0).BytesFor(f.prefill+(f.decode+1)*(k+1)+k+1))
 	}
 	return int64(f.batch+f.prefillSeqs) * per
 }

@@ -74,25 +74,36 @@ func dsparkLine(c, full *checkpoint.Config, rows int) string {
 
 // dsparkParts is the time of a DSpark draft pass's parts: the context
 // (features into the stages' windows), the block through the stages, and
-// the Markov head's positions with the host's argmax.
-type dsparkParts struct{ context, block, markov time.Duration }
+// the Markov head's positions with the host's argmax (drawn: in the block,
+// on the device).
+type dsparkParts struct {
+	context, block, markov time.Duration
+	drawn                  bool
+}
+
+// dsparkDevice reports whether DSpark steps keep the captured features on
+// the device and draw the drafts there: with --draw where the model can,
+// as the engine does for greedy requests.
+func dsparkDevice(m *model.Model, draw bool) bool { return draw && m.CanDrawDSpark() }
 
 // dsparkDraft drafts k tokens for every sequence with the DSpark drafter,
-// as the engine's greedy path does (engine/specdspark.go): the features
-// queued in s.feats enter the stages' windows, one block from the
-// sequence's last token gives k rows of base logits, and draft j is the
-// argmax of row j plus the Markov bias after draft j-1 (after the last
-// token for j = 0). It is the bench's one call site of a DSpark draft pass.
-func dsparkDraft(m *model.Model, seqs []*specSeq, k int) ([][]int32, dsparkParts, error) {
-	var p dsparkParts
+// as the engine's greedy paths do (engine/specdspark.go): the features
+// queued in s.feats (on the host) or s.hidden (on the device) enter the
+// stages' windows, one block from the sequence's last token gives k rows of
+// base logits, and draft j is the argmax of row j plus the Markov bias
+// after draft j-1 (after the last token for j = 0): on the device where
+// dsparkDevice, else on the host. It is the bench's one call site of a
+// DSpark draft pass.
+func dsparkDraft(m *model.Model, seqs []*specSeq, k int, draw bool) ([][]int32, dsparkParts, error) {
+	p := dsparkParts{drawn: dsparkDevice(m, draw)}
 	if rows := m.DSparkRows(); rows != k {
 		return nil, p, fmt.Errorf("dspark: the model drafts blocks of %d rows, not %d", rows, k)
 	}
 	w := m.DSparkDim()
 	var ctx []model.DSparkItem
 	for _, s := range seqs {
-		if len(s.feats) > 0 {
-			ctx = append(ctx, model.DSparkItem{Seq: s.kv, Start: s.mtpLen, Context: s.feats})
+		if len(s.feats) > 0 || s.hidden.Rows > 0 {
+			ctx = append(ctx, model.DSparkItem{Seq: s.kv, Start: s.mtpLen, Context: s.feats, In: s.hidden})
 		}
 	}
 	t0 := time.Now()
@@ -104,18 +115,30 @@ func dsparkDraft(m *model.Model, seqs []*specSeq, k int) ([][]int32, dsparkParts
 	p.context = time.Since(t0)
 	blk := make([]model.DSparkItem, len(seqs))
 	for i, s := range seqs {
-		s.mtpLen += len(s.feats) / w
+		s.mtpLen += len(s.feats)/w + s.hidden.Rows
 		s.feats = nil
 		if s.mtpLen != len(s.toks)-1 {
 			return nil, p, fmt.Errorf("dspark: sequence %d: the drafter has %d positions of %d tokens", i, s.mtpLen, len(s.toks))
 		}
-		blk[i] = model.DSparkItem{Seq: s.kv, Start: s.mtpLen, Anchor: s.toks[s.mtpLen], Draft: true}
+		blk[i] = model.DSparkItem{Seq: s.kv, Start: s.mtpLen, Anchor: s.toks[s.mtpLen], Draft: true, Draw: p.drawn}
 	}
+	freeHidden(m, seqs)
 	t0 = time.Now()
 	base, err := m.ForwardDSpark(blk)
 	p.block = time.Since(t0)
 	if err != nil {
 		return nil, p, fmt.Errorf("dspark block: %w", err)
+	}
+	if p.drawn {
+		if len(base.RowIDs) != len(seqs) {
+			return nil, p, fmt.Errorf("dspark block: %d drawn blocks for %d sequences", len(base.RowIDs), len(seqs))
+		}
+		for i, d := range base.RowIDs {
+			if len(d) != k {
+				return nil, p, fmt.Errorf("dspark block: sequence %d: %d drawn drafts, want %d", i, len(d), k)
+			}
+		}
+		return base.RowIDs, p, nil
 	}
 	t0 = time.Now()
 	vocab := m.Config().Vocab
@@ -177,13 +200,14 @@ func dsparkPrefill(m *model.Model, f *stackFlags, seqs []*specSeq, rng *rand.Ran
 }
 
 // dsparkStep runs one draft+verify step over all sequences with the DSpark
-// drafter. The captured features come to the host (the drafter's context
-// reads them there); with draw, the verifying rows' greedy tokens are drawn
-// on the device where the model can.
+// drafter. With draw, the verifying rows' greedy tokens are drawn on the
+// device where the model can and, where dsparkDevice, the captured features
+// stay there and the drafts are drawn there; otherwise the features come to
+// the host (the drafter's context reads them there).
 func dsparkStep(m *model.Model, seqs []*specSeq, k int, acceptRate float64, draw bool, rng *rand.Rand) (*specStackResult, error) {
 	st := &specStackResult{perPos: make([]int, k)}
 	t0 := time.Now()
-	drafts, parts, err := dsparkDraft(m, seqs, k)
+	drafts, parts, err := dsparkDraft(m, seqs, k, draw)
 	st.mtp, st.ds = []time.Duration{time.Since(t0)}, []dsparkParts{parts}
 	if err != nil {
 		return nil, err
@@ -194,12 +218,17 @@ func dsparkStep(m *model.Model, seqs []*specSeq, k int, acceptRate float64, draw
 		}
 	}
 	w := m.DSparkDim()
-	err = verifyDrafts(m, seqs, drafts, acceptRate, draw, rng, st, func(i, n, a int, vout *model.Output) error {
+	dev := dsparkDevice(m, draw)
+	err = verifyDrafts(m, seqs, drafts, acceptRate, draw, dev, rng, st, func(i, n, a int, vout *model.Output) error {
+		// The drafter has seen positions before the last pending token's;
+		// rows n-1 … n-1+a are verified.
+		if dev {
+			seqs[i].hidden = model.HiddenRef{H: vout.Kept, Row0: vout.KeptRow[i] + n - 1, Rows: a + 1}
+			return nil
+		}
 		if len(vout.Hidden) != len(seqs) || len(vout.Hidden[i]) != (n+len(drafts[i]))*w {
 			return fmt.Errorf("sequence %d: no features of its %d verified rows", i, n+len(drafts[i]))
 		}
-		// The drafter has seen positions before the last pending token's;
-		// rows n-1 … n-1+a are verified.
 		seqs[i].feats = slices.Clone(vout.Hidden[i][(n-1)*w : (n+a)*w])
 		return nil
 	})

@@ -59,9 +59,13 @@ func (r *specStackResult) projectDSpark(out io.Writer, f *stackFlags, fr *floorR
 		}
 		return median(d) * 1e3
 	}
-	fmt.Fprintf(out, "parts of a step with drafts (medians): DSpark pass %.3f ms (context %.3f ms, block %.3f ms, Markov head %.3f ms over %d positions), verification %.3f ms, rest %.3f ms (rewinds, host); %s\n",
-		x.d*1e3, part(func(p dsparkParts) time.Duration { return p.context }), part(func(p dsparkParts) time.Duration { return p.block }),
-		part(func(p dsparkParts) time.Duration { return p.markov }), k, x.v*1e3, x.rest*1e3, x.heads)
+	parts := fmt.Sprintf("block %.3f ms, Markov head %.3f ms over %d positions", part(func(p dsparkParts) time.Duration { return p.block }),
+		part(func(p dsparkParts) time.Duration { return p.markov }), k)
+	if len(r.ds) > 0 && r.ds[0].drawn {
+		parts = fmt.Sprintf("block with the Markov head's %d positions drawn on the device %.3f ms", k, part(func(p dsparkParts) time.Duration { return p.block }))
+	}
+	fmt.Fprintf(out, "parts of a step with drafts (medians): DSpark pass %.3f ms (context %.3f ms, %s), verification %.3f ms, rest %.3f ms (rewinds, host); %s\n",
+		x.d*1e3, part(func(p dsparkParts) time.Duration { return p.context }), parts, x.v*1e3, x.rest*1e3, x.heads)
 	ratio := func(d float64) float64 { return x.a * x.p / (d + x.vf + x.rest) }
 	fmt.Fprintf(out, "projected %d-layer ratio = A × P / (D + V + R) = %.3f × %.3f / (%.3f + %.3f + %.3f) = %.2fx, "+
 		"where A is the mean acceptance length, P = head + (plain step − head)/%d × %d and V = head_v + (verification − head_v)/%d × %d (ms), "+

@@ -5,6 +5,7 @@ import (
 	"io"
 	"math/rand/v2"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 
@@ -57,7 +58,7 @@ func testDSparkStepRollback(t *testing.T, open func(*testing.T) backend.Backend,
 		draw       bool // verifying rows drawn on the device where the model can
 	}{
 		{"greedy", -1, 3, false},
-		{"greedy drawn", -1, 4, true},
+		{"greedy drawn", -1, 4, true}, // drafts drawn and features kept on the device where the model can
 		{"forced 0.6", 0.6, 4, false},
 		{"forced 0.6 drawn", 0.6, 2, true},
 		{"all accepted", 1, 3, false},
@@ -88,6 +89,7 @@ func testDSparkStepRollback(t *testing.T, open func(*testing.T) backend.Backend,
 			for i := range seqs {
 				seqs[i] = &specSeq{kv: m.Cache().NewSequence()}
 			}
+			defer freeHidden(m, seqs)
 			if err := dsparkPrefill(m, f, seqs, rng); err != nil {
 				t.Fatal(err)
 			}
@@ -144,12 +146,12 @@ func testDSparkStepRollback(t *testing.T, open func(*testing.T) backend.Backend,
 }
 
 // checkDSpark compares the next block's base logits of s (the drafter fed
-// its queued features) with those of a drafter on ref fed the features of
-// every position but the last at once.
+// its queued features, on the host or the device) with those of a drafter
+// on ref fed the features of every position but the last at once.
 func checkDSpark(t *testing.T, m *model.Model, s *specSeq, ref *kvcache.Sequence, feats []float32, tol float64) {
 	t.Helper()
 	last := len(s.toks) - 1
-	got, err := m.ForwardDSpark([]model.DSparkItem{{Seq: s.kv, Start: s.mtpLen, Context: s.feats, Anchor: s.toks[last], Draft: true}})
+	got, err := m.ForwardDSpark([]model.DSparkItem{{Seq: s.kv, Start: s.mtpLen, Context: s.feats, In: s.hidden, Anchor: s.toks[last], Draft: true}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -159,6 +161,55 @@ func checkDSpark(t *testing.T, m *model.Model, s *specSeq, ref *kvcache.Sequence
 	}
 	if d := relDiff(got.Logits[0], want.Logits[0]); d > tol {
 		t.Errorf("sequence %d: the drafter's next block differs from one fed every position's features by %g", s.kv.ID, d)
+	}
+}
+
+// TestDSparkDraftPaths: dsparkDraft's drafts drawn on the device (the
+// CPU backend's MarkovDraw) are the host path's, from the same state.
+func TestDSparkDraftPaths(t *testing.T) {
+	f := &stackFlags{preset: "small", batch: 3, prefillSeqs: 3, prefill: 20, seed: 5, numerics: "faithful",
+		spec: engine.SpecConfig{Method: "dspark", NumTokens: 4}}
+	full, err := checkpoint.PresetConfig("small")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := f.cut(full, 6)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, err := checkpoint.RandomWeights(c, checkpoint.GenOfficial, f.seed)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := model.New(w, nil, model.Options{CacheBytes: 2 * cacheFor(c, f), DSparkRows: 4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !m.CanDrawDSpark() {
+		t.Fatal("the CPU backend cannot draw DSpark drafts")
+	}
+	seqs := make([]*specSeq, f.batch)
+	for i := range seqs {
+		seqs[i] = &specSeq{kv: m.Cache().NewSequence()}
+	}
+	if err := dsparkPrefill(m, f, seqs, rand.New(rand.NewPCG(1, 2))); err != nil {
+		t.Fatal(err)
+	}
+	host, hp, err := dsparkDraft(m, seqs, 4, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dev, dp, err := dsparkDraft(m, seqs, 4, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if hp.drawn || !dp.drawn {
+		t.Errorf("drawn: host path %v, device path %v", hp.drawn, dp.drawn)
+	}
+	for i := range seqs {
+		if !slices.Equal(host[i], dev[i]) || len(host[i]) != 4 {
+			t.Errorf("sequence %d: drafts %v on the host, %v drawn on the device", i, host[i], dev[i])
+		}
 	}
 }
 
@@ -189,14 +240,19 @@ func TestStackDSparkCPU(t *testing.T) {
 	}
 	for _, tc := range []struct {
 		rate, mean, perPos string
+		draw               bool
+		parts              string
 	}{
-		{"1", `4\.000`, `\[1\.000 1\.000 1\.000\]`},
-		{"0", `1\.000`, `\[0\.000 0\.000 0\.000\]`},
+		{"1", `4\.000`, `\[1\.000 1\.000 1\.000\]`, false, `block [0-9.]+ ms, Markov head [0-9.]+ ms over 3 positions`},
+		{"0", `1\.000`, `\[0\.000 0\.000 0\.000\]`, true, `block with the Markov head's 3 positions drawn on the device [0-9.]+ ms`},
 	} {
 		t.Run("accept "+tc.rate, func(t *testing.T) {
 			var out bytes.Buffer
 			args := []string{"--preset", "small", "--layers", "4", "--device", "cpu", "--prefill", "8", "--decode", "3", "--batch", "2",
 				"--speculative-config", `{"method":"dspark","num_speculative_tokens":3}`, "--accept-rate", tc.rate}
+			if tc.draw {
+				args = append(args, "--draw")
+			}
 			if err := runStack(args, &out, io.Discard); err != nil {
 				t.Fatal(err)
 			}
@@ -207,7 +263,7 @@ func TestStackDSparkCPU(t *testing.T) {
 				`(?m)^speculative dspark N=3 \(forced acceptance: each draft accepted with probability ` + tc.rate + `\.00 regardless of the logits \(--accept-rate\)\)$`,
 				`(?m)^draft\+verify 3 steps × batch 2 in \S+: [0-9.]+ tok/s  step median [0-9.]+ ms  min [0-9.]+ ms  max [0-9.]+ ms  mean acceptance length ` + tc.mean + `  per position ` + tc.perPos + `$`,
 				`(?m)^speculative vs plain decoding: [0-9.]+ / [0-9.]+ tok/s = [0-9.]+x$`,
-				`(?m)^parts of a step with drafts \(medians\): DSpark pass [0-9.]+ ms \(context [0-9.]+ ms, block [0-9.]+ ms, Markov head [0-9.]+ ms over 3 positions\), verification [0-9.]+ ms, rest -?[0-9.]+ ms `,
+				`(?m)^parts of a step with drafts \(medians\): DSpark pass [0-9.]+ ms \(context [0-9.]+ ms, ` + tc.parts + `\), verification [0-9.]+ ms, rest -?[0-9.]+ ms `,
 				`(?m)^projected 6-layer ratio = A × P / \(D \+ V \+ R\) = ` + tc.mean + ` × [0-9.]+ / \([0-9.]+ \+ [0-9.]+ \+ -?[0-9.]+\) = [0-9.]+x, where .* the DSpark pass does not grow with the layers`,
 				`(?m)^DSpark pass floor: [0-9.]+ MiB of weights \(3 stages [0-9.]+ MiB with the experts of 6 rows, markov_w2 read 3 times [0-9.]+ MiB, head [0-9.]+ MiB\)$`,
 			} {

@@ -204,7 +204,7 @@ func specStep(m *model.Model, seqs []*specSeq, k int, acceptRate float64, draw b
 	st.mtp = []time.Duration{tMTP}
 	// One forward pass verifies every sequence's drafts; the MTP block
 	// reads the verified rows' final streams from the device.
-	err = verifyDrafts(m, seqs, drafts, acceptRate, draw, rng, st, func(i, n, a int, vout *model.Output) error {
+	err = verifyDrafts(m, seqs, drafts, acceptRate, draw, true, rng, st, func(i, n, a int, vout *model.Output) error {
 		// The MTP block has seen positions before start+n-1; rows n-1… up
 		// to the last accepted draft are right.
 		seqs[i].hidden = model.HiddenRef{H: vout.Kept, Row0: vout.KeptRow[i] + n - 1, Rows: a + 1}
@@ -223,16 +223,14 @@ func specStep(m *model.Model, seqs []*specSeq, k int, acceptRate float64, draw b
 // the forward's time to st. verified(i, n, a, out) is called for sequence
 // i, of n pending tokens and a accepted drafts, before its tokens are
 // updated: the verification's rows n-1 … n-1+a are the ones the drafter
-// must see next (the DSpark features in out.Hidden, the MTP block's streams
-// in out.Kept).
-func verifyDrafts(m *model.Model, seqs []*specSeq, drafts [][]int32, acceptRate float64, draw bool, rng *rand.Rand,
+// must see next (in out.Kept with keep, else in out.Hidden).
+func verifyDrafts(m *model.Model, seqs []*specSeq, drafts [][]int32, acceptRate float64, draw, keep bool, rng *rand.Rand,
 	st *specStackResult, verified func(i, n, a int, out *model.Output) error) error {
 	vocab := m.Config().Vocab
-	ds := m.HasDSpark() // its drafter's inputs come to the host
 	b := &model.Batch{Items: make([]model.BatchItem, len(seqs))}
 	for i, s := range seqs {
 		b.Items[i] = model.BatchItem{Seq: s.kv, Tokens: append(slices.Clone(s.pending), drafts[i]...), AllLogits: !draw, DrawRows: draw,
-			Hidden: ds, KeepHidden: !ds}
+			Hidden: !keep, KeepHidden: keep}
 	}
 	t0 := time.Now()
 	vout, err := m.Forward(b)
