@@ -204,6 +204,9 @@ type Batch struct {
 	// "dspark" its blocks and "dspark draw" its blocks drawn through the
 	// Markov head): steps of different names never share a recording.
 	Name string
+	// Hidden marks a step that also returns its final streams (or DSpark's
+	// captures): its recording has more outputs than one that does not.
+	Hidden bool
 	// Also holds further layouts the step's ops take (a DSpark block's
 	// attention rows): a recording holds them beside the step's.
 	Also []*Batch

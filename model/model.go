@@ -524,6 +524,7 @@ func (m *Model) Forward(b *Batch) (*Output, error) {
 	if verifying(b.Items) {
 		bt.Name = "verify"
 	}
+	bt.Hidden = wantHidden(b.Items)
 	if m.tr != nil {
 		m.tr.batch = bt
 	}

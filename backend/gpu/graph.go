@@ -198,6 +198,15 @@ func (b *Backend) GraphStats() GraphStats {
 // graphKey is the recorded layout of bt, or "" when bt is no decode step
 // (one row per sequence) or verification.
 func graphKey(bt *backend.Batch) (key string, capacity int) {
+	key, capacity = layoutKey(bt)
+	if key != "" && bt.Hidden {
+		key += " hidden"
+	}
+	return key, capacity
+}
+
+// layoutKey is graphKey without the outputs.
+func layoutKey(bt *backend.Batch) (key string, capacity int) {
 	if strings.HasPrefix(bt.Name, "dspark") {
 		return dsparkKey(bt)
 	}

@@ -20,6 +20,12 @@ func batchOf(name string, seqs ...[2]int) *backend.Batch {
 	return bt
 }
 
+// hiddenOf marks bt as a step that also returns its final streams.
+func hiddenOf(bt *backend.Batch) *backend.Batch {
+	bt.Hidden = true
+	return bt
+}
+
 // TestGraphKeys: steps whose sequences differ only in what the recording
 // takes as inputs (slots, last rows of an MTP pass) share a key; the others
 // do not; steps that are not recorded have none.
@@ -39,6 +45,8 @@ func TestGraphKeys(t *testing.T) {
 		{"dspark blocks: slots", batchOf("dspark draw", [2]int{4, 0}, [2]int{4, 1}), batchOf("dspark draw", [2]int{4, 5}, [2]int{4, 2}), true},
 		{"dspark blocks drawn or not", batchOf("dspark draw", [2]int{4, 0}), batchOf("dspark", [2]int{4, 0}), false},
 		{"dspark context against an mtp pass", batchOf("dspark ctx", [2]int{1, 0}), batchOf("mtp", [2]int{1, 0}), false},
+		{"decode with and without its final streams", hiddenOf(batchOf("", [2]int{1, 0})), batchOf("", [2]int{1, 0}), false},
+		{"decode with its final streams: slots", hiddenOf(batchOf("", [2]int{1, 0})), hiddenOf(batchOf("", [2]int{1, 2})), true},
 	}
 	for _, c := range cases {
 		ka, _ := graphKey(c.a)
