@@ -10,7 +10,6 @@ import (
 	"testing"
 
 	"github.com/megamoe/megamoe/backend"
-	"github.com/megamoe/megamoe/backend/gpu"
 	"github.com/megamoe/megamoe/checkpoint"
 	"github.com/megamoe/megamoe/engine"
 	"github.com/megamoe/megamoe/kvcache"
@@ -33,18 +32,7 @@ func TestDSparkStepRollback(t *testing.T) {
 // kernel shapes, so logits agree to a tolerance; plain steps and the
 // verifications replay CUDA graphs). It skips without a GPU.
 func TestDSparkStepRollbackCUDA(t *testing.T) {
-	testDSparkStepRollback(t, func(t *testing.T) backend.Backend {
-		g, err := gpu.New(gpu.Options{Graphs: true})
-		if err != nil {
-			t.Skipf("no GPU: %v", err)
-		}
-		t.Cleanup(func() {
-			if err := g.Close(); err != nil {
-				t.Error(err)
-			}
-		})
-		return g
-	}, "exact", 1e-3)
+	testDSparkStepRollback(t, openGraphsGPU, "exact", 1e-3)
 }
 
 // testDSparkStepRollback runs the cases on the backend open gives (nil: the

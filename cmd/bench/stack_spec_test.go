@@ -31,18 +31,21 @@ func TestSpecStepRollback(t *testing.T) {
 // verifications of steps with drafts replay CUDA graphs). It skips without a
 // GPU.
 func TestSpecStepRollbackCUDA(t *testing.T) {
-	testSpecStepRollback(t, func(t *testing.T) backend.Backend {
-		g, err := gpu.New(gpu.Options{Graphs: true})
-		if err != nil {
-			t.Skipf("no GPU: %v", err)
+	testSpecStepRollback(t, openGraphsGPU, "exact", 1e-3)
+}
+
+// openGraphsGPU opens the GPU backend with CUDA graphs, or skips the test.
+func openGraphsGPU(t *testing.T) backend.Backend {
+	g, err := gpu.New(gpu.Options{Graphs: true})
+	if err != nil {
+		t.Skipf("no GPU: %v", err)
+	}
+	t.Cleanup(func() {
+		if err := g.Close(); err != nil {
+			t.Error(err)
 		}
-		t.Cleanup(func() {
-			if err := g.Close(); err != nil {
-				t.Error(err)
-			}
-		})
-		return g
-	}, "exact", 1e-3)
+	})
+	return g
 }
 
 // testSpecStepRollback runs the cases on the backend open gives (nil: the
