@@ -10,10 +10,10 @@ import (
 	"github.com/megamoe/megamoe/checkpoint"
 )
 
-// TestLinearRowsAlone: the linears of bf16 weights at 2-8 rows (LinearF32:
-// the head, the compressors, the router gate; Linear: weights_proj, rounded
-// to bf16 in faithful numerics) give each row the bits the same op gives
-// that row alone, so a sequence's logits do not depend on the rows beside it
+// TestLinearRowsAlone: the linears of bf16 weights on gemvr (LinearF32 at
+// 2-4 rows: the head, the compressors, the router gate; Linear at 2-8:
+// weights_proj, rounded to bf16 in faithful numerics) give each row the bits
+// the same op gives that row alone, so a sequence's logits do not depend on the rows beside it
 // (a verification row's equal plain decoding's); and the CPU's values
 // within the fp32 linear's limit.
 func TestLinearRowsAlone(t *testing.T) {
@@ -52,6 +52,9 @@ func TestLinearRowsAlone(t *testing.T) {
 					p.Check(name, o, op.lim)
 					got := make([]float32, m*out)
 					must(t, p.G.Download(o.G, got))
+					if op.name == "linear-f32" && m > gemvRowsMax {
+						continue // linear_bf16x3_dec: its own summation order
+					}
 					for i, g := range got {
 						if math.Float32bits(g) != math.Float32bits(alone[i]) {
 							t.Fatalf("%s: y[%d, %d] = %g, the row alone gives %g", name, i/out, i%out, g, alone[i])

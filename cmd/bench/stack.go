@@ -370,8 +370,13 @@ func cacheFor(c *checkpoint.Config, f *stackFlags) int64 {
 		return 0 // model.New reports the same error
 	}
 	per := kvcache.NewManager(layout, 0).BytesFor(f.prefill + f.decode)
-	if k := f.spec.NumTokens; k > 0 { // steps with drafts take up to k+1 tokens, one more untimed
-		per = max(per, kvcache.NewManager(layout, 0).BytesFor(f.prefill+(f.decode+1)*(k+1)+k+1))
+	k := f.spec.NumTokens
+	if k == 0 && f.spec.Method == "dspark" {
+		k = c.DSparkBlockSize
+	}
+	if k > 0 { // steps with drafts take up to k+1 tokens, one more untimed, and k slack rows
+		layout = layout.WithSlack(k)
+		per = max(kvcache.NewManager(layout, 0).BytesFor(f.prefill+f.decode), kvcache.NewManager(layout, 0).BytesFor(f.prefill+(f.decode+1)*(k+1)+k+1))
 	}
 	return int64(f.batch+f.prefillSeqs) * per
 }
