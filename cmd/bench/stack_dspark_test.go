@@ -98,33 +98,9 @@ func testDSparkStepRollback(t *testing.T, open func(*testing.T) backend.Backend,
 			gen := 0
 			for i, s := range seqs {
 				gen += len(s.toks) - f.prefill - 1 // the first generated token comes from the prefill
-				ref := m.Cache().NewSequence()
-				b := &model.Batch{Items: []model.BatchItem{{Seq: ref, Tokens: s.toks[:f.prefill], Hidden: true}}}
-				var feats []float32 // the captured features, position by position
-				for p := f.prefill; p < len(s.toks); p++ {
-					out, err := m.Forward(b)
-					if err != nil {
-						t.Fatal(err)
-					}
-					feats = append(feats, out.Hidden[0]...)
-					if tol == 0 && tc.acceptRate < 0 && engine.Argmax(out.Last(0)) != s.toks[p] {
-						t.Fatalf("sequence %d: token %d is %d, plain greedy decoding gives %d", i, p, s.toks[p], engine.Argmax(out.Last(0)))
-					}
-					b.Items[0].Tokens = s.toks[p : p+1]
-				}
+				ref, b, feats := replayPlain(t, m, s, f.prefill, tol == 0 && tc.acceptRate < 0)
 				checkDSpark(t, m, s, ref, feats, tol)
-				b.Items[0].Hidden = false
-				want, err := m.Forward(b)
-				if err != nil {
-					t.Fatal(err)
-				}
-				got, err := m.Forward(&model.Batch{Items: []model.BatchItem{{Seq: s.kv, Tokens: s.pending}}})
-				if err != nil {
-					t.Fatal(err)
-				}
-				if d := relDiff(got.Last(0), want.Last(0)); ref.Len() != s.kv.Len() || d > tol {
-					t.Errorf("sequence %d: after the steps with drafts (%d tokens) the next logits differ from plain decoding's (%d tokens) by %g", i, s.kv.Len(), ref.Len(), d)
-				}
+				checkNextLogits(t, m, s, ref, b, i, tol)
 			}
 			if gen != emitted {
 				t.Errorf("%d tokens generated, %d emitted by the steps", gen, emitted)

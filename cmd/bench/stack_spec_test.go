@@ -114,38 +114,55 @@ func testSpecStepRollback(t *testing.T, open func(*testing.T) backend.Backend, n
 			gen := 0
 			for i, s := range seqs {
 				gen += len(s.toks) - f.prefill - 1 // the first generated token comes from the prefill
-				ref := m.Cache().NewSequence()
-				b := &model.Batch{Items: []model.BatchItem{{Seq: ref, Tokens: s.toks[:f.prefill], Hidden: true}}}
-				var hidden []float32 // the main model's final streams, position by position
-				for p := f.prefill; p < len(s.toks); p++ {
-					out, err := m.Forward(b)
-					if err != nil {
-						t.Fatal(err)
-					}
-					hidden = append(hidden, out.Hidden[0]...)
-					if tol == 0 && tc.acceptRate < 0 && engine.Argmax(out.Last(0)) != s.toks[p] {
-						t.Fatalf("sequence %d: token %d is %d, plain greedy decoding gives %d", i, p, s.toks[p], engine.Argmax(out.Last(0)))
-					}
-					b.Items[0].Tokens = s.toks[p : p+1]
-				}
+				ref, b, hidden := replayPlain(t, m, s, f.prefill, tol == 0 && tc.acceptRate < 0)
 				checkMTP(t, m, s, ref, hidden, max(tol, 1e-4))
-				b.Items[0].Hidden = false
-				want, err := m.Forward(b)
-				if err != nil {
-					t.Fatal(err)
-				}
-				got, err := m.Forward(&model.Batch{Items: []model.BatchItem{{Seq: s.kv, Tokens: s.pending}}})
-				if err != nil {
-					t.Fatal(err)
-				}
-				if d := relDiff(got.Last(0), want.Last(0)); ref.Len() != s.kv.Len() || d > tol {
-					t.Errorf("sequence %d: after the steps with drafts (%d tokens) the next logits differ from plain decoding's (%d tokens) by %g", i, s.kv.Len(), ref.Len(), d)
-				}
+				checkNextLogits(t, m, s, ref, b, i, tol)
 			}
 			if gen != emitted {
 				t.Errorf("%d tokens generated, %d emitted by the steps", gen, emitted)
 			}
 		})
+	}
+}
+
+// replayPlain decodes s's tokens one at a time on a fresh sequence from its
+// prompt of prefill tokens, checking (with greedy) that each is plain
+// decoding's argmax; it returns that sequence, the batch of its last token
+// and the drafter inputs of every position (Output.Hidden).
+func replayPlain(t *testing.T, m *model.Model, s *specSeq, prefill int, greedy bool) (*kvcache.Sequence, *model.Batch, []float32) {
+	t.Helper()
+	ref := m.Cache().NewSequence()
+	b := &model.Batch{Items: []model.BatchItem{{Seq: ref, Tokens: s.toks[:prefill], Hidden: true}}}
+	var hidden []float32
+	for p := prefill; p < len(s.toks); p++ {
+		out, err := m.Forward(b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		hidden = append(hidden, out.Hidden[0]...)
+		if greedy && engine.Argmax(out.Last(0)) != s.toks[p] {
+			t.Fatalf("token %d is %d, plain greedy decoding gives %d", p, s.toks[p], engine.Argmax(out.Last(0)))
+		}
+		b.Items[0].Tokens = s.toks[p : p+1]
+	}
+	return ref, b, hidden
+}
+
+// checkNextLogits compares the next logits of s (sequence i, after the steps
+// with drafts) with those of ref after b, plain decoding's.
+func checkNextLogits(t *testing.T, m *model.Model, s *specSeq, ref *kvcache.Sequence, b *model.Batch, i int, tol float64) {
+	t.Helper()
+	b.Items[0].Hidden = false
+	want, err := m.Forward(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := m.Forward(&model.Batch{Items: []model.BatchItem{{Seq: s.kv, Tokens: s.pending}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := relDiff(got.Last(0), want.Last(0)); ref.Len() != s.kv.Len() || d > tol {
+		t.Errorf("sequence %d: after the steps with drafts (%d tokens) the next logits differ from plain decoding's (%d tokens) by %g", i, s.kv.Len(), ref.Len(), d)
 	}
 }
 
