@@ -524,7 +524,8 @@ func (m *Model) Forward(b *Batch) (*Output, error) {
 	if verifying(b.Items) {
 		bt.Name = "verify"
 	}
-	bt.Hidden = wantHidden(b.Items)
+	hidden := wantHidden(b.Items)
+	bt.Hidden = hidden
 	if m.tr != nil {
 		m.tr.batch = bt
 	}
@@ -541,7 +542,6 @@ func (m *Model) Forward(b *Batch) (*Output, error) {
 			rows = append(rows, sq.Row0+sq.Rows-1)
 		}
 	}
-	hidden := wantHidden(b.Items)
 	// forward's outputs: the logits, then with hidden the final streams or,
 	// with DSpark, the target layers' features (captures).
 	forward := func() (outs []backend.Tensor, err error) {
